@@ -1,0 +1,49 @@
+// The fp32 CPU reference GPT-2: forward pass, backward pass and AdamW over contiguous buffers.
+// This is the compute half of train_gpt_cpu; everything else (flags, data, schedule, checkpoints,
+// logging) is the shared host code in host/. It is also the ground truth the CUDA kernels are tested
+// against.
+#pragma once
+#include <vector>
+
+#include "host/gpt_config.h"
+
+struct AdamWSettings {
+    float learning_rate;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float weight_decay = 0.0f;  // decoupled; applied only where is_weight_matrix()
+    float grad_scale = 1.0f;    // multiplies every gradient first (global-norm clipping)
+};
+
+struct GPTCpu;  // parameters, gradients, AdamW moments and activations (defined in cpu/gpt_cpu.cpp)
+
+// Allocates a model for micro-batches of up to B sequences of up to T tokens. Parameters, gradients
+// and AdamW moments start at zero; the caller initialises or loads the parameters.
+GPTCpu* gpt_cpu_create(const GPTConfig& config, int B, int T);
+void gpt_cpu_free(GPTCpu* model);
+
+const GPTConfig& gpt_cpu_config(const GPTCpu* model);
+std::vector<float>& gpt_cpu_params(GPTCpu* model);  // param_layout(config).total floats
+std::vector<float>& gpt_cpu_grads(GPTCpu* model);
+std::vector<float>& gpt_cpu_adam_m(GPTCpu* model);
+std::vector<float>& gpt_cpu_adam_v(GPTCpu* model);
+
+// Forward over inputs (B×T token ids, B ≤ allocated B, T ≤ allocated T). With targets (B×T, may
+// not be null for training) returns the mean cross-entropy over the B·T positions; with targets ==
+// nullptr returns NAN and only computes logits. Padded vocabulary entries never contribute.
+float gpt_cpu_forward(GPTCpu* model, const int* inputs, const int* targets, int B, int T);
+const float* gpt_cpu_logits(const GPTCpu* model);  // (B, T, Vp) of the last forward
+
+void gpt_cpu_zero_grad(GPTCpu* model);
+// Adds loss_scale · d(mean loss of the last forward)/d(params) into the gradients, so gradient
+// accumulation over k micro-batches uses loss_scale = 1/k. Requires a forward with targets.
+void gpt_cpu_backward(GPTCpu* model, float loss_scale);
+
+double gpt_cpu_grad_norm(const GPTCpu* model);  // global L2 norm of all gradients
+// One AdamW step (step counts from 1, for bias correction) on all parameters.
+void gpt_cpu_adamw_update(GPTCpu* model, const AdamWSettings& settings, int step);
+
+// Bytes held, for the start-up memory report.
+struct GPTCpuMemory {
+    size_t parameters, gradients, optimizer_state, activations;
+};
+GPTCpuMemory gpt_cpu_memory(const GPTCpu* model);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the default training job need on a fresh Debian machine.
+# Idempotent: packages already present are skipped, so a second run costs a few seconds.
+set -euo pipefail
+
+APT_PACKAGES=(
+  build-essential      # g++, make
+  libopenblas-dev      # sgemm for the fp32 CPU reference trainer
+  libpcre2-dev         # GPT-2 pre-tokenisation regex
+  nlohmann-json3-dev   # reading encoder.json
+  zlib1g-dev           # inflating the Jane Austen R data file
+  openmpi-bin          # mpirun, for multi-rank tests
+  libopenmpi-dev       # MPI headers and library
+  gnuplot-nox          # metrics log -> PNG chart
+)
+# node + npm run the reference tokenizers (js-tiktoken, gpt-tokenizer) in the tests. Many images ship
+# a node that bundles npm, which Debian's npm package conflicts with: install them only when absent.
+command -v node >/dev/null || APT_PACKAGES+=(nodejs)
+command -v npm >/dev/null || APT_PACKAGES+=(npm)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "dependencies: ok"
