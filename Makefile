@@ -48,7 +48,16 @@ $(BUILD)/%.o: %.cpp
 # The test harness main(), linked into every C++ test program.
 TEST_MAIN := $(BUILD)/test/test_main.o
 
-include $(wildcard host/build.mk cpu/build.mk emu/build.mk data/build.mk kernels/build.mk dev/build.mk test/build.mk)
+# Order matters: later fragments use the object lists earlier ones define
+# (HOST_OBJS/HOST_LIBS from host/, CPU_OBJS/CPU_LIBS from cpu/, EMU_* from emu/).
+include $(wildcard host/build.mk data/build.mk cpu/build.mk emu/build.mk emu/stand_ins.mk \
+                   kernels/build.mk test/build.mk)
+
+# The CPU reference trainer: shared host code + the fp32 CPU model.
+PROGRAMS += $(BIN)/train_gpt_cpu
+$(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(CPU_OBJS) $(HOST_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
 all: $(PROGRAMS) $(BENCHES)
 
