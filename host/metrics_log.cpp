@@ -1,0 +1,38 @@
+// The JSON-lines metrics log (see metrics_log.h).
+#include "host/metrics_log.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "host/errors.h"
+
+// JSON has no NaN or infinity: write null so that the line stays parseable.
+static std::string number(double value, const char* format) {
+    return std::isfinite(value) ? strprintf(format, value) : "null";
+}
+
+std::string metrics_json(const StepMetrics& m) {
+    std::string line = strprintf("{\"step\":%d", m.step);
+    if (m.has_train) {
+        line += ",\"loss\":" + number(m.loss, "%.6f");
+        line += ",\"lr\":" + number(m.lr, "%.6e");
+        line += ",\"norm\":" + number(m.norm, "%.6f");
+        line += ",\"ms\":" + number(m.ms, "%.3f");
+        line += ",\"tok_per_s\":" + number(m.tokens_per_s, "%.1f");
+    }
+    if (m.has_val) line += ",\"val_loss\":" + number(m.val_loss, "%.6f");
+    return line + "}";
+}
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path), file_(fopen(path.c_str(), "a")) {
+    if (!file_) fail("%s: cannot open for appending (%s)", path.c_str(), strerror(errno));
+}
+
+MetricsLog::~MetricsLog() { fclose(file_); }
+
+void MetricsLog::write(const StepMetrics& m) {
+    std::string line = metrics_json(m) + "\n";
+    if (fwrite(line.data(), 1, line.size(), file_) != line.size() || fflush(file_) != 0)
+        fail("%s: write failed (%s)", path_.c_str(), strerror(errno));
+}

@@ -1,0 +1,31 @@
+// The metrics log: one JSON object per line per step, appended to <output dir>/metrics.jsonl:
+//   {"step":12,"loss":3.4567,"lr":0.0003,"norm":1.234,"ms":123.4,"tok_per_s":54321,"val_loss":3.21}
+// val_loss only on steps where it was measured; a step-0 line may hold val_loss alone. Keys are
+// always in this order, which scripts/plot_metrics.sh relies on. Each line is flushed when written.
+#pragma once
+#include <cstdio>
+#include <string>
+
+struct StepMetrics {
+    int step = 0;
+    bool has_train = false;           // loss, lr, norm, ms, tok_per_s are set
+    double loss = 0, lr = 0, norm = 0, ms = 0, tokens_per_s = 0;
+    bool has_val = false;
+    double val_loss = 0;
+};
+
+class MetricsLog {
+public:
+    explicit MetricsLog(const std::string& path);  // appends; throws InputError if it can't open
+    ~MetricsLog();
+    MetricsLog(const MetricsLog&) = delete;
+    MetricsLog& operator=(const MetricsLog&) = delete;
+    void write(const StepMetrics& metrics);
+
+private:
+    std::string path_;
+    FILE* file_;
+};
+
+// One log line (without the newline), as write() appends it.
+std::string metrics_json(const StepMetrics& metrics);

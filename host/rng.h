@@ -1,0 +1,28 @@
+// The one random number generator of the project's host code: SplitMix64 (Steele, Lea and Flood,
+// 2014). Its whole state is one uint64, so a checkpoint saves it exactly and a resumed run draws the
+// same numbers. Used for weight initialisation, data shuffling and sampling.
+#pragma once
+#include <cstdint>
+
+struct Rng {
+    uint64_t state;
+    explicit Rng(uint64_t seed) : state(seed) {}
+
+    uint64_t next_u64() {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    // Uniform in [0, 1) with 53 random bits.
+    double uniform() { return (next_u64() >> 11) * (1.0 / 9007199254740992.0); }
+    // Uniform integer in [0, n), n > 0 (rejection sampling, so exactly uniform).
+    uint64_t below(uint64_t n) {
+        uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+        uint64_t x;
+        do x = next_u64(); while (x >= limit);
+        return x % n;
+    }
+    // Standard normal by the Box-Muller transform (one of the pair is used, the other dropped).
+    double normal();
+};

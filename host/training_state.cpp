@@ -1,0 +1,130 @@
+// The training-state file (see training_state.h).
+#include "host/training_state.h"
+
+#include <cstring>
+
+#include "host/errors.h"
+#include "host/file_io.h"
+#include "host/model_descriptor.h"
+
+static const char STATE_MAGIC[8] = {'G', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
+constexpr size_t STATE_HEADER_BYTES = 32;
+
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t hash) {
+    const unsigned char* p = (const unsigned char*)data;
+    for (size_t i = 0; i < bytes; i++) hash = (hash ^ p[i]) * 0x100000001B3ull;
+    return hash;
+}
+
+// The payload as a list of byte ranges, in file order, shared by writer and reader.
+struct Piece {
+    void* data;
+    size_t bytes;
+};
+static std::vector<Piece> fixed_pieces(TrainingState& s) {
+    RunShape& r = s.shape;
+    GPTConfig& c = r.config;
+    return {{&c.max_seq_len, 4}, {&c.vocab_size, 4}, {&c.padded_vocab_size, 4},
+            {&c.num_layers, 4},  {&c.num_heads, 4},  {&c.channels, 4},
+            {&r.batch_size, 4},  {&r.seq_len, 4},    {&r.total_batch, 8},
+            {&r.num_ranks, 4},   {&r.shuffle, 4},    {&r.data_seed, 8},
+            {&s.rank, 4},        {&s.step, 8},       {&s.loader.epoch, 8},
+            {&s.loader.shard_step, 8}, {&s.loader.chunk_step, 8},
+            {&s.sample_rng_state, 8},  {&s.optimizer_offset, 8}};
+}
+static size_t fixed_bytes() {
+    TrainingState probe;
+    size_t n = 0;
+    for (const Piece& p : fixed_pieces(probe)) n += p.bytes;
+    return n + 3 * sizeof(uint64_t);  // plus the three array lengths
+}
+
+void write_training_state(const std::string& path, const TrainingState& state) {
+    TrainingState& s = const_cast<TrainingState&>(state);  // pieces only read from here
+    uint64_t lengths[3] = {s.params.size(), s.adam_m.size(), s.adam_v.size()};
+    std::vector<Piece> pieces = fixed_pieces(s);
+    pieces.push_back({lengths, sizeof lengths});
+    pieces.push_back({s.params.data(), s.params.size() * 4});
+    pieces.push_back({s.adam_m.data(), s.adam_m.size() * 4});
+    pieces.push_back({s.adam_v.data(), s.adam_v.size() * 4});
+    uint64_t payload_bytes = 0, checksum = FNV_OFFSET;
+    for (const Piece& p : pieces) {
+        payload_bytes += p.bytes;
+        checksum = fnv1a64(p.data, p.bytes, checksum);
+    }
+    uint32_t version[2] = {TRAINING_STATE_VERSION, 0};
+    AtomicFile file(path);
+    file.write(STATE_MAGIC, 8);
+    file.write(version, 8);
+    file.write(&payload_bytes, 8);
+    file.write(&checksum, 8);
+    for (const Piece& p : pieces) file.write(p.data, p.bytes);
+    file.commit();
+}
+
+TrainingState read_training_state(const std::string& path) {
+    const uint64_t size = file_size(path);
+    if (size < STATE_HEADER_BYTES) fail("%s: too short to be a training state", path.c_str());
+    unsigned char header[STATE_HEADER_BYTES];
+    read_bytes(path, 0, header, STATE_HEADER_BYTES);
+    uint32_t version;
+    uint64_t payload_bytes, checksum;
+    memcpy(&version, header + 8, 4);
+    memcpy(&payload_bytes, header + 16, 8);
+    memcpy(&checksum, header + 24, 8);
+    if (memcmp(header, STATE_MAGIC, 8) != 0) fail("%s: not a training state file", path.c_str());
+    if (version != TRAINING_STATE_VERSION)
+        fail("%s: training state version %u, this build reads version %u", path.c_str(), version,
+             TRAINING_STATE_VERSION);
+    if (payload_bytes != size - STATE_HEADER_BYTES || payload_bytes < fixed_bytes())
+        fail("%s: size %llu does not match its header (truncated?)", path.c_str(),
+             (unsigned long long)size);
+    std::vector<unsigned char> payload(payload_bytes);
+    read_bytes(path, STATE_HEADER_BYTES, payload.data(), payload_bytes);
+    if (fnv1a64(payload.data(), payload_bytes, FNV_OFFSET) != checksum)
+        fail("%s: checksum mismatch (the file is corrupted)", path.c_str());
+
+    TrainingState s;
+    size_t at = 0;
+    for (const Piece& p : fixed_pieces(s)) {
+        memcpy(p.data, payload.data() + at, p.bytes);
+        at += p.bytes;
+    }
+    uint64_t lengths[3];
+    memcpy(lengths, payload.data() + at, sizeof lengths);
+    at += sizeof lengths;
+    if (lengths[0] + lengths[1] + lengths[2] != (payload_bytes - at) / 4 || (payload_bytes - at) % 4)
+        fail("%s: array lengths do not match the file size", path.c_str());
+    std::vector<float>* arrays[3] = {&s.params, &s.adam_m, &s.adam_v};
+    for (int i = 0; i < 3; i++) {
+        arrays[i]->resize(lengths[i]);
+        memcpy(arrays[i]->data(), payload.data() + at, lengths[i] * 4);
+        at += lengths[i] * 4;
+    }
+    validate_config(s.shape.config, path + " config");
+    if (s.params.size() != param_layout(s.shape.config).total)
+        fail("%s: holds %zu parameters, its config (%s) has %zu", path.c_str(), s.params.size(),
+             describe_config(s.shape.config).c_str(), param_layout(s.shape.config).total);
+    return s;
+}
+
+void check_same_run(const RunShape& saved, const RunShape& now, const std::string& path) {
+    const GPTConfig &a = saved.config, &b = now.config;
+    if (a.max_seq_len != b.max_seq_len || a.vocab_size != b.vocab_size ||
+        a.padded_vocab_size != b.padded_vocab_size || a.num_layers != b.num_layers ||
+        a.num_heads != b.num_heads || a.channels != b.channels)
+        fail("%s: saved model %s differs from this run's %s", path.c_str(), describe_config(a).c_str(),
+             describe_config(b).c_str());
+    struct Field { const char* flag; long long saved, now; };
+    const Field fields[] = {
+        {"-b (batch size)", saved.batch_size, now.batch_size},
+        {"-t (sequence length)", saved.seq_len, now.seq_len},
+        {"-d (total batch)", saved.total_batch, now.total_batch},
+        {"number of ranks", saved.num_ranks, now.num_ranks},
+        {"--shuffle", saved.shuffle, now.shuffle},
+        {"--seed", (long long)saved.data_seed, (long long)now.data_seed},
+    };
+    for (const Field& f : fields)
+        if (f.saved != f.now)
+            fail("%s: saved with %s = %lld, this run has %lld", path.c_str(), f.flag, f.saved, f.now);
+}

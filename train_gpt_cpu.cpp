@@ -1,0 +1,278 @@
+// train_gpt_cpu: trains GPT-2 on the CPU in fp32, with the reference model of cpu/gpt_cpu.h.
+// main() reads top to bottom: flags → setup → training loop → teardown. Everything but the compute
+// (flags, data, schedule, checkpoints, metrics, sampling) is host code shared with train_gpt.cu.
+// Every problem with the input is found during setup, before anything is written, and ends the
+// program with one "error: ..." line and exit status 1.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cpu/gpt_cpu.h"
+#include "host/checkpoint.h"
+#include "host/dataloader.h"
+#include "host/decode_table.h"
+#include "host/errors.h"
+#include "host/file_io.h"
+#include "host/formats.h"
+#include "host/gpt_init.h"
+#include "host/lr_schedule.h"
+#include "host/metrics_log.h"
+#include "host/model_descriptor.h"
+#include "host/model_file.h"
+#include "host/rng.h"
+#include "host/sampling.h"
+#include "host/train_flags.h"
+#include "host/training_state.h"
+
+constexpr int NUM_RANKS = 1;  // the CPU trainer is a single process
+constexpr int RANK = 0;
+constexpr double GRAD_CLIP = 1.0;  // global gradient-norm clipping threshold
+
+// Defaults sized for a 2-core CPU: a 4-layer, 128-channel GPT-2 on Jane Austen trains for a few
+// minutes and its loss visibly falls.
+static TrainOptions cpu_defaults() {
+    TrainOptions o;
+    o.model = "custom:L4:C128:H4:T256";
+    o.batch_size = 4;
+    o.seq_len = 64;
+    o.max_steps = 300;
+    o.learning_rate = 1e-3;
+    o.warmup_steps = 20;
+    o.final_lr_fraction = 0.1;
+    o.weight_decay = 0.1;
+    o.val_every = 50;
+    o.val_batches = 10;
+    o.sample_every = 100;
+    o.gen_tokens = 64;
+    return o;
+}
+
+// "ETA 1h02m" / "ETA 3m20s".
+static std::string eta_text(double seconds) {
+    long s = (long)std::lround(seconds);
+    if (s >= 3600) return strprintf("%ldh%02ldm", s / 3600, s / 60 % 60);
+    return strprintf("%ldm%02lds", s / 60, s % 60);
+}
+
+// Mean loss over `batches` validation batches, from the first one.
+static double validation_loss(GPTCpu* model, DataLoader& val, int batches, int B, int T,
+                              std::vector<int>& inputs, std::vector<int>& targets) {
+    val.reset();
+    double sum = 0;
+    for (int i = 0; i < batches; i++) {
+        val.next_batch(inputs.data(), targets.data());
+        sum += gpt_cpu_forward(model, inputs.data(), targets.data(), B, T);
+    }
+    return sum / batches;
+}
+
+// Generates `count` tokens after an EOT, each from the logits of the last position (a window of
+// the last T tokens), and prints them through the decode table.
+static void print_sample(GPTCpu* model, const DecodeTable& table, Rng& rng, int count, int T) {
+    const GPTConfig& c = gpt_cpu_config(model);
+    std::vector<int> tokens = {GPT2_EOT_TOKEN < c.vocab_size ? GPT2_EOT_TOKEN : c.vocab_size - 1};
+    std::string text;
+    for (int i = 0; i < count; i++) {
+        int start = std::max(0, (int)tokens.size() - T);
+        int length = (int)tokens.size() - start;
+        gpt_cpu_forward(model, tokens.data() + start, nullptr, 1, length);
+        const float* last_row = gpt_cpu_logits(model) + (size_t)(length - 1) * c.padded_vocab_size;
+        int next = sample_token(last_row, c.vocab_size, rng.uniform());
+        tokens.push_back(next);
+        text += table.decode(next);
+    }
+    printf("sample: %s\n---\n", text.c_str());
+}
+
+static void save_checkpoint(const std::string& dir, int keep, GPTCpu* model, TrainingState state) {
+    const GPTConfig& c = gpt_cpu_config(model);
+    state.params = gpt_cpu_params(model);
+    state.adam_m = gpt_cpu_adam_m(model);
+    state.adam_v = gpt_cpu_adam_v(model);
+    write_model_file(checkpoint_model_path(dir, state.step), c, state.params.data(), WeightType::FP32);
+    write_training_state(checkpoint_state_path(dir, state.step, RANK), state);
+    mark_checkpoint_done(dir, state.step);
+    prune_checkpoints(dir, keep, NUM_RANKS);
+}
+
+static int train(int argc, char** argv) {
+    // ---- flags ----
+    TrainOptions opt = cpu_defaults();
+    if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return 0;
+
+    // ---- setup: model shape, data, resume point; all checked before anything is written ----
+    GPTConfig config;
+    ModelFile model_file;
+    const bool from_descriptor = is_model_descriptor(opt.model);
+    try {
+        if (from_descriptor) config = config_from_descriptor(opt.model);
+    } catch (const InputError& e) {
+        fail("-e (--model): %s", e.what());
+    }
+    if (!from_descriptor) {
+        if (!path_exists(opt.model))
+            fail("-e (--model): '%s' is neither a model descriptor nor an existing file",
+                 opt.model.c_str());
+        model_file = read_model_file(opt.model);
+        config = model_file.config;
+    }
+    validate_train_options(&opt, config, NUM_RANKS);
+    const int B = opt.batch_size, T = opt.seq_len;
+    const int accum_steps = grad_accum_steps(opt, NUM_RANKS);
+
+    DataLoader train_loader(opt.train_data, B, T, RANK, NUM_RANKS, config.vocab_size, opt.shuffle,
+                            opt.seed);
+    std::unique_ptr<DataLoader> val_loader;
+    if (opt.val_every > 0)
+        val_loader.reset(new DataLoader(opt.val_data, B, T, RANK, NUM_RANKS, config.vocab_size,
+                                        false, opt.seed));
+    const int max_steps =
+        opt.max_steps > 0 ? opt.max_steps : (int)std::max<int64_t>(1, train_loader.chunks_per_epoch() / accum_steps);
+    const int last_step = opt.stop_at > 0 ? std::min(opt.stop_at, max_steps) : max_steps;
+
+    TrainingState state;  // what a checkpoint saves; state.step = updates done so far
+    state.shape = {config, B, T, opt.total_batch, NUM_RANKS, opt.shuffle, opt.seed};
+    state.rank = RANK;
+    state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
+    TrainingState resumed;
+    if (opt.resume) {
+        std::vector<long long> steps = complete_checkpoints(opt.output_dir, NUM_RANKS);
+        if (steps.empty())
+            fail("-y (--resume): no complete checkpoint in '%s'", opt.output_dir.c_str());
+        const std::string path = checkpoint_state_path(opt.output_dir, steps.back(), RANK);
+        resumed = read_training_state(path);
+        check_same_run(resumed.shape, state.shape, path);
+        train_loader.set_position(resumed.loader);
+        state.step = resumed.step;
+        state.sample_rng_state = resumed.sample_rng_state;
+    }
+
+    std::unique_ptr<GPTCpu, void (*)(GPTCpu*)> owned_model(gpt_cpu_create(config, B, T), gpt_cpu_free);
+    GPTCpu* model = owned_model.get();
+    if (opt.resume) {
+        gpt_cpu_params(model) = std::move(resumed.params);
+        gpt_cpu_adam_m(model) = std::move(resumed.adam_m);
+        gpt_cpu_adam_v(model) = std::move(resumed.adam_v);
+    } else if (from_descriptor) {
+        gpt_init_params(config, opt.seed, gpt_cpu_params(model).data());
+    } else {
+        gpt_cpu_params(model) = std::move(model_file.params);
+    }
+
+    DecodeTable decode_table;
+    bool can_sample = opt.sample_every > 0 && path_exists(opt.tokenizer);
+    if (can_sample) decode_table = read_decode_table(opt.tokenizer);
+
+    std::unique_ptr<MetricsLog> metrics;
+    if (!opt.output_dir.empty()) {
+        make_directory(opt.output_dir);
+        metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
+    }
+
+    // ---- report ----
+    const GPTCpuMemory mem = gpt_cpu_memory(model);
+    const double MiB = 1024.0 * 1024.0;
+    printf("model: %s (%s), %zu parameters\n", opt.model.c_str(), describe_config(config).c_str(),
+           param_layout(config).total);
+    printf("memory: parameters %.1f MiB | gradients %.1f MiB | optimizer state %.1f MiB | "
+           "activations %.1f MiB\n", mem.parameters / MiB, mem.gradients / MiB,
+           mem.optimizer_state / MiB, mem.activations / MiB);
+    printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps), %d steps, %s schedule, lr %.2e\n",
+           B, T, opt.total_batch, accum_steps, max_steps, schedule_name(opt.schedule),
+           opt.learning_rate);
+    printf("data: %zu training shard(s) from '%s'%s\n", train_loader.files().size(),
+           opt.train_data.c_str(), opt.shuffle ? ", shuffled" : "");
+    if (opt.resume) printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
+    if (opt.sample_every > 0 && !can_sample)
+        printf("note: no decode table at '%s', so no samples are printed\n", opt.tokenizer.c_str());
+    if (opt.zero_stage || opt.skip_loss_z > 0 || opt.skip_norm_z > 0)
+        printf("note: -z, -sl and -sg have no effect in the CPU trainer\n");
+    fflush(stdout);
+
+    // ---- training loop ----
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    const LRSchedule schedule = {opt.schedule, opt.learning_rate, opt.warmup_steps, max_steps,
+                                 opt.final_lr_fraction};
+    Rng sample_rng(state.sample_rng_state);
+    double total_ms = 0;
+    int timed_steps = 0;
+    if (!opt.resume && val_loader) {  // the untrained model's validation loss, as a baseline
+        StepMetrics m;
+        m.has_val = true;
+        m.val_loss = validation_loss(model, *val_loader, opt.val_batches, B, T, inputs, targets);
+        printf("val loss %.4f\n", m.val_loss);
+        if (metrics) metrics->write(m);
+    }
+    for (int step = (int)state.step + 1; step <= last_step; step++) {
+        const auto start = std::chrono::steady_clock::now();
+        gpt_cpu_zero_grad(model);
+        double loss = 0;
+        for (int micro = 0; micro < accum_steps; micro++) {
+            if (opt.overfit_single_batch) train_loader.reset();
+            train_loader.next_batch(inputs.data(), targets.data());
+            loss += gpt_cpu_forward(model, inputs.data(), targets.data(), B, T) / accum_steps;
+            gpt_cpu_backward(model, 1.0f / accum_steps);
+        }
+        const double norm = gpt_cpu_grad_norm(model);
+        AdamWSettings adamw;
+        adamw.learning_rate = (float)learning_rate_at(schedule, step - 1);
+        adamw.weight_decay = (float)opt.weight_decay;
+        adamw.grad_scale = norm > GRAD_CLIP ? (float)(GRAD_CLIP / norm) : 1.0f;
+        gpt_cpu_adamw_update(model, adamw, step);
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        total_ms += ms;
+        timed_steps++;
+
+        StepMetrics m;
+        m.step = step;
+        m.has_train = true;
+        m.loss = loss;
+        m.lr = adamw.learning_rate;
+        m.norm = norm;
+        m.ms = ms;
+        m.tokens_per_s = opt.total_batch / (ms / 1000.0);
+        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU n/a | ETA %s\n",
+               step, max_steps, loss, m.lr, norm, ms, m.tokens_per_s,
+               eta_text((max_steps - step) * total_ms / timed_steps / 1000.0).c_str());
+        if (val_loader && (step % opt.val_every == 0 || step == last_step)) {
+            m.has_val = true;
+            m.val_loss = validation_loss(model, *val_loader, opt.val_batches, B, T, inputs, targets);
+            printf("val loss %.4f\n", m.val_loss);
+        }
+        if (metrics) metrics->write(m);
+        if (opt.sample_every > 0 && (step % opt.sample_every == 0 || step == last_step) && can_sample)
+            print_sample(model, decode_table, sample_rng, opt.gen_tokens, T);
+        fflush(stdout);
+
+        state.step = step;
+        if (!opt.output_dir.empty() &&
+            ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == last_step)) {
+            state.loader = train_loader.position();
+            state.sample_rng_state = sample_rng.state;
+            save_checkpoint(opt.output_dir, opt.checkpoints_keep, model, state);
+        }
+    }
+
+    // ---- teardown ----
+    if (timed_steps > 0)
+        printf("done: %d steps, %.1f ms per step on average\n", timed_steps, total_ms / timed_steps);
+    else
+        printf("done: nothing to do, the run already reached step %d\n", last_step);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    try {
+        return train(argc, argv);
+    } catch (const InputError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of memory (try a smaller model, -b or -t)\n");
+    }
+    return 1;
+}
