@@ -1,0 +1,525 @@
+// Host stand-in for the part of cuBLASLt that a GPT-2 trainer calls, for the emulated (g++) build.
+// It implements functions declared in NVIDIA's own cublasLt.h with the semantics NVIDIA documents:
+// column-major D = epilogue(alpha * op(A) op(B) + beta * C), strided batches, fp32 or bf16 matrices,
+// fp32 compute. Epilogues: BIAS adds a per-row vector before GELU; GELU is the tanh approximation;
+// *_AUX stores the GELU input into the aux matrix; DGELU multiplies by gelu'(aux); DGELU_BGRAD also
+// sums each row of D into the bias pointer; BGRADA / BGRADB sum op(A) / op(B) over the k dimension.
+//
+// The product is OpenBLAS sgemm on fp32 copies of A and B (bf16 widened, fp32 copied densely). That is
+// about ten times a hand-blocked loop, OpenBLAS is already the fp32 reference trainer's dependency, and
+// the copy costs O(mk + kn) against the product's O(mnk). The copy is made by our own (sanitized) code,
+// so under ASan an operand whose layout runs past its allocation is still reported.
+// Streams are ignored: emulated streams run synchronously. Anything unsupported returns an error status
+// and prints one line that names it, so a trainer bug surfaces here rather than as wrong numbers.
+#include <cblas.h>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <vector>
+
+// ---------------------------------------------------------------------------------------------------
+// Descriptors. The header's opaque types are fixed-size blobs; ours are placed inside them.
+
+struct cublasLtContext {
+    int unused;
+};
+
+namespace {
+
+struct Layout {
+    int32_t type;  // cudaDataType
+    int32_t order;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch_count;
+    int64_t batch_stride;  // elements between consecutive matrices of a batch
+};
+
+struct MatmulDesc {
+    int32_t compute_type;  // cublasComputeType_t
+    int32_t scale_type;    // cudaDataType of alpha and beta
+    int32_t pointer_mode;
+    int32_t transa, transb;  // cublasOperation_t
+    uint32_t epilogue;       // cublasLtEpilogue_t
+    void* bias;              // bias (input) or bias gradient (output)
+    int64_t bias_batch_stride;
+    int32_t bias_type;  // -1: same as D
+    void* aux;          // GELU input: output of *_AUX epilogues, input of DGELU*
+    int64_t aux_ld, aux_batch_stride;
+    int32_t aux_type;  // -1: same as D
+};
+
+struct Preference {
+    uint32_t search_mode;
+    uint64_t max_workspace_bytes;
+    uint64_t impl_mask;
+};
+
+static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "Layout must fit the opaque blob");
+static_assert(sizeof(MatmulDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "MatmulDesc must fit");
+static_assert(sizeof(Preference) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "Preference must fit");
+
+Layout* layout_of(cublasLtMatrixLayout_t p) { return std::launder(reinterpret_cast<Layout*>(p)); }
+MatmulDesc* desc_of(cublasLtMatmulDesc_t p) { return std::launder(reinterpret_cast<MatmulDesc*>(p)); }
+Preference* pref_of(cublasLtMatmulPreference_t p) {
+    return std::launder(reinterpret_cast<Preference*>(p));
+}
+
+// One line on stderr saying why a call was refused, then the status to return.
+cublasStatus_t refuse(cublasStatus_t status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+cublasStatus_t refuse(cublasStatus_t status, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "cuBLASLt stand-in: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    return status;
+}
+
+// Copies an attribute value of type T out of (buf, size), refusing a size that does not match.
+template <typename T>
+cublasStatus_t read_attribute(const void* buf, size_t size, T* out, const char* name) {
+    if (!buf || size != sizeof(T))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: expected %zu bytes, got %zu", name, sizeof(T), size);
+    memcpy(out, buf, sizeof(T));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Element access for the two supported storage types.
+
+bool is_supported_type(int32_t type) { return type == CUDA_R_32F || type == CUDA_R_16BF; }
+const char* type_name(int32_t type) {
+    return type == CUDA_R_32F ? "CUDA_R_32F" : type == CUDA_R_16BF ? "CUDA_R_16BF" : "unsupported";
+}
+size_t type_size(int32_t type) { return type == CUDA_R_32F ? 4 : 2; }
+
+inline float load(const void* base, int32_t type, size_t index) {
+    if (type == CUDA_R_32F) return static_cast<const float*>(base)[index];
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+}
+inline void store(void* base, int32_t type, size_t index, float value) {
+    if (type == CUDA_R_32F)
+        static_cast<float*>(base)[index] = value;
+    else
+        static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16(value);  // round to nearest even
+}
+
+// GELU, tanh approximation, and its derivative.
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+inline float gelu(float x) {
+    float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+    return 0.5f * x * (1.0f + t);
+}
+inline float gelu_derivative(float x) {
+    float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+    float dt_dx = (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+    return 0.5f * (1.0f + t) + 0.5f * x * dt_dx;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// What one cublasLtMatmul call computes, checked once against the descriptors.
+
+struct Epilogue {
+    bool add_bias = false, apply_gelu = false, store_aux = false, apply_dgelu = false;
+    bool bgrad_of_d = false, bgrad_of_a = false, bgrad_of_b = false;
+};
+
+bool decode_epilogue(uint32_t value, Epilogue* e) {
+    switch (value) {
+        case CUBLASLT_EPILOGUE_DEFAULT: break;
+        case CUBLASLT_EPILOGUE_BIAS: e->add_bias = true; break;
+        case CUBLASLT_EPILOGUE_GELU: e->apply_gelu = true; break;
+        case CUBLASLT_EPILOGUE_GELU_BIAS: e->add_bias = e->apply_gelu = true; break;
+        case CUBLASLT_EPILOGUE_GELU_AUX: e->apply_gelu = e->store_aux = true; break;
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: e->add_bias = e->apply_gelu = e->store_aux = true; break;
+        case CUBLASLT_EPILOGUE_DGELU: e->apply_dgelu = true; break;
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD: e->apply_dgelu = e->bgrad_of_d = true; break;
+        case CUBLASLT_EPILOGUE_BGRADA: e->bgrad_of_a = true; break;
+        case CUBLASLT_EPILOGUE_BGRADB: e->bgrad_of_b = true; break;
+        default: return false;
+    }
+    return true;
+}
+
+struct Problem {
+    int64_t m, n, k;
+    int batch_count;
+    bool trans_a, trans_b;
+    Epilogue epilogue;
+    int32_t bias_type, aux_type;
+    bool uses_bias, uses_aux;
+    int64_t aux_ld;
+};
+
+bool layout_is_valid(const Layout& l, const char* name) {
+    if (!is_supported_type(l.type)) {
+        refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: data type %d not supported (CUDA_R_32F, CUDA_R_16BF)",
+               name, l.type);
+        return false;
+    }
+    if (l.order != CUBLASLT_ORDER_COL) {
+        refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: only CUBLASLT_ORDER_COL is supported", name);
+        return false;
+    }
+    if (l.ld < 1 || (uint64_t)l.ld < l.rows) {
+        refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: leading dimension %lld < rows %llu", name,
+               (long long)l.ld, (unsigned long long)l.rows);
+        return false;
+    }
+    if (l.batch_count < 1 || l.batch_stride < 0) {
+        refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: batch count %d / stride %lld invalid", name,
+               l.batch_count, (long long)l.batch_stride);
+        return false;
+    }
+    return true;
+}
+
+// Fills *p from the descriptors, or prints why the combination is refused and returns its status.
+cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const Layout& b, const Layout& c,
+                                const Layout& d, Problem* p) {
+    const cublasStatus_t bad = CUBLAS_STATUS_INVALID_VALUE, unsupported = CUBLAS_STATUS_NOT_SUPPORTED;
+    switch (desc.compute_type) {
+        case CUBLAS_COMPUTE_32F: case CUBLAS_COMPUTE_32F_PEDANTIC: case CUBLAS_COMPUTE_32F_FAST_TF32:
+        case CUBLAS_COMPUTE_32F_FAST_16BF: case CUBLAS_COMPUTE_32F_FAST_16F: break;  // all fp32 here
+        default: return refuse(unsupported, "compute type %d not supported (fp32 compute only)", desc.compute_type);
+    }
+    if (desc.scale_type != CUDA_R_32F) return refuse(unsupported, "scale type must be CUDA_R_32F");
+    if (desc.pointer_mode != CUBLASLT_POINTER_MODE_HOST)
+        return refuse(unsupported, "only CUBLASLT_POINTER_MODE_HOST is supported");
+    for (int32_t t : {desc.transa, desc.transb})
+        if (t != CUBLAS_OP_N && t != CUBLAS_OP_T) return refuse(unsupported, "transpose %d not supported", t);
+    if (!layout_is_valid(a, "A") || !layout_is_valid(b, "B") || !layout_is_valid(c, "C") ||
+        !layout_is_valid(d, "D"))
+        return bad;
+
+    p->trans_a = desc.transa == CUBLAS_OP_T;
+    p->trans_b = desc.transb == CUBLAS_OP_T;
+    p->m = (int64_t)d.rows;
+    p->n = (int64_t)d.cols;
+    p->k = (int64_t)(p->trans_a ? a.rows : a.cols);
+    uint64_t a_rows = p->trans_a ? a.cols : a.rows;
+    uint64_t b_rows = p->trans_b ? b.cols : b.rows, b_cols = p->trans_b ? b.rows : b.cols;
+    if ((int64_t)a_rows != p->m || (int64_t)b_rows != p->k || (int64_t)b_cols != p->n)
+        return refuse(bad, "shapes disagree: op(A) is %llux%lld, op(B) %llux%llu, D %lldx%lld",
+                      (unsigned long long)a_rows, (long long)p->k, (unsigned long long)b_rows,
+                      (unsigned long long)b_cols, (long long)p->m, (long long)p->n);
+    if (c.rows != d.rows || c.cols != d.cols) return refuse(bad, "C and D shapes differ");
+    if (p->m > INT32_MAX || p->n > INT32_MAX || p->k > INT32_MAX)
+        return refuse(unsupported, "dimensions beyond int32");
+    p->batch_count = d.batch_count;
+    if (a.batch_count != p->batch_count || b.batch_count != p->batch_count || c.batch_count != p->batch_count)
+        return refuse(bad, "batch counts of A, B, C and D differ");
+
+    p->epilogue = Epilogue{};
+    if (!decode_epilogue(desc.epilogue, &p->epilogue))
+        return refuse(unsupported, "epilogue %u not supported", desc.epilogue);
+    const Epilogue& e = p->epilogue;
+    p->uses_bias = e.add_bias || e.bgrad_of_d || e.bgrad_of_a || e.bgrad_of_b;
+    p->uses_aux = e.store_aux || e.apply_dgelu;
+    p->bias_type = desc.bias_type == -1 ? d.type : desc.bias_type;
+    p->aux_type = desc.aux_type == -1 ? d.type : desc.aux_type;
+    p->aux_ld = desc.aux_ld;
+    if (p->uses_bias) {
+        if (!desc.bias) return refuse(bad, "epilogue %u needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", desc.epilogue);
+        if (!is_supported_type(p->bias_type)) return refuse(unsupported, "bias data type %d", p->bias_type);
+    }
+    if (p->uses_aux) {
+        if (!desc.aux) return refuse(bad, "epilogue %u needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", desc.epilogue);
+        if (desc.aux_ld < p->m)
+            return refuse(bad, "EPILOGUE_AUX_LD %lld < rows of D %lld", (long long)desc.aux_ld, (long long)p->m);
+        if (!is_supported_type(p->aux_type)) return refuse(unsupported, "aux data type %d", p->aux_type);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The computation of one matrix of a batch.
+
+// A rows x cols column-major matrix with leading dimension ld, widened to a dense fp32 copy.
+std::vector<float> widen(const void* base, int32_t type, int64_t rows, int64_t cols, int64_t ld) {
+    std::vector<float> out((size_t)rows * cols);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++) out[(size_t)j * rows + i] = load(base, type, (size_t)j * ld + i);
+    return out;
+}
+
+struct BatchPointers {
+    const void *a, *b, *c;
+    void *d, *bias, *aux;
+};
+
+void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layout& lc, const Layout& ld,
+                const BatchPointers& ptr, float alpha, float beta) {
+    const int64_t m = p.m, n = p.n, k = p.k;
+    const Epilogue& e = p.epilogue;
+    std::vector<float> a = widen(ptr.a, la.type, (int64_t)la.rows, (int64_t)la.cols, la.ld);
+    std::vector<float> b = widen(ptr.b, lb.type, (int64_t)lb.rows, (int64_t)lb.cols, lb.ld);
+
+    // z = alpha * op(A) op(B), dense m x n.
+    std::vector<float> z((size_t)m * n, 0.0f);
+    if (k > 0)
+        cblas_sgemm(CblasColMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
+                    (int)m, (int)n, (int)k, alpha, a.data(), (int)la.rows, b.data(), (int)lb.rows, 0.0f,
+                    z.data(), (int)m);
+
+    // Element-wise epilogue; z keeps each final fp32 value for the bias-gradient sum.
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t i = 0; i < m; i++) {
+            float v = z[(size_t)j * m + i];
+            if (beta != 0.0f) v += beta * load(ptr.c, lc.type, (size_t)j * lc.ld + i);
+            if (e.add_bias) v += load(ptr.bias, p.bias_type, i);
+            size_t aux_index = (size_t)j * p.aux_ld + i;
+            if (e.store_aux) store(ptr.aux, p.aux_type, aux_index, v);
+            if (e.apply_gelu) v = gelu(v);
+            if (e.apply_dgelu) v *= gelu_derivative(load(ptr.aux, p.aux_type, aux_index));
+            store(ptr.d, ld.type, (size_t)j * ld.ld + i, v);
+            z[(size_t)j * m + i] = v;
+        }
+    }
+
+    // Bias gradients, summed in double and rounded once into the bias type.
+    if (e.bgrad_of_d || e.bgrad_of_a) {
+        const std::vector<float>& src = e.bgrad_of_d ? z : a;  // row i of D, or row i of op(A)
+        const int64_t terms = e.bgrad_of_d ? n : k;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < m; i++) {
+            double sum = 0;
+            for (int64_t t = 0; t < terms; t++) {
+                // D is m x n dense; A is stored m x k (no transpose) or k x m (transposed).
+                size_t index = e.bgrad_of_d ? (size_t)t * m + i
+                               : p.trans_a  ? (size_t)i * k + t
+                                            : (size_t)t * m + i;
+                sum += src[index];
+            }
+            store(ptr.bias, p.bias_type, i, (float)sum);
+        }
+    }
+    if (e.bgrad_of_b) {
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < n; j++) {  // column j of op(B): B stored k x n, or n x k when transposed
+            double sum = 0;
+            for (int64_t t = 0; t < k; t++) sum += b[p.trans_b ? (size_t)t * n + j : (size_t)j * k + t];
+            store(ptr.bias, p.bias_type, j, (float)sum);
+        }
+    }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// The API, as declared in cublasLt.h.
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+    if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+    *handle = new cublasLtContext{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasLtGetStatusName(cublasStatus_t status) {
+    switch (status) {
+        case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+        case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+        case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+        default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+const char* cublasLtGetStatusString(cublasStatus_t status) {
+    switch (status) {
+        case CUBLAS_STATUS_SUCCESS: return "success";
+        case CUBLAS_STATUS_NOT_INITIALIZED: return "handle not initialized";
+        case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+        case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported by the host stand-in";
+        default: return "error";
+    }
+}
+
+// --- matrix layouts
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    if (!layout) return CUBLAS_STATUS_INVALID_VALUE;
+    *layout = new cublasLtMatrixLayoutOpaque_t{};
+    new (*layout) Layout{(int32_t)type, CUBLASLT_ORDER_COL, rows, cols, ld, 1, 0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr,
+                                                const void* buf, size_t size) {
+    if (!layout) return CUBLAS_STATUS_INVALID_VALUE;
+    Layout* l = layout_of(layout);
+    switch (attr) {
+        case CUBLASLT_MATRIX_LAYOUT_TYPE: return read_attribute(buf, size, &l->type, "LAYOUT_TYPE");
+        case CUBLASLT_MATRIX_LAYOUT_ORDER: return read_attribute(buf, size, &l->order, "LAYOUT_ORDER");
+        case CUBLASLT_MATRIX_LAYOUT_ROWS: return read_attribute(buf, size, &l->rows, "LAYOUT_ROWS");
+        case CUBLASLT_MATRIX_LAYOUT_COLS: return read_attribute(buf, size, &l->cols, "LAYOUT_COLS");
+        case CUBLASLT_MATRIX_LAYOUT_LD: return read_attribute(buf, size, &l->ld, "LAYOUT_LD");
+        case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+            return read_attribute(buf, size, &l->batch_count, "LAYOUT_BATCH_COUNT");
+        case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+            return read_attribute(buf, size, &l->batch_stride, "LAYOUT_STRIDED_BATCH_OFFSET");
+        default: return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix layout attribute %d not supported", (int)attr);
+    }
+}
+
+// --- matmul descriptors
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute_type,
+                                        cudaDataType_t scale_type) {
+    if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
+    *desc = new cublasLtMatmulDescOpaque_t{};
+    MatmulDesc* d = new (*desc) MatmulDesc{};
+    d->compute_type = compute_type;
+    d->scale_type = scale_type;
+    d->pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+    d->transa = d->transb = CUBLAS_OP_N;
+    d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    d->bias_type = d->aux_type = -1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+    if (!desc) return CUBLAS_STATUS_INVALID_VALUE;
+    MatmulDesc* d = desc_of(desc);
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: return read_attribute(buf, size, &d->compute_type, "COMPUTE_TYPE");
+        case CUBLASLT_MATMUL_DESC_SCALE_TYPE: return read_attribute(buf, size, &d->scale_type, "SCALE_TYPE");
+        case CUBLASLT_MATMUL_DESC_POINTER_MODE: return read_attribute(buf, size, &d->pointer_mode, "POINTER_MODE");
+        case CUBLASLT_MATMUL_DESC_TRANSA: return read_attribute(buf, size, &d->transa, "TRANSA");
+        case CUBLASLT_MATMUL_DESC_TRANSB: return read_attribute(buf, size, &d->transb, "TRANSB");
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: return read_attribute(buf, size, &d->epilogue, "EPILOGUE");
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return read_attribute(buf, size, &d->bias, "BIAS_POINTER");
+        case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
+            return read_attribute(buf, size, &d->bias_batch_stride, "BIAS_BATCH_STRIDE");
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return read_attribute(buf, size, &d->bias_type, "BIAS_DATA_TYPE");
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return read_attribute(buf, size, &d->aux, "EPILOGUE_AUX_POINTER");
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return read_attribute(buf, size, &d->aux_ld, "EPILOGUE_AUX_LD");
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+            return read_attribute(buf, size, &d->aux_batch_stride, "EPILOGUE_AUX_BATCH_STRIDE");
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+            return read_attribute(buf, size, &d->aux_type, "EPILOGUE_AUX_DATA_TYPE");
+        default: return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d not supported", (int)attr);
+    }
+}
+
+// --- heuristic search: one algorithm, no workspace, for every problem the stand-in can run
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+    if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
+    *pref = new cublasLtMatmulPreferenceOpaque_t{};
+    new (*pref) Preference{0, 0, ~0ull};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t size) {
+    if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
+    Preference* p = pref_of(pref);
+    switch (attr) {
+        case CUBLASLT_MATMUL_PREF_SEARCH_MODE: return read_attribute(buf, size, &p->search_mode, "PREF_SEARCH_MODE");
+        case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+            return read_attribute(buf, size, &p->max_workspace_bytes, "PREF_MAX_WORKSPACE_BYTES");
+        case CUBLASLT_MATMUL_PREF_IMPL_MASK: return read_attribute(buf, size, &p->impl_mask, "PREF_IMPL_MASK");
+        default: return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matmul preference attribute %d not supported", (int)attr);
+    }
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t op,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int* returned) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!op || !a || !b || !c || !d || !pref || requested <= 0 || !results || !returned)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *returned = 0;
+    Problem problem;
+    if (describe_problem(*desc_of(op), *layout_of(a), *layout_of(b), *layout_of(c), *layout_of(d), &problem) !=
+        CUBLAS_STATUS_SUCCESS)
+        return CUBLAS_STATUS_NOT_SUPPORTED;  // what cuBLASLt answers when no algorithm fits
+    results[0] = cublasLtMatmulHeuristicResult_t{};
+    results[0].workspaceSize = 0;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// --- the product
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, const void* alpha, const void* A,
+                              cublasLtMatrixLayout_t a_layout, const void* B, cublasLtMatrixLayout_t b_layout,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t c_layout, void* D,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* /*algo*/,
+                              void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t /*stream*/) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!op || !alpha || !beta || !a_layout || !b_layout || !c_layout || !d_layout)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null descriptor or scalar");
+    const MatmulDesc& desc = *desc_of(op);
+    const Layout &la = *layout_of(a_layout), &lb = *layout_of(b_layout), &lc = *layout_of(c_layout),
+                 &ld = *layout_of(d_layout);
+    Problem p;
+    cublasStatus_t status = describe_problem(desc, la, lb, lc, ld, &p);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    float alpha_value = *static_cast<const float*>(alpha), beta_value = *static_cast<const float*>(beta);
+    if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (!D || (p.k > 0 && (!A || !B)) || (beta_value != 0.0f && !C))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null matrix pointer");
+
+    auto offset = [](const void* base, int32_t type, int64_t elements) {
+        return base ? static_cast<const char*>(base) + elements * (int64_t)type_size(type) : nullptr;
+    };
+    for (int batch = 0; batch < p.batch_count; batch++) {
+        BatchPointers ptr;
+        ptr.a = offset(A, la.type, batch * la.batch_stride);
+        ptr.b = offset(B, lb.type, batch * lb.batch_stride);
+        ptr.c = offset(C, lc.type, batch * lc.batch_stride);
+        ptr.d = const_cast<char*>(offset(D, ld.type, batch * ld.batch_stride));
+        ptr.bias = const_cast<char*>(offset(desc.bias, p.bias_type, batch * desc.bias_batch_stride));
+        ptr.aux = const_cast<char*>(offset(desc.aux, p.aux_type, batch * desc.aux_batch_stride));
+        matmul_one(p, la, lb, lc, ld, ptr, alpha_value, beta_value);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"

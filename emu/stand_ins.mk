@@ -1,0 +1,38 @@
+# Host stand-ins for cuBLASLt (on OpenBLAS) and NCCL (on MPI), for the emulated builds (issue 4).
+# They are plain .cpp files implementing the functions of NVIDIA's own cublasLt.h and nccl.h.
+# Exposes, for the emulated trainer and tests:
+#   EMU_CUBLASLT_OBJS, EMU_CUBLASLT_LIBS   the cuBLASLt stand-in and what it links (OpenBLAS)
+#   EMU_NCCL_OBJS, MPI_CXXFLAGS, MPI_LIBS  the NCCL stand-in, and MPI's compile and link flags
+#   EMU_STAND_IN_OBJS, EMU_STAND_IN_LIBS   all of the above together
+#   STAND_INS_CXXFLAGS                     flags to compile a .cpp that includes cublasLt.h / nccl.h
+# Each stand-in is left out (its tests print SKIPPED) where its headers or MPI are missing.
+
+# CUDA headers: emu/build.mk's CUDA_INCLUDE when it found them, else the default install.
+STAND_INS_CUDA_INCLUDE := $(or $(CUDA_INCLUDE),$(patsubst %/cublasLt.h,%,$(wildcard /usr/local/cuda/include/cublasLt.h)))
+HAVE_CUBLASLT_H := $(wildcard $(STAND_INS_CUDA_INCLUDE)/cublasLt.h)
+HAVE_NCCL_H     := $(wildcard $(STAND_INS_CUDA_INCLUDE)/nccl.h)
+MPICXX          ?= mpicxx
+MPI_CXXFLAGS    := $(shell $(MPICXX) --showme:compile 2>/dev/null)
+MPI_LIBS        := $(shell $(MPICXX) --showme:link 2>/dev/null)
+STAND_INS_CXXFLAGS := -isystem $(STAND_INS_CUDA_INCLUDE)
+
+EMU_CUBLASLT_OBJS :=
+EMU_CUBLASLT_LIBS :=
+EMU_NCCL_OBJS     :=
+
+ifneq ($(HAVE_CUBLASLT_H),)
+  EMU_CUBLASLT_OBJS := $(BUILD)/emu/cublaslt_host.o
+  EMU_CUBLASLT_LIBS := -lopenblas
+  $(BUILD)/emu/cublaslt_host.o $(BUILD)/test/emu/test_cublaslt.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
+
+  TESTS += $(BUILD)/test/test_cublaslt
+  $(BUILD)/test/test_cublaslt: $(BUILD)/test/emu/test_cublaslt.o $(EMU_CUBLASLT_OBJS) $(TEST_MAIN)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_CUBLASLT_LIBS)
+else
+  TESTS += test/emu/test_cublaslt_skipped.sh
+endif
+
+
+EMU_STAND_IN_OBJS := $(EMU_CUBLASLT_OBJS) $(EMU_NCCL_OBJS)
+EMU_STAND_IN_LIBS := $(EMU_CUBLASLT_LIBS) $(MPI_LIBS)

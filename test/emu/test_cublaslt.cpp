@@ -1,0 +1,339 @@
+// Tests of the host cuBLASLt stand-in (emu/cublaslt_host.cpp) against a plain triple loop in double
+// precision: every transpose, epilogue, data type, batch and beta combination, on random inputs with
+// non-square shapes, leading dimensions above the minimum and batch strides with gaps. Outputs start
+// poisoned (all bytes 0xFF, a NaN) and every element the call must not touch is checked to still be.
+// Buffers are allocated to exactly the extent their layout spans, so ASan catches any overrun.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test/test.h"
+
+namespace {
+
+// A batch of column-major matrices (or vectors: cols = 1) in one exactly-sized allocation.
+struct Buffer {
+    cudaDataType type = CUDA_R_32F;
+    int64_t rows = 0, cols = 0, ld = 0, stride = 0;
+    int batch = 1;
+    std::vector<unsigned char> bytes;
+
+    Buffer() = default;
+    Buffer(cudaDataType t, int64_t r, int64_t c, int64_t l, int64_t s, int b)
+        : type(t), rows(r), cols(c), ld(l), stride(s), batch(b) {
+        size_t elements = (size_t)((b - 1) * s + (c - 1) * l + r);
+        bytes.assign(elements * element_size(), 0xFF);  // 0xFF.. is a NaN in fp32 and bf16
+    }
+    size_t element_size() const { return type == CUDA_R_32F ? 4 : 2; }
+    size_t index(int b, int64_t i, int64_t j) const { return (size_t)(b * stride + j * ld + i); }
+    double get(int b, int64_t i, int64_t j) const {
+        size_t at = index(b, i, j);
+        if (type == CUDA_R_32F) return reinterpret_cast<const float*>(bytes.data())[at];
+        return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(bytes.data())[at]);
+    }
+    void set(int b, int64_t i, int64_t j, float v) {
+        size_t at = index(b, i, j);
+        if (type == CUDA_R_32F)
+            reinterpret_cast<float*>(bytes.data())[at] = v;
+        else
+            reinterpret_cast<__nv_bfloat16*>(bytes.data())[at] = __float2bfloat16(v);
+    }
+    void fill_random(std::mt19937& rng, float lo, float hi) {
+        std::uniform_real_distribution<float> u(lo, hi);
+        for (int b = 0; b < batch; b++)
+            for (int64_t j = 0; j < cols; j++)
+                for (int64_t i = 0; i < rows; i++) set(b, i, j, u(rng));
+    }
+    // True when every byte outside the matrices' elements still holds the 0xFF poison.
+    bool padding_untouched() const {
+        std::vector<bool> inside(bytes.size() / element_size(), false);
+        for (int b = 0; b < batch; b++)
+            for (int64_t j = 0; j < cols; j++)
+                for (int64_t i = 0; i < rows; i++) inside[index(b, i, j)] = true;
+        for (size_t e = 0; e < inside.size(); e++)
+            if (!inside[e])
+                for (size_t k = 0; k < element_size(); k++)
+                    if (bytes[e * element_size() + k] != 0xFF) return false;
+        return true;
+    }
+    void* data() { return bytes.data(); }
+};
+
+// GELU by its definition (tanh approximation) in double; its derivative by central differences.
+double gelu_ref(double x) {
+    const double pi = 3.14159265358979323846;
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (x + 0.044715 * x * x * x)));
+}
+double gelu_grad_ref(double x) {
+    const double h = 1e-5;
+    return (gelu_ref(x + h) - gelu_ref(x - h)) / (2 * h);
+}
+
+const char* type_label(cudaDataType t) { return t == CUDA_R_32F ? "f32" : "bf16"; }
+
+struct Case {
+    bool trans_a = false, trans_b = false;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    cudaDataType ab_type = CUDA_R_32F, cd_type = CUDA_R_32F;
+    bool set_bias_type = false;  // set CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE explicitly to bf16
+    int batch = 1;
+    float alpha = 0.75f, beta = 0.0f;
+    int64_t m = 13, n = 11, k = 17;
+    std::string label() const {
+        return tst::format("m%lld n%lld k%lld op(A)=%c op(B)=%c epilogue=%d A/B=%s C/D=%s bias=%s batch=%d beta=%g",
+                           (long long)m, (long long)n, (long long)k, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N',
+                           (int)epilogue, type_label(ab_type), type_label(cd_type),
+                           set_bias_type ? "bf16" : "default", batch, beta);
+    }
+};
+
+bool has(cublasLtEpilogue_t e, std::initializer_list<cublasLtEpilogue_t> set) {
+    for (auto s : set)
+        if (e == s) return true;
+    return false;
+}
+
+void check_status(cublasStatus_t s, const char* what) {
+    CHECK_MSG(s == CUBLAS_STATUS_SUCCESS, "%s returned %d", what, (int)s);
+}
+
+// Compares out against ref within tol * (scale + |ref|), and the rel. L2 error against rel_tol.
+void compare(const std::vector<double>& out, const std::vector<double>& ref, const std::vector<double>& scale,
+             double tol, double rel_tol, const std::string& what) {
+    for (size_t e = 0; e < out.size(); e++)
+        CHECK_MSG(std::fabs(out[e] - ref[e]) <= tol * (scale[e] + std::fabs(ref[e])) + 1e-30,
+                  "%s: element %zu is %.9g, reference %.9g", what.c_str(), e, out[e], ref[e]);
+    double err = tst::rel_l2_error(out.data(), ref.data(), out.size());
+    CHECK_MSG(err <= rel_tol, "%s: relative L2 error %.3g > %.3g", what.c_str(), err, rel_tol);
+}
+
+void run_case(const Case& c) {
+    const std::string label = c.label();
+    const cublasLtEpilogue_t e = c.epilogue;
+    const bool add_bias = has(e, {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS});
+    const bool gelu = has(e, {CUBLASLT_EPILOGUE_GELU, CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX,
+                              CUBLASLT_EPILOGUE_GELU_AUX_BIAS});
+    const bool aux_out = has(e, {CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS});
+    const bool dgelu = has(e, {CUBLASLT_EPILOGUE_DGELU, CUBLASLT_EPILOGUE_DGELU_BGRAD});
+    const bool bgrad_d = e == CUBLASLT_EPILOGUE_DGELU_BGRAD, bgrad_a = e == CUBLASLT_EPILOGUE_BGRADA,
+               bgrad_b = e == CUBLASLT_EPILOGUE_BGRADB;
+    const bool uses_bias = add_bias || bgrad_d || bgrad_a || bgrad_b;
+    const int64_t m = c.m, n = c.n, k = c.k;
+    const int nb = c.batch;
+
+    // Layouts with leading dimensions and batch strides above the minimum.
+    int64_t a_rows = c.trans_a ? k : m, a_cols = c.trans_a ? m : k;
+    int64_t b_rows = c.trans_b ? n : k, b_cols = c.trans_b ? k : n;
+    Buffer A(c.ab_type, a_rows, a_cols, a_rows + 3, (a_rows + 3) * a_cols + 5, nb);
+    Buffer B(c.ab_type, b_rows, b_cols, b_rows + 2, (b_rows + 2) * b_cols + 7, nb);
+    Buffer C(c.cd_type, m, n, m + 1, (m + 1) * n + 3, nb);
+    Buffer D(c.cd_type, m, n, m + 4, (m + 4) * n + 6, nb);
+    cudaDataType bias_type = c.set_bias_type ? CUDA_R_16BF : c.cd_type;
+    int64_t bias_len = bgrad_b ? n : m;
+    Buffer bias(bias_type, bias_len, 1, bias_len, bias_len + 2, nb);
+    int64_t aux_ld = (m + 7) / 8 * 8 + 8;  // > m and a multiple of 8, as cuBLASLt requires
+    Buffer aux(c.cd_type, m, n, aux_ld, aux_ld * n + 8, nb);
+
+    std::mt19937 rng(12345 + (unsigned)e * 7 + (c.trans_a ? 1 : 0) + (c.trans_b ? 2 : 0) + nb * 11);
+    A.fill_random(rng, -1, 1);
+    B.fill_random(rng, -1, 1);
+    if (c.beta != 0) C.fill_random(rng, -1, 1);
+    if (add_bias) bias.fill_random(rng, -1, 1);
+    if (dgelu) aux.fill_random(rng, -3, 3);
+    const Buffer C_before = C, aux_before = aux, bias_before = bias;
+
+    // The call, as a trainer makes it.
+    cublasLtHandle_t handle;
+    check_status(cublasLtCreate(&handle), "cublasLtCreate");
+    cublasLtMatmulDesc_t desc;
+    check_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+    cublasOperation_t ta = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+    check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+    check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+    if (uses_bias) {
+        void* p = bias.data();
+        check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p), "BIAS");
+        int64_t stride = bias.stride;
+        check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &stride,
+                                                    sizeof stride), "BIAS_BATCH_STRIDE");
+        if (c.set_bias_type) {
+            int32_t t = CUDA_R_16BF;
+            check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t),
+                         "BIAS_DATA_TYPE");
+        }
+    }
+    if (aux_out || dgelu) {
+        void* p = aux.data();
+        check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &p, sizeof p),
+                     "AUX_POINTER");
+        check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                    sizeof aux_ld), "AUX_LD");
+        int64_t stride = aux.stride;
+        check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &stride,
+                                                    sizeof stride), "AUX_BATCH_STRIDE");
+    }
+    cublasLtMatrixLayout_t layouts[4];
+    Buffer* buffers[4] = {&A, &B, &C, &D};
+    for (int l = 0; l < 4; l++) {
+        Buffer& buf = *buffers[l];
+        check_status(cublasLtMatrixLayoutCreate(&layouts[l], buf.type, buf.rows, buf.cols, buf.ld), "LayoutCreate");
+        int32_t count = nb;
+        int64_t stride = buf.stride;
+        check_status(cublasLtMatrixLayoutSetAttribute(layouts[l], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                      sizeof count), "BATCH_COUNT");
+        check_status(cublasLtMatrixLayoutSetAttribute(layouts[l], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                      &stride, sizeof stride), "STRIDED_BATCH_OFFSET");
+    }
+    cublasLtMatmulPreference_t pref;
+    check_status(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+    size_t workspace_bytes = 1 << 20;
+    check_status(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace_bytes, sizeof workspace_bytes), "MAX_WORKSPACE");
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    check_status(cublasLtMatmulAlgoGetHeuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[3], pref,
+                                                1, &heuristic, &found), "AlgoGetHeuristic");
+    CHECK_MSG(found == 1 && heuristic.workspaceSize <= workspace_bytes, "%s: heuristic found %d", label.c_str(),
+              found);
+    std::vector<unsigned char> workspace(workspace_bytes);
+    check_status(cublasLtMatmul(handle, desc, &c.alpha, A.data(), layouts[0], B.data(), layouts[1], &c.beta,
+                                C.data(), layouts[2], D.data(), layouts[3], &heuristic.algo, workspace.data(),
+                                workspace_bytes, nullptr), "cublasLtMatmul");
+    for (auto l : layouts) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(handle);
+
+    // The reference: a triple loop in double, reading the same (possibly bf16-rounded) inputs.
+    auto op_a = [&](int b, int64_t i, int64_t t) { return c.trans_a ? A.get(b, t, i) : A.get(b, i, t); };
+    auto op_b = [&](int b, int64_t t, int64_t j) { return c.trans_b ? B.get(b, j, t) : B.get(b, t, j); };
+    std::vector<double> d_out, d_ref, d_scale, aux_out_v, aux_ref, aux_scale, g_out, g_ref, g_scale;
+    for (int b = 0; b < nb; b++) {
+        std::vector<double> row_sum(m, 0), row_scale(m, 0);
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < m; i++) {
+                double z = 0, mag = 0;
+                for (int64_t t = 0; t < k; t++) {
+                    z += op_a(b, i, t) * op_b(b, t, j);
+                    mag += std::fabs(op_a(b, i, t) * op_b(b, t, j));
+                }
+                z *= c.alpha;
+                mag *= std::fabs(c.alpha);
+                if (c.beta != 0) {
+                    z += c.beta * C_before.get(b, i, j);
+                    mag += std::fabs(c.beta * C_before.get(b, i, j));
+                }
+                if (add_bias) {
+                    z += bias_before.get(b, i, 0);
+                    mag += std::fabs(bias_before.get(b, i, 0));
+                }
+                double out = z;
+                if (aux_out) {
+                    aux_out_v.push_back(aux.get(b, i, j));
+                    aux_ref.push_back(z);
+                    aux_scale.push_back(mag);
+                }
+                if (gelu) out = gelu_ref(z);
+                if (dgelu) out = z * gelu_grad_ref(aux_before.get(b, i, j));
+                d_out.push_back(D.get(b, i, j));
+                d_ref.push_back(out);
+                d_scale.push_back(1.5 * mag);
+                row_sum[i] += out;
+                row_scale[i] += 1.5 * mag;
+            }
+        if (bgrad_d)
+            for (int64_t i = 0; i < m; i++) {
+                g_out.push_back(bias.get(b, i, 0));
+                g_ref.push_back(row_sum[i]);
+                g_scale.push_back(row_scale[i]);
+            }
+        if (bgrad_a)
+            for (int64_t i = 0; i < m; i++) {
+                double s = 0, mag = 0;
+                for (int64_t t = 0; t < k; t++) s += op_a(b, i, t), mag += std::fabs(op_a(b, i, t));
+                g_out.push_back(bias.get(b, i, 0));
+                g_ref.push_back(s);
+                g_scale.push_back(mag);
+            }
+        if (bgrad_b)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0, mag = 0;
+                for (int64_t t = 0; t < k; t++) s += op_b(b, t, j), mag += std::fabs(op_b(b, t, j));
+                g_out.push_back(bias.get(b, j, 0));
+                g_ref.push_back(s);
+                g_scale.push_back(mag);
+            }
+    }
+    // fp32 results: fp32 accumulation error only. bf16 results: one rounding, at most 2^-9 relative.
+    double tol_d = c.cd_type == CUDA_R_32F ? 1e-5 : 4e-3, rel_d = c.cd_type == CUDA_R_32F ? 1e-5 : 1e-2;
+    compare(d_out, d_ref, d_scale, tol_d, rel_d, label + " D");
+    if (aux_out) compare(aux_out_v, aux_ref, aux_scale, tol_d, rel_d, label + " aux");
+    if (bgrad_d || bgrad_a || bgrad_b) {
+        double tol_g = bias_type == CUDA_R_32F ? 1e-5 : 4e-3, rel_g = bias_type == CUDA_R_32F ? 1e-5 : 1e-2;
+        compare(g_out, g_ref, g_scale, tol_g, rel_g, label + " bias gradient");
+    }
+    CHECK_MSG(D.padding_untouched(), "%s: D written outside its matrices", label.c_str());
+    CHECK_MSG(C.bytes == C_before.bytes, "%s: C was modified", label.c_str());
+    if (!aux_out) CHECK_MSG(aux.bytes == aux_before.bytes, "%s: aux was modified", label.c_str());
+    if (aux_out) CHECK_MSG(aux.padding_untouched(), "%s: aux written outside its matrices", label.c_str());
+    if (!(bgrad_d || bgrad_a || bgrad_b)) CHECK_MSG(bias.bytes == bias_before.bytes, "%s: bias modified", label.c_str());
+    if (bgrad_d || bgrad_a || bgrad_b)
+        CHECK_MSG(bias.padding_untouched(), "%s: bias gradient written outside its vectors", label.c_str());
+}
+
+// Every transpose pair x type combination x batch (1, 3) x beta (0, 0.5) for one epilogue.
+void run_all_combinations(cublasLtEpilogue_t epilogue) {
+    struct Types {
+        cudaDataType ab, cd;
+        bool bias_bf16;
+    };
+    const Types types[] = {{CUDA_R_32F, CUDA_R_32F, false}, {CUDA_R_16BF, CUDA_R_16BF, false},
+                           {CUDA_R_16BF, CUDA_R_32F, true}};
+    for (int trans = 0; trans < 4; trans++)
+        for (const Types& t : types)
+            for (int batch : {1, 3})
+                for (float beta : {0.0f, 0.5f}) {
+                    Case c;
+                    c.trans_a = trans & 1;
+                    c.trans_b = trans & 2;
+                    c.epilogue = epilogue;
+                    c.ab_type = t.ab;
+                    c.cd_type = t.cd;
+                    c.set_bias_type = t.bias_bf16;
+                    c.batch = batch;
+                    c.beta = beta;
+                    run_case(c);
+                }
+}
+
+}  // namespace
+
+TEST(epilogue_default) { run_all_combinations(CUBLASLT_EPILOGUE_DEFAULT); }
+TEST(epilogue_bias) { run_all_combinations(CUBLASLT_EPILOGUE_BIAS); }
+TEST(epilogue_gelu) { run_all_combinations(CUBLASLT_EPILOGUE_GELU); }
+TEST(epilogue_gelu_bias) { run_all_combinations(CUBLASLT_EPILOGUE_GELU_BIAS); }
+TEST(epilogue_gelu_aux) { run_all_combinations(CUBLASLT_EPILOGUE_GELU_AUX); }
+TEST(epilogue_gelu_aux_bias) { run_all_combinations(CUBLASLT_EPILOGUE_GELU_AUX_BIAS); }
+TEST(epilogue_dgelu) { run_all_combinations(CUBLASLT_EPILOGUE_DGELU); }
+TEST(epilogue_dgelu_bgrad) { run_all_combinations(CUBLASLT_EPILOGUE_DGELU_BGRAD); }
+TEST(epilogue_bgrada) { run_all_combinations(CUBLASLT_EPILOGUE_BGRADA); }
+TEST(epilogue_bgradb) { run_all_combinations(CUBLASLT_EPILOGUE_BGRADB); }
+
+// Shapes large enough that OpenBLAS takes its blocked, multi-threaded path, and a k = 1 edge.
+TEST(larger_and_degenerate_shapes) {
+    Case big;
+    big.m = 200, big.n = 150, big.k = 300, big.trans_a = true, big.beta = 0.5f;
+    big.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    run_case(big);
+    big.ab_type = big.cd_type = CUDA_R_16BF, big.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    run_case(big);
+    Case thin;
+    thin.m = 1, thin.n = 5, thin.k = 1, thin.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    run_case(thin);
+}
