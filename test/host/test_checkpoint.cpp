@@ -1,0 +1,153 @@
+// Tests of the training-state file (round trip, corruption detected, run-shape check), of which
+// checkpoints in an output folder count as complete, of pruning, and of the metrics log lines.
+#include <cmath>
+#include <cstring>
+
+#include "host/checkpoint.h"
+#include "host/file_io.h"
+#include "host/metrics_log.h"
+#include "host/model_descriptor.h"
+#include "host/rng.h"
+#include "host/training_state.h"
+#include "test/host/host_test_util.h"
+
+static TrainingState sample_state() {
+    TrainingState s;
+    s.shape.config = config_from_descriptor("custom:L2:C32:H2:V300:T16");
+    s.shape.batch_size = 2;
+    s.shape.seq_len = 8;
+    s.shape.total_batch = 32;
+    s.shape.num_ranks = 1;
+    s.shape.shuffle = 1;
+    s.shape.data_seed = 0xFEEDFACECAFEBEEFull;
+    s.rank = 0;
+    s.step = 1234567890123ll;
+    s.loader = {3, 1, 42};
+    s.sample_rng_state = 0x0123456789ABCDEFull;
+    s.optimizer_offset = 0;
+    const size_t n = param_layout(s.shape.config).total;
+    Rng rng(5);
+    for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) {
+        v->resize(n);
+        for (float& x : *v) x = (float)rng.normal();
+    }
+    return s;
+}
+
+TEST(training_state_round_trip) {
+    const std::string dir = tst::make_temp_dir();
+    TrainingState s = sample_state();
+    write_training_state(dir + "/state.bin", s);
+    TrainingState r = read_training_state(dir + "/state.bin");
+    check_same_run(r.shape, s.shape, "state.bin");  // identical shapes pass
+    CHECK(r.rank == s.rank && r.step == s.step && r.sample_rng_state == s.sample_rng_state);
+    CHECK(r.loader.epoch == 3 && r.loader.shard_step == 1 && r.loader.chunk_step == 42);
+    CHECK(r.shape.data_seed == s.shape.data_seed && r.shape.total_batch == 32 && r.shape.shuffle == 1);
+    CHECK(r.params.size() == s.params.size() && r.adam_m.size() == s.adam_m.size());
+    CHECK(memcmp(r.params.data(), s.params.data(), s.params.size() * 4) == 0);
+    CHECK(memcmp(r.adam_m.data(), s.adam_m.data(), s.adam_m.size() * 4) == 0);
+    CHECK(memcmp(r.adam_v.data(), s.adam_v.data(), s.adam_v.size() * 4) == 0);
+    write_training_state(dir + "/again.bin", r);
+    CHECK(read_all(dir + "/state.bin") == read_all(dir + "/again.bin"));
+}
+
+TEST(corrupted_training_state_is_a_clear_error) {
+    const std::string dir = tst::make_temp_dir();
+    const std::string path = dir + "/state.bin";
+    write_training_state(path, sample_state());
+    const std::vector<unsigned char> good = read_all(path);
+    std::vector<unsigned char> bad = good;
+    bad[good.size() / 2] ^= 0x10;  // one flipped bit in the weights
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "checksum mismatch"});
+    bad = good;
+    bad.resize(good.size() - 4);
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "does not match its header"});
+    bad = good;
+    bad[0] = 'X';
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "not a training state"});
+    bad = good;
+    bad[8] = 99;  // version
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "version 99"});
+    write_all(path, {1, 2, 3});
+    expect_input_error([&] { read_training_state(path); }, {path, "too short"});
+}
+
+TEST(resume_rejects_a_different_run) {
+    TrainingState s = sample_state();
+    RunShape other = s.shape;
+    other.batch_size = 4;
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"st.bin", "-b (batch size) = 2", "4"});
+    other = s.shape;
+    other.config.num_layers = 3;
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"st.bin", "L=2", "L=3"});
+    other = s.shape;
+    other.total_batch = 64;
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"-d (total batch)"});
+    other = s.shape;
+    other.data_seed = 1;
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"--seed"});
+}
+
+static void touch(const std::string& path) { write_all(path, {}); }
+
+TEST(only_complete_checkpoints_count_and_pruning_keeps_the_newest) {
+    const std::string dir = tst::make_temp_dir();
+    CHECK(checkpoint_model_path(dir, 20) == dir + "/model_00000020.bin");
+    CHECK(checkpoint_state_path(dir, 20, 3) == dir + "/state_00000020_00003.bin");
+    CHECK(checkpoint_done_path(dir, 20) == dir + "/DONE_00000020");
+    for (int step : {10, 20, 30, 40}) {
+        touch(checkpoint_model_path(dir, step));
+        for (int r = 0; r < 2; r++) touch(checkpoint_state_path(dir, step, r));
+        mark_checkpoint_done(dir, step);
+    }
+    touch(checkpoint_model_path(dir, 50));  // step 50: rank 1's state and DONE never written
+    touch(checkpoint_state_path(dir, 50, 0));
+    remove(checkpoint_state_path(dir, 40, 1).c_str());  // step 40: DONE but a file is missing
+    touch(dir + "/DONE_123");                            // not a marker name
+    CHECK(complete_checkpoints(dir, 2) == (std::vector<long long>{10, 20, 30}));
+    CHECK(complete_checkpoints(dir + "/missing", 2).empty());
+    prune_checkpoints(dir, 2, 2);
+    CHECK(complete_checkpoints(dir, 2) == (std::vector<long long>{20, 30}));
+    CHECK(!path_exists(checkpoint_model_path(dir, 10)) && !path_exists(checkpoint_state_path(dir, 10, 1)));
+    CHECK(path_exists(checkpoint_model_path(dir, 50)));  // incomplete newer ones are left alone
+    prune_checkpoints(dir, 0, 2);                        // 0 keeps everything
+    CHECK(complete_checkpoints(dir, 2).size() == 2);
+}
+
+TEST(metrics_log_lines) {
+    StepMetrics m;
+    m.step = 12;
+    m.has_train = true;
+    m.loss = 3.45678;
+    m.lr = 3e-4;
+    m.norm = 1.25;
+    m.ms = 123.4;
+    m.tokens_per_s = 54321;
+    CHECK(metrics_json(m) ==
+          "{\"step\":12,\"loss\":3.456780,\"lr\":3.000000e-04,\"norm\":1.250000,\"ms\":123.400,"
+          "\"tok_per_s\":54321.0}");
+    m.has_val = true;
+    m.val_loss = 3.21;
+    CHECK(metrics_json(m).find(",\"val_loss\":3.210000}") != std::string::npos);
+    StepMetrics v;
+    v.has_val = true;
+    v.val_loss = NAN;
+    CHECK(metrics_json(v) == "{\"step\":0,\"val_loss\":null}");
+    const std::string dir = tst::make_temp_dir();
+    {
+        MetricsLog log(dir + "/m.jsonl");
+        log.write(m);
+        log.write(v);
+    }
+    {
+        MetricsLog log(dir + "/m.jsonl");  // reopening appends
+        log.write(v);
+    }
+    std::vector<unsigned char> bytes = read_all(dir + "/m.jsonl");
+    std::string text(bytes.begin(), bytes.end());
+    CHECK(text == metrics_json(m) + "\n" + metrics_json(v) + "\n" + metrics_json(v) + "\n");
+}
