@@ -6,6 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential      # g++, make
   libopenblas-dev      # sgemm for the fp32 CPU reference trainer
+  libopenblas-openmp-dev  # the OpenMP build of OpenBLAS: its threads are ours (cpu/build.mk)
   libpcre2-dev         # GPT-2 pre-tokenisation regex
   nlohmann-json3-dev   # reading encoder.json
   zlib1g-dev           # inflating the Jane Austen R data file

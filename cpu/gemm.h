@@ -1,0 +1,56 @@
+// Row-major matrix multiply, the one place the CPU model touches a BLAS:
+//   C (M×N) = alpha · op(A) · op(B) + beta · C,   op(X) = X or Xᵀ.
+// With OpenBLAS (HAVE_CBLAS) float goes to cblas_sgemm and double to cblas_dgemm; without it both use
+// gemm_loops below, a plain OpenMP loop nest. gemm_stats() counts the calls' FLOPs and seconds so the
+// step benchmark can report how fast the GEMMs ran inside a training step.
+#pragma once
+#include <cstddef>
+
+#include "cpu/parallel.h"
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc);
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
+          const double* B, int ldb, double beta, double* C, int ldc);
+
+const char* gemm_backend();  // "OpenBLAS" or "plain loops"
+
+struct GemmStats {
+    double flops = 0;    // 2·M·N·K summed over calls
+    double seconds = 0;  // wall time inside gemm()
+    long calls = 0;
+};
+GemmStats& gemm_stats();
+
+// The fallback, also compiled when a BLAS exists so the tests can check it against the BLAS.
+// Loop order keeps the innermost loop contiguous in memory for every transpose combination.
+template <typename Real>
+void gemm_loops(bool trans_a, bool trans_b, int M, int N, int K, Real alpha, const Real* A, int lda,
+                const Real* B, int ldb, Real beta, Real* C, int ldc) {
+#pragma omp parallel for schedule(static) if (worth_parallel((size_t)M * N * K))
+    for (int i = 0; i < M; i++) {
+        Real* c = C + (size_t)i * ldc;
+        for (int j = 0; j < N; j++) c[j] = beta == Real(0) ? Real(0) : beta * c[j];
+        if (!trans_b) {
+            // c[i, :] += alpha · a(i, k) · B[k, :]
+            for (int k = 0; k < K; k++) {
+                Real a = alpha * (trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+                const Real* b = B + (size_t)k * ldb;
+                for (int j = 0; j < N; j++) c[j] += a * b[j];
+            }
+        } else {
+            // c[i, j] += alpha · dot(a(i, :), B[j, :])
+            for (int j = 0; j < N; j++) {
+                const Real* b = B + (size_t)j * ldb;
+                Real sum = 0;
+                if (!trans_a) {
+                    const Real* a = A + (size_t)i * lda;
+                    for (int k = 0; k < K; k++) sum += a[k] * b[k];
+                } else {
+                    for (int k = 0; k < K; k++) sum += A[(size_t)k * lda + i] * b[k];
+                }
+                c[j] += alpha * sum;
+            }
+        }
+    }
+}
