@@ -70,11 +70,11 @@ static double validation_loss(GPTCpu* model, DataLoader& val, int batches, int B
     return sum / batches;
 }
 
-// Generates `count` tokens after an EOT, each from the logits of the last position (a window of
+// Generates `count` tokens after the table's end-of-text token, each from the logits of the last position (a window of
 // the last T tokens), and prints them through the decode table.
 static void print_sample(GPTCpu* model, const DecodeTable& table, Rng& rng, int count, int T) {
     const GPTConfig& c = gpt_cpu_config(model);
-    std::vector<int> tokens = {GPT2_EOT_TOKEN < c.vocab_size ? GPT2_EOT_TOKEN : c.vocab_size - 1};
+    std::vector<int> tokens = {table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1};
     std::string text;
     for (int i = 0; i < count; i++) {
         int start = std::max(0, (int)tokens.size() - T);

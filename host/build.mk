@@ -3,10 +3,19 @@
 HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard host/*.cpp))
 HOST_LIBS :=
 
-# Host tests: one C++ program per module family, plus the trainer's end-to-end scripts.
-HOST_TEST_PROGRAMS := test_model_files test_dataloader test_flags test_schedule test_checkpoint
-TESTS += $(patsubst %,$(BUILD)/test/host/%,$(HOST_TEST_PROGRAMS))
-$(BUILD)/test/host/%: $(BUILD)/test/host/%.o $(HOST_OBJS) $(TEST_MAIN)
+# Host tests: one C++ program per module family.
+HOST_TESTS := $(patsubst %,$(BUILD)/test/host/%,test_model_files test_dataloader test_flags \
+                test_schedule test_checkpoint)
+TESTS += $(HOST_TESTS)
+$(HOST_TESTS): $(BUILD)/test/host/%: $(BUILD)/test/host/%.o $(HOST_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(HOST_LIBS)
 
+
+# The trainer's end-to-end test runs $(BIN)/train_gpt_cpu (overfit, resume, bad input); it needs only
+# the test harness, and the trainer built first.
+TESTS += $(BUILD)/test/host/test_train_cpu
+$(BUILD)/test/host/test_train_cpu: $(BUILD)/test/host/test_train_cpu.o $(HOST_OBJS) $(TEST_MAIN) \
+                                   | $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)

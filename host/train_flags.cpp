@@ -204,9 +204,6 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
         fail("-y (--resume): resuming needs the output folder to resume from (-o)");
     if (o->checkpoint_every > 0 && o->output_dir.empty())
         fail("-n (--checkpoint-every): checkpoints need an output folder (-o)");
-    if (o->warmup_steps > 0 && o->max_steps > 0 && o->warmup_steps > o->max_steps)
-        fail("-u (--warmup-steps): %d warmup steps exceed the %d steps of the run (-x)",
-             o->warmup_steps, o->max_steps);
 }
 
 int grad_accum_steps(const TrainOptions& o, int num_ranks) {

@@ -88,7 +88,6 @@ TEST(impossible_combinations_are_rejected) {
     invalid_combination({"-y", "1"}, "d12", {"-y (--resume)", "-o"});
     invalid_combination({"-n", "10"}, "d12", {"-n (--checkpoint-every)", "-o"});
     invalid_combination({"-x", "10", "--stop-at", "11"}, "d12", {"--stop-at", "-x"});
-    invalid_combination({"-x", "10", "-u", "11"}, "d12", {"-u (--warmup-steps)"});
     invalid_combination({"-x", "0"}, "d12", {"-x (--max-steps)"});
     // Heads that do not divide the channels are a model error (the trainer names -e with it).
     expect_input_error([] { config_from_descriptor("custom:L2:C64:H5"); }, {"5 heads do not divide 64 channels"});
