@@ -12,7 +12,8 @@ STAND_INS_CUDA_INCLUDE := $(or $(CUDA_INCLUDE),$(patsubst %/cublasLt.h,%,$(wildc
 HAVE_CUBLASLT_H := $(wildcard $(STAND_INS_CUDA_INCLUDE)/cublasLt.h)
 HAVE_NCCL_H     := $(wildcard $(STAND_INS_CUDA_INCLUDE)/nccl.h)
 MPICXX          ?= mpicxx
-MPI_CXXFLAGS    := $(shell $(MPICXX) --showme:compile 2>/dev/null)
+# MPI's include dirs as system dirs: OpenMPI's C++ binding headers warn under -Wextra.
+MPI_CXXFLAGS    := $(patsubst -I%,-isystem %,$(shell $(MPICXX) --showme:compile 2>/dev/null))
 MPI_LIBS        := $(shell $(MPICXX) --showme:link 2>/dev/null)
 STAND_INS_CXXFLAGS := -isystem $(STAND_INS_CUDA_INCLUDE)
 
@@ -33,6 +34,17 @@ else
   TESTS += test/emu/test_cublaslt_skipped.sh
 endif
 
+ifneq ($(and $(HAVE_NCCL_H),$(MPI_LIBS)),)
+  EMU_NCCL_OBJS := $(BUILD)/emu/nccl_host.o
+  $(BUILD)/emu/nccl_host.o $(BUILD)/test/emu/test_nccl.o: CXXFLAGS += $(STAND_INS_CXXFLAGS) $(MPI_CXXFLAGS)
+
+  # test_nccl.sh runs this program under mpirun -np 2 and -np 4; the rule below builds it first.
+  $(BUILD)/test/test_nccl: $(BUILD)/test/emu/test_nccl.o $(EMU_NCCL_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(MPI_LIBS)
+  test/emu/test_nccl.sh: $(BUILD)/test/test_nccl
+endif
+TESTS += test/emu/test_nccl.sh
 
 EMU_STAND_IN_OBJS := $(EMU_CUBLASLT_OBJS) $(EMU_NCCL_OBJS)
 EMU_STAND_IN_LIBS := $(EMU_CUBLASLT_LIBS) $(MPI_LIBS)

@@ -1,0 +1,279 @@
+// Host stand-ins for the CUDA runtime functions the project calls, declared by CUDA's own
+// cuda_runtime_api.h. "Device" memory is host memory; streams are handles whose work has already
+// run (launches and copies execute synchronously); events record host time; there is one device,
+// an emulated compute-capability-9.0 GPU whose name says so.
+#include "emu/cuda_emu.h"
+#include "emu/runtime_state.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <omp.h>
+#include <unistd.h>
+#include <unordered_map>
+
+struct CUstream_st {
+    int unused;
+};
+struct CUevent_st {
+    std::chrono::steady_clock::time_point time;
+    bool recorded = false;
+    bool timing = true;
+};
+
+namespace emu {
+namespace {
+thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local std::string t_last_report;
+
+std::mutex g_lock;  // guards the tables below
+std::unordered_map<void*, size_t> g_device_allocations;
+std::unordered_map<void*, size_t> g_host_allocations;
+size_t g_device_bytes = 0;
+std::unordered_map<const void*, size_t> g_max_dynamic_shared;
+
+cudaError_t fail(cudaError_t err) {
+    record_error(err);
+    return err;
+}
+
+size_t physical_memory() { return (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE); }
+
+cudaError_t allocate(void** ptr, size_t size, std::unordered_map<void*, size_t>& table) {
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    *ptr = nullptr;
+    if (size == 0) return cudaSuccess;
+    if (posix_memalign(ptr, 256, size) != 0) return fail(cudaErrorMemoryAllocation);
+    memset(*ptr, 0xff, size);  // like fresh GPU memory, not zero; all ones reads as NaN
+    std::lock_guard<std::mutex> hold(g_lock);
+    table[*ptr] = size;
+    if (&table == &g_device_allocations) g_device_bytes += size;
+    return cudaSuccess;
+}
+
+cudaError_t release(void* ptr, std::unordered_map<void*, size_t>& table) {
+    if (!ptr) return cudaSuccess;
+    std::lock_guard<std::mutex> hold(g_lock);
+    auto it = table.find(ptr);
+    if (it == table.end()) return fail(cudaErrorInvalidValue);
+    if (&table == &g_device_allocations) g_device_bytes -= it->second;
+    table.erase(it);
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t pending_launch_failure() {
+    return t_last_error == cudaErrorLaunchFailure ? cudaErrorLaunchFailure : cudaSuccess;
+}
+}  // namespace
+
+void record_error(cudaError_t err, const std::string& report) {
+    t_last_error = err;
+    t_last_report = report;
+}
+
+size_t max_dynamic_shared_bytes(const void* kernel) {
+    std::lock_guard<std::mutex> hold(g_lock);
+    auto it = g_max_dynamic_shared.find(kernel);
+    return it == g_max_dynamic_shared.end() ? kDefaultSharedBytes : it->second;
+}
+
+std::string last_kernel_report() { return t_last_report; }
+
+}  // namespace emu
+
+using emu::fail;
+
+// ---- errors
+cudaError_t cudaGetLastError() {
+    cudaError_t err = emu::t_last_error;
+    emu::t_last_error = cudaSuccess;
+    emu::t_last_report.clear();
+    return err;
+}
+cudaError_t cudaPeekAtLastError() { return emu::t_last_error; }
+
+static const char* error_text(cudaError_t err, bool name) {
+    switch (err) {
+        case cudaSuccess: return name ? "cudaSuccess" : "no error";
+        case cudaErrorInvalidValue: return name ? "cudaErrorInvalidValue" : "invalid argument";
+        case cudaErrorMemoryAllocation: return name ? "cudaErrorMemoryAllocation" : "out of memory";
+        case cudaErrorInvalidConfiguration:
+            return name ? "cudaErrorInvalidConfiguration" : "invalid configuration argument";
+        case cudaErrorLaunchFailure:
+            return name ? "cudaErrorLaunchFailure" : "unspecified launch failure (see the emu: report above)";
+        case cudaErrorInvalidDevice: return name ? "cudaErrorInvalidDevice" : "invalid device ordinal";
+        case cudaErrorInvalidResourceHandle:
+            return name ? "cudaErrorInvalidResourceHandle" : "invalid resource handle";
+        case cudaErrorNotReady: return name ? "cudaErrorNotReady" : "device not ready";
+        default: return name ? "cudaErrorUnknown" : "unrecognized error code";
+    }
+}
+const char* cudaGetErrorString(cudaError_t err) { return error_text(err, false); }
+const char* cudaGetErrorName(cudaError_t err) { return error_text(err, true); }
+
+// ---- device
+cudaError_t cudaGetDeviceCount(int* count) {
+    if (!count) return fail(cudaErrorInvalidValue);
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+cudaError_t cudaGetDevice(int* device) {
+    if (!device) return fail(cudaErrorInvalidValue);
+    *device = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+    if (!prop) return fail(cudaErrorInvalidValue);
+    if (device != 0) return fail(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "emulated CUDA device (host CPU, %d threads)",
+             omp_get_max_threads());
+    prop->major = 9;
+    prop->minor = 0;
+    prop->totalGlobalMem = emu::physical_memory();
+    prop->multiProcessorCount = omp_get_max_threads();
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = 1024;
+    prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647;
+    prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+    prop->maxThreadsPerMultiProcessor = 2048;
+    prop->sharedMemPerBlock = emu::kDefaultSharedBytes;
+    prop->sharedMemPerBlockOptin = emu::kMaxSharedBytesOptIn;
+    prop->sharedMemPerMultiprocessor = 228 << 10;
+    prop->regsPerBlock = 65536;
+    prop->totalConstMem = 64 << 10;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+    if (!value) return fail(cudaErrorInvalidValue);
+    if (device != 0) return fail(cudaErrorInvalidDevice);
+    switch (attr) {
+        case cudaDevAttrMultiProcessorCount: *value = omp_get_max_threads(); break;
+        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+        case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
+        case cudaDevAttrWarpSize: *value = 32; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)emu::kDefaultSharedBytes; break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)emu::kMaxSharedBytesOptIn; break;
+        default: return fail(cudaErrorInvalidValue);  // not emulated
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() { return emu::pending_launch_failure(); }
+cudaError_t cudaDeviceReset() { return cudaSuccess; }
+cudaError_t cudaDriverGetVersion(int* version) {
+    if (!version) return fail(cudaErrorInvalidValue);
+    *version = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* version) { return cudaDriverGetVersion(version); }
+
+// ---- kernel attributes
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+    if (!func) return fail(cudaErrorInvalidValue);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || (size_t)value > emu::kMaxSharedBytesOptIn) return fail(cudaErrorInvalidValue);
+        std::lock_guard<std::mutex> hold(emu::g_lock);
+        emu::g_max_dynamic_shared[func] = (size_t)value;
+    }
+    return cudaSuccess;  // other attributes (carveout, ...) only tune a real GPU
+}
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+    if (!attr || !func) return fail(cudaErrorInvalidValue);
+    memset(attr, 0, sizeof *attr);
+    attr->maxThreadsPerBlock = 1024;
+    attr->maxDynamicSharedSizeBytes = (int)emu::max_dynamic_shared_bytes(func);
+    attr->ptxVersion = attr->binaryVersion = 90;
+    return cudaSuccess;
+}
+
+// ---- memory
+cudaError_t cudaMalloc(void** ptr, size_t size) { return emu::allocate(ptr, size, emu::g_device_allocations); }
+cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int) { return cudaMalloc(ptr, size); }
+cudaError_t cudaFree(void* ptr) { return emu::release(ptr, emu::g_device_allocations); }
+cudaError_t cudaMallocHost(void** ptr, size_t size) { return emu::allocate(ptr, size, emu::g_host_allocations); }
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMallocHost(ptr, size); }
+cudaError_t cudaFreeHost(void* ptr) { return emu::release(ptr, emu::g_host_allocations); }
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    if (!free_bytes || !total_bytes) return fail(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> hold(emu::g_lock);
+    *total_bytes = emu::physical_memory();
+    *free_bytes = *total_bytes > emu::g_device_bytes ? *total_bytes - emu::g_device_bytes : 0;
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
+    if (count == 0) return cudaSuccess;
+    if (!dst || !src) return fail(cudaErrorInvalidValue);
+    memcpy(dst, src, count);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, count, kind);
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+    if (count == 0) return cudaSuccess;
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    memset(ptr, value, count);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
+    return cudaMemset(ptr, value, count);
+}
+
+// ---- streams: work submitted to one has already run when the call returns
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+    if (!stream) return fail(cudaErrorInvalidValue);
+    *stream = new CUstream_st{};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) { return cudaStreamCreate(stream); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    delete stream;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return emu::pending_launch_failure(); }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
+    return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+// ---- events: the host time at which they were recorded
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+    if (!event) return fail(cudaErrorInvalidValue);
+    *event = new CUevent_st{};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+    cudaError_t err = cudaEventCreate(event);
+    if (err == cudaSuccess) (*event)->timing = !(flags & cudaEventDisableTiming);
+    return err;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    delete event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+    if (!event) return fail(cudaErrorInvalidResourceHandle);
+    event->time = std::chrono::steady_clock::now();
+    event->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms) return fail(cudaErrorInvalidValue);
+    if (!start || !end || !start->timing || !end->timing) return fail(cudaErrorInvalidResourceHandle);
+    if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+    *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+    return cudaSuccess;
+}

@@ -1,0 +1,95 @@
+// threadIdx, blockIdx, blockDim, gridDim, warpSize, __syncthreads and the warp operations
+// (__syncwarp, shuffles, votes) for emulated kernels. The scheduler (block_runner.cpp) sets the
+// index variables before it switches into a thread's fiber; barriers and warp operations yield to
+// it until every participant has arrived.
+#pragma once
+#include <cstring>
+#include <type_traits>
+
+namespace emu {
+extern thread_local uint3 t_thread_idx;
+extern thread_local uint3 t_block_idx;
+extern thread_local dim3 t_block_dim;
+extern thread_local dim3 t_grid_dim;
+extern thread_local void* t_dynamic_shared;  // this block's dynamic shared memory
+
+// Block barrier. reduce: 0 plain, 1 count, 2 and, 3 or of the threads' predicates (returned).
+enum class BarrierReduce { None, Count, And, Or };
+int syncthreads(BarrierReduce reduce = BarrierReduce::None, int predicate = 0);
+
+// A warp collective: waits until every lane named in `mask` calls it, then runs combine once with
+// each participating lane's lane_data (nullptr for the others) and releases them. combine may be
+// nullptr (__syncwarp). Lanes that do not exist (a partial last warp) are dropped from the mask.
+using WarpCombine = void (*)(void* const lane_data[32], unsigned group);
+void warp_collective(WarpCombine combine, unsigned mask, void* lane_data);
+unsigned live_lanes();  // lanes of the caller's warp that have not exited
+
+enum class ShuffleKind : int { Index, Up, Down, Xor };
+struct ShuffleSlot {
+    unsigned long long value, result;
+    ShuffleKind kind;
+    int arg, width;
+};
+void combine_shuffle(void* const lane_data[32], unsigned group);
+struct VoteSlot {
+    int predicate;
+    unsigned ballot;
+};
+void combine_vote(void* const lane_data[32], unsigned group);
+
+template <typename T>
+T shuffle(ShuffleKind kind, unsigned mask, T var, int arg, int width) {
+    static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8,
+                  "warp shuffles move values of at most 8 bytes");
+    ShuffleSlot slot{};
+    std::memcpy(&slot.value, &var, sizeof(T));
+    slot.kind = kind;
+    slot.arg = arg;
+    slot.width = width;
+    warp_collective(&combine_shuffle, mask, &slot);
+    T out;
+    std::memcpy(&out, &slot.result, sizeof(T));
+    return out;
+}
+inline unsigned vote(unsigned mask, int predicate) {
+    VoteSlot slot{predicate != 0, 0};
+    warp_collective(&combine_vote, mask, &slot);
+    return slot.ballot;
+}
+}  // namespace emu
+
+#define threadIdx (static_cast<const uint3&>(::emu::t_thread_idx))
+#define blockIdx (static_cast<const uint3&>(::emu::t_block_idx))
+#define blockDim (static_cast<const dim3&>(::emu::t_block_dim))
+#define gridDim (static_cast<const dim3&>(::emu::t_grid_dim))
+constexpr int warpSize = 32;
+
+inline void __syncthreads() { emu::syncthreads(); }
+inline int __syncthreads_count(int p) { return emu::syncthreads(emu::BarrierReduce::Count, p); }
+inline int __syncthreads_and(int p) { return emu::syncthreads(emu::BarrierReduce::And, p); }
+inline int __syncthreads_or(int p) { return emu::syncthreads(emu::BarrierReduce::Or, p); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_collective(nullptr, mask, nullptr); }
+
+template <typename T>
+T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
+    return emu::shuffle(emu::ShuffleKind::Index, mask, var, src_lane, width);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+    return emu::shuffle(emu::ShuffleKind::Up, mask, var, (int)delta, width);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+    return emu::shuffle(emu::ShuffleKind::Down, mask, var, (int)delta, width);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
+    return emu::shuffle(emu::ShuffleKind::Xor, mask, var, lane_mask, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) { return emu::vote(mask, predicate); }
+inline int __any_sync(unsigned mask, int predicate) { return emu::vote(mask, predicate) != 0; }
+inline int __all_sync(unsigned mask, int predicate) {
+    return emu::vote(mask, !predicate) == 0;
+}
+// Not a synchronisation point: the lanes of the warp that have not exited.
+inline unsigned __activemask() { return emu::live_lanes(); }

@@ -1,0 +1,58 @@
+// Launching an emulated kernel: LAUNCH (kernels/launch.h) calls emu::launch, which packs the
+// arguments the way nvcc would (converted to the kernel's parameter types, copied once) and hands
+// run_grid a function that runs the kernel as one CUDA thread. run_grid (grid_launch.cpp) checks the
+// launch configuration as a GPU would, then runs the blocks in parallel over the cores, the threads
+// of each block as fibers. Errors go to the runtime's last-error state (cudaGetLastError).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace emu {
+
+struct LaunchConfig {
+    const char* kernel_name;
+    const void* kernel;  // for attributes set with cudaFuncSetAttribute
+    dim3 grid, block;
+    size_t dynamic_shared_bytes;
+    cudaStream_t stream;
+};
+// Runs thread_body(arg) once per CUDA thread of the grid. Returns the launch's status.
+cudaError_t run_grid(const LaunchConfig& config, void (*thread_body)(void*), void* arg);
+
+template <typename... Params, typename... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+            cudaStream_t stream, Args&&... args) {
+    static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
+    struct Closure {
+        void (*kernel)(Params...);
+        std::tuple<std::decay_t<Params>...> params;
+    };
+    Closure closure{kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)};
+    auto thread_body = [](void* p) {
+        Closure& c = *static_cast<Closure*>(p);
+        std::apply(c.kernel, c.params);
+    };
+    run_grid({name, (const void*)kernel, grid, block, shared_bytes, stream}, thread_body, &closure);
+}
+
+// Run each barrier phase's threads in a shuffled order from now on (0: in thread order).
+// The environment variable EMU_SHUFFLE=<seed> sets it at start-up.
+void set_shuffle_seed(unsigned long long seed);
+// The report of the last kernel error found while running (a barrier some threads never
+// reached, ...); empty when there was none. Cleared by cudaGetLastError.
+std::string last_kernel_report();
+
+}  // namespace emu
+
+// cuda_runtime.h gives nvcc overloads taking the kernel itself; these are the emulator's.
+template <typename... Params>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(Params...), cudaFuncAttribute attr, int value) {
+    return cudaFuncSetAttribute((const void*)kernel, attr, value);
+}
+template <typename... Params>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, void (*kernel)(Params...)) {
+    return cudaFuncGetAttributes(attr, (const void*)kernel);
+}
