@@ -22,7 +22,7 @@ inline void write_shard(const std::string& path, const std::vector<uint16_t>& to
     FILE* f = fopen(path.c_str(), "wb");
     CHECK_MSG(f != nullptr, "cannot write %s", path.c_str());
     fwrite(header, sizeof header, 1, f);
-    fwrite(tokens.data(), 2, tokens.size(), f);
+    if (!tokens.empty()) fwrite(tokens.data(), 2, tokens.size(), f);
     fclose(f);
 }
 
@@ -39,7 +39,7 @@ inline std::vector<unsigned char> read_all(const std::string& path) {
 inline void write_all(const std::string& path, const std::vector<unsigned char>& bytes) {
     FILE* f = fopen(path.c_str(), "wb");
     CHECK_MSG(f != nullptr, "cannot write %s", path.c_str());
-    fwrite(bytes.data(), 1, bytes.size(), f);
+    if (!bytes.empty()) fwrite(bytes.data(), 1, bytes.size(), f);
     fclose(f);
 }
 

@@ -134,7 +134,7 @@ TEST(model_file_corruptions_are_clear_errors) {
                      {"does not match its header"});
     check_corruption("heads", [](std::vector<unsigned char>& b) { set_header(b, 5, 5); },
                      {"5 heads do not divide 64 channels"});
-    check_corruption("truncated", [](std::vector<unsigned char>& b) { b.resize(b.size() - 100); },
+    check_corruption("truncated", [](std::vector<unsigned char>& b) { b.erase(b.end() - 100, b.end()); },
                      {"truncated tensor data"});
     check_corruption("header_only", [](std::vector<unsigned char>& b) { b.resize(FILE_HEADER_BYTES); },
                      {"truncated tensor data"});
