@@ -72,7 +72,7 @@ inline void store(void* base, ncclDataType_t type, size_t index, float value) {
 }
 
 // MPI counts are int: move large buffers in pieces of at most this many elements or bytes.
-constexpr size_t kChunk = size_t(1) << 20;
+constexpr size_t kChunk = size_t(1) << 16;
 
 void broadcast_bytes(void* data, size_t bytes, int root, MPI_Comm comm) {
     for (size_t done = 0; done < bytes; done += kChunk)

@@ -176,8 +176,8 @@ void test_all_reduce() {
                 for (size_t count : {size_t(1), size_t(3), size_t(10007)}) all_reduce_case(type, op, in_place, count, seed++);
 }
 
-// More elements per rank than the stand-in moves per MPI call, so its chunked paths run.
-void test_all_reduce_large() { all_reduce_case(ncclFloat32, ncclSum, true, (size_t(1) << 20) * g_size + 7, 99); }
+// More elements per rank than the stand-in moves per MPI call (2^16), so its chunked paths run.
+void test_all_reduce_large() { all_reduce_case(ncclFloat32, ncclSum, true, (size_t(1) << 16) * g_size + 7, 99); }
 
 void test_reduce_scatter() {
     int seed = 100;
