@@ -1,6 +1,7 @@
 // data/prepare: GPT-2 tokens for training. Encodes text files into llm.c token shards, decodes a
 // shard back to text, writes the decode table the trainers sample with, and builds the built-in
 // Jane Austen dataset. Run it from the repository root; `data/prepare --help` lists the commands.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
