@@ -19,3 +19,4 @@ $(BUILD)/test/host/test_train_cpu: $(BUILD)/test/host/test_train_cpu.o $(HOST_OB
                                    | $(BIN)/train_gpt_cpu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+TESTS += test/host/test_plot_metrics.sh

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Renders a trainer's metrics log (metrics.jsonl: one JSON object per step, see host/metrics_log.h)
+# into a PNG chart with four panels: train and val loss, learning rate, gradient norm, tokens/s.
+#   usage: scripts/plot_metrics.sh OUT_DIR/metrics.jsonl [chart.png]   (default: next to the log)
+# Needs gnuplot (Debian's gnuplot-nox, installed by scripts/install_deps.sh). awk pulls the numbers
+# out of the log's flat objects; gnuplot draws them.
+set -euo pipefail
+log="${1:?usage: $0 metrics.jsonl [chart.png]}"
+png="${2:-$(dirname "$log")/metrics.png}"
+[ -r "$log" ] || { echo "error: $log: cannot read the metrics log" >&2; exit 1; }
+command -v gnuplot >/dev/null || { echo "error: gnuplot is not installed (bash scripts/install_deps.sh)" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# One table per series: "step value". A key that is missing or null on a line is skipped.
+extract() {
+  awk -v key="\"$1\":" '{
+      step = $0; sub(/.*"step":/, "", step); sub(/[,}].*/, "", step)
+      at = index($0, key); if (at == 0) next
+      value = substr($0, at + length(key)); sub(/[,}].*/, "", value)
+      if (value != "null") print step, value
+  }' "$log" > "$work/$1.dat"
+}
+for key in loss val_loss lr norm tok_per_s; do extract "$key"; done
+[ -s "$work/loss.dat" ] || [ -s "$work/val_loss.dat" ] || { echo "error: $log: no loss values in the log" >&2; exit 1; }
+
+# A series with no points is drawn as an empty panel rather than failing gnuplot.
+plot_or_empty() {  # file, title, style
+  if [ -s "$work/$1.dat" ]; then echo "'$work/$1.dat' using 1:2 with $3 title '$2'"; else echo "NaN title '$2 (none)'"; fi
+}
+tmp_png="$png.tmp.$$"
+gnuplot <<GNUPLOT
+set terminal png size 1200,900
+set output '$tmp_png'
+set multiplot layout 2,2 title 'training metrics: $(basename "$log")'
+set grid
+set xlabel 'step'
+set title 'loss'
+plot $(plot_or_empty loss 'train' 'lines lw 1'), $(plot_or_empty val_loss 'val' 'linespoints pt 7 lw 2')
+set title 'learning rate'
+set format y '%.1e'
+plot $(plot_or_empty lr 'lr' 'lines lw 2')
+set format y '%g'
+set title 'gradient norm'
+plot $(plot_or_empty norm 'norm' 'lines')
+set title 'throughput (tokens/s)'
+plot $(plot_or_empty tok_per_s 'tok/s' 'lines')
+unset multiplot
+GNUPLOT
+mv "$tmp_png" "$png"
+echo "wrote $png"
