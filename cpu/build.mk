@@ -16,12 +16,14 @@ ifeq ($(origin CPU_BLAS),undefined)
     CPU_BLAS := none
   endif
 endif
+# OpenBLAS is dlopen'ed at run time, not linked (see cpu/gemm.cpp for why); only its header is
+# needed at build time and OPENBLAS_LIBRARY names the shared library to load.
 ifeq ($(CPU_BLAS),openmp)
-  CPU_BLAS_FLAGS := -DHAVE_CBLAS -I$(OPENBLAS_OMP_INC)
-  CPU_LIBS       := -L$(OPENBLAS_OMP_LIB) -Wl,-rpath,$(OPENBLAS_OMP_LIB) -lopenblas
+  CPU_BLAS_FLAGS := -DHAVE_CBLAS -I$(OPENBLAS_OMP_INC) -DOPENBLAS_LIBRARY='"$(OPENBLAS_OMP_LIB)/libopenblas.so.0"'
+  CPU_LIBS       := -ldl
 else ifeq ($(CPU_BLAS),system)
-  CPU_BLAS_FLAGS := -DHAVE_CBLAS
-  CPU_LIBS       := -lopenblas
+  CPU_BLAS_FLAGS := -DHAVE_CBLAS -DOPENBLAS_LIBRARY='"libopenblas.so.0"'
+  CPU_LIBS       := -ldl
 else
   CPU_BLAS_FLAGS :=
   CPU_LIBS       :=

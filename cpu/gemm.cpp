@@ -1,11 +1,21 @@
-// gemm() through OpenBLAS when its cblas.h was found at build time (cpu/build.mk defines HAVE_CBLAS),
-// otherwise through gemm_loops. Every call is timed for gemm_stats().
+// gemm() through OpenBLAS when cpu/build.mk found it (HAVE_CBLAS, with OPENBLAS_LIBRARY naming the
+// shared library), otherwise through gemm_loops. Every call is timed for gemm_stats().
+//
+// OpenBLAS is loaded here with dlopen rather than linked, because it picks its kernels once, when it
+// is loaded, from the CPU's model number: on virtual machines that report a generic model (this
+// project's 2-core Sapphire Rapids machines do) it falls back to SSE3 "Prescott" kernels, about 4x
+// slower than its AVX-512 ones. Loading it ourselves lets us first set OPENBLAS_CORETYPE from the
+// CPU's feature flags (unless the user set it), which OpenBLAS reads at load time.
 #include "cpu/gemm.h"
 
 #include <omp.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #ifdef HAVE_CBLAS
 #include <cblas.h>
+#include <dlfcn.h>
 #endif
 
 GemmStats& gemm_stats() {
@@ -21,20 +31,66 @@ static void count(int M, int N, int K, double start) {
 }
 
 #ifdef HAVE_CBLAS
-const char* gemm_backend() { return "OpenBLAS"; }
+struct OpenBlas {
+    decltype(&cblas_sgemm) sgemm;
+    decltype(&cblas_dgemm) dgemm;
+    const char* (*corename)();
+};
+
+static const char* core_type_for_this_cpu() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+    return nullptr;  // let OpenBLAS decide
+}
+
+static OpenBlas load_openblas() {
+    const char* core = core_type_for_this_cpu();
+    if (core) setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
+    void* lib = dlopen(OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "error: cannot load OpenBLAS (%s): %s\n", OPENBLAS_LIBRARY, dlerror());
+        exit(1);
+    }
+    OpenBlas blas;
+    blas.sgemm = (decltype(&cblas_sgemm))dlsym(lib, "cblas_sgemm");
+    blas.dgemm = (decltype(&cblas_dgemm))dlsym(lib, "cblas_dgemm");
+    blas.corename = (const char* (*)())dlsym(lib, "openblas_get_corename");
+    if (!blas.sgemm || !blas.dgemm) {
+        fprintf(stderr, "error: %s has no cblas_sgemm / cblas_dgemm\n", OPENBLAS_LIBRARY);
+        exit(1);
+    }
+    return blas;
+}
+
+static const OpenBlas& openblas() {
+    static const OpenBlas blas = load_openblas();
+    return blas;
+}
+
+const char* gemm_backend() {
+    static char name[128];
+    const char* core = openblas().corename ? openblas().corename() : "?";
+    snprintf(name, sizeof name, "OpenBLAS (%s kernels, %s)", core, OPENBLAS_LIBRARY);
+    return name;
+}
 
 static CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
+    const OpenBlas& blas = openblas();
     double start = omp_get_wtime();
-    cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    blas.sgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     count(M, N, K, start);
 }
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc) {
+    const OpenBlas& blas = openblas();
     double start = omp_get_wtime();
-    cblas_dgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    blas.dgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     count(M, N, K, start);
 }
 #else

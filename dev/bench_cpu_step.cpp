@@ -95,17 +95,20 @@ int main(int argc, char** argv) {
     double gemm_flops = 0, gemm_seconds = 0;
     for (int step = 1; step <= warmup + steps; step++) {
         const GemmStats before = gemm_stats();
-        const double start = omp_get_wtime();
+        const double t0 = omp_get_wtime();
         const float loss = gpt_cpu_forward(model, inputs.data(), targets.data(), B, T);
+        const double t1 = omp_get_wtime();
         gpt_cpu_zero_grad(model);
         gpt_cpu_backward(model, 1.0f);
+        const double t2 = omp_get_wtime();
         gpt_cpu_adamw_update(model, adamw, step);
-        const double elapsed = omp_get_wtime() - start;
+        const double t3 = omp_get_wtime();
         if (step <= warmup) continue;
-        ms.push_back(elapsed * 1e3);
+        ms.push_back((t3 - t0) * 1e3);
         gemm_flops += gemm_stats().flops - before.flops;
         gemm_seconds += gemm_stats().seconds - before.seconds;
-        printf("step %2d: %.1f ms, loss %.4f\n", step - warmup, elapsed * 1e3, loss);
+        printf("step %2d: %.1f ms (forward %.1f, zero_grad + backward %.1f, adamw %.1f), loss %.4f\n", step - warmup,
+               (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, loss);
     }
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
