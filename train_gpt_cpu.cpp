@@ -149,6 +149,8 @@ static int train(int argc, char** argv) {
         train_loader.set_position(resumed.loader);
         state.step = resumed.step;
         state.sample_rng_state = resumed.sample_rng_state;
+        state.loss_detector = resumed.loss_detector;
+        state.norm_detector = resumed.norm_detector;
     }
 
     std::unique_ptr<GPTCpu, void (*)(GPTCpu*)> owned_model(gpt_cpu_create(config, B, T), gpt_cpu_free);
@@ -189,8 +191,7 @@ static int train(int argc, char** argv) {
     if (opt.resume) printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
     if (opt.sample_every > 0 && !can_sample)
         printf("note: no decode table at '%s', so no samples are printed\n", opt.tokenizer.c_str());
-    if (opt.zero_stage || opt.skip_loss_z > 0 || opt.skip_norm_z > 0)
-        printf("note: -z, -sl and -sg have no effect in the CPU trainer\n");
+    if (opt.zero_stage) printf("note: -z (ZeRO) has no effect in the single-process CPU trainer\n");
     fflush(stdout);
 
     // ---- training loop ----
@@ -222,7 +223,15 @@ static int train(int argc, char** argv) {
         adamw.learning_rate = (float)learning_rate_at(schedule, step - 1);
         adamw.weight_decay = (float)opt.weight_decay;
         adamw.grad_scale = norm > GRAD_CLIP ? (float)(GRAD_CLIP / norm) : 1.0f;
-        gpt_cpu_adamw_update(model, adamw, step);
+        // Skip the update when the loss or the norm is an outlier (-sl, -sg; 0 = never skip).
+        const double loss_z = state.loss_detector.update(loss), norm_z = state.norm_detector.update(norm);
+        const bool skip_loss = opt.skip_loss_z > 0 && loss_z > opt.skip_loss_z;
+        const bool skip_norm = opt.skip_norm_z > 0 && norm_z > opt.skip_norm_z;
+        if (skip_loss || skip_norm)
+            printf("skipping the update of step %d: %s z-score %.2f\n", step, skip_loss ? "loss" : "grad norm",
+                   skip_loss ? loss_z : norm_z);
+        else
+            gpt_cpu_adamw_update(model, adamw, step);
         const double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         total_ms += ms;

@@ -2,11 +2,13 @@
 #include "host/training_state.h"
 
 #include <cstring>
+#include <type_traits>
 
 #include "host/errors.h"
 #include "host/file_io.h"
 #include "host/model_descriptor.h"
 
+static_assert(std::is_trivially_copyable<OutlierDetector>::value, "saved byte for byte");
 static const char STATE_MAGIC[8] = {'G', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 constexpr size_t STATE_HEADER_BYTES = 32;
 
@@ -30,7 +32,8 @@ static std::vector<Piece> fixed_pieces(TrainingState& s) {
             {&r.num_ranks, 4},   {&r.shuffle, 4},    {&r.data_seed, 8},
             {&s.rank, 4},        {&s.step, 8},       {&s.loader.epoch, 8},
             {&s.loader.shard_step, 8}, {&s.loader.chunk_step, 8},
-            {&s.sample_rng_state, 8},  {&s.optimizer_offset, 8}};
+            {&s.sample_rng_state, 8},  {&s.loss_detector, sizeof(OutlierDetector)},
+            {&s.norm_detector, sizeof(OutlierDetector)}, {&s.optimizer_offset, 8}};
 }
 static size_t fixed_bytes() {
     TrainingState probe;

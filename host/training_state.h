@@ -3,7 +3,7 @@
 //   header  magic "GPTSTATE" (8 bytes), version (u32), 0 (u32), payload bytes (u64),
 //           FNV-1a 64 checksum of the payload (u64)
 //   payload RunShape (the run's configuration, checked on resume), step, data loader position,
-//           sampling RNG state, then the fp32 master weights and this rank's AdamW m and v
+//           sampling RNG state, the loss and grad-norm outlier windows, then the fp32 master weights and this rank's AdamW m and v
 //           (optimizer_offset says where its shard starts; the whole model without ZeRO).
 // Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
 // checksum, each failure a one-line InputError naming the file.
@@ -14,6 +14,7 @@
 
 #include "host/dataloader.h"
 #include "host/gpt_config.h"
+#include "host/outlier_detector.h"
 
 // What must be the same for a resumed run to be a continuation.
 struct RunShape {
@@ -32,6 +33,7 @@ struct TrainingState {
     int64_t step = 0;              // updates done
     LoaderPosition loader;
     uint64_t sample_rng_state = 0;
+    OutlierDetector loss_detector, norm_detector;  // windows behind -sl and -sg
     int64_t optimizer_offset = 0;  // first parameter of this rank's AdamW shard
     std::vector<float> params;     // fp32 master weights, param_layout(config).total
     std::vector<float> adam_m, adam_v;

@@ -25,6 +25,8 @@ static TrainingState sample_state() {
     s.loader = {3, 1, 42};
     s.sample_rng_state = 0x0123456789ABCDEFull;
     s.optimizer_offset = 0;
+    for (int i = 0; i < 130; i++) s.loss_detector.update(i * 0.5);
+    for (int i = 0; i < 7; i++) s.norm_detector.update(i);
     const size_t n = param_layout(s.shape.config).total;
     Rng rng(5);
     for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) {
@@ -44,6 +46,9 @@ TEST(training_state_round_trip) {
     CHECK(r.loader.epoch == 3 && r.loader.shard_step == 1 && r.loader.chunk_step == 42);
     CHECK(r.shape.data_seed == s.shape.data_seed && r.shape.total_batch == 32 && r.shape.shuffle == 1);
     CHECK(r.params.size() == s.params.size() && r.adam_m.size() == s.adam_m.size());
+    CHECK(memcmp(&r.loss_detector, &s.loss_detector, sizeof(OutlierDetector)) == 0);
+    CHECK(memcmp(&r.norm_detector, &s.norm_detector, sizeof(OutlierDetector)) == 0);
+    CHECK(r.loss_detector.count == 128 && r.norm_detector.count == 7);
     CHECK(memcmp(r.params.data(), s.params.data(), s.params.size() * 4) == 0);
     CHECK(memcmp(r.adam_m.data(), s.adam_m.data(), s.adam_m.size() * 4) == 0);
     CHECK(memcmp(r.adam_v.data(), s.adam_v.data(), s.adam_v.size() * 4) == 0);

@@ -1,8 +1,9 @@
 // Tests of the learning-rate schedules against values worked out by hand from llm.c's definitions
-// (lr 1e-3, final fraction 0.1 → min 1e-4).
+// (lr 1e-3, final fraction 0.1 → min 1e-4), and of the outlier detector behind -sl / -sg.
 #include <cmath>
 
 #include "host/lr_schedule.h"
+#include "host/outlier_detector.h"
 #include "test/test.h"
 
 static LRSchedule make(ScheduleKind kind, int warmup, int max_steps, double final_fraction) {
@@ -59,4 +60,21 @@ TEST(schedule_names) {
         CHECK(std::string(schedule_name(k)) == name);
     }
     CHECK(!parse_schedule_kind("Cosine", &k));
+}
+
+TEST(outlier_z_scores) {
+    OutlierDetector d;
+    // 127 values give no verdict; the window then holds 0, 1, ..., 127 → mean 63.5.
+    for (int i = 0; i < 127; i++) CHECK(std::isnan(d.update(i)));
+    // Population std of 0..127 is sqrt((128^2 - 1) / 12).
+    const double std0 = std::sqrt((128.0 * 128.0 - 1) / 12);
+    CHECK_NEAR(d.update(127), (127 - 63.5) / std0, 1e-12);
+    // The next value replaces the oldest (0): window 1..127, 1000.
+    double mean = (127.0 * 128 / 2 + 1000) / 128, var = 0;
+    for (int i = 1; i < 128; i++) var += (i - mean) * (i - mean);
+    var += (1000 - mean) * (1000 - mean);
+    CHECK_NEAR(d.update(1000), (1000 - mean) / std::sqrt(var / 128), 1e-12);
+    OutlierDetector flat;
+    for (int i = 0; i < 128; i++) flat.update(2.5);
+    CHECK(flat.update(2.5) == 0.0);
 }
