@@ -10,11 +10,11 @@
 
 namespace emu {
 
-thread_local uint3 t_thread_idx;
-thread_local uint3 t_block_idx;
-thread_local dim3 t_block_dim;
-thread_local dim3 t_grid_dim;
-thread_local void* t_dynamic_shared;
+EMU_TLS uint3 t_thread_idx;
+EMU_TLS uint3 t_block_idx;
+EMU_TLS dim3 t_block_dim;
+EMU_TLS dim3 t_grid_dim;
+EMU_TLS void* t_dynamic_shared;
 
 namespace {
 thread_local BlockRunner* t_runner;  // the runner whose fiber is executing, if any

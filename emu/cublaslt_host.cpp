@@ -159,27 +159,19 @@ struct Problem {
     int64_t aux_ld;
 };
 
-bool layout_is_valid(const Layout& l, const char* name) {
-    if (!is_supported_type(l.type)) {
-        refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: data type %d not supported (CUDA_R_32F, CUDA_R_16BF)",
-               name, l.type);
-        return false;
-    }
-    if (l.order != CUBLASLT_ORDER_COL) {
-        refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: only CUBLASLT_ORDER_COL is supported", name);
-        return false;
-    }
-    if (l.ld < 1 || (uint64_t)l.ld < l.rows) {
-        refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: leading dimension %lld < rows %llu", name,
-               (long long)l.ld, (unsigned long long)l.rows);
-        return false;
-    }
-    if (l.batch_count < 1 || l.batch_stride < 0) {
-        refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: batch count %d / stride %lld invalid", name,
-               l.batch_count, (long long)l.batch_stride);
-        return false;
-    }
-    return true;
+cublasStatus_t check_layout(const Layout& l, const char* name) {
+    if (!is_supported_type(l.type))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: data type %d not supported (CUDA_R_32F, CUDA_R_16BF)",
+                      name, l.type);
+    if (l.order != CUBLASLT_ORDER_COL)
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matrix %s: only CUBLASLT_ORDER_COL is supported", name);
+    if (l.ld < 1 || (uint64_t)l.ld < l.rows)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: leading dimension %lld < rows %llu", name,
+                      (long long)l.ld, (unsigned long long)l.rows);
+    if (l.batch_count < 1 || l.batch_stride < 0)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: batch count %d / stride %lld invalid", name,
+                      l.batch_count, (long long)l.batch_stride);
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 // Fills *p from the descriptors, or prints why the combination is refused and returns its status.
@@ -196,9 +188,10 @@ cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const L
         return refuse(unsupported, "only CUBLASLT_POINTER_MODE_HOST is supported");
     for (int32_t t : {desc.transa, desc.transb})
         if (t != CUBLAS_OP_N && t != CUBLAS_OP_T) return refuse(unsupported, "transpose %d not supported", t);
-    if (!layout_is_valid(a, "A") || !layout_is_valid(b, "B") || !layout_is_valid(c, "C") ||
-        !layout_is_valid(d, "D"))
-        return bad;
+    const Layout* layouts[] = {&a, &b, &c, &d};
+    const char* names[] = {"A", "B", "C", "D"};
+    for (int i = 0; i < 4; i++)
+        if (cublasStatus_t s = check_layout(*layouts[i], names[i])) return s;
 
     p->trans_a = desc.transa == CUBLAS_OP_T;
     p->trans_b = desc.transb == CUBLAS_OP_T;

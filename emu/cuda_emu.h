@@ -16,7 +16,7 @@
 #define __device__
 #define __host__
 #define __constant__
-#define __shared__ thread_local
+#define __shared__ thread_local __attribute__((tls_model("local-exec")))
 #define __launch_bounds__(...)
 #define __grid_constant__
 

@@ -7,11 +7,15 @@
 #include <type_traits>
 
 namespace emu {
-extern thread_local uint3 t_thread_idx;
-extern thread_local uint3 t_block_idx;
-extern thread_local dim3 t_block_dim;
-extern thread_local dim3 t_grid_dim;
-extern thread_local void* t_dynamic_shared;  // this block's dynamic shared memory
+// The emulator is linked into executables, never into a shared library: its thread-locals can use
+// the local-exec model (the fastest, and also the one UBSan's null checks handle correctly: with the
+// default model, the linker's relaxation of the TLS access leaves the check testing stale flags).
+#define EMU_TLS thread_local __attribute__((tls_model("local-exec")))
+extern EMU_TLS uint3 t_thread_idx;
+extern EMU_TLS uint3 t_block_idx;
+extern EMU_TLS dim3 t_block_dim;
+extern EMU_TLS dim3 t_grid_dim;
+extern EMU_TLS void* t_dynamic_shared;  // this block's dynamic shared memory
 
 // Block barrier. reduce: 0 plain, 1 count, 2 and, 3 or of the threads' predicates (returned).
 enum class BarrierReduce { None, Count, And, Or };
@@ -58,10 +62,17 @@ inline unsigned vote(unsigned mask, int predicate) {
 }
 }  // namespace emu
 
-#define threadIdx (static_cast<const uint3&>(::emu::t_thread_idx))
-#define blockIdx (static_cast<const uint3&>(::emu::t_block_idx))
-#define blockDim (static_cast<const dim3&>(::emu::t_block_dim))
-#define gridDim (static_cast<const dim3&>(::emu::t_grid_dim))
+// Read by value, so that kernels cannot assign them.
+namespace emu {
+inline uint3 thread_idx() { return t_thread_idx; }
+inline uint3 block_idx() { return t_block_idx; }
+inline dim3 block_dim() { return t_block_dim; }
+inline dim3 grid_dim() { return t_grid_dim; }
+}  // namespace emu
+#define threadIdx (::emu::thread_idx())
+#define blockIdx (::emu::block_idx())
+#define blockDim (::emu::block_dim())
+#define gridDim (::emu::grid_dim())
 constexpr int warpSize = 32;
 
 inline void __syncthreads() { emu::syncthreads(); }

@@ -26,8 +26,9 @@ class Fiber {
     void yield();
     bool finished() const { return finished_; }
 
-    // First code a new fiber runs (called by the assembly trampoline); never returns.
-    [[noreturn]] static void start(Fiber* self);
+    // First code a new fiber runs (called by the assembly trampoline); never returns. Not marked
+    // [[noreturn]]: ASan would then reset its idea of the stack before the call, on a fiber stack.
+    static void start(Fiber* self);
 
   private:
 
