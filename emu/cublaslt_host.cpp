@@ -236,10 +236,14 @@ cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const L
 // ---------------------------------------------------------------------------------------------------
 // The computation of one matrix of a batch.
 
+// Element-wise passes use several threads only when there is enough work: on small matrices the
+// threads' start and spin-wait cost far more than the work (measured 20x slower on 2 busy cores).
+constexpr int64_t kParallelElements = 1 << 16;
+
 // A rows x cols column-major matrix with leading dimension ld, widened to a dense fp32 copy.
 std::vector<float> widen(const void* base, int32_t type, int64_t rows, int64_t cols, int64_t ld) {
     std::vector<float> out((size_t)rows * cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
     for (int64_t j = 0; j < cols; j++)
         for (int64_t i = 0; i < rows; i++) out[(size_t)j * rows + i] = load(base, type, (size_t)j * ld + i);
     return out;
@@ -265,7 +269,7 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
                     z.data(), (int)m);
 
     // Element-wise epilogue; z keeps each final fp32 value for the bias-gradient sum.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * n > kParallelElements)
     for (int64_t j = 0; j < n; j++) {
         for (int64_t i = 0; i < m; i++) {
             float v = z[(size_t)j * m + i];
@@ -284,7 +288,7 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
     if (e.bgrad_of_d || e.bgrad_of_a) {
         const std::vector<float>& src = e.bgrad_of_d ? z : a;  // row i of D, or row i of op(A)
         const int64_t terms = e.bgrad_of_d ? n : k;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * (e.bgrad_of_d ? n : k) > kParallelElements)
         for (int64_t i = 0; i < m; i++) {
             double sum = 0;
             for (int64_t t = 0; t < terms; t++) {
@@ -298,7 +302,7 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
         }
     }
     if (e.bgrad_of_b) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * k > kParallelElements)
         for (int64_t j = 0; j < n; j++) {  // column j of op(B): B stored k x n, or n x k when transposed
             double sum = 0;
             for (int64_t t = 0; t < k; t++) sum += b[p.trans_b ? (size_t)t * n + j : (size_t)j * k + t];

@@ -7,9 +7,11 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "test/test.h"
@@ -336,4 +338,163 @@ TEST(larger_and_degenerate_shapes) {
     Case thin;
     thin.m = 1, thin.n = 5, thin.k = 1, thin.epilogue = CUBLASLT_EPILOGUE_BGRADB;
     run_case(thin);
+}
+
+namespace {
+
+// The calls of one plain fp32 matmul, for the tests below.
+struct Plain {
+    cublasLtHandle_t handle = nullptr;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+    Plain(cudaDataType type, int64_t m, int64_t n, int64_t k, cublasOperation_t ta, cublasOperation_t tb) {
+        check_status(cublasLtCreate(&handle), "cublasLtCreate");
+        check_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F), "DescCreate");
+        check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+        check_status(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+        check_status(cublasLtMatrixLayoutCreate(&a, type, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m,
+                                                ta == CUBLAS_OP_N ? m : k), "layout A");
+        check_status(cublasLtMatrixLayoutCreate(&b, type, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k,
+                                                tb == CUBLAS_OP_N ? k : n), "layout B");
+        check_status(cublasLtMatrixLayoutCreate(&c, type, m, n, m), "layout C");
+        check_status(cublasLtMatrixLayoutCreate(&d, type, m, n, m), "layout D");
+    }
+    ~Plain() {
+        for (auto l : {a, b, c, d}) cublasLtMatrixLayoutDestroy(l);
+        cublasLtMatmulDescDestroy(desc);
+        cublasLtDestroy(handle);
+    }
+};
+
+}  // namespace
+
+// A GPT-2 linear layer as a trainer writes it: row-major out[BT][OC] = inp[BT][C] . W[OC][C]^T + b,
+// computed as the column-major D (OC x BT) = op_T(W as C x OC) . inp (C x BT), with the bias epilogue;
+// then the weight gradient accumulated into an existing dW (beta = 1, C == D) and the bias gradient
+// through BGRADB, as in the backward pass. Checked against row-major loops.
+TEST(gpt2_linear_layer_row_major) {
+    const int64_t BT = 24, C = 20, OC = 36;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> inp(BT * C), w(OC * C), bias(OC), out(BT * OC, NAN);
+    for (auto* v : {&inp, &w, &bias})
+        for (float& x : *v) x = u(rng);
+    {
+        Plain p(CUDA_R_32F, OC, BT, C, CUBLAS_OP_T, CUBLAS_OP_N);
+        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+        const float* bias_ptr = bias.data();
+        check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+        check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                                    sizeof bias_ptr), "BIAS");
+        float one = 1, zero = 0;
+        check_status(cublasLtMatmul(p.handle, p.desc, &one, w.data(), p.a, inp.data(), p.b, &zero, out.data(), p.c,
+                                    out.data(), p.d, nullptr, nullptr, 0, nullptr), "forward");
+    }
+    for (int64_t t = 0; t < BT; t++)
+        for (int64_t o = 0; o < OC; o++) {
+            double ref = bias[o];
+            for (int64_t c = 0; c < C; c++) ref += (double)inp[t * C + c] * w[o * C + c];
+            CHECK_NEAR(out[t * OC + o], ref, 1e-5 * (1 + std::fabs(ref)));
+        }
+
+    // Backward: dW[OC][C] += dout^T . inp, i.e. column-major (C x OC) += inp (C x BT) . op_T(dout as OC x BT);
+    // dbias[OC] = sum over BT of dout, from BGRADB (op(B) = dout^T is BT x OC, reduced over k = BT).
+    std::vector<float> dout(BT * OC), dw(OC * C), dw_before, dbias(OC, NAN);
+    for (float& x : dout) x = u(rng);
+    for (float& x : dw) x = u(rng);
+    dw_before = dw;
+    {
+        Plain p(CUDA_R_32F, C, OC, BT, CUBLAS_OP_N, CUBLAS_OP_T);
+        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BGRADB;
+        float* dbias_ptr = dbias.data();
+        check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+        check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias_ptr,
+                                                    sizeof dbias_ptr), "BIAS");
+        float one = 1;
+        check_status(cublasLtMatmul(p.handle, p.desc, &one, inp.data(), p.a, dout.data(), p.b, &one, dw.data(), p.c,
+                                    dw.data(), p.d, nullptr, nullptr, 0, nullptr), "backward");
+    }
+    for (int64_t o = 0; o < OC; o++) {
+        double db = 0;
+        for (int64_t t = 0; t < BT; t++) db += dout[t * OC + o];
+        CHECK_NEAR(dbias[o], db, 1e-5 * (1 + std::fabs(db)));
+        for (int64_t c = 0; c < C; c++) {
+            double ref = dw_before[o * C + c];
+            for (int64_t t = 0; t < BT; t++) ref += (double)dout[t * OC + o] * inp[t * C + c];
+            CHECK_NEAR(dw[o * C + c], ref, 1e-5 * (1 + std::fabs(ref)));
+        }
+    }
+}
+
+// What the stand-in cannot run is refused with a status (and a line on stderr), never computed wrongly.
+TEST(refuses_what_it_cannot_run) {
+    float x[64] = {0}, one = 1, zero = 0;
+    {
+        Plain p(CUDA_R_16F, 4, 4, 4, CUBLAS_OP_N, CUBLAS_OP_N);  // fp16 data: not supported
+        CHECK(cublasLtMatmul(p.handle, p.desc, &one, x, p.a, x, p.b, &zero, x, p.c, x, p.d, nullptr, nullptr, 0,
+                             nullptr) == CUBLAS_STATUS_NOT_SUPPORTED);
+        cublasLtMatmulPreference_t pref;
+        check_status(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+        cublasLtMatmulHeuristicResult_t result;
+        int found = 7;
+        CHECK(cublasLtMatmulAlgoGetHeuristic(p.handle, p.desc, p.a, p.b, p.c, p.d, pref, 1, &result, &found) ==
+              CUBLAS_STATUS_NOT_SUPPORTED);
+        CHECK(found == 0);
+        cublasLtMatmulPreferenceDestroy(pref);
+    }
+    {
+        Plain p(CUDA_R_32F, 4, 4, 4, CUBLAS_OP_N, CUBLAS_OP_N);
+        uint64_t rows = 5;  // op(A) no longer m x k
+        check_status(cublasLtMatrixLayoutSetAttribute(p.a, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof rows), "ROWS");
+        CHECK(cublasLtMatmul(p.handle, p.desc, &one, x, p.a, x, p.b, &zero, x, p.c, x, p.d, nullptr, nullptr, 0,
+                             nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+    }
+    {
+        Plain p(CUDA_R_32F, 4, 4, 4, CUBLAS_OP_N, CUBLAS_OP_N);
+        int64_t too_small_ld = 3;  // below the 4 rows of C
+        check_status(cublasLtMatrixLayoutSetAttribute(p.c, CUBLASLT_MATRIX_LAYOUT_LD, &too_small_ld,
+                                                      sizeof too_small_ld), "LD");
+        CHECK(cublasLtMatmul(p.handle, p.desc, &one, x, p.a, x, p.b, &zero, x, p.c, x, p.d, nullptr, nullptr, 0,
+                             nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+    }
+    {
+        Plain p(CUDA_R_32F, 4, 4, 4, CUBLAS_OP_N, CUBLAS_OP_N);
+        cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_GELU_AUX;  // aux pointer never set
+        check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+        CHECK(cublasLtMatmul(p.handle, p.desc, &one, x, p.a, x, p.b, &zero, x, p.c, x, p.d, nullptr, nullptr, 0,
+                             nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+        e = CUBLASLT_EPILOGUE_RELU;  // not one a GPT-2 trainer uses
+        check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+        CHECK(cublasLtMatmul(p.handle, p.desc, &one, x, p.a, x, p.b, &zero, x, p.c, x, p.d, nullptr, nullptr, 0,
+                             nullptr) == CUBLAS_STATUS_NOT_SUPPORTED);
+        int16_t wrong_size = 0;  // attributes are checked against their documented size
+        CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &wrong_size, sizeof wrong_size) ==
+              CUBLAS_STATUS_INVALID_VALUE);
+    }
+}
+
+// Under ASan, a layout that runs past its operand's allocation is reported (the stand-in reads every
+// operand element in its own, instrumented code before handing fp32 copies to OpenBLAS). The test
+// runs itself in a child process with CUBLASLT_OVERRUN_CHILD set; the child makes the bad call.
+TEST(asan_reports_operand_overrun) {
+#if defined(__SANITIZE_ADDRESS__)
+    if (getenv("CUBLASLT_OVERRUN_CHILD")) {
+        Plain p(CUDA_R_32F, 8, 8, 8, CUBLAS_OP_N, CUBLAS_OP_N);
+        std::vector<float> a(8 * 8 - 1), b(8 * 8), d(8 * 8);  // A is one element short
+        float one = 1, zero = 0;
+        cublasLtMatmul(p.handle, p.desc, &one, a.data(), p.a, b.data(), p.b, &zero, d.data(), p.c, d.data(), p.d,
+                       nullptr, nullptr, 0, nullptr);
+        return;
+    }
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(len > 0);
+    self[len] = '\0';
+    std::string output;
+    int status = tst::run_command(std::string("CUBLASLT_OVERRUN_CHILD=1 ") + self + " asan_reports_operand_overrun", &output);
+    CHECK_MSG(status != 0 && output.find("heap-buffer-overflow") != std::string::npos,
+              "child exited %d without an ASan report:\n%s", status, output.c_str());
+#else
+    SKIP("needs AddressSanitizer: run `make SAN=1 test`");
+#endif
 }
