@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "cpu/fast_math.h"
 #include "cpu/parallel.h"
 
 template <typename Real>
@@ -33,7 +34,7 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
                 }
                 Real sum = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = std::exp(a[t2] - max_score);
+                    a[t2] = exp_of(a[t2] - max_score);
                     sum += a[t2];
                 }
                 const Real inv_sum = Real(1) / sum;

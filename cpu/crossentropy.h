@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "cpu/fast_math.h"
 #include "cpu/parallel.h"
 
 template <typename Real>
@@ -15,9 +16,11 @@ void crossentropy_forward(Real* losses, Real* logsumexp, const Real* logits, con
     for (int n = 0; n < N; n++) {
         const Real* row = logits + (size_t)n * Vp;
         Real max_logit = -INFINITY;
+#pragma omp simd reduction(max : max_logit)
         for (int v = 0; v < V; v++) max_logit = row[v] > max_logit ? row[v] : max_logit;
         Real sum = 0;
-        for (int v = 0; v < V; v++) sum += std::exp(row[v] - max_logit);
+#pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) sum += exp_of(row[v] - max_logit);
         logsumexp[n] = max_logit + std::log(sum);
         losses[n] = logsumexp[n] - row[targets[n]];
     }
@@ -33,7 +36,7 @@ void crossentropy_backward(Real* dlogits, const Real* logits, const Real* logsum
         const Real* row = logits + (size_t)n * Vp;
         Real* d = dlogits + (size_t)n * Vp;
         const Real lse = logsumexp[n];
-        for (int v = 0; v < V; v++) d[v] += dloss * std::exp(row[v] - lse);
+        for (int v = 0; v < V; v++) d[v] += dloss * exp_of(row[v] - lse);
         d[targets[n]] -= dloss;
     }
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "cpu/fast_math.h"
 #include "cpu/parallel.h"
 
 template <typename Real>
@@ -11,7 +12,7 @@ void gelu_forward(Real* out, const Real* inp, size_t n) {
 #pragma omp parallel for schedule(static) if (worth_parallel(n))
     for (size_t i = 0; i < n; i++) {
         const Real x = inp[i];
-        out[i] = Real(0.5) * x * (Real(1) + std::tanh(k * (x + Real(0.044715) * x * x * x)));
+        out[i] = Real(0.5) * x * (Real(1) + tanh_of(k * (x + Real(0.044715) * x * x * x)));
     }
 }
 
@@ -22,7 +23,7 @@ void gelu_backward(Real* dinp, const Real* inp, const Real* dout, size_t n) {
 #pragma omp parallel for schedule(static) if (worth_parallel(n))
     for (size_t i = 0; i < n; i++) {
         const Real x = inp[i];
-        const Real th = std::tanh(k * (x + Real(0.044715) * x * x * x));
+        const Real th = tanh_of(k * (x + Real(0.044715) * x * x * x));
         const Real du_dx = k * (Real(1) + Real(3 * 0.044715) * x * x);
         const Real dy_dx = Real(0.5) * (Real(1) + th) + Real(0.5) * x * (Real(1) - th * th) * du_dx;
         dinp[i] += dout[i] * dy_dx;

@@ -9,6 +9,7 @@
 #include "cpu/attention.h"
 #include "cpu/crossentropy.h"
 #include "cpu/encoder.h"
+#include "cpu/fast_math.h"
 #include "cpu/gelu.h"
 #include "cpu/gemm.h"
 #include "cpu/layernorm.h"
@@ -308,4 +309,19 @@ TEST(float_ops_match_double_ops) {
     std::vector<double> f = run(0.0f), d = run(0.0);
     const double err = tst::rel_l2_error(f.data(), d.data(), f.size());
     CHECK_MSG(err <= 1e-5, "rel L2 error float vs double %.3g", err);
+}
+
+// ---- the float exp and tanh the ops vectorise with ---------------------------------------------
+
+TEST(float_exp_and_tanh_match_the_standard_library) {
+    double worst_exp = 0, worst_tanh = 0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.001953125f) {  // 2^-9 steps: 89,600 points
+        const double want = std::exp((double)x);
+        worst_exp = std::fmax(worst_exp, std::fabs(exp_of(x) - want) / want);
+    }
+    for (float u = -12.0f; u <= 12.0f; u += 0.0009765625f)
+        worst_tanh = std::fmax(worst_tanh, std::fabs(tanh_of(u) - std::tanh((double)u)));
+    CHECK_MSG(worst_exp <= 3e-7, "exp_of: worst relative error %.3g (float ulp is 6e-8)", worst_exp);
+    CHECK_MSG(worst_tanh <= 3e-7, "tanh_of: worst absolute error %.3g", worst_tanh);
+    CHECK(exp_of(-1000.0f) < 1e-37f && exp_of(1000.0f) < INFINITY);  // clamped, never inf
 }
