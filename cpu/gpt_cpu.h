@@ -17,7 +17,8 @@ struct AdamWSettings {
 struct GPTCpu;  // parameters, gradients, AdamW moments and activations (defined in cpu/gpt_cpu.cpp)
 
 // Allocates a model for micro-batches of up to B sequences of up to T tokens. Parameters, gradients
-// and AdamW moments start at zero; the caller initialises or loads the parameters.
+// and AdamW moments start at zero; the caller initialises or loads the parameters. Throws
+// std::invalid_argument for an impossible config (C not a multiple of NH, T > maxT, V > Vp, ...).
 GPTCpu* gpt_cpu_create(const GPTConfig& config, int B, int T);
 void gpt_cpu_free(GPTCpu* model);
 
@@ -29,13 +30,16 @@ std::vector<float>& gpt_cpu_adam_v(GPTCpu* model);
 
 // Forward over inputs (B×T token ids, B ≤ allocated B, T ≤ allocated T). With targets (B×T, may
 // not be null for training) returns the mean cross-entropy over the B·T positions; with targets ==
-// nullptr returns NAN and only computes logits. Padded vocabulary entries never contribute.
+// nullptr returns NAN and only computes logits. Padded vocabulary entries never contribute (their
+// logits are the padded wte rows' products, 0 for zero rows; samplers must read only the first V).
+// Throws std::invalid_argument for B or T beyond the allocated ones or a token id outside [0, V).
 float gpt_cpu_forward(GPTCpu* model, const int* inputs, const int* targets, int B, int T);
 const float* gpt_cpu_logits(const GPTCpu* model);  // (B, T, Vp) of the last forward
 
 void gpt_cpu_zero_grad(GPTCpu* model);
 // Adds loss_scale · d(mean loss of the last forward)/d(params) into the gradients, so gradient
-// accumulation over k micro-batches uses loss_scale = 1/k. Requires a forward with targets.
+// accumulation over k micro-batches uses loss_scale = 1/k. Requires a forward with targets
+// (throws std::logic_error otherwise).
 void gpt_cpu_backward(GPTCpu* model, float loss_scale);
 
 double gpt_cpu_grad_norm(const GPTCpu* model);  // global L2 norm of all gradients

@@ -145,9 +145,9 @@ struct GPTModel {
         loss = NAN;
         if (!have_targets) return loss;
         crossentropy_forward(losses.data(), logsumexp.data(), logits.data(), targets.data(), N, V, Vp);
-        Real sum = 0;
+        double sum = 0;
         for (int n = 0; n < N; n++) sum += losses[n];
-        loss = sum / N;
+        loss = (Real)(sum / N);
         return loss;
     }
 

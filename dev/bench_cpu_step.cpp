@@ -10,10 +10,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu/gemm.h"
 #include "cpu/gpt_cpu.h"
+
+// /proc/loadavg's first three fields: the machine is shared, so say how busy it was.
+static std::string load_average() {
+    char text[128] = "unknown\n";
+    if (FILE* f = fopen("/proc/loadavg", "r")) {
+        float a, b, c;
+        if (fscanf(f, "%f %f %f", &a, &b, &c) == 3) snprintf(text, sizeof text, "%.2f %.2f %.2f\n", a, b, c);
+        fclose(f);
+    }
+    return text;
+}
 
 struct Shape {
     bool trans_a, trans_b;
@@ -73,9 +85,9 @@ int main(int argc, char** argv) {
     printf("GPT-2 124M (d12), B=%d, T=%d, %d OpenMP threads, GEMM backend: %s\n", B, T,
            omp_get_max_threads(), gemm_backend());
 
+    printf("load average before: %s", load_average().c_str());
     const std::vector<Shape> shapes = step_shapes(config, B * T);
-    const double sgemm_rate = isolated_sgemm_rate(shapes, 3);
-    printf("sgemm on this step's shapes, in isolation: %.1f GFLOP/s\n", sgemm_rate);
+    const double sgemm_before = isolated_sgemm_rate(shapes, 3);
 
     GPTCpu* model = gpt_cpu_create(config, B, T);
     const GPTCpuMemory mem = gpt_cpu_memory(model);
@@ -110,6 +122,13 @@ int main(int argc, char** argv) {
         printf("step %2d: %.1f ms (forward %.1f, zero_grad + backward %.1f, adamw %.1f), loss %.4f\n", step - warmup,
                (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, loss);
     }
+    // The isolated rate is measured before and after the steps and the better one kept, so that a
+    // burst of load from other processes during one measurement does not inflate the ratios.
+    const double sgemm_after = isolated_sgemm_rate(shapes, 3);
+    const double sgemm_rate = std::max(sgemm_before, sgemm_after);
+    printf("sgemm on this step's shapes, in isolation: %.1f GFLOP/s (before the steps %.1f, after %.1f)\n",
+           sgemm_rate, sgemm_before, sgemm_after);
+    printf("load average after: %s", load_average().c_str());
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     const double median_ms = sorted[sorted.size() / 2];
