@@ -39,7 +39,7 @@ static TrainOptions cpu_defaults() {
     o.model = "custom:L4:C128:H4:T256";
     o.batch_size = 4;
     o.seq_len = 64;
-    o.max_steps = 300;
+    o.max_steps = 500;
     o.learning_rate = 1e-3;
     o.warmup_steps = 20;
     o.final_lr_fraction = 0.1;
@@ -254,7 +254,9 @@ static int train(int argc, char** argv) {
             printf("val loss %.4f\n", m.val_loss);
         }
         if (metrics) metrics->write(m);
-        if (opt.sample_every > 0 && (step % opt.sample_every == 0 || step == last_step) && can_sample)
+        // Sampling draws from sample_rng, which a checkpoint saves: it happens at the same steps
+        // whether or not the run stops early (--stop-at) and resumes, so continuations stay bitwise.
+        if (can_sample && (step % opt.sample_every == 0 || step == max_steps))
             print_sample(model, decode_table, sample_rng, opt.gen_tokens, T);
         fflush(stdout);
 

@@ -104,6 +104,13 @@ TEST(resume_continues_bitwise) {
     CHECK(b2.find("resumed from step 10") != std::string::npos);
     CHECK(sample_lines(a).size() == 4);  // at steps 5, 10, 15, 20
     CHECK(sample_lines(a) == sample_lines(b1 + b2));
+    // Stopping off the sampling and validation grid (step 7) changes nothing either.
+    const std::string odd = tst::make_temp_dir() + "/out";
+    std::string c1, c2;
+    CHECK_MSG(run_trainer(common + " -o " + odd + " --stop-at 7", &c1) == 0, "%s", c1.c_str());
+    CHECK_MSG(run_trainer(common + " -o " + odd + " -y 1", &c2) == 0, "%s", c2.c_str());
+    CHECK(sample_lines(a) == sample_lines(c1 + c2));
+    CHECK(read_all(straight + "/state_00000020_00000.bin") == read_all(odd + "/state_00000020_00000.bin"));
 
     std::vector<std::string> whole = step_records(a), first = step_records(b1), second = step_records(b2);
     first.insert(first.end(), second.begin(), second.end());
