@@ -6,15 +6,18 @@
 // sums each row of D into the bias pointer; BGRADA / BGRADB sum op(A) / op(B) over the k dimension.
 //
 // The product is OpenBLAS sgemm on fp32 copies of A and B (bf16 widened, fp32 copied densely). That is
-// about ten times a hand-blocked loop, OpenBLAS is already the fp32 reference trainer's dependency, and
+// several times a hand-blocked loop, OpenBLAS is already the fp32 reference trainer's dependency, and
 // the copy costs O(mk + kn) against the product's O(mnk). The copy is made by our own (sanitized) code,
-// so under ASan an operand whose layout runs past its allocation is still reported.
+// so under ASan an operand whose layout runs past its allocation is still reported. OpenBLAS brings
+// its own threads; the element-wise passes here are single-threaded on purpose: OpenMP threads
+// spin-waiting beside OpenBLAS's made whole GEMMs 2-3x slower on 2 cores (dev/bench_cublaslt).
 // Streams are ignored: emulated streams run synchronously. Anything unsupported returns an error status
 // and prints one line that names it, so a trainer bug surfaces here rather than as wrong numbers.
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -236,14 +239,9 @@ cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const L
 // ---------------------------------------------------------------------------------------------------
 // The computation of one matrix of a batch.
 
-// Element-wise passes use several threads only when there is enough work: on small matrices the
-// threads' start and spin-wait cost far more than the work (measured 20x slower on 2 busy cores).
-constexpr int64_t kParallelElements = 1 << 16;
-
 // A rows x cols column-major matrix with leading dimension ld, widened to a dense fp32 copy.
 std::vector<float> widen(const void* base, int32_t type, int64_t rows, int64_t cols, int64_t ld) {
     std::vector<float> out((size_t)rows * cols);
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
     for (int64_t j = 0; j < cols; j++)
         for (int64_t i = 0; i < rows; i++) out[(size_t)j * rows + i] = load(base, type, (size_t)j * ld + i);
     return out;
@@ -262,14 +260,14 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
     std::vector<float> b = widen(ptr.b, lb.type, (int64_t)lb.rows, (int64_t)lb.cols, lb.ld);
 
     // z = alpha * op(A) op(B), dense m x n.
-    std::vector<float> z((size_t)m * n, 0.0f);
-    if (k > 0)
+    std::vector<float> z((size_t)m * n);
+    if (k == 0) std::fill(z.begin(), z.end(), 0.0f);
+    else
         cblas_sgemm(CblasColMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
                     (int)m, (int)n, (int)k, alpha, a.data(), (int)la.rows, b.data(), (int)lb.rows, 0.0f,
                     z.data(), (int)m);
 
     // Element-wise epilogue; z keeps each final fp32 value for the bias-gradient sum.
-#pragma omp parallel for schedule(static) if (m * n > kParallelElements)
     for (int64_t j = 0; j < n; j++) {
         for (int64_t i = 0; i < m; i++) {
             float v = z[(size_t)j * m + i];
@@ -288,7 +286,6 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
     if (e.bgrad_of_d || e.bgrad_of_a) {
         const std::vector<float>& src = e.bgrad_of_d ? z : a;  // row i of D, or row i of op(A)
         const int64_t terms = e.bgrad_of_d ? n : k;
-#pragma omp parallel for schedule(static) if (m * (e.bgrad_of_d ? n : k) > kParallelElements)
         for (int64_t i = 0; i < m; i++) {
             double sum = 0;
             for (int64_t t = 0; t < terms; t++) {
@@ -302,7 +299,6 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
         }
     }
     if (e.bgrad_of_b) {
-#pragma omp parallel for schedule(static) if (n * k > kParallelElements)
         for (int64_t j = 0; j < n; j++) {  // column j of op(B): B stored k x n, or n x k when transposed
             double sum = 0;
             for (int64_t t = 0; t < k; t++) sum += b[p.trans_b ? (size_t)t * n + j : (size_t)j * k + t];

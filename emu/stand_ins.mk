@@ -27,6 +27,11 @@ ifneq ($(HAVE_CUBLASLT_H),)
   $(BUILD)/emu/cublaslt_host.o $(BUILD)/test/emu/test_cublaslt.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
 
   TESTS += $(BUILD)/test/test_cublaslt
+  BENCHES += $(BIN)/dev/bin/bench_cublaslt
+  $(BUILD)/dev/bench_cublaslt.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
+  $(BIN)/dev/bin/bench_cublaslt: $(BUILD)/dev/bench_cublaslt.o $(EMU_CUBLASLT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_CUBLASLT_LIBS)
   $(BUILD)/test/test_cublaslt: $(BUILD)/test/emu/test_cublaslt.o $(EMU_CUBLASLT_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_CUBLASLT_LIBS)
