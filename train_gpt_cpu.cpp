@@ -138,12 +138,14 @@ static int train(int argc, char** argv) {
     state.shape = {config, B, T, opt.total_batch, NUM_RANKS, opt.shuffle, opt.seed};
     state.rank = RANK;
     state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
+    // -y 1 resumes from the newest complete checkpoint, or starts afresh when there is none yet (as
+    // llm.c does), so a supervisor can restart a run with the same command line every time.
     TrainingState resumed;
-    if (opt.resume) {
-        std::vector<long long> steps = complete_checkpoints(opt.output_dir, NUM_RANKS);
-        if (steps.empty())
-            fail("-y (--resume): no complete checkpoint in '%s'", opt.output_dir.c_str());
-        const std::string path = checkpoint_state_path(opt.output_dir, steps.back(), RANK);
+    const std::vector<long long> checkpoints = opt.resume ? complete_checkpoints(opt.output_dir, NUM_RANKS)
+                                                          : std::vector<long long>();
+    const bool resuming = !checkpoints.empty();
+    if (resuming) {
+        const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), RANK);
         resumed = read_training_state(path);
         check_same_run(resumed.shape, state.shape, path);
         train_loader.set_position(resumed.loader);
@@ -155,7 +157,7 @@ static int train(int argc, char** argv) {
 
     std::unique_ptr<GPTCpu, void (*)(GPTCpu*)> owned_model(gpt_cpu_create(config, B, T), gpt_cpu_free);
     GPTCpu* model = owned_model.get();
-    if (opt.resume) {
+    if (resuming) {
         gpt_cpu_params(model) = std::move(resumed.params);
         gpt_cpu_adam_m(model) = std::move(resumed.adam_m);
         gpt_cpu_adam_v(model) = std::move(resumed.adam_v);
@@ -188,7 +190,10 @@ static int train(int argc, char** argv) {
            opt.learning_rate);
     printf("data: %zu training shard(s) from '%s'%s\n", train_loader.files().size(),
            opt.train_data.c_str(), opt.shuffle ? ", shuffled" : "");
-    if (opt.resume) printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
+    if (resuming) printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
+    if (opt.resume && !resuming)
+        printf("note: no complete checkpoint in %s yet, so training starts from step 0\n",
+               opt.output_dir.c_str());
     if (opt.sample_every > 0 && !can_sample)
         printf("note: no decode table at '%s', so no samples are printed\n", opt.tokenizer.c_str());
     if (opt.zero_stage) printf("note: -z (ZeRO) has no effect in the single-process CPU trainer\n");
@@ -201,7 +206,7 @@ static int train(int argc, char** argv) {
     Rng sample_rng(state.sample_rng_state);
     double total_ms = 0;
     int timed_steps = 0;
-    if (!opt.resume && val_loader) {  // the untrained model's validation loss, as a baseline
+    if (!resuming && val_loader) {  // the untrained model's validation loss, as a baseline
         StepMetrics m;
         m.has_val = true;
         m.val_loss = validation_loss(model, *val_loader, opt.val_batches, B, T, inputs, targets);

@@ -42,7 +42,7 @@ std::vector<Flag> flag_table(TrainOptions& o) {
      "checkpoint every N steps (0: only at the end; needs -o)"},
     {"-nk", "--checkpoints-keep", Kind::INT, FIELD(checkpoints_keep), 0, INT_MAX,
      "keep only the newest N checkpoints (0: keep all)"},
-    {"-y", "--resume", Kind::INT, FIELD(resume), 0, 1, "1: resume from the newest checkpoint in -o"},
+    {"-y", "--resume", Kind::INT, FIELD(resume), 0, 1, "1: resume from the newest complete checkpoint in -o (or start afresh if none)"},
     {"-b", "--batch-size", Kind::INT, FIELD(batch_size), 1, 1 << 20, "micro-batch size B (sequences)"},
     {"-t", "--seq-len", Kind::INT, FIELD(seq_len), 1, 1 << 20, "sequence length T (tokens)"},
     {"-d", "--total-batch", Kind::LONG, FIELD(total_batch), -1, BIG,

@@ -174,12 +174,13 @@ TEST(bad_input_fails_cleanly) {
     std::vector<uint16_t> big(200, 64);  // token 64 is outside the model's vocabulary of 64
     write_shard(data + "/bad_tokens.bin", big);
     fails_cleanly("-i " + data + "/bad_tokens.bin " + base, {"bad_tokens.bin", "outside the vocabulary"}, fresh);
-    fails_cleanly(ok + " -y 1", {"-y (--resume)", "no complete checkpoint"}, fresh);
     CHECK(!path_exists(fresh));  // nothing was created by any of these
 
-    // A real checkpoint, then resumes that must be refused.
+    // -y 1 with no checkpoint yet starts afresh; then resumes that must be refused.
     std::string log;
-    CHECK_MSG(run_trainer(ok, &log) == 0, "%s", log.c_str());
+    CHECK_MSG(run_trainer(ok + " -y 1", &log) == 0, "%s", log.c_str());
+    CHECK(log.find("training starts from step 0") != std::string::npos);
+    CHECK(complete_checkpoints(fresh, 1) == std::vector<long long>{4});
     fails_cleanly(ok + " -y 1 -b 4", {"state_00000004_00000.bin", "-b (batch size) = 2", "4"}, fresh);
     fails_cleanly(ok + " -y 1 -e custom:L3:C32:H2:V64:T16", {"state_00000004_00000.bin", "L=2", "L=3"}, fresh);
     const std::string state = checkpoint_state_path(fresh, 4, 0);
