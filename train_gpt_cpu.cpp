@@ -70,8 +70,8 @@ static double validation_loss(GPTCpu* model, DataLoader& val, int batches, int B
     return sum / batches;
 }
 
-// Generates `count` tokens after the table's end-of-text token, each from the logits of the last position (a window of
-// the last T tokens), and prints them through the decode table.
+// Generates `count` tokens after the table's end-of-text token, each from the logits of the last
+// position (a window of the last T tokens), and prints them through the decode table.
 static void print_sample(GPTCpu* model, const DecodeTable& table, Rng& rng, int count, int T) {
     const GPTConfig& c = gpt_cpu_config(model);
     std::vector<int> tokens = {table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1};
@@ -93,7 +93,8 @@ static void save_checkpoint(const std::string& dir, int keep, GPTCpu* model, Tra
     state.params = gpt_cpu_params(model);
     state.adam_m = gpt_cpu_adam_m(model);
     state.adam_v = gpt_cpu_adam_v(model);
-    write_model_file(checkpoint_model_path(dir, state.step), c, state.params.data(), WeightType::FP32);
+    write_model_file(checkpoint_model_path(dir, state.step), c, state.params.data(),
+                     WeightType::FP32);
     write_training_state(checkpoint_state_path(dir, state.step, RANK), state);
     mark_checkpoint_done(dir, state.step);
     prune_checkpoints(dir, keep, NUM_RANKS);
@@ -110,9 +111,7 @@ static int train(int argc, char** argv) {
     const bool from_descriptor = is_model_descriptor(opt.model);
     try {
         if (from_descriptor) config = config_from_descriptor(opt.model);
-    } catch (const InputError& e) {
-        fail("-e (--model): %s", e.what());
-    }
+    } catch (const InputError& e) { fail("-e (--model): %s", e.what()); }
     if (!from_descriptor) {
         if (!path_exists(opt.model))
             fail("-e (--model): '%s' is neither a model descriptor nor an existing file",
@@ -130,19 +129,21 @@ static int train(int argc, char** argv) {
     if (opt.val_every > 0)
         val_loader.reset(new DataLoader(opt.val_data, B, T, RANK, NUM_RANKS, config.vocab_size,
                                         false, opt.seed));
-    const int max_steps =
-        opt.max_steps > 0 ? opt.max_steps : (int)std::max<int64_t>(1, train_loader.chunks_per_epoch() / accum_steps);
+    const int max_steps = opt.max_steps > 0 ? opt.max_steps
+                                            : (int)std::max<int64_t>(
+                                                  1, train_loader.chunks_per_epoch() / accum_steps);
     const int last_step = opt.stop_at > 0 ? std::min(opt.stop_at, max_steps) : max_steps;
 
     TrainingState state;  // what a checkpoint saves; state.step = updates done so far
     state.shape = {config, B, T, opt.total_batch, NUM_RANKS, opt.shuffle, opt.seed};
     state.rank = RANK;
-    state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
+    state.sample_rng_state =
+        opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
     // -y 1 resumes from the newest complete checkpoint, or starts afresh when there is none yet (as
     // llm.c does), so a supervisor can restart a run with the same command line every time.
     TrainingState resumed;
-    const std::vector<long long> checkpoints = opt.resume ? complete_checkpoints(opt.output_dir, NUM_RANKS)
-                                                          : std::vector<long long>();
+    const std::vector<long long> checkpoints =
+        opt.resume ? complete_checkpoints(opt.output_dir, NUM_RANKS) : std::vector<long long>();
     const bool resuming = !checkpoints.empty();
     if (resuming) {
         const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), RANK);
@@ -155,7 +156,8 @@ static int train(int argc, char** argv) {
         state.norm_detector = resumed.norm_detector;
     }
 
-    std::unique_ptr<GPTCpu, void (*)(GPTCpu*)> owned_model(gpt_cpu_create(config, B, T), gpt_cpu_free);
+    std::unique_ptr<GPTCpu, void (*)(GPTCpu*)> owned_model(gpt_cpu_create(config, B, T),
+                                                           gpt_cpu_free);
     GPTCpu* model = owned_model.get();
     if (resuming) {
         gpt_cpu_params(model) = std::move(resumed.params);
@@ -182,15 +184,19 @@ static int train(int argc, char** argv) {
     const double MiB = 1024.0 * 1024.0;
     printf("model: %s (%s), %zu parameters\n", opt.model.c_str(), describe_config(config).c_str(),
            param_layout(config).total);
-    printf("memory: parameters %.1f MiB | gradients %.1f MiB | optimizer state %.1f MiB | "
-           "activations %.1f MiB\n", mem.parameters / MiB, mem.gradients / MiB,
-           mem.optimizer_state / MiB, mem.activations / MiB);
-    printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps), %d steps, %s schedule, lr %.2e\n",
-           B, T, opt.total_batch, accum_steps, max_steps, schedule_name(opt.schedule),
-           opt.learning_rate);
+    printf(
+        "memory: parameters %.1f MiB | gradients %.1f MiB | optimizer state %.1f MiB | "
+        "activations %.1f MiB\n",
+        mem.parameters / MiB, mem.gradients / MiB, mem.optimizer_state / MiB,
+        mem.activations / MiB);
+    printf(
+        "batch: B=%d T=%d, %lld tokens per step (%d micro-steps), %d steps, %s schedule, lr %.2e\n",
+        B, T, opt.total_batch, accum_steps, max_steps, schedule_name(opt.schedule),
+        opt.learning_rate);
     printf("data: %zu training shard(s) from '%s'%s\n", train_loader.files().size(),
            opt.train_data.c_str(), opt.shuffle ? ", shuffled" : "");
-    if (resuming) printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
+    if (resuming)
+        printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
     if (opt.resume && !resuming)
         printf("note: no complete checkpoint in %s yet, so training starts from step 0\n",
                opt.output_dir.c_str());
@@ -229,16 +235,18 @@ static int train(int argc, char** argv) {
         adamw.weight_decay = (float)opt.weight_decay;
         adamw.grad_scale = norm > GRAD_CLIP ? (float)(GRAD_CLIP / norm) : 1.0f;
         // Skip the update when the loss or the norm is an outlier (-sl, -sg; 0 = never skip).
-        const double loss_z = state.loss_detector.update(loss), norm_z = state.norm_detector.update(norm);
+        const double loss_z = state.loss_detector.update(loss),
+                     norm_z = state.norm_detector.update(norm);
         const bool skip_loss = opt.skip_loss_z > 0 && loss_z > opt.skip_loss_z;
         const bool skip_norm = opt.skip_norm_z > 0 && norm_z > opt.skip_norm_z;
         if (skip_loss || skip_norm)
-            printf("skipping the update of step %d: %s z-score %.2f\n", step, skip_loss ? "loss" : "grad norm",
-                   skip_loss ? loss_z : norm_z);
+            printf("skipping the update of step %d: %s z-score %.2f\n", step,
+                   skip_loss ? "loss" : "grad norm", skip_loss ? loss_z : norm_z);
         else
             gpt_cpu_adamw_update(model, adamw, step);
         const double ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
         total_ms += ms;
         timed_steps++;
 
@@ -250,17 +258,21 @@ static int train(int argc, char** argv) {
         m.norm = norm;
         m.ms = ms;
         m.tokens_per_s = opt.total_batch / (ms / 1000.0);
-        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU n/a | ETA %s\n",
-               step, max_steps, loss, m.lr, norm, ms, m.tokens_per_s,
-               eta_text((max_steps - step) * total_ms / timed_steps / 1000.0).c_str());
+        printf(
+            "step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU n/a | ETA "
+            "%s\n",
+            step, max_steps, loss, m.lr, norm, ms, m.tokens_per_s,
+            eta_text((max_steps - step) * total_ms / timed_steps / 1000.0).c_str());
         if (val_loader && (step % opt.val_every == 0 || step == last_step)) {
             m.has_val = true;
-            m.val_loss = validation_loss(model, *val_loader, opt.val_batches, B, T, inputs, targets);
+            m.val_loss =
+                validation_loss(model, *val_loader, opt.val_batches, B, T, inputs, targets);
             printf("val loss %.4f\n", m.val_loss);
         }
         if (metrics) metrics->write(m);
         // Sampling draws from sample_rng, which a checkpoint saves: it happens at the same steps
-        // whether or not the run stops early (--stop-at) and resumes, so continuations stay bitwise.
+        // whether or not the run stops early (--stop-at) and resumes, so continuations stay
+        // bitwise.
         if (can_sample && (step % opt.sample_every == 0 || step == max_steps))
             print_sample(model, decode_table, sample_rng, opt.gen_tokens, T);
         fflush(stdout);
@@ -276,7 +288,8 @@ static int train(int argc, char** argv) {
 
     // ---- teardown ----
     if (timed_steps > 0)
-        printf("done: %d steps, %.1f ms per step on average\n", timed_steps, total_ms / timed_steps);
+        printf("done: %d steps, %.1f ms per step on average\n", timed_steps,
+               total_ms / timed_steps);
     else
         printf("done: nothing to do, the run already reached step %d\n", last_step);
     return 0;

@@ -45,7 +45,8 @@ std::vector<long long> complete_checkpoints(const std::string& dir, int num_rank
     std::vector<long long> complete;
     for (long long step : marked_steps(dir)) {
         bool all = path_exists(checkpoint_model_path(dir, step));
-        for (int r = 0; r < num_ranks && all; r++) all = path_exists(checkpoint_state_path(dir, step, r));
+        for (int r = 0; r < num_ranks && all; r++)
+            all = path_exists(checkpoint_state_path(dir, step, r));
         if (all) complete.push_back(step);
     }
     std::sort(complete.begin(), complete.end());

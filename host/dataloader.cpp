@@ -26,7 +26,8 @@ static std::vector<std::string> expand_glob(const std::string& pattern) {
 static int64_t checked_token_count(const std::string& path) {
     std::vector<int32_t> h = read_header(path);
     if (h[0] != TOKEN_SHARD_MAGIC)
-        fail("%s: not a token shard (magic %d, expected %d)", path.c_str(), h[0], TOKEN_SHARD_MAGIC);
+        fail("%s: not a token shard (magic %d, expected %d)", path.c_str(), h[0],
+             TOKEN_SHARD_MAGIC);
     if (h[1] != TOKEN_SHARD_VERSION)
         fail("%s: unsupported token shard version %d (expected %d)", path.c_str(), h[1],
              TOKEN_SHARD_VERSION);
@@ -34,17 +35,24 @@ static int64_t checked_token_count(const std::string& path) {
     const uint64_t expected = FILE_HEADER_BYTES + 2ull * (uint64_t)h[2];
     const uint64_t actual = file_size(path);
     if (actual != expected)
-        fail("%s: size %llu bytes does not match its header (%d tokens need %llu bytes)", path.c_str(),
-             (unsigned long long)actual, h[2], (unsigned long long)expected);
+        fail("%s: size %llu bytes does not match its header (%d tokens need %llu bytes)",
+             path.c_str(), (unsigned long long)actual, h[2], (unsigned long long)expected);
     return h[2];
 }
 
 DataLoader::DataLoader(const std::string& pattern, int B, int T, int rank, int num_ranks,
                        int vocab_size, bool shuffle, uint64_t seed)
-    : pattern_(pattern), B_(B), T_(T), rank_(rank), num_ranks_(num_ranks), vocab_size_(vocab_size),
-      shuffle_(shuffle), seed_(seed) {
+    : pattern_(pattern),
+      B_(B),
+      T_(T),
+      rank_(rank),
+      num_ranks_(num_ranks),
+      vocab_size_(vocab_size),
+      shuffle_(shuffle),
+      seed_(seed) {
     if (B <= 0 || T <= 0 || num_ranks <= 0 || rank < 0 || rank >= num_ranks)
-        fail("%s: bad loader shape B=%d T=%d rank %d of %d", pattern.c_str(), B, T, rank, num_ranks);
+        fail("%s: bad loader shape B=%d T=%d rank %d of %d", pattern.c_str(), B, T, rank,
+             num_ranks);
     files_ = expand_glob(pattern);
     if (files_.empty()) fail("%s: no file matches", pattern.c_str());
     const int64_t chunk = (int64_t)num_ranks * B * T;
@@ -132,7 +140,9 @@ void DataLoader::reset() { position_ = LoaderPosition(); }
 void DataLoader::set_position(const LoaderPosition& p) {
     if (p.epoch < 0 || p.shard_step < 0 || p.shard_step >= (int64_t)files_.size() ||
         p.chunk_step < 0 || p.chunk_step >= num_chunks_[shard_at(p.epoch, p.shard_step)])
-        fail("%s: saved data position (epoch %lld, shard %lld, batch %lld) does not fit these shards",
-             pattern_.c_str(), (long long)p.epoch, (long long)p.shard_step, (long long)p.chunk_step);
+        fail(
+            "%s: saved data position (epoch %lld, shard %lld, batch %lld) does not fit these "
+            "shards",
+            pattern_.c_str(), (long long)p.epoch, (long long)p.shard_step, (long long)p.chunk_step);
     position_ = p;
 }

@@ -1,24 +1,25 @@
 // Token-shard data loader (shard format: GUIDE §2).
 //
-// A batch is a "chunk" of R·B·T consecutive tokens (plus one more for the last target) of one shard;
-// rank r of R takes the r-th run of B·T tokens of it, so the ranks' slices of every batch are disjoint
-// and together cover the chunk. Inputs are the tokens, targets the same tokens shifted by one.
-// A shard of n tokens holds floor((n - 1) / (R·B·T)) chunks; the loader walks them
+// A batch is a "chunk" of R·B·T consecutive tokens (plus one more for the last target) of one
+// shard; rank r of R takes the r-th run of B·T tokens of it, so the ranks' slices of every batch
+// are disjoint and together cover the chunk. Inputs are the tokens, targets the same tokens shifted
+// by one. A shard of n tokens holds floor((n - 1) / (R·B·T)) chunks; the loader walks them
 //   - sequentially: shards in sorted glob order, chunks in file order, then wraps to a new epoch;
 //   - shuffled: each epoch visits the shards in a random order and each shard's chunks in a random
 //     order, both drawn from Rng(seed mixed with epoch and shard), so the whole walk is a pure
 //     function of the seed and a resumed run needs only the Position to continue identically.
-// Every shard's header and size are checked up front (magic, version, size == 1024 + 2n, room for one
-// chunk); its tokens are checked against the vocabulary when it is loaded. Errors name the file.
+// Every shard's header and size are checked up front (magic, version, size == 1024 + 2n, room for
+// one chunk); its tokens are checked against the vocabulary when it is loaded. Errors name the
+// file.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 struct LoaderPosition {
-    int64_t epoch = 0;        // completed passes over the data
-    int64_t shard_step = 0;   // index into this epoch's shard order
-    int64_t chunk_step = 0;   // index into this shard's chunk order
+    int64_t epoch = 0;       // completed passes over the data
+    int64_t shard_step = 0;  // index into this epoch's shard order
+    int64_t chunk_step = 0;  // index into this shard's chunk order
 };
 
 class DataLoader {
@@ -47,10 +48,10 @@ private:
     bool shuffle_;
     uint64_t seed_;
     std::vector<std::string> files_;
-    std::vector<int64_t> num_chunks_;    // per file
+    std::vector<int64_t> num_chunks_;  // per file
     int loaded_shard_ = -1;
-    std::vector<uint16_t> tokens_;       // the loaded shard's tokens
-    mutable std::vector<int64_t> chunk_order_;         // cached chunk order of (epoch, shard)
+    std::vector<uint16_t> tokens_;              // the loaded shard's tokens
+    mutable std::vector<int64_t> chunk_order_;  // cached chunk order of (epoch, shard)
     mutable int64_t chunk_order_epoch_ = -1, chunk_order_shard_ = -1;
     LoaderPosition position_;
 };

@@ -1,6 +1,7 @@
-// How host code reports bad input: fail("fmt", ...) throws an InputError carrying one line that names
-// the file or flag and the problem. main() catches it, prints "error: <line>" and exits non-zero;
-// destructors on the way out remove any temporary files, so no partial output is left behind.
+// How host code reports bad input: fail("fmt", ...) throws an InputError carrying one line that
+// names the file or flag and the problem. main() catches it, prints "error: <line>" and exits
+// non-zero; destructors on the way out remove any temporary files, so no partial output is left
+// behind.
 #pragma once
 #include <stdexcept>
 #include <string>

@@ -54,8 +54,9 @@ void read_bytes(const std::string& path, uint64_t offset, void* out, size_t byte
     if (!f) fail("%s: cannot open (%s)", path.c_str(), strerror(errno));
     bool ok = fseeko(f, (off_t)offset, SEEK_SET) == 0 && fread(out, 1, bytes, f) == bytes;
     fclose(f);
-    if (!ok) fail("%s: cannot read %zu bytes at offset %llu (file too short?)", path.c_str(), bytes,
-                  (unsigned long long)offset);
+    if (!ok)
+        fail("%s: cannot read %zu bytes at offset %llu (file too short?)", path.c_str(), bytes,
+             (unsigned long long)offset);
 }
 
 std::vector<int32_t> read_header(const std::string& path) {

@@ -26,7 +26,8 @@ private:
 // Size of a file in bytes; throws InputError naming it if it cannot be opened.
 uint64_t file_size(const std::string& path);
 
-// Reads bytes [offset, offset + bytes) of a file; throws InputError naming it if that is not possible.
+// Reads bytes [offset, offset + bytes) of a file; throws InputError naming it if that is not
+// possible.
 void read_bytes(const std::string& path, uint64_t offset, void* out, size_t bytes);
 
 // Reads the 256-int32 header at the start of a file; throws InputError if the file is shorter.

@@ -1,6 +1,7 @@
 // GPT-2 initialisation of a fresh model, deterministic from a seed:
 //   weight matrices  normal(0, 0.02); the residual output projections (attprojw, fcprojw) further
-//                    scaled by 1/sqrt(2L), so the residual stream's variance does not grow with depth
+//                    scaled by 1/sqrt(2L), so the residual stream's variance does not grow with
+//                    depth
 //   biases           zero;  LayerNorm weights one
 //   wte rows ≥ V     zero (the padding rows never receive a token)
 // Draws come from Rng(seed) (host/rng.h) tensor by tensor in file order, element by element, so the

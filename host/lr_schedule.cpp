@@ -5,11 +5,16 @@
 #include <cmath>
 
 bool parse_schedule_kind(const std::string& name, ScheduleKind* kind) {
-    if (name == "cosine") *kind = ScheduleKind::COSINE;
-    else if (name == "linear") *kind = ScheduleKind::LINEAR;
-    else if (name == "constant") *kind = ScheduleKind::CONSTANT;
-    else if (name == "wsd") *kind = ScheduleKind::WSD;
-    else return false;
+    if (name == "cosine")
+        *kind = ScheduleKind::COSINE;
+    else if (name == "linear")
+        *kind = ScheduleKind::LINEAR;
+    else if (name == "constant")
+        *kind = ScheduleKind::CONSTANT;
+    else if (name == "wsd")
+        *kind = ScheduleKind::WSD;
+    else
+        return false;
     return true;
 }
 
@@ -36,6 +41,7 @@ double learning_rate_at(const LRSchedule& s, int step) {
     // Cosine and linear decay from the end of warmup to max_steps (held at min_lr beyond it).
     const int span = s.max_steps - s.warmup_steps;
     double p = span > 0 ? std::clamp((double)(step - s.warmup_steps) / span, 0.0, 1.0) : 1.0;
-    if (s.kind == ScheduleKind::COSINE) return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
+    if (s.kind == ScheduleKind::COSINE)
+        return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
     return lr - (lr - min_lr) * p;
 }

@@ -8,7 +8,7 @@
 
 struct StepMetrics {
     int step = 0;
-    bool has_train = false;           // loss, lr, norm, ms, tok_per_s are set
+    bool has_train = false;  // loss, lr, norm, ms, tok_per_s are set
     double loss = 0, lr = 0, norm = 0, ms = 0, tokens_per_s = 0;
     bool has_val = false;
     double val_loss = 0;

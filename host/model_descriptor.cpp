@@ -18,7 +18,9 @@ static bool parse_positive(const std::string& text, int* out) {
     return *out > 0;
 }
 
-static bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+static bool starts_with(const std::string& s, const char* prefix) {
+    return s.rfind(prefix, 0) == 0;
+}
 
 bool is_model_descriptor(const std::string& text) {
     if (starts_with(text, "gpt2:") || starts_with(text, "gpt3:") || starts_with(text, "custom:"))
@@ -28,7 +30,9 @@ bool is_model_descriptor(const std::string& text) {
 }
 
 static GPTConfig gpt2_by_depth(int depth, const std::string& descriptor) {
-    struct Shape { int depth, channels, heads; };
+    struct Shape {
+        int depth, channels, heads;
+    };
     static const Shape shapes[] = {
         {6, 384, 6},     // unofficial tiny
         {12, 768, 12},   // GPT-2 124M
@@ -50,22 +54,24 @@ static GPTConfig gpt2_by_depth(int depth, const std::string& descriptor) {
         c.padded_vocab_size = padded_vocab_size(c.vocab_size);
         return c;
     }
-    fail("model '%s': no GPT-2 model of depth %d (known: 6 12 24 36 48 60 72 84)", descriptor.c_str(),
-         depth);
+    fail("model '%s': no GPT-2 model of depth %d (known: 6 12 24 36 48 60 72 84)",
+         descriptor.c_str(), depth);
 }
 
 static GPTConfig gpt3_by_channels(int channels, const std::string& descriptor) {
-    struct Shape { int channels, depth, head_size; };
+    struct Shape {
+        int channels, depth, head_size;
+    };
     static const Shape shapes[] = {
-        {384, 6, 64},     // unofficial tiny
-        {768, 12, 64},    // GPT-3 Small 125M
-        {1024, 24, 64},   // Medium 350M
-        {1536, 24, 96},   // Large 760M
-        {2048, 24, 128},  // XL 1.3B
-        {2560, 32, 80},   // 2.7B
-        {4096, 32, 128},  // 6.7B
-        {5120, 40, 128},  // 13B (the paper's table prints 5140, which 40 heads of 128 cannot make)
-        {12288, 96, 128}, // 175B
+        {384, 6, 64},      // unofficial tiny
+        {768, 12, 64},     // GPT-3 Small 125M
+        {1024, 24, 64},    // Medium 350M
+        {1536, 24, 96},    // Large 760M
+        {2048, 24, 128},   // XL 1.3B
+        {2560, 32, 80},    // 2.7B
+        {4096, 32, 128},   // 6.7B
+        {5120, 40, 128},   // 13B (the paper's table prints 5140, which 40 heads of 128 cannot make)
+        {12288, 96, 128},  // 175B
     };
     for (const Shape& s : shapes) {
         if (s.channels != channels) continue;
@@ -78,8 +84,10 @@ static GPTConfig gpt3_by_channels(int channels, const std::string& descriptor) {
         c.padded_vocab_size = padded_vocab_size(c.vocab_size);
         return c;
     }
-    fail("model '%s': no GPT-3 model with %d channels (known: 384 768 1024 1536 2048 2560 4096 5120 "
-         "12288)", descriptor.c_str(), channels);
+    fail(
+        "model '%s': no GPT-3 model with %d channels (known: 384 768 1024 1536 2048 2560 4096 5120 "
+        "12288)",
+        descriptor.c_str(), channels);
 }
 
 // custom:L2:C64:H4[:V512][:T64], fields in any order after "custom".
@@ -104,8 +112,8 @@ static GPTConfig custom_shape(const std::string& descriptor) {
             case 'V': c.vocab_size = value; break;
             case 'T': c.max_seq_len = value; break;
             default:
-                fail("model '%s': unknown field '%c' (expected L, C, H, V or T)", descriptor.c_str(),
-                     field[0]);
+                fail("model '%s': unknown field '%c' (expected L, C, H, V or T)",
+                     descriptor.c_str(), field[0]);
         }
         pos = end + 1;
     }
@@ -122,13 +130,15 @@ GPTConfig config_from_descriptor(const std::string& descriptor) {
     if (starts_with(descriptor, "custom:")) {
         config = custom_shape(descriptor);
     } else if (starts_with(descriptor, "gpt3:")) {
-        if (descriptor.size() < 7 || descriptor[5] != 'c' || !parse_positive(descriptor.substr(6), &n))
+        if (descriptor.size() < 7 || descriptor[5] != 'c' ||
+            !parse_positive(descriptor.substr(6), &n))
             fail("model '%s': expected gpt3:cN with N the number of channels", descriptor.c_str());
         config = gpt3_by_channels(n, descriptor);
     } else {
         std::string depth = starts_with(descriptor, "gpt2:") ? descriptor.substr(5) : descriptor;
         if (depth.size() < 2 || depth[0] != 'd' || !parse_positive(depth.substr(1), &n))
-            fail("model '%s': expected dN or gpt2:dN with N the number of layers", descriptor.c_str());
+            fail("model '%s': expected dN or gpt2:dN with N the number of layers",
+                 descriptor.c_str());
         config = gpt2_by_depth(n, descriptor);
     }
     validate_config(config, "model '" + descriptor + "'");
@@ -144,11 +154,14 @@ void validate_config(const GPTConfig& c, const std::string& what) {
     if (c.padded_vocab_size < c.vocab_size)
         fail("%s: padded vocabulary %d is smaller than the vocabulary %d", what.c_str(),
              c.padded_vocab_size, c.vocab_size);
-    // Bound the element count before anyone multiplies sizes out (a corrupt header must not overflow).
-    const double elements = (double)c.padded_vocab_size * c.channels + (double)c.max_seq_len * c.channels +
+    // Bound the element count before anyone multiplies sizes out (a corrupt header must not
+    // overflow).
+    const double elements = (double)c.padded_vocab_size * c.channels +
+                            (double)c.max_seq_len * c.channels +
                             12.0 * c.num_layers * (double)c.channels * c.channels;
     if (elements > 1e12)
-        fail("%s: %.3g parameters is beyond any model this trainer can hold", what.c_str(), elements);
+        fail("%s: %.3g parameters is beyond any model this trainer can hold", what.c_str(),
+             elements);
     if (c.vocab_size > 65536)
         fail("%s: vocabulary %d does not fit uint16 token shards", what.c_str(), c.vocab_size);
 }

@@ -1,7 +1,8 @@
 // Spotting a loss or gradient norm far outside its recent range (llm.c's -sl / -sg): the z-score of
 // each new value against a window of the last 128 values, the new one included. Until the window
-// is full, update() returns NaN (no verdict). The trainers skip the parameter update of a step whose
-// z-score exceeds the flag's threshold. The struct is plain data so a checkpoint saves it as is.
+// is full, update() returns NaN (no verdict). The trainers skip the parameter update of a step
+// whose z-score exceeds the flag's threshold. The struct is plain data so a checkpoint saves it as
+// is.
 #pragma once
 
 struct OutlierDetector {

@@ -1,6 +1,6 @@
 // The one random number generator of the project's host code: SplitMix64 (Steele, Lea and Flood,
-// 2014). Its whole state is one uint64, so a checkpoint saves it exactly and a resumed run draws the
-// same numbers. Used for weight initialisation, data shuffling and sampling.
+// 2014). Its whole state is one uint64, so a checkpoint saves it exactly and a resumed run draws
+// the same numbers. Used for weight initialisation, data shuffling and sampling.
 #pragma once
 #include <cstdint>
 
@@ -20,7 +20,8 @@ struct Rng {
     uint64_t below(uint64_t n) {
         uint64_t limit = UINT64_MAX - UINT64_MAX % n;
         uint64_t x;
-        do x = next_u64(); while (x >= limit);
+        do x = next_u64();
+        while (x >= limit);
         return x % n;
     }
     // Standard normal by the Box-Muller transform (one of the pair is used, the other dropped).

@@ -1,6 +1,6 @@
 // Flag parsing and validation (see train_flags.h). One table lists every flag: its short and long
-// names, where its value goes, its allowed range and its help line; parsing, checking and --help all
-// read that table.
+// names, where its value goes, its allowed range and its help line; parsing, checking and --help
+// all read that table.
 #include "host/train_flags.h"
 
 #include <cerrno>
@@ -21,8 +21,8 @@ struct Flag {
     const char* short_name;  // "-b"
     const char* long_name;   // "--batch-size"
     Kind kind;
-    void* target;            // the TrainOptions field it sets
-    double min, max;         // allowed range for numbers (inclusive)
+    void* target;     // the TrainOptions field it sets
+    double min, max;  // allowed range for numbers (inclusive)
     const char* help;
 };
 
@@ -32,52 +32,63 @@ const double BIG = 1e18;
 std::vector<Flag> flag_table(TrainOptions& o) {
 #define FIELD(name) (void*)&o.name
     return {
-    {"-i", "--train-data", Kind::STRING, FIELD(train_data), 0, 0, "training token shards (glob)"},
-    {"-j", "--val-data", Kind::STRING, FIELD(val_data), 0, 0, "validation token shards (glob)"},
-    {"-e", "--model", Kind::STRING, FIELD(model), 0, 0,
-     "model file (llm.c .bin) or descriptor: d12 d24 d36 d48, gpt2:dN, gpt3:cN, custom:L2:C64:H4:V512:T64"},
-    {"-o", "--output-dir", Kind::STRING, FIELD(output_dir), 0, 0,
-     "output folder for checkpoints and metrics.jsonl (empty: write nothing)"},
-    {"-n", "--checkpoint-every", Kind::INT, FIELD(checkpoint_every), 0, INT_MAX,
-     "checkpoint every N steps (0: only at the end; needs -o)"},
-    {"-nk", "--checkpoints-keep", Kind::INT, FIELD(checkpoints_keep), 0, INT_MAX,
-     "keep only the newest N checkpoints (0: keep all)"},
-    {"-y", "--resume", Kind::INT, FIELD(resume), 0, 1, "1: resume from the newest complete checkpoint in -o (or start afresh if none)"},
-    {"-b", "--batch-size", Kind::INT, FIELD(batch_size), 1, 1 << 20, "micro-batch size B (sequences)"},
-    {"-t", "--seq-len", Kind::INT, FIELD(seq_len), 1, 1 << 20, "sequence length T (tokens)"},
-    {"-d", "--total-batch", Kind::LONG, FIELD(total_batch), -1, BIG,
-     "tokens per step; a multiple of B*T*ranks sets gradient accumulation (-1: B*T*ranks)"},
-    {"-x", "--max-steps", Kind::INT, FIELD(max_steps), -1, INT_MAX,
-     "training steps (-1: one epoch of the training data)"},
-    {"", "--stop-at", Kind::INT, FIELD(stop_at), 0, INT_MAX,
-     "end the run after this step without changing the schedule (0: run all -x steps)"},
-    {"-k", "--lr-schedule", Kind::SCHEDULE, FIELD(schedule), 0, 0,
-     "learning-rate schedule: cosine, linear, constant, wsd"},
-    {"-l", "--learning-rate", Kind::DOUBLE, FIELD(learning_rate), 0, 10, "peak learning rate"},
-    {"-u", "--warmup-steps", Kind::INT, FIELD(warmup_steps), 0, INT_MAX, "linear warmup steps"},
-    {"-q", "--final-lr-fraction", Kind::DOUBLE, FIELD(final_lr_fraction), 0, 1,
-     "final learning rate as a fraction of the peak"},
-    {"-c", "--weight-decay", Kind::DOUBLE, FIELD(weight_decay), 0, 10,
-     "AdamW weight decay (2-D weights only)"},
-    {"-sl", "--skip-loss-z", Kind::DOUBLE, FIELD(skip_loss_z), 0, 1e6,
-     "skip the update when the loss z-score exceeds this (0: off)"},
-    {"-sg", "--skip-norm-z", Kind::DOUBLE, FIELD(skip_norm_z), 0, 1e6,
-     "skip the update when the grad-norm z-score exceeds this (0: off)"},
-    {"-v", "--val-every", Kind::INT, FIELD(val_every), 0, INT_MAX, "validation loss every N steps (0: never)"},
-    {"-m", "--val-batches", Kind::INT, FIELD(val_batches), 1, INT_MAX, "batches per validation"},
-    {"-s", "--sample-every", Kind::INT, FIELD(sample_every), 0, INT_MAX, "sample text every N steps (0: never)"},
-    {"-g", "--gen-tokens", Kind::INT, FIELD(gen_tokens), 1, 1 << 20, "tokens to generate per sample"},
-    {"-a", "--overfit-single-batch", Kind::INT, FIELD(overfit_single_batch), 0, 1,
-     "1: train on the first batch only (a debugging check)"},
-    {"", "--seed", Kind::U64, FIELD(seed), 0, 0, "seed for initial weights, data shuffling and sampling"},
-    {"", "--shuffle", Kind::INT, FIELD(shuffle), 0, 1, "1: seeded shuffled data order, 0: sequential"},
-    {"", "--tokenizer", Kind::STRING, FIELD(tokenizer), 0, 0, "GPT-2 decode table used for samples"},
-    {"-z", "--zero-stage", Kind::INT, FIELD(zero_stage), 0, 3, "ZeRO stage (CUDA trainer)"},
-    {"-r", "--recompute", Kind::INT, FIELD(recompute), 0, 2,
-     "recompute in backward: 0 none, 1 GELU, 2 GELU+LayerNorm (CUDA trainer)"},
-    {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
-    {"-w", "--fp32-master", Kind::INT, FIELD(fp32_master), -1, 1,
-     "keep fp32 master weights: 1 yes, 0 no, -1 trainer's choice (CUDA trainer)"},
+        {"-i", "--train-data", Kind::STRING, FIELD(train_data), 0, 0,
+         "training token shards (glob)"},
+        {"-j", "--val-data", Kind::STRING, FIELD(val_data), 0, 0, "validation token shards (glob)"},
+        {"-e", "--model", Kind::STRING, FIELD(model), 0, 0,
+         "model file (llm.c .bin) or descriptor: d12 d24 d36 d48, gpt2:dN, gpt3:cN, "
+         "custom:L2:C64:H4:V512:T64"},
+        {"-o", "--output-dir", Kind::STRING, FIELD(output_dir), 0, 0,
+         "output folder for checkpoints and metrics.jsonl (empty: write nothing)"},
+        {"-n", "--checkpoint-every", Kind::INT, FIELD(checkpoint_every), 0, INT_MAX,
+         "checkpoint every N steps (0: only at the end; needs -o)"},
+        {"-nk", "--checkpoints-keep", Kind::INT, FIELD(checkpoints_keep), 0, INT_MAX,
+         "keep only the newest N checkpoints (0: keep all)"},
+        {"-y", "--resume", Kind::INT, FIELD(resume), 0, 1,
+         "1: resume from the newest complete checkpoint in -o (or start afresh if none)"},
+        {"-b", "--batch-size", Kind::INT, FIELD(batch_size), 1, 1 << 20,
+         "micro-batch size B (sequences)"},
+        {"-t", "--seq-len", Kind::INT, FIELD(seq_len), 1, 1 << 20, "sequence length T (tokens)"},
+        {"-d", "--total-batch", Kind::LONG, FIELD(total_batch), -1, BIG,
+         "tokens per step; a multiple of B*T*ranks sets gradient accumulation (-1: B*T*ranks)"},
+        {"-x", "--max-steps", Kind::INT, FIELD(max_steps), -1, INT_MAX,
+         "training steps (-1: one epoch of the training data)"},
+        {"", "--stop-at", Kind::INT, FIELD(stop_at), 0, INT_MAX,
+         "end the run after this step without changing the schedule (0: run all -x steps)"},
+        {"-k", "--lr-schedule", Kind::SCHEDULE, FIELD(schedule), 0, 0,
+         "learning-rate schedule: cosine, linear, constant, wsd"},
+        {"-l", "--learning-rate", Kind::DOUBLE, FIELD(learning_rate), 0, 10, "peak learning rate"},
+        {"-u", "--warmup-steps", Kind::INT, FIELD(warmup_steps), 0, INT_MAX, "linear warmup steps"},
+        {"-q", "--final-lr-fraction", Kind::DOUBLE, FIELD(final_lr_fraction), 0, 1,
+         "final learning rate as a fraction of the peak"},
+        {"-c", "--weight-decay", Kind::DOUBLE, FIELD(weight_decay), 0, 10,
+         "AdamW weight decay (2-D weights only)"},
+        {"-sl", "--skip-loss-z", Kind::DOUBLE, FIELD(skip_loss_z), 0, 1e6,
+         "skip the update when the loss z-score exceeds this (0: off)"},
+        {"-sg", "--skip-norm-z", Kind::DOUBLE, FIELD(skip_norm_z), 0, 1e6,
+         "skip the update when the grad-norm z-score exceeds this (0: off)"},
+        {"-v", "--val-every", Kind::INT, FIELD(val_every), 0, INT_MAX,
+         "validation loss every N steps (0: never)"},
+        {"-m", "--val-batches", Kind::INT, FIELD(val_batches), 1, INT_MAX,
+         "batches per validation"},
+        {"-s", "--sample-every", Kind::INT, FIELD(sample_every), 0, INT_MAX,
+         "sample text every N steps (0: never)"},
+        {"-g", "--gen-tokens", Kind::INT, FIELD(gen_tokens), 1, 1 << 20,
+         "tokens to generate per sample"},
+        {"-a", "--overfit-single-batch", Kind::INT, FIELD(overfit_single_batch), 0, 1,
+         "1: train on the first batch only (a debugging check)"},
+        {"", "--seed", Kind::U64, FIELD(seed), 0, 0,
+         "seed for initial weights, data shuffling and sampling"},
+        {"", "--shuffle", Kind::INT, FIELD(shuffle), 0, 1,
+         "1: seeded shuffled data order, 0: sequential"},
+        {"", "--tokenizer", Kind::STRING, FIELD(tokenizer), 0, 0,
+         "GPT-2 decode table used for samples"},
+        {"-z", "--zero-stage", Kind::INT, FIELD(zero_stage), 0, 3, "ZeRO stage (CUDA trainer)"},
+        {"-r", "--recompute", Kind::INT, FIELD(recompute), 0, 2,
+         "recompute in backward: 0 none, 1 GELU, 2 GELU+LayerNorm (CUDA trainer)"},
+        {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
+        {"-w", "--fp32-master", Kind::INT, FIELD(fp32_master), -1, 1,
+         "keep fp32 master weights: 1 yes, 0 no, -1 trainer's choice (CUDA trainer)"},
     };
 #undef FIELD
 }
@@ -130,8 +141,10 @@ void set_value(const Flag& f, const std::string& text) {
             if (text.empty() || *end || errno) fail("%s: '%s' is not an integer", name.c_str(), s);
             if (v < f.min || v > f.max)
                 fail("%s: %lld is out of range [%.0f, %.0f]", name.c_str(), v, f.min, f.max);
-            if (f.kind == Kind::INT) *(int*)base = (int)v;
-            else *(long long*)base = v;
+            if (f.kind == Kind::INT)
+                *(int*)base = (int)v;
+            else
+                *(long long*)base = v;
             return;
         }
         case Kind::DOUBLE: {
@@ -149,8 +162,10 @@ void set_value(const Flag& f, const std::string& text) {
 }  // namespace
 
 std::string train_flags_help(const char* program, const TrainOptions& defaults) {
-    std::string text = strprintf("usage: %s [flags]\n  flags take one value: -b 8, --batch-size 8 "
-                                 "or --batch-size=8\n\n", program);
+    std::string text = strprintf(
+        "usage: %s [flags]\n  flags take one value: -b 8, --batch-size 8 "
+        "or --batch-size=8\n\n",
+        program);
     TrainOptions shown = defaults;
     for (const Flag& f : flag_table(shown))
         text += strprintf("  %-4s %-24s %s (default %s)\n", f.short_name, f.long_name, f.help,

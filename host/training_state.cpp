@@ -26,14 +26,27 @@ struct Piece {
 static std::vector<Piece> fixed_pieces(TrainingState& s) {
     RunShape& r = s.shape;
     GPTConfig& c = r.config;
-    return {{&c.max_seq_len, 4}, {&c.vocab_size, 4}, {&c.padded_vocab_size, 4},
-            {&c.num_layers, 4},  {&c.num_heads, 4},  {&c.channels, 4},
-            {&r.batch_size, 4},  {&r.seq_len, 4},    {&r.total_batch, 8},
-            {&r.num_ranks, 4},   {&r.shuffle, 4},    {&r.data_seed, 8},
-            {&s.rank, 4},        {&s.step, 8},       {&s.loader.epoch, 8},
-            {&s.loader.shard_step, 8}, {&s.loader.chunk_step, 8},
-            {&s.sample_rng_state, 8},  {&s.loss_detector, sizeof(OutlierDetector)},
-            {&s.norm_detector, sizeof(OutlierDetector)}, {&s.optimizer_offset, 8}};
+    return {{&c.max_seq_len, 4},
+            {&c.vocab_size, 4},
+            {&c.padded_vocab_size, 4},
+            {&c.num_layers, 4},
+            {&c.num_heads, 4},
+            {&c.channels, 4},
+            {&r.batch_size, 4},
+            {&r.seq_len, 4},
+            {&r.total_batch, 8},
+            {&r.num_ranks, 4},
+            {&r.shuffle, 4},
+            {&r.data_seed, 8},
+            {&s.rank, 4},
+            {&s.step, 8},
+            {&s.loader.epoch, 8},
+            {&s.loader.shard_step, 8},
+            {&s.loader.chunk_step, 8},
+            {&s.sample_rng_state, 8},
+            {&s.loss_detector, sizeof(OutlierDetector)},
+            {&s.norm_detector, sizeof(OutlierDetector)},
+            {&s.optimizer_offset, 8}};
 }
 static size_t fixed_bytes() {
     TrainingState probe;
@@ -96,7 +109,8 @@ TrainingState read_training_state(const std::string& path) {
     uint64_t lengths[3];
     memcpy(lengths, payload.data() + at, sizeof lengths);
     at += sizeof lengths;
-    if (lengths[0] + lengths[1] + lengths[2] != (payload_bytes - at) / 4 || (payload_bytes - at) % 4)
+    if (lengths[0] + lengths[1] + lengths[2] != (payload_bytes - at) / 4 ||
+        (payload_bytes - at) % 4)
         fail("%s: array lengths do not match the file size", path.c_str());
     std::vector<float>* arrays[3] = {&s.params, &s.adam_m, &s.adam_v};
     for (int i = 0; i < 3; i++) {
@@ -116,9 +130,12 @@ void check_same_run(const RunShape& saved, const RunShape& now, const std::strin
     if (a.max_seq_len != b.max_seq_len || a.vocab_size != b.vocab_size ||
         a.padded_vocab_size != b.padded_vocab_size || a.num_layers != b.num_layers ||
         a.num_heads != b.num_heads || a.channels != b.channels)
-        fail("%s: saved model %s differs from this run's %s", path.c_str(), describe_config(a).c_str(),
-             describe_config(b).c_str());
-    struct Field { const char* flag; long long saved, now; };
+        fail("%s: saved model %s differs from this run's %s", path.c_str(),
+             describe_config(a).c_str(), describe_config(b).c_str());
+    struct Field {
+        const char* flag;
+        long long saved, now;
+    };
     const Field fields[] = {
         {"-b (batch size)", saved.batch_size, now.batch_size},
         {"-t (sequence length)", saved.seq_len, now.seq_len},
@@ -129,5 +146,6 @@ void check_same_run(const RunShape& saved, const RunShape& now, const std::strin
     };
     for (const Field& f : fields)
         if (f.saved != f.now)
-            fail("%s: saved with %s = %lld, this run has %lld", path.c_str(), f.flag, f.saved, f.now);
+            fail("%s: saved with %s = %lld, this run has %lld", path.c_str(), f.flag, f.saved,
+                 f.now);
 }

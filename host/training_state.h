@@ -3,8 +3,9 @@
 //   header  magic "GPTSTATE" (8 bytes), version (u32), 0 (u32), payload bytes (u64),
 //           FNV-1a 64 checksum of the payload (u64)
 //   payload RunShape (the run's configuration, checked on resume), step, data loader position,
-//           sampling RNG state, the loss and grad-norm outlier windows, then the fp32 master weights and this rank's AdamW m and v
-//           (optimizer_offset says where its shard starts; the whole model without ZeRO).
+//           sampling RNG state, the loss and grad-norm outlier windows, then the fp32 master
+//           weights and this rank's AdamW m and v (optimizer_offset says where its shard starts;
+//           the whole model without ZeRO).
 // Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
 // checksum, each failure a one-line InputError naming the file.
 #pragma once
@@ -19,23 +20,23 @@
 // What must be the same for a resumed run to be a continuation.
 struct RunShape {
     GPTConfig config;
-    int32_t batch_size = 0;       // B
-    int32_t seq_len = 0;          // T
-    int64_t total_batch = 0;      // tokens per step (-d)
+    int32_t batch_size = 0;   // B
+    int32_t seq_len = 0;      // T
+    int64_t total_batch = 0;  // tokens per step (-d)
     int32_t num_ranks = 1;
-    int32_t shuffle = 0;          // data loader mode
+    int32_t shuffle = 0;  // data loader mode
     uint64_t data_seed = 0;
 };
 
 struct TrainingState {
     RunShape shape;
     int32_t rank = 0;
-    int64_t step = 0;              // updates done
+    int64_t step = 0;  // updates done
     LoaderPosition loader;
     uint64_t sample_rng_state = 0;
     OutlierDetector loss_detector, norm_detector;  // windows behind -sl and -sg
-    int64_t optimizer_offset = 0;  // first parameter of this rank's AdamW shard
-    std::vector<float> params;     // fp32 master weights, param_layout(config).total
+    int64_t optimizer_offset = 0;                  // first parameter of this rank's AdamW shard
+    std::vector<float> params;  // fp32 master weights, param_layout(config).total
     std::vector<float> adam_m, adam_v;
 };
 

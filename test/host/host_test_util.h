@@ -44,15 +44,18 @@ inline void write_all(const std::string& path, const std::vector<unsigned char>&
 }
 
 // Runs fn, which must throw InputError with one line holding every word in `words`.
-inline void expect_input_error(const std::function<void()>& fn, const std::vector<std::string>& words) {
+inline void expect_input_error(const std::function<void()>& fn,
+                               const std::vector<std::string>& words) {
     try {
         fn();
     } catch (const InputError& e) {
         std::string message = e.what();
         CHECK_MSG(message.find('\n') == std::string::npos, "message spans lines: %s", e.what());
         for (const std::string& w : words)
-            CHECK_MSG(message.find(w) != std::string::npos, "message '%s' lacks '%s'", e.what(), w.c_str());
+            CHECK_MSG(message.find(w) != std::string::npos, "message '%s' lacks '%s'", e.what(),
+                      w.c_str());
         return;
     }
-    CHECK_MSG(false, "no InputError (expected one mentioning '%s')", words.empty() ? "" : words[0].c_str());
+    CHECK_MSG(false, "no InputError (expected one mentioning '%s')",
+              words.empty() ? "" : words[0].c_str());
 }

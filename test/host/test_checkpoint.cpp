@@ -44,7 +44,8 @@ TEST(training_state_round_trip) {
     check_same_run(r.shape, s.shape, "state.bin");  // identical shapes pass
     CHECK(r.rank == s.rank && r.step == s.step && r.sample_rng_state == s.sample_rng_state);
     CHECK(r.loader.epoch == 3 && r.loader.shard_step == 1 && r.loader.chunk_step == 42);
-    CHECK(r.shape.data_seed == s.shape.data_seed && r.shape.total_batch == 32 && r.shape.shuffle == 1);
+    CHECK(r.shape.data_seed == s.shape.data_seed && r.shape.total_batch == 32 &&
+          r.shape.shuffle == 1);
     CHECK(r.params.size() == s.params.size() && r.adam_m.size() == s.adam_m.size());
     CHECK(memcmp(&r.loss_detector, &s.loss_detector, sizeof(OutlierDetector)) == 0);
     CHECK(memcmp(&r.norm_detector, &s.norm_detector, sizeof(OutlierDetector)) == 0);
@@ -85,7 +86,8 @@ TEST(resume_rejects_a_different_run) {
     TrainingState s = sample_state();
     RunShape other = s.shape;
     other.batch_size = 4;
-    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"st.bin", "-b (batch size) = 2", "4"});
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); },
+                       {"st.bin", "-b (batch size) = 2", "4"});
     other = s.shape;
     other.config.num_layers = 3;
     expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"st.bin", "L=2", "L=3"});
@@ -112,12 +114,13 @@ TEST(only_complete_checkpoints_count_and_pruning_keeps_the_newest) {
     touch(checkpoint_model_path(dir, 50));  // step 50: rank 1's state and DONE never written
     touch(checkpoint_state_path(dir, 50, 0));
     remove(checkpoint_state_path(dir, 40, 1).c_str());  // step 40: DONE but a file is missing
-    touch(dir + "/DONE_123");                            // not a marker name
+    touch(dir + "/DONE_123");                           // not a marker name
     CHECK(complete_checkpoints(dir, 2) == (std::vector<long long>{10, 20, 30}));
     CHECK(complete_checkpoints(dir + "/missing", 2).empty());
     prune_checkpoints(dir, 2, 2);
     CHECK(complete_checkpoints(dir, 2) == (std::vector<long long>{20, 30}));
-    CHECK(!path_exists(checkpoint_model_path(dir, 10)) && !path_exists(checkpoint_state_path(dir, 10, 1)));
+    CHECK(!path_exists(checkpoint_model_path(dir, 10)) &&
+          !path_exists(checkpoint_state_path(dir, 10, 1)));
     CHECK(path_exists(checkpoint_model_path(dir, 50)));  // incomplete newer ones are left alone
     prune_checkpoints(dir, 0, 2);                        // 0 keeps everything
     CHECK(complete_checkpoints(dir, 2).size() == 2);

@@ -1,6 +1,6 @@
 // Tests of the token-shard data loader: batches against the shard contents, shard boundaries and
-// epochs, multi-shard globs, shuffled order (a permutation, deterministic, continued exactly after a
-// saved position), rank slices (disjoint and complete), and every kind of corrupted shard.
+// epochs, multi-shard globs, shuffled order (a permutation, deterministic, continued exactly after
+// a saved position), rank slices (disjoint and complete), and every kind of corrupted shard.
 #include <algorithm>
 #include <set>
 
@@ -24,7 +24,8 @@ static Batch next(DataLoader& loader, int B, int T) {
     return b;
 }
 // The batch a loader must return for chunk `chunk` of a shard's tokens (reference, written out).
-static Batch expected(const std::vector<uint16_t>& tokens, int chunk, int B, int T, int rank, int ranks) {
+static Batch expected(const std::vector<uint16_t>& tokens, int chunk, int B, int T, int rank,
+                      int ranks) {
     Batch b;
     size_t start = ((size_t)chunk * ranks + rank) * B * T;
     for (int i = 0; i < B * T; i++) {
@@ -44,8 +45,12 @@ TEST(sequential_batches_cross_shard_boundaries_and_epochs) {
     DataLoader loader(dir + "/train_*.bin", B, T, 0, 1, V, false, 0);
     CHECK(loader.files().size() == 2 && loader.chunks_per_epoch() == 5);
     for (int epoch = 0; epoch < 2; epoch++) {
-        for (int c = 0; c < 3; c++) CHECK_MSG(next(loader, B, T) == expected(s0, c, B, T, 0, 1), "epoch %d shard 0 chunk %d", epoch, c);
-        for (int c = 0; c < 2; c++) CHECK_MSG(next(loader, B, T) == expected(s1, c, B, T, 0, 1), "epoch %d shard 1 chunk %d", epoch, c);
+        for (int c = 0; c < 3; c++)
+            CHECK_MSG(next(loader, B, T) == expected(s0, c, B, T, 0, 1),
+                      "epoch %d shard 0 chunk %d", epoch, c);
+        for (int c = 0; c < 2; c++)
+            CHECK_MSG(next(loader, B, T) == expected(s1, c, B, T, 0, 1),
+                      "epoch %d shard 1 chunk %d", epoch, c);
     }
     CHECK(loader.position().epoch == 2);
     // The last target of shard 0's last chunk is its final token (the +1), never shard 1's first.
@@ -68,7 +73,8 @@ TEST(glob_takes_matching_shards_in_sorted_order) {
         CHECK(loader.files()[s] == dir + "/data_train_00" + std::to_string(s) + ".bin");
         CHECK(next(loader, 2, 4) == expected(shard_tokens(s, 9, V), 0, 2, 4, 0, 1));
     }
-    DataLoader single(dir + "/data_val_000.bin", 2, 4, 0, 1, V, false, 0);  // a plain path works too
+    DataLoader single(dir + "/data_val_000.bin", 2, 4, 0, 1, V, false,
+                      0);  // a plain path works too
     CHECK(single.files().size() == 1);
 }
 
@@ -106,11 +112,14 @@ TEST(shuffled_order_is_a_seeded_permutation_that_resumes_exactly) {
     // Shuffled at all, differently per epoch, and differently for another seed.
     std::vector<Batch> sequential_order = all_chunks;
     CHECK(!std::equal(straight.begin(), straight.begin() + per_epoch, sequential_order.begin()));
-    CHECK(!std::equal(straight.begin(), straight.begin() + per_epoch, straight.begin() + per_epoch));
+    CHECK(
+        !std::equal(straight.begin(), straight.begin() + per_epoch, straight.begin() + per_epoch));
     DataLoader other_seed(pattern, B, T, 0, 1, V, true, 100);
-    CHECK(walk(other_seed, per_epoch, B, T) != std::vector<Batch>(straight.begin(), straight.begin() + per_epoch));
+    CHECK(walk(other_seed, per_epoch, B, T) !=
+          std::vector<Batch>(straight.begin(), straight.begin() + per_epoch));
 
-    // Stop anywhere (mid-shard, mid-epoch, on an epoch edge), save the position, continue in a new loader.
+    // Stop anywhere (mid-shard, mid-epoch, on an epoch edge), save the position, continue in a new
+    // loader.
     for (int stop : {1, 7, 20, 33, 45}) {
         DataLoader first(pattern, B, T, 0, 1, V, true, 99);
         std::vector<Batch> got = walk(first, stop, B, T);
@@ -140,7 +149,8 @@ TEST(rank_slices_are_disjoint_and_cover_each_batch) {
             for (int r = 0; r < R; r++) {
                 Batch part = next(ranks[r], B, T);
                 joined.inputs.insert(joined.inputs.end(), part.inputs.begin(), part.inputs.end());
-                joined.targets.insert(joined.targets.end(), part.targets.begin(), part.targets.end());
+                joined.targets.insert(joined.targets.end(), part.targets.begin(),
+                                      part.targets.end());
             }
             CHECK_MSG(joined == all, "shuffle %d step %d", shuffle, step);
             // Token values are unique within a shard, so distinct inputs mean distinct positions.
@@ -156,22 +166,28 @@ TEST(corrupted_shards_are_clear_errors) {
     std::vector<uint16_t> good = shard_tokens(0, 100, V);
     auto open = [&](const std::string& path) { DataLoader l(path, 2, 4, 0, 1, V, false, 0); };
     write_shard(dir + "/magic.bin", good, 1234);
-    expect_input_error([&] { open(dir + "/magic.bin"); }, {dir + "/magic.bin", "not a token shard", "magic 1234"});
+    expect_input_error([&] { open(dir + "/magic.bin"); },
+                       {dir + "/magic.bin", "not a token shard", "magic 1234"});
     write_shard(dir + "/version.bin", good, TOKEN_SHARD_MAGIC, 7);
     expect_input_error([&] { open(dir + "/version.bin"); }, {dir + "/version.bin", "version 7"});
     write_shard(dir + "/long.bin", good, TOKEN_SHARD_MAGIC, 1, 99);
-    expect_input_error([&] { open(dir + "/long.bin"); }, {dir + "/long.bin", "does not match its header"});
+    expect_input_error([&] { open(dir + "/long.bin"); },
+                       {dir + "/long.bin", "does not match its header"});
     write_shard(dir + "/short.bin", good, TOKEN_SHARD_MAGIC, 1, 101);
-    expect_input_error([&] { open(dir + "/short.bin"); }, {dir + "/short.bin", "does not match its header"});
+    expect_input_error([&] { open(dir + "/short.bin"); },
+                       {dir + "/short.bin", "does not match its header"});
     std::vector<uint16_t> bad = good;
     bad[57] = V;  // one past the last token id
     write_shard(dir + "/token.bin", bad);
-    expect_input_error([&] { open(dir + "/token.bin"); }, {dir + "/token.bin", "token 1000 at index 57"});
+    expect_input_error([&] { open(dir + "/token.bin"); },
+                       {dir + "/token.bin", "token 1000 at index 57"});
     write_shard(dir + "/tiny.bin", shard_tokens(0, 8, V));  // needs 2·4 + 1 tokens
     expect_input_error([&] { open(dir + "/tiny.bin"); }, {dir + "/tiny.bin", "too few"});
     write_all(dir + "/stub.bin", {1, 2, 3});
-    expect_input_error([&] { open(dir + "/stub.bin"); }, {dir + "/stub.bin", "shorter than the 1024-byte header"});
-    expect_input_error([&] { open(dir + "/none_*.bin"); }, {dir + "/none_*.bin", "no file matches"});
+    expect_input_error([&] { open(dir + "/stub.bin"); },
+                       {dir + "/stub.bin", "shorter than the 1024-byte header"});
+    expect_input_error([&] { open(dir + "/none_*.bin"); },
+                       {dir + "/none_*.bin", "no file matches"});
     // A bad shard later in a glob is found before training starts (header and size checks).
     write_shard(dir + "/mix_0.bin", good);
     write_shard(dir + "/mix_1.bin", good, 1234);

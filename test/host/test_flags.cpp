@@ -22,19 +22,25 @@ static void rejected(std::vector<std::string> args, std::vector<std::string> wor
 }
 
 TEST(every_flag_sets_its_field) {
-    TrainOptions o = parse({"-i", "tr*.bin", "-j", "va*.bin", "-e", "d24", "-o", "out", "-n", "100",
-                            "-nk", "3", "-y", "1", "-b", "8", "-t", "256", "-d", "8192", "-x", "500",
-                            "-k", "wsd", "-l", "6e-4", "-u", "50", "-q", "0.1", "-c", "0.05",
-                            "-sl", "5", "-sg", "6", "-v", "25", "-m", "7", "-s", "40", "-g", "128",
-                            "-a", "1", "-z", "1", "-r", "2", "-f", "0", "-w", "1", "--seed", "77",
-                            "--shuffle", "1", "--stop-at", "100", "--tokenizer", "tok.bin"});
-    CHECK(o.train_data == "tr*.bin" && o.val_data == "va*.bin" && o.model == "d24" && o.output_dir == "out");
+    TrainOptions o = parse(
+        {"-i",        "tr*.bin", "-j",        "va*.bin", "-e",          "d24",    "-o",     "out",
+         "-n",        "100",     "-nk",       "3",       "-y",          "1",      "-b",     "8",
+         "-t",        "256",     "-d",        "8192",    "-x",          "500",    "-k",     "wsd",
+         "-l",        "6e-4",    "-u",        "50",      "-q",          "0.1",    "-c",     "0.05",
+         "-sl",       "5",       "-sg",       "6",       "-v",          "25",     "-m",     "7",
+         "-s",        "40",      "-g",        "128",     "-a",          "1",      "-z",     "1",
+         "-r",        "2",       "-f",        "0",       "-w",          "1",      "--seed", "77",
+         "--shuffle", "1",       "--stop-at", "100",     "--tokenizer", "tok.bin"});
+    CHECK(o.train_data == "tr*.bin" && o.val_data == "va*.bin" && o.model == "d24" &&
+          o.output_dir == "out");
     CHECK(o.checkpoint_every == 100 && o.checkpoints_keep == 3 && o.resume == 1);
     CHECK(o.batch_size == 8 && o.seq_len == 256 && o.total_batch == 8192 && o.max_steps == 500);
     CHECK(o.schedule == ScheduleKind::WSD && o.learning_rate == 6e-4 && o.warmup_steps == 50);
-    CHECK(o.final_lr_fraction == 0.1 && o.weight_decay == 0.05 && o.skip_loss_z == 5 && o.skip_norm_z == 6);
+    CHECK(o.final_lr_fraction == 0.1 && o.weight_decay == 0.05 && o.skip_loss_z == 5 &&
+          o.skip_norm_z == 6);
     CHECK(o.val_every == 25 && o.val_batches == 7 && o.sample_every == 40 && o.gen_tokens == 128);
-    CHECK(o.overfit_single_batch == 1 && o.zero_stage == 1 && o.recompute == 2 && o.tf32 == 0 && o.fp32_master == 1);
+    CHECK(o.overfit_single_batch == 1 && o.zero_stage == 1 && o.recompute == 2 && o.tf32 == 0 &&
+          o.fp32_master == 1);
     CHECK(o.seed == 77 && o.shuffle == 1 && o.stop_at == 100 && o.tokenizer == "tok.bin");
 }
 
@@ -82,7 +88,8 @@ static void invalid_combination(std::vector<std::string> args, const char* model
 TEST(impossible_combinations_are_rejected) {
     invalid_combination({"-b", "4", "-t", "64", "-d", "1000"}, "d12",
                         {"-d (--total-batch)", "1000", "multiple of B*T*ranks", "256"});
-    invalid_combination({"-b", "4", "-t", "64", "-d", "256"}, "d12", {"-d (--total-batch)", "512"}, 2);
+    invalid_combination({"-b", "4", "-t", "64", "-d", "256"}, "d12", {"-d (--total-batch)", "512"},
+                        2);
     invalid_combination({"-t", "2048"}, "d12", {"-t (--seq-len)", "2048", "1024"});
     invalid_combination({"-t", "65"}, "custom:L1:C8:H2:T64", {"-t (--seq-len)"});
     invalid_combination({"-y", "1"}, "d12", {"-y (--resume)", "-o"});
@@ -90,7 +97,8 @@ TEST(impossible_combinations_are_rejected) {
     invalid_combination({"-x", "10", "--stop-at", "11"}, "d12", {"--stop-at", "-x"});
     invalid_combination({"-x", "0"}, "d12", {"-x (--max-steps)"});
     // Heads that do not divide the channels are a model error (the trainer names -e with it).
-    expect_input_error([] { config_from_descriptor("custom:L2:C64:H5"); }, {"5 heads do not divide 64 channels"});
+    expect_input_error([] { config_from_descriptor("custom:L2:C64:H5"); },
+                       {"5 heads do not divide 64 channels"});
 }
 
 TEST(valid_combinations_fill_in_derived_values) {
@@ -104,9 +112,10 @@ TEST(valid_combinations_fill_in_derived_values) {
 
 TEST(help_lists_every_llmc_flag) {
     std::string help = train_flags_help("train", TrainOptions());
-    for (const char* flag : {"-i ", "-j ", "-e ", "-o ", "-n ", "-nk ", "-y ", "-b ", "-t ", "-d ", "-x ",
-                             "-k ", "-l ", "-u ", "-q ", "-c ", "-v ", "-m ", "-s ", "-g ", "-a ",
-                             "-z ", "-r ", "-sl ", "-sg ", "-f ", "-w ", "--help"})
+    for (const char* flag :
+         {"-i ", "-j ", "-e ", "-o ",  "-n ",  "-nk ", "-y ", "-b ",   "-t ", "-d ",
+          "-x ", "-k ", "-l ", "-u ",  "-q ",  "-c ",  "-v ", "-m ",   "-s ", "-g ",
+          "-a ", "-z ", "-r ", "-sl ", "-sg ", "-f ",  "-w ", "--help"})
         CHECK_MSG(help.find(std::string("  ") + flag) != std::string::npos, "help lacks %s", flag);
     std::string out;
     // The flag table's defaults appear: e.g. batch size 4.

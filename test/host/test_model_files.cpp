@@ -53,7 +53,8 @@ static uint16_t reference_bf16(float x) {
     memcpy(&bits, &x, 4);
     uint32_t down = bits & 0xFFFF0000u, up = down + 0x10000u;  // toward zero, away from zero
     auto value = [](uint32_t b) {
-        if ((b & 0x7FFFFFFFu) == 0x7F800000u) return std::copysign(std::ldexp(1.0, 128), (b >> 31) ? -1.0 : 1.0);
+        if ((b & 0x7FFFFFFFu) == 0x7F800000u)
+            return std::copysign(std::ldexp(1.0, 128), (b >> 31) ? -1.0 : 1.0);
         float f;
         memcpy(&f, &b, 4);
         return (double)f;
@@ -65,9 +66,9 @@ static uint16_t reference_bf16(float x) {
 }
 
 TEST(bf16_rounding_is_round_to_nearest_even) {
-    const float specials[] = {1.0f + 0x1p-8f,            // tie between 1 and 1+2^-7: down to even
-                              1.0f + 3 * 0x1p-8f,        // tie between odd and even: up
-                              -(1.0f + 0x1p-8f), 0.0f, -0.0f, 3.4028235e38f, 1e-40f, 65504.0f};
+    const float specials[] = {1.0f + 0x1p-8f,      // tie between 1 and 1+2^-7: down to even
+                              1.0f + 3 * 0x1p-8f,  // tie between odd and even: up
+                              -(1.0f + 0x1p-8f),  0.0f, -0.0f, 3.4028235e38f, 1e-40f, 65504.0f};
     for (float x : specials)
         CHECK_MSG(float_to_bf16(x) == reference_bf16(x), "%a: %04x vs %04x", x, float_to_bf16(x),
                   reference_bf16(x));
@@ -134,15 +135,22 @@ TEST(model_file_corruptions_are_clear_errors) {
                      {"does not match its header"});
     check_corruption("heads", [](std::vector<unsigned char>& b) { set_header(b, 5, 5); },
                      {"5 heads do not divide 64 channels"});
-    check_corruption("truncated", [](std::vector<unsigned char>& b) { b.erase(b.end() - 100, b.end()); },
+    check_corruption("truncated",
+                     [](std::vector<unsigned char>& b) { b.erase(b.end() - 100, b.end()); },
                      {"truncated tensor data"});
-    check_corruption("header_only", [](std::vector<unsigned char>& b) { b.resize(FILE_HEADER_BYTES); },
+    check_corruption("header_only",
+                     [](std::vector<unsigned char>& b) { b.resize(FILE_HEADER_BYTES); },
                      {"truncated tensor data"});
     check_corruption("short", [](std::vector<unsigned char>& b) { b.resize(100); },
                      {"shorter than the 1024-byte header"});
-    check_corruption("huge", [](std::vector<unsigned char>& b) { set_header(b, 6, 1 << 30); set_header(b, 5, 1); },
+    check_corruption("huge",
+                     [](std::vector<unsigned char>& b) {
+                         set_header(b, 6, 1 << 30);
+                         set_header(b, 5, 1);
+                     },
                      {"beyond any model"});
-    expect_input_error([] { read_model_file("/nonexistent/model.bin"); }, {"/nonexistent/model.bin", "cannot open"});
+    expect_input_error([] { read_model_file("/nonexistent/model.bin"); },
+                       {"/nonexistent/model.bin", "cannot open"});
 }
 
 TEST(failed_write_leaves_no_file) {
@@ -160,15 +168,19 @@ TEST(failed_write_leaves_no_file) {
 }
 
 TEST(descriptors_give_the_published_shapes) {
-    struct Case { const char* descriptor; int L, C, NH, maxT; };
-    const Case cases[] = {{"d12", 12, 768, 12, 1024},      {"d24", 24, 1024, 16, 1024},
-                          {"d36", 36, 1280, 20, 1024},     {"d48", 48, 1600, 25, 1024},
-                          {"gpt2:d12", 12, 768, 12, 1024}, {"gpt3:c768", 12, 768, 12, 2048},
+    struct Case {
+        const char* descriptor;
+        int L, C, NH, maxT;
+    };
+    const Case cases[] = {{"d12", 12, 768, 12, 1024},         {"d24", 24, 1024, 16, 1024},
+                          {"d36", 36, 1280, 20, 1024},        {"d48", 48, 1600, 25, 1024},
+                          {"gpt2:d12", 12, 768, 12, 1024},    {"gpt3:c768", 12, 768, 12, 2048},
                           {"gpt3:c2048", 24, 2048, 16, 2048}, {"gpt3:c12288", 96, 12288, 96, 2048}};
     for (const Case& k : cases) {
         GPTConfig c = config_from_descriptor(k.descriptor);
         CHECK_MSG(c.num_layers == k.L && c.channels == k.C && c.num_heads == k.NH &&
-                      c.max_seq_len == k.maxT && c.vocab_size == 50257 && c.padded_vocab_size == 50304,
+                      c.max_seq_len == k.maxT && c.vocab_size == 50257 &&
+                      c.padded_vocab_size == 50304,
                   "%s gave %s", k.descriptor, describe_config(c).c_str());
     }
     CHECK(param_layout(config_from_descriptor("d12")).total == 124475904);  // GPT-2 124M with Vp
@@ -177,12 +189,16 @@ TEST(descriptors_give_the_published_shapes) {
           t.padded_vocab_size == 384 && t.max_seq_len == 20);
     CHECK(is_model_descriptor("d12") && is_model_descriptor("custom:L1:C8:H1") &&
           !is_model_descriptor("model.bin") && !is_model_descriptor("dir/d12"));
-    expect_input_error([] { config_from_descriptor("d13"); }, {"d13", "no GPT-2 model of depth 13"});
-    expect_input_error([] { config_from_descriptor("gpt3:c100"); }, {"no GPT-3 model with 100 channels"});
+    expect_input_error([] { config_from_descriptor("d13"); },
+                       {"d13", "no GPT-2 model of depth 13"});
+    expect_input_error([] { config_from_descriptor("gpt3:c100"); },
+                       {"no GPT-3 model with 100 channels"});
     expect_input_error([] { config_from_descriptor("gpt2:x"); }, {"gpt2:x"});
     expect_input_error([] { config_from_descriptor("custom:L2:C64"); }, {"need L, C and H"});
-    expect_input_error([] { config_from_descriptor("custom:L2:C64:H5"); }, {"5 heads do not divide 64 channels"});
-    expect_input_error([] { config_from_descriptor("custom:L2:C64:H4:X3"); }, {"unknown field 'X'"});
+    expect_input_error([] { config_from_descriptor("custom:L2:C64:H5"); },
+                       {"5 heads do not divide 64 channels"});
+    expect_input_error([] { config_from_descriptor("custom:L2:C64:H4:X3"); },
+                       {"unknown field 'X'"});
     expect_input_error([] { config_from_descriptor("custom:L2:C64:H4:V70000"); }, {"uint16"});
 }
 
@@ -214,7 +230,8 @@ TEST(gpt2_init_statistics_and_determinism) {
             double want = (t == ATTPROJW || t == FCPROJW) ? residual : 0.02;
             // n ≥ 8192 draws: the sample std is within 3% of the true one far beyond 5 sigma.
             CHECK_MSG(std::fabs(sd / want - 1) < 0.03, "tensor %d std %g, want %g", t, sd, want);
-            CHECK_MSG(std::fabs(mean) < 4 * want / std::sqrt((double)n), "tensor %d mean %g", t, mean);
+            CHECK_MSG(std::fabs(mean) < 4 * want / std::sqrt((double)n), "tensor %d mean %g", t,
+                      mean);
         } else {
             const float want = (t == LN1W || t == LN2W || t == LNFW) ? 1.0f : 0.0f;
             for (size_t i = 0; i < n; i++) CHECK_MSG(p[i] == want, "tensor %d element %zu", t, i);

@@ -18,11 +18,12 @@ static LRSchedule make(ScheduleKind kind, int warmup, int max_steps, double fina
 
 TEST(cosine_schedule) {
     LRSchedule s = make(ScheduleKind::COSINE, 10, 110, 0.1);
-    CHECK_NEAR(learning_rate_at(s, 0), 1e-4, 1e-15);   // (0+1)/10 of the peak
+    CHECK_NEAR(learning_rate_at(s, 0), 1e-4, 1e-15);  // (0+1)/10 of the peak
     CHECK_NEAR(learning_rate_at(s, 4), 5e-4, 1e-15);
     CHECK_NEAR(learning_rate_at(s, 9), 1e-3, 1e-15);
     CHECK_NEAR(learning_rate_at(s, 10), 1e-3, 1e-15);  // decay starts at the peak
-    CHECK_NEAR(learning_rate_at(s, 35), 1e-4 + 9e-4 * 0.5 * (1 + std::sqrt(0.5)), 1e-15);  // p = 1/4
+    CHECK_NEAR(learning_rate_at(s, 35), 1e-4 + 9e-4 * 0.5 * (1 + std::sqrt(0.5)),
+               1e-15);                                   // p = 1/4
     CHECK_NEAR(learning_rate_at(s, 60), 5.5e-4, 1e-15);  // p = 1/2: halfway between peak and min
     CHECK_NEAR(learning_rate_at(s, 110), 1e-4, 1e-15);
 }
@@ -45,7 +46,7 @@ TEST(wsd_schedule) {
     CHECK_NEAR(learning_rate_at(s, 5), 6e-4, 1e-15);
     CHECK_NEAR(learning_rate_at(s, 50), 1e-3, 1e-15);
     CHECK_NEAR(learning_rate_at(s, 79), 1e-3, 1e-15);
-    CHECK_NEAR(learning_rate_at(s, 80), 1e-3, 1e-15);                       // q = 0
+    CHECK_NEAR(learning_rate_at(s, 80), 1e-3, 1e-15);                         // q = 0
     CHECK_NEAR(learning_rate_at(s, 84), 1e-3 * (1 - std::sqrt(0.2)), 1e-15);  // q = 4/20
     CHECK_NEAR(learning_rate_at(s, 95), 1e-3 * (1 - std::sqrt(0.75)), 1e-15);
     CHECK_NEAR(learning_rate_at(s, 100), 0.0, 1e-15);

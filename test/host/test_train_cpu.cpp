@@ -83,7 +83,8 @@ TEST(single_batch_overfits) {
     const std::string data = data_dir();
     std::string out;
     int rc = run_trainer("-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
-                             " -b 2 -t 16 -a 1 -x 120 -k constant -l 3e-3 -c 0 -v 0 -s 0", &out);
+                             " -b 2 -t 16 -a 1 -x 120 -k constant -l 3e-3 -c 0 -v 0 -s 0",
+                         &out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out.c_str());
     // 32 random tokens memorised: cross-entropy from ln(64) = 4.16 to below 0.1.
     CHECK_MSG(last_loss(out) < 0.1, "final loss %g", last_loss(out));
@@ -95,7 +96,8 @@ TEST(resume_continues_bitwise) {
     // Two micro-steps per step, shuffled data, cosine with warmup, validation and sampling on.
     const std::string common = "-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
                                " -b 2 -t 8 -d 32 --shuffle 1 --seed 11 -x 20 -k cosine -u 3 -q 0.1"
-                               " -l 2e-3 -c 0.1 -v 5 -m 2 -s 5 -g 4 -n 10 --tokenizer " + data + "/tokenizer.bin";
+                               " -l 2e-3 -c 0.1 -v 5 -m 2 -s 5 -g 4 -n 10 --tokenizer " +
+                               data + "/tokenizer.bin";
     std::string a, b1, b2;
     CHECK_MSG(run_trainer(common + " -o " + straight, &a) == 0, "%s", a.c_str());
     CHECK_MSG(run_trainer(common + " -o " + split + " --stop-at 10", &b1) == 0, "%s", b1.c_str());
@@ -110,31 +112,41 @@ TEST(resume_continues_bitwise) {
     CHECK_MSG(run_trainer(common + " -o " + odd + " --stop-at 7", &c1) == 0, "%s", c1.c_str());
     CHECK_MSG(run_trainer(common + " -o " + odd + " -y 1", &c2) == 0, "%s", c2.c_str());
     CHECK(sample_lines(a) == sample_lines(c1 + c2));
-    CHECK(read_all(straight + "/state_00000020_00000.bin") == read_all(odd + "/state_00000020_00000.bin"));
+    CHECK(read_all(straight + "/state_00000020_00000.bin") ==
+          read_all(odd + "/state_00000020_00000.bin"));
 
-    std::vector<std::string> whole = step_records(a), first = step_records(b1), second = step_records(b2);
+    std::vector<std::string> whole = step_records(a), first = step_records(b1),
+                             second = step_records(b2);
     first.insert(first.end(), second.begin(), second.end());
-    CHECK_MSG(whole.size() == 20 + 5, "%zu records", whole.size());  // 20 steps, val at 0,5,10,15,20
+    CHECK_MSG(whole.size() == 20 + 5, "%zu records",
+              whole.size());  // 20 steps, val at 0,5,10,15,20
     CHECK(first == whole);
-    for (const char* file : {"state_00000020_00000.bin", "model_00000020.bin", "state_00000010_00000.bin"}) {
-        std::vector<unsigned char> x = read_all(straight + "/" + file), y = read_all(split + "/" + file);
+    for (const char* file :
+         {"state_00000020_00000.bin", "model_00000020.bin", "state_00000010_00000.bin"}) {
+        std::vector<unsigned char> x = read_all(straight + "/" + file),
+                                   y = read_all(split + "/" + file);
         CHECK_MSG(!x.empty() && x == y, "%s differs", file);
     }
-    // The weights a run ends with are the ones its model file holds, readable as a model to start from.
+    // The weights a run ends with are the ones its model file holds, readable as a model to start
+    // from.
     ModelFile m = read_model_file(straight + "/model_00000020.bin");
     CHECK(m.config.num_layers == 2 && m.config.channels == 32 && m.config.vocab_size == 64);
     std::string c;
     CHECK_MSG(run_trainer("-i " + data + "/train.bin -j " + data + "/val.bin -e " + straight +
-                              "/model_00000020.bin -b 2 -t 8 -x 2 -s 0", &c) == 0, "%s", c.c_str());
+                              "/model_00000020.bin -b 2 -t 8 -x 2 -s 0",
+                          &c) == 0,
+              "%s", c.c_str());
 }
 
 TEST(checkpoints_are_pruned_to_the_newest) {
     const std::string data = data_dir(), out = tst::make_temp_dir() + "/out";
     std::string log;
     CHECK(run_trainer("-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
-                          " -b 2 -t 8 -x 12 -n 3 -nk 2 -v 0 -s 0 -o " + out, &log) == 0);
+                          " -b 2 -t 8 -x 12 -n 3 -nk 2 -v 0 -s 0 -o " + out,
+                      &log) == 0);
     CHECK(complete_checkpoints(out, 1) == (std::vector<long long>{9, 12}));
-    CHECK(!path_exists(checkpoint_model_path(out, 6)) && !path_exists(checkpoint_state_path(out, 3, 0)));
+    CHECK(!path_exists(checkpoint_model_path(out, 6)) &&
+          !path_exists(checkpoint_state_path(out, 3, 0)));
     // metrics.jsonl: a step-0 line would need -v; here one JSON line per step.
     std::vector<unsigned char> bytes = read_all(metrics_log_path(out));
     std::string text(bytes.begin(), bytes.end());
@@ -161,19 +173,23 @@ static void fails_cleanly(const std::string& args, const std::vector<std::string
 
 TEST(bad_input_fails_cleanly) {
     const std::string data = data_dir(), fresh = tst::make_temp_dir() + "/out";
-    const std::string base = "-j " + data + "/val.bin -e " + MODEL + " -b 2 -t 8 -x 4 -v 2 -s 0 -o " + fresh;
+    const std::string base =
+        "-j " + data + "/val.bin -e " + MODEL + " -b 2 -t 8 -x 4 -v 2 -s 0 -o " + fresh;
     const std::string ok = "-i " + data + "/train.bin " + base;
-    fails_cleanly("-i " + data + "/missing_*.bin " + base, {"missing_*.bin", "no file matches"}, fresh);
+    fails_cleanly("-i " + data + "/missing_*.bin " + base, {"missing_*.bin", "no file matches"},
+                  fresh);
     fails_cleanly(ok + " -b x", {"-b (--batch-size)", "'x' is not an integer"}, fresh);
     fails_cleanly(ok + " --frobnicate 1", {"unknown flag '--frobnicate'"}, fresh);
     fails_cleanly(ok + " -t 17", {"-t (--seq-len)", "17", "16"}, fresh);
     fails_cleanly(ok + " -d 100", {"-d (--total-batch)", "16"}, fresh);
-    fails_cleanly(ok + " -e custom:L2:C32:H3:V64:T16", {"-e (--model)", "3 heads do not divide 32 channels"}, fresh);
+    fails_cleanly(ok + " -e custom:L2:C32:H3:V64:T16",
+                  {"-e (--model)", "3 heads do not divide 32 channels"}, fresh);
     fails_cleanly(ok + " -e " + data + "/nothing.bin", {"-e (--model)", "nothing.bin"}, fresh);
     fails_cleanly(ok + " -e " + data + "/train.bin", {"train.bin", "not a model file"}, fresh);
     std::vector<uint16_t> big(200, 64);  // token 64 is outside the model's vocabulary of 64
     write_shard(data + "/bad_tokens.bin", big);
-    fails_cleanly("-i " + data + "/bad_tokens.bin " + base, {"bad_tokens.bin", "outside the vocabulary"}, fresh);
+    fails_cleanly("-i " + data + "/bad_tokens.bin " + base,
+                  {"bad_tokens.bin", "outside the vocabulary"}, fresh);
     CHECK(!path_exists(fresh));  // nothing was created by any of these
 
     // -y 1 with no checkpoint yet starts afresh; then resumes that must be refused.
@@ -181,8 +197,10 @@ TEST(bad_input_fails_cleanly) {
     CHECK_MSG(run_trainer(ok + " -y 1", &log) == 0, "%s", log.c_str());
     CHECK(log.find("training starts from step 0") != std::string::npos);
     CHECK(complete_checkpoints(fresh, 1) == std::vector<long long>{4});
-    fails_cleanly(ok + " -y 1 -b 4", {"state_00000004_00000.bin", "-b (batch size) = 2", "4"}, fresh);
-    fails_cleanly(ok + " -y 1 -e custom:L3:C32:H2:V64:T16", {"state_00000004_00000.bin", "L=2", "L=3"}, fresh);
+    fails_cleanly(ok + " -y 1 -b 4", {"state_00000004_00000.bin", "-b (batch size) = 2", "4"},
+                  fresh);
+    fails_cleanly(ok + " -y 1 -e custom:L3:C32:H2:V64:T16",
+                  {"state_00000004_00000.bin", "L=2", "L=3"}, fresh);
     const std::string state = checkpoint_state_path(fresh, 4, 0);
     std::vector<unsigned char> bytes = read_all(state);
     bytes[bytes.size() - 9] ^= 1;
@@ -190,5 +208,6 @@ TEST(bad_input_fails_cleanly) {
     fails_cleanly(ok + " -y 1 -x 8", {"state_00000004_00000.bin", "checksum mismatch"}, fresh);
     bytes.resize(bytes.size() / 2);
     write_all(state, bytes);
-    fails_cleanly(ok + " -y 1 -x 8", {"state_00000004_00000.bin", "does not match its header"}, fresh);
+    fails_cleanly(ok + " -y 1 -x 8", {"state_00000004_00000.bin", "does not match its header"},
+                  fresh);
 }
