@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     adamw.learning_rate = 1e-4f;
     adamw.weight_decay = 0.1f;
 
-    std::vector<double> ms;
+    std::vector<double> ms, step_gemm_seconds;
     double gemm_flops = 0, gemm_seconds = 0;
     for (int step = 1; step <= warmup + steps; step++) {
         const GemmStats before = gemm_stats();
@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
         ms.push_back((t3 - t0) * 1e3);
         gemm_flops += gemm_stats().flops - before.flops;
         gemm_seconds += gemm_stats().seconds - before.seconds;
+        step_gemm_seconds.push_back(gemm_stats().seconds - before.seconds);
         printf("step %2d: %.1f ms (forward %.1f, zero_grad + backward %.1f, adamw %.1f), loss %.4f\n", step - warmup,
                (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, loss);
     }
@@ -141,6 +142,13 @@ int main(int argc, char** argv) {
     printf("median %.1f ms/step over %d steps (min %.1f, max %.1f)\n", median_ms, steps, sorted.front(), sorted.back());
     printf("step: %.1f GFLOP in %.1f ms = %.1f GFLOP/s = %.0f%% of the sgemm rate\n", step_flops / 1e9, median_ms,
            step_rate, 100 * step_rate / sgemm_rate);
+    // The isolated rate is a best-of; the fastest step is the like-for-like figure on a busy machine.
+    const double best_rate = step_flops / (sorted.front() / 1e3) / 1e9;
+    const size_t fastest = std::min_element(ms.begin(), ms.end()) - ms.begin();
+    const double fastest_gemm_rate = gemm_flops / steps / step_gemm_seconds[fastest] / 1e9;
+    printf("fastest step: %.1f ms = %.1f GFLOP/s = %.0f%% of the sgemm rate; its GEMMs %.1f GFLOP/s = %.0f%%\n",
+           sorted.front(), best_rate, 100 * best_rate / sgemm_rate, fastest_gemm_rate,
+           100 * fastest_gemm_rate / sgemm_rate);
     printf("GEMMs inside the step: %.1f GFLOP/s = %.0f%% of the sgemm rate; %.0f%% of step time in GEMMs\n",
            gemm_rate, 100 * gemm_rate / sgemm_rate, 100 * gemm_seconds / steps / (median_ms / 1e3));
     gpt_cpu_free(model);
