@@ -247,6 +247,20 @@ std::vector<float> widen(const void* base, int32_t type, int64_t rows, int64_t c
     return out;
 }
 
+// Sums of each row / each column of a dense column-major rows x cols matrix, in double.
+std::vector<double> row_sums(const float* x, int64_t rows, int64_t cols) {
+    std::vector<double> sums(rows, 0.0);
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++) sums[i] += x[(size_t)j * rows + i];
+    return sums;
+}
+std::vector<double> column_sums(const float* x, int64_t rows, int64_t cols) {
+    std::vector<double> sums(cols, 0.0);
+    for (int64_t j = 0; j < cols; j++)
+        for (int64_t i = 0; i < rows; i++) sums[j] += x[(size_t)j * rows + i];
+    return sums;
+}
+
 struct BatchPointers {
     const void *a, *b, *c;
     void *d, *bias, *aux;
@@ -282,29 +296,15 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
         }
     }
 
-    // Bias gradients, summed in double and rounded once into the bias type.
-    if (e.bgrad_of_d || e.bgrad_of_a) {
-        const std::vector<float>& src = e.bgrad_of_d ? z : a;  // row i of D, or row i of op(A)
-        const int64_t terms = e.bgrad_of_d ? n : k;
-        for (int64_t i = 0; i < m; i++) {
-            double sum = 0;
-            for (int64_t t = 0; t < terms; t++) {
-                // D is m x n dense; A is stored m x k (no transpose) or k x m (transposed).
-                size_t index = e.bgrad_of_d ? (size_t)t * m + i
-                               : p.trans_a  ? (size_t)i * k + t
-                                            : (size_t)t * m + i;
-                sum += src[index];
-            }
-            store(ptr.bias, p.bias_type, i, (float)sum);
-        }
-    }
-    if (e.bgrad_of_b) {
-        for (int64_t j = 0; j < n; j++) {  // column j of op(B): B stored k x n, or n x k when transposed
-            double sum = 0;
-            for (int64_t t = 0; t < k; t++) sum += b[p.trans_b ? (size_t)t * n + j : (size_t)j * k + t];
-            store(ptr.bias, p.bias_type, j, (float)sum);
-        }
-    }
+    // Bias gradients, summed in double and rounded once into the bias type. A dense matrix stored
+    // rows x cols: sums along its rows when op() leaves it as is, along its columns when op() transposes.
+    std::vector<double> gradient;
+    if (e.bgrad_of_d) gradient = row_sums(z.data(), m, n);  // over the n columns of D
+    if (e.bgrad_of_a)  // over k: row i of op(A)
+        gradient = p.trans_a ? column_sums(a.data(), k, m) : row_sums(a.data(), m, k);
+    if (e.bgrad_of_b)  // over k: column j of op(B)
+        gradient = p.trans_b ? row_sums(b.data(), n, k) : column_sums(b.data(), k, n);
+    for (size_t i = 0; i < gradient.size(); i++) store(ptr.bias, p.bias_type, i, (float)gradient[i]);
 }
 
 }  // namespace

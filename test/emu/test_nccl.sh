@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the NCCL stand-in's tests (test/emu/test_nccl.cpp) as real MPI jobs of 2 and 4 processes and
-# passes on rank 0's PASS/FAIL lines. A job that crashes, hangs (killed after 120 s) or exits non-zero
+# Runs the NCCL stand-in's tests (test/emu/test_nccl.cpp) as real MPI jobs of 2 and 4 processes, and
+# once without mpirun (a single process, as a one-GPU trainer runs), and passes on rank 0's PASS/FAIL lines. A job that crashes, hangs (killed after 120 s) or exits non-zero
 # without a FAIL line counts as a failure. Prints SKIPPED where the program or mpirun is missing.
 set -u
 program="${BUILD:-build}/test/test_nccl"
@@ -18,14 +18,15 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # One OpenMP thread per rank: the ranks share the machine's cores.
 export OMP_NUM_THREADS=1
 status=0
-for np in 2 4; do
-  out=$(timeout 120 mpirun --oversubscribe -np "$np" "$program" 2>&1)
+for np in 1 2 4; do
+  if [ "$np" -eq 1 ]; then launcher=(); else launcher=(mpirun --oversubscribe -np "$np"); fi
+  out=$(timeout 120 "${launcher[@]}" "$program" 2>&1)
   rc=$?
   echo "$out" | grep -E '^(PASS|FAIL|SKIPPED) '
   if [ "$rc" -ne 0 ]; then
     status=1
     if ! echo "$out" | grep -q '^FAIL '; then
-      echo "FAIL nccl_np${np}: mpirun exited with status $rc$( [ "$rc" -eq 124 ] && echo ' (timed out)')"
+      echo "FAIL nccl_np${np}: the job exited with status $rc$( [ "$rc" -eq 124 ] && echo ' (timed out)')"
     fi
     echo "$out" | grep -vE '^(PASS|FAIL|SKIPPED) ' | tail -n 20 | sed 's/^/  | /'
   fi
