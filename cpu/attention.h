@@ -1,15 +1,19 @@
 // Causal multi-head self-attention. qkv (B, T, 3C) holds q, k, v side by side, each split into NH
 // heads of hs = C/NH channels; out (B, T, C) puts head h at channels [h·hs, (h+1)·hs).
-// For query t of head h: att[t, t2] = softmax over t2 ≤ t of q_t·k_t2 / sqrt(hs) (zero for t2 > t),
-// out_t = Σ att[t, t2] · v_t2. Forward saves att (B, NH, T, T) for backward.
-// Work is split over (b, h); every inner loop runs over hs contiguous channels, so the compiler
-// vectorises it, and a thread touches only its own head's slices of dqkv.
+// Per (b, h), with Q, K, V the head's (T × hs) slices (rows 3C apart in qkv):
+//   att = causal_softmax(Q·Kᵀ / sqrt(hs))   (row t is zero beyond t2 = t)
+//   out = att · V
+// Forward saves att (B, NH, T, T) for backward. The three products of each head are GEMMs on the
+// strided slices, and the heads are split over OpenMP threads, so each GEMM runs on its thread
+// (see cpu/gemm.h). The GEMMs compute the full T×T square, twice the causal work, but at GEMM speed
+// that is still several times faster than dot-product loops (10 vs 100+ GFLOP/s per core at T=1024).
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <vector>
 
 #include "cpu/fast_math.h"
+#include "cpu/gemm.h"
 #include "cpu/parallel.h"
 
 template <typename Real>
@@ -19,41 +23,32 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
 #pragma omp parallel for collapse(2) schedule(static) if (worth_parallel((size_t)B * T * T * C))
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const Real* base = qkv + (size_t)b * T * C3 + h * hs;  // q of (b, t=0, h)
+            const Real* q = qkv + (size_t)b * T * C3 + h * hs;
+            const Real* k = q + C;
+            const Real* v = q + 2 * C;
+            Real* a = att + ((size_t)b * NH + h) * T * T;
+            gemm(false, true, T, T, hs, scale, q, C3, k, C3, Real(0), a, T);  // scores
             for (int t = 0; t < T; t++) {
-                const Real* q = base + (size_t)t * C3;
-                Real* a = att + (((size_t)b * NH + h) * T + t) * T;
+                Real* row = a + (size_t)t * T;
                 Real max_score = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const Real* k = base + (size_t)t2 * C3 + C;
-                    Real dot = 0;
-#pragma omp simd reduction(+ : dot)
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    a[t2] = dot * scale;
-                    if (a[t2] > max_score) max_score = a[t2];
-                }
+                for (int t2 = 0; t2 <= t; t2++) max_score = row[t2] > max_score ? row[t2] : max_score;
                 Real sum = 0;
+#pragma omp simd reduction(+ : sum)
                 for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = exp_of(a[t2] - max_score);
-                    sum += a[t2];
+                    row[t2] = exp_of(row[t2] - max_score);
+                    sum += row[t2];
                 }
                 const Real inv_sum = Real(1) / sum;
-                for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv_sum;
-                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
-
-                Real* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const Real* v = base + (size_t)t2 * C3 + 2 * C;
-                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
-                }
+                for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
+                for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
             }
+            gemm(false, false, T, hs, T, Real(1), a, T, v, C3, Real(0), out + (size_t)b * T * C + h * hs, C);
         }
     }
 }
 
-// Adds into dqkv. Per query t: datt = dout_t · v, dv += att · dout_t, then the softmax backward
-// dscore = att · (datt − Σ att·datt), and dq, dk from the scaled dot products.
+// Adds into dqkv. Per head: datt = dout·Vᵀ, dV += attᵀ·dout, the softmax backward
+// dscore = att ⊙ (datt − rowsum(att ⊙ datt)) / sqrt(hs), then dQ += dscore·K and dK += dscoreᵀ·Q.
 template <typename Real>
 void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B, int T,
                         int C, int NH) {
@@ -61,40 +56,28 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
     const Real scale = Real(1) / std::sqrt(Real(hs));
 #pragma omp parallel if (worth_parallel((size_t)B * T * T * C))
     {
-        std::vector<Real> datt(T);  // one row of d(att), per thread
+        std::vector<Real> dscore((size_t)T * T);  // per thread: datt, then dscore in place
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < NH; h++) {
-                const Real* base = qkv + (size_t)b * T * C3 + h * hs;
-                Real* dbase = dqkv + (size_t)b * T * C3 + h * hs;
+                const size_t head = (size_t)b * T * C3 + h * hs;
+                const Real *q = qkv + head, *k = q + C, *v = q + 2 * C;
+                Real *dq = dqkv + head, *dk = dq + C, *dv = dq + 2 * C;
+                const Real* a = att + ((size_t)b * NH + h) * T * T;
+                const Real* d = dout + (size_t)b * T * C + h * hs;
+                gemm(false, true, T, T, hs, Real(1), d, C, v, C3, Real(0), dscore.data(), T);
+                gemm(true, false, T, hs, T, Real(1), a, T, d, C, Real(1), dv, C3);
                 for (int t = 0; t < T; t++) {
-                    const Real* a = att + (((size_t)b * NH + h) * T + t) * T;
-                    const Real* d = dout + ((size_t)b * T + t) * C + h * hs;
+                    const Real* a_row = a + (size_t)t * T;
+                    Real* row = dscore.data() + (size_t)t * T;
                     Real att_dot_datt = 0;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const Real* v = base + (size_t)t2 * C3 + 2 * C;
-                        Real* dv = dbase + (size_t)t2 * C3 + 2 * C;
-                        Real dot = 0;
-#pragma omp simd reduction(+ : dot)
-                        for (int i = 0; i < hs; i++) {
-                            dot += d[i] * v[i];
-                            dv[i] += a[t2] * d[i];
-                        }
-                        datt[t2] = dot;
-                        att_dot_datt += a[t2] * dot;
-                    }
-                    const Real* q = base + (size_t)t * C3;
-                    Real* dq = dbase + (size_t)t * C3;
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const Real dscore = a[t2] * (datt[t2] - att_dot_datt) * scale;
-                        const Real* k = base + (size_t)t2 * C3 + C;
-                        Real* dk = dbase + (size_t)t2 * C3 + C;
-                        for (int i = 0; i < hs; i++) {
-                            dq[i] += dscore * k[i];
-                            dk[i] += dscore * q[i];
-                        }
-                    }
+#pragma omp simd reduction(+ : att_dot_datt)
+                    for (int t2 = 0; t2 <= t; t2++) att_dot_datt += a_row[t2] * row[t2];
+                    for (int t2 = 0; t2 <= t; t2++) row[t2] = a_row[t2] * (row[t2] - att_dot_datt) * scale;
+                    for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
                 }
+                gemm(false, false, T, hs, T, Real(1), dscore.data(), T, k, C3, Real(1), dq, C3);
+                gemm(true, false, T, hs, T, Real(1), dscore.data(), T, q, C3, Real(1), dk, C3);
             }
         }
     }
