@@ -176,6 +176,7 @@ static int train(int argc, char** argv) {
     std::unique_ptr<MetricsLog> metrics;
     if (!opt.output_dir.empty()) {
         make_directory(opt.output_dir);
+        if (resuming) truncate_metrics_log(metrics_log_path(opt.output_dir), state.step);
         metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
     }
 

@@ -3,9 +3,12 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "host/errors.h"
+#include "host/file_io.h"
 
 // JSON has no NaN or infinity: write null so that the line stays parseable.
 static std::string number(double value, const char* format) {
@@ -35,4 +38,18 @@ void MetricsLog::write(const StepMetrics& m) {
     std::string line = metrics_json(m) + "\n";
     if (fwrite(line.data(), 1, line.size(), file_) != line.size() || fflush(file_) != 0)
         fail("%s: write failed (%s)", path_.c_str(), strerror(errno));
+}
+
+void truncate_metrics_log(const std::string& path, long long last_kept_step) {
+    if (!path_exists(path)) return;
+    std::ifstream in(path);
+    std::string line, kept;
+    while (std::getline(in, line)) {
+        size_t at = line.find("\"step\":");
+        if (at != std::string::npos && atoll(line.c_str() + at + 7) > last_kept_step) continue;
+        kept += line + "\n";
+    }
+    AtomicFile out(path);
+    out.write(kept.data(), kept.size());
+    out.commit();
 }

@@ -27,5 +27,10 @@ private:
     FILE* file_;
 };
 
+// On resume from step N: drops the lines of steps after N (written by the run that stopped after
+// its last checkpoint), so that the log holds each step once. Rewrites the file atomically; no
+// file, no-op.
+void truncate_metrics_log(const std::string& path, long long last_kept_step);
+
 // One log line (without the newline), as write() appends it.
 std::string metrics_json(const StepMetrics& metrics);

@@ -1,5 +1,6 @@
 // Tests of the training-state file (round trip, corruption detected, run-shape check), of which
 // checkpoints in an output folder count as complete, of pruning, and of the metrics log lines.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -158,4 +159,26 @@ TEST(metrics_log_lines) {
     std::vector<unsigned char> bytes = read_all(dir + "/m.jsonl");
     std::string text(bytes.begin(), bytes.end());
     CHECK(text == metrics_json(m) + "\n" + metrics_json(v) + "\n" + metrics_json(v) + "\n");
+}
+
+TEST(metrics_log_truncated_on_resume) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/m.jsonl";
+    truncate_metrics_log(path, 5);  // no log yet: nothing happens
+    CHECK(!path_exists(path));
+    {
+        MetricsLog log(path);
+        for (int step = 0; step <= 12; step++) {
+            StepMetrics m;
+            m.step = step;
+            m.has_val = true;
+            m.val_loss = step;
+            log.write(m);
+        }
+    }
+    truncate_metrics_log(path, 10);
+    std::vector<unsigned char> bytes = read_all(path);
+    std::string text(bytes.begin(), bytes.end());
+    CHECK(std::count(text.begin(), text.end(), '\n') == 11);
+    CHECK(text.find("{\"step\":10,") != std::string::npos);
+    CHECK(text.find("{\"step\":11,") == std::string::npos);
 }

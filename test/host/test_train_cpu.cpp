@@ -102,8 +102,16 @@ TEST(resume_continues_bitwise) {
     CHECK_MSG(run_trainer(common + " -o " + straight, &a) == 0, "%s", a.c_str());
     CHECK_MSG(run_trainer(common + " -o " + split + " --stop-at 10", &b1) == 0, "%s", b1.c_str());
     CHECK(complete_checkpoints(split, 1) == std::vector<long long>{10});
+    // As if the first run had gone on past its checkpoint before dying: a step the resume redoes.
+    tst::run_command("echo '{\"step\":11,\"loss\":99.0}' >> " + metrics_log_path(split));
     CHECK_MSG(run_trainer(common + " -o " + split + " -y 1", &b2) == 0, "%s", b2.c_str());
     CHECK(b2.find("resumed from step 10") != std::string::npos);
+    // The resumed run's metrics log holds each step once (the stale step 11 is gone).
+    auto lines = [](const std::string& path) {
+        std::vector<unsigned char> bytes = read_all(path);
+        return std::count(bytes.begin(), bytes.end(), '\n');
+    };
+    CHECK(lines(metrics_log_path(split)) == 21 && lines(metrics_log_path(straight)) == 21);
     CHECK(sample_lines(a).size() == 4);  // at steps 5, 10, 15, 20
     CHECK(sample_lines(a) == sample_lines(b1 + b2));
     // Stopping off the sampling and validation grid (step 7) changes nothing either.
