@@ -325,3 +325,24 @@ TEST(float_exp_and_tanh_match_the_standard_library) {
     CHECK_MSG(worst_tanh <= 3e-7, "tanh_of: worst absolute error %.3g", worst_tanh);
     CHECK(exp_of(-1000.0f) < 1e-37f && exp_of(1000.0f) < INFINITY);  // clamped, never inf
 }
+
+TEST(attention_heads_on_parallel_threads_match_one_thread) {
+    // Big enough to run the heads on OpenMP threads, each calling the BLAS concurrently; the
+    // result must be the same bits as on one thread (and so independent of the thread count).
+    std::mt19937 rng(12);
+    const int B = 4, T = 64, C = 128, NH = 4;
+    static_assert((size_t)B * T * T * C >= PARALLEL_MIN_WORK, "must take the parallel path");
+    const std::vector<float> qkv = to_float(random_tensor(B * T * 3 * C, rng)), dout = to_float(random_tensor(B * T * C, rng));
+    auto run = [&](int threads) {
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        std::vector<float> out(B * T * C), att(B * NH * T * T), dqkv(B * T * 3 * C, 0.0f);
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+        omp_set_num_threads(saved);
+        out.insert(out.end(), dqkv.begin(), dqkv.end());
+        return out;
+    };
+    const std::vector<float> one = run(1), two = run(2);
+    CHECK(one == two);
+}
