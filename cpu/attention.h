@@ -50,8 +50,8 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
 // Adds into dqkv. Per head: datt = dout·Vᵀ, dV += attᵀ·dout, the softmax backward
 // dscore = att ⊙ (datt − rowsum(att ⊙ datt)) / sqrt(hs), then dQ += dscore·K and dK += dscoreᵀ·Q.
 template <typename Real>
-void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B, int T,
-                        int C, int NH) {
+void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B, int T, int C,
+                        int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const Real scale = Real(1) / std::sqrt(Real(hs));
 #pragma omp parallel if (worth_parallel((size_t)B * T * T * C))

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-
 #include "cpu/adamw.h"
 #include "cpu/attention.h"
 #include "cpu/crossentropy.h"
@@ -40,18 +39,18 @@ struct GPTModel {
 
     // What forward saves for backward, sized for max_B · max_T positions (N below); per-layer
     // tensors hold L consecutive slices.
-    std::vector<Real> encoded;                    // (N, C)
-    std::vector<Real> ln1, ln1_mean, ln1_rstd;    // (L, N, C), (L, N), (L, N)
-    std::vector<Real> qkv;                        // (L, N, 3C)
-    std::vector<Real> atty;                       // (L, N, C) attention output, before attproj
-    std::vector<Real> att;                        // (L, B, NH, T, T) attention probabilities
-    std::vector<Real> residual2;                  // (L, N, C) x + attention branch
-    std::vector<Real> ln2, ln2_mean, ln2_rstd;    // (L, N, C), (L, N), (L, N)
-    std::vector<Real> fch, fch_gelu;              // (L, N, 4C)
-    std::vector<Real> residual3;                  // (L, N, C) the layer's output
-    std::vector<Real> lnf, lnf_mean, lnf_rstd;    // (N, C), (N), (N)
-    std::vector<Real> logits;                     // (N, Vp)
-    std::vector<Real> logsumexp, losses;          // (N)
+    std::vector<Real> encoded;                  // (N, C)
+    std::vector<Real> ln1, ln1_mean, ln1_rstd;  // (L, N, C), (L, N), (L, N)
+    std::vector<Real> qkv;                      // (L, N, 3C)
+    std::vector<Real> atty;                     // (L, N, C) attention output, before attproj
+    std::vector<Real> att;                      // (L, B, NH, T, T) attention probabilities
+    std::vector<Real> residual2;                // (L, N, C) x + attention branch
+    std::vector<Real> ln2, ln2_mean, ln2_rstd;  // (L, N, C), (L, N), (L, N)
+    std::vector<Real> fch, fch_gelu;            // (L, N, 4C)
+    std::vector<Real> residual3;                // (L, N, C) the layer's output
+    std::vector<Real> lnf, lnf_mean, lnf_rstd;  // (N, C), (N), (N)
+    std::vector<Real> logits;                   // (N, Vp)
+    std::vector<Real> logsumexp, losses;        // (N)
     // Scratch reused by every layer: a branch's output in forward, gradients in backward.
     std::vector<Real> branch, dresidual, dln, datty, dlnf;  // (N, C)
     std::vector<Real> dqkv;                                 // (N, 3C)
@@ -65,8 +64,9 @@ struct GPTModel {
 
     GPTModel(const GPTConfig& c, int B_max, int T_max)
         : config(c), layout(param_layout(c)), max_B(B_max), max_T(T_max) {
-        if (B_max < 1 || T_max < 1 || T_max > c.max_seq_len || c.num_heads < 1 ||
-            c.channels % c.num_heads != 0 || c.vocab_size < 1 || c.vocab_size > c.padded_vocab_size)
+        if (B_max < 1 || T_max < 1 || T_max > c.max_seq_len || c.num_layers < 1 || c.channels < 1 ||
+            c.num_heads < 1 || c.channels % c.num_heads != 0 || c.vocab_size < 1 ||
+            c.vocab_size > c.padded_vocab_size)
             throw std::invalid_argument("GPTModel: impossible configuration or batch shape");
         const size_t N = (size_t)B_max * T_max, L = c.num_layers, C = c.channels;
         const size_t NH = c.num_heads, Vp = c.padded_vocab_size;
@@ -132,7 +132,8 @@ struct GPTModel {
             attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
             matmul_forward(branch.data(), l_atty, p(ATTPROJW, l), p(ATTPROJB, l), N, C, C);
             residual_forward(l_res2, x, branch.data(), (size_t)N * C);
-            layernorm_forward(l_ln2, &ln2_mean[l * N], &ln2_rstd[l * N], l_res2, p(LN2W, l), p(LN2B, l), N, C);
+            layernorm_forward(l_ln2, &ln2_mean[l * N], &ln2_rstd[l * N], l_res2, p(LN2W, l), p(LN2B, l), N,
+                              C);
             matmul_forward(l_fch, l_ln2, p(FCW, l), p(FCB, l), N, C, 4 * C);
             gelu_forward(l_fch_gelu, l_fch, (size_t)N * 4 * C);
             matmul_forward(branch.data(), l_fch_gelu, p(FCPROJW, l), p(FCPROJB, l), N, 4 * C, C);
@@ -153,20 +154,19 @@ struct GPTModel {
 
     // Adds loss_scale · d(loss of the last forward)/d(params) into grads.
     void backward(Real loss_scale) {
-        if (!have_targets)
-            throw std::logic_error("gpt backward: the last forward had no targets");
+        if (!have_targets) throw std::logic_error("gpt backward: the last forward had no targets");
         const int N = B * T, C = config.channels, L = config.num_layers, NH = config.num_heads;
         const int V = config.vocab_size, Vp = config.padded_vocab_size;
 
         fill_zero(dlogits, (size_t)N * Vp);
-        crossentropy_backward(dlogits.data(), logits.data(), logsumexp.data(), targets.data(),
-                              loss_scale / N, N, V, Vp);
+        crossentropy_backward(dlogits.data(), logits.data(), logsumexp.data(), targets.data(), loss_scale / N,
+                              N, V, Vp);
         fill_zero(dlnf, (size_t)N * C);
         matmul_backward(dlnf.data(), g(WTE), (Real*)nullptr, dlogits.data(), lnf.data(), p(WTE), N, C, Vp);
         const Real* last = residual3.data() + (size_t)(L - 1) * N * C;
         fill_zero(dresidual, (size_t)N * C);
-        layernorm_backward(dresidual.data(), g(LNFW), g(LNFB), dlnf.data(), last, p(LNFW),
-                           lnf_mean.data(), lnf_rstd.data(), N, C);
+        layernorm_backward(dresidual.data(), g(LNFW), g(LNFB), dlnf.data(), last, p(LNFW), lnf_mean.data(),
+                           lnf_rstd.data(), N, C);
 
         // dresidual holds d(loss)/d(the residual stream) at the current point. A residual add
         // passes it unchanged into its branch, and the LayerNorm that starts the branch adds the
@@ -222,10 +222,11 @@ struct GPTModel {
 
     size_t activation_bytes() const {
         size_t n = 0;
-        for (const auto* v : {&encoded, &ln1, &ln1_mean, &ln1_rstd, &qkv, &atty, &att, &residual2, &ln2,
-                              &ln2_mean, &ln2_rstd, &fch, &fch_gelu, &residual3, &lnf, &lnf_mean, &lnf_rstd,
-                              &logits, &logsumexp, &losses, &branch, &dresidual, &dln, &datty, &dlnf, &dqkv,
-                              &dfch, &dfch_gelu, &dlogits})
+        for (const auto* v :
+             {&encoded,  &ln1,      &ln1_mean,  &ln1_rstd,  &qkv,      &atty,      &att, &residual2,
+              &ln2,      &ln2_mean, &ln2_rstd,  &fch,       &fch_gelu, &residual3, &lnf, &lnf_mean,
+              &lnf_rstd, &logits,   &logsumexp, &losses,    &branch,   &dresidual, &dln, &datty,
+              &dlnf,     &dqkv,     &dfch,      &dfch_gelu, &dlogits})
             n += v->size();
         return n * sizeof(Real);
     }

@@ -11,8 +11,7 @@
 #include "cpu/gemm.h"
 
 template <typename Real>
-void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int IC,
-                    int OC) {
+void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int IC, int OC) {
     Real beta = 0;
     if (bias) {
 #pragma omp parallel for schedule(static) if (worth_parallel((size_t)N * OC))

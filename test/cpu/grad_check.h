@@ -15,7 +15,9 @@ inline std::vector<double> random_tensor(size_t n, std::mt19937& rng, double sca
     return v;
 }
 
-inline std::vector<float> to_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+inline std::vector<float> to_float(const std::vector<double>& v) {
+    return std::vector<float>(v.begin(), v.end());
+}
 
 // d f / d x[i] by central differences for every i (or only those listed), x restored afterwards.
 template <typename F>

@@ -39,8 +39,9 @@ static std::vector<int> random_tokens(int n, int V, std::mt19937& rng) {
 }
 
 static const char* tensor_name(int t) {
-    static const char* names[NUM_PARAM_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-                                                   "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+    static const char* names[NUM_PARAM_TENSORS] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
+                                                   "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
+                                                   "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
     return names[t];
 }
 
@@ -49,7 +50,8 @@ TEST(model_gradients_match_finite_differences) {
     const GPTConfig c = tiny_config();
     GPTModel<double> model(c, B, T);
     model.params = random_params(c, rng);
-    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng), tg = random_tokens(B * T, c.vocab_size, rng);
+    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng),
+                           tg = random_tokens(B * T, c.vocab_size, rng);
     auto loss = [&] { return model.forward(in.data(), tg.data(), B, T); };
     loss();
     model.zero_grad();
@@ -59,7 +61,8 @@ TEST(model_gradients_match_finite_differences) {
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         const size_t at = model.layout.offset[t], n = model.layout.size[t];
         // The whole tensor at once: the derivative along a random direction d is Σ grad·d.
-        std::vector<double> d = random_tensor(n, rng), saved(model.params.begin() + at, model.params.begin() + at + n);
+        std::vector<double> d = random_tensor(n, rng),
+                            saved(model.params.begin() + at, model.params.begin() + at + n);
         double along = 0;
         for (size_t i = 0; i < n; i++) along += grads[at + i] * d[i];
         for (size_t i = 0; i < n; i++) model.params[at + i] = saved[i] + h * d[i];
@@ -69,7 +72,8 @@ TEST(model_gradients_match_finite_differences) {
         std::copy(saved.begin(), saved.end(), model.params.begin() + at);
         const double numeric = (up - down) / (2 * h);
         CHECK_MSG(std::fabs(along - numeric) <= 1e-6 * std::fmax(1e-3, std::fabs(numeric)),
-                  "%s along a random direction: analytic %.12g vs finite difference %.12g", tensor_name(t), along, numeric);
+                  "%s along a random direction: analytic %.12g vs finite difference %.12g", tensor_name(t),
+                  along, numeric);
         // And eight single elements.
         for (int k = 0; k < 8; k++) {
             const size_t i = at + rng() % n;
@@ -81,7 +85,8 @@ TEST(model_gradients_match_finite_differences) {
             model.params[i] = keep;
             const double num = (u - dn) / (2 * h);
             CHECK_MSG(std::fabs(grads[i] - num) <= 1e-7 + 1e-6 * std::fabs(num),
-                      "%s[%zu]: analytic %.12g vs finite difference %.12g", tensor_name(t), i - at, grads[i], num);
+                      "%s[%zu]: analytic %.12g vs finite difference %.12g", tensor_name(t), i - at, grads[i],
+                      num);
         }
     }
 }
@@ -91,7 +96,8 @@ TEST(padded_vocabulary_never_contributes) {
     const GPTConfig c = tiny_config();
     GPTModel<double> model(c, B, T);
     model.params = random_params(c, rng);
-    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng), tg = random_tokens(B * T, c.vocab_size, rng);
+    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng),
+                           tg = random_tokens(B * T, c.vocab_size, rng);
     const size_t pad_begin = model.layout.offset[WTE] + (size_t)c.vocab_size * c.channels;
     const size_t pad_end = model.layout.offset[WTE] + (size_t)c.padded_vocab_size * c.channels;
     const double loss_random_padding = model.forward(in.data(), tg.data(), B, T);
@@ -110,7 +116,8 @@ TEST(float_model_matches_double_model) {
     GPTModel<float> f(c, B, T);
     f.params = to_float(random_params(c, rng));
     d.params.assign(f.params.begin(), f.params.end());  // the same (float-representable) values
-    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng), tg = random_tokens(B * T, c.vocab_size, rng);
+    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng),
+                           tg = random_tokens(B * T, c.vocab_size, rng);
     const double dl = d.forward(in.data(), tg.data(), B, T);
     const float fl = f.forward(in.data(), tg.data(), B, T);
     CHECK_NEAR(fl, dl, 1e-5 * dl);
@@ -134,8 +141,10 @@ TEST(gradients_accumulate_across_micro_batches) {
     const GPTConfig c = tiny_config();
     GPTModel<double> model(c, B, T);
     model.params = random_params(c, rng);
-    const std::vector<int> in1 = random_tokens(B * T, c.vocab_size, rng), tg1 = random_tokens(B * T, c.vocab_size, rng);
-    const std::vector<int> in2 = random_tokens(B * T, c.vocab_size, rng), tg2 = random_tokens(B * T, c.vocab_size, rng);
+    const std::vector<int> in1 = random_tokens(B * T, c.vocab_size, rng),
+                           tg1 = random_tokens(B * T, c.vocab_size, rng);
+    const std::vector<int> in2 = random_tokens(B * T, c.vocab_size, rng),
+                           tg2 = random_tokens(B * T, c.vocab_size, rng);
     auto grads_of = [&](const std::vector<int>& in, const std::vector<int>& tg) {
         model.zero_grad();
         model.forward(in.data(), tg.data(), B, T);
@@ -170,7 +179,8 @@ TEST(adamw_step_decays_only_weight_matrices) {
                 if (decayed) p[i] *= 1 - lr * wd;
                 m[i] = b1 * m[i] + (1 - b1) * g;
                 v[i] = b2 * v[i] + (1 - b2) * g * g;
-                p[i] -= lr * (m[i] / (1 - std::pow(b1, step))) / (std::sqrt(v[i] / (1 - std::pow(b2, step))) + eps);
+                p[i] -= lr * (m[i] / (1 - std::pow(b1, step))) /
+                        (std::sqrt(v[i] / (1 - std::pow(b2, step))) + eps);
             }
         }
         for (size_t i = 0; i < p.size(); i++) CHECK_NEAR(model.params[i], p[i], 1e-13);
@@ -195,10 +205,12 @@ TEST(api_single_batch_overfits) {
     std::normal_distribution<float> normal(0.0f, 0.02f);
     for (float& p : params) p = normal(rng);
     for (int t : {LN1W, LN2W, LNFW}) std::fill_n(params.begin() + layout.offset[t], layout.size[t], 1.0f);
-    for (int t : {LN1B, LN2B, LNFB, QKVB, ATTPROJB, FCB, FCPROJB}) std::fill_n(params.begin() + layout.offset[t], layout.size[t], 0.0f);
+    for (int t : {LN1B, LN2B, LNFB, QKVB, ATTPROJB, FCB, FCPROJB})
+        std::fill_n(params.begin() + layout.offset[t], layout.size[t], 0.0f);
     std::fill(params.begin() + layout.offset[WTE] + (size_t)c.vocab_size * c.channels,
               params.begin() + layout.offset[WTE] + (size_t)c.padded_vocab_size * c.channels, 0.0f);
-    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng), tg = random_tokens(B * T, c.vocab_size, rng);
+    const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng),
+                           tg = random_tokens(B * T, c.vocab_size, rng);
     AdamWSettings adamw;
     adamw.learning_rate = 1e-2f;
     adamw.weight_decay = 0.0f;
@@ -227,20 +239,33 @@ TEST(api_reports_memory_and_rejects_misuse) {
     // gpt_cpu_grad_norm is the L2 norm of the gradient buffer.
     std::vector<float>& grads = gpt_cpu_grads(model);
     double sq = 0;
-    for (size_t i = 0; i < grads.size(); i++) sq += (double)(grads[i] = (float)((int)(i % 7) - 3) * 1e-3f) * grads[i];
+    for (size_t i = 0; i < grads.size(); i++)
+        sq += (double)(grads[i] = (float)((int)(i % 7) - 3) * 1e-3f) * grads[i];
     CHECK_NEAR(gpt_cpu_grad_norm(model), std::sqrt(sq), 1e-9);
 
     std::vector<int> in(B * T, 1);
     CHECK(std::isnan(gpt_cpu_forward(model, in.data(), nullptr, B, T)));  // logits only
     bool threw = false;
-    try { gpt_cpu_backward(model, 1.0f); } catch (const std::logic_error&) { threw = true; }
+    try {
+        gpt_cpu_backward(model, 1.0f);
+    } catch (const std::logic_error&) {
+        threw = true;
+    }
     CHECK_MSG(threw, "backward after a forward without targets must throw");
     in[3] = c.vocab_size;  // a padding id is not a token
     threw = false;
-    try { gpt_cpu_forward(model, in.data(), nullptr, B, T); } catch (const std::invalid_argument&) { threw = true; }
+    try {
+        gpt_cpu_forward(model, in.data(), nullptr, B, T);
+    } catch (const std::invalid_argument&) {
+        threw = true;
+    }
     CHECK_MSG(threw, "a token outside the vocabulary must be rejected");
     threw = false;
-    try { gpt_cpu_forward(model, in.data(), nullptr, B, T + 1); } catch (const std::invalid_argument&) { threw = true; }
+    try {
+        gpt_cpu_forward(model, in.data(), nullptr, B, T + 1);
+    } catch (const std::invalid_argument&) {
+        threw = true;
+    }
     CHECK_MSG(threw, "T beyond the allocated T must be rejected");
     gpt_cpu_free(model);
 }

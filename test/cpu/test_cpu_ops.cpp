@@ -89,7 +89,8 @@ TEST(encoder_forward_and_backward) {
 TEST(layernorm_forward_and_backward) {
     std::mt19937 rng(3);
     const int N = 6, C = 10;
-    std::vector<double> x = random_tensor(N * C, rng), weight = random_tensor(C, rng), bias = random_tensor(C, rng);
+    std::vector<double> x = random_tensor(N * C, rng), weight = random_tensor(C, rng),
+                        bias = random_tensor(C, rng);
     std::vector<double> out(N * C), mean(N), rstd(N), w = random_tensor(N * C, rng);
     layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
     for (int n = 0; n < N; n++) {  // two-pass textbook formula
@@ -97,14 +98,16 @@ TEST(layernorm_forward_and_backward) {
         for (int c = 0; c < C; c++) m += x[n * C + c] / C;
         for (int c = 0; c < C; c++) var += (x[n * C + c] - m) * (x[n * C + c] - m) / C;
         for (int c = 0; c < C; c++)
-            CHECK_NEAR(out[n * C + c], (x[n * C + c] - m) / std::sqrt(var + 1e-5) * weight[c] + bias[c], 1e-12);
+            CHECK_NEAR(out[n * C + c], (x[n * C + c] - m) / std::sqrt(var + 1e-5) * weight[c] + bias[c],
+                       1e-12);
     }
     auto f = [&] {
         layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
         return weighted_sum(out, w);
     };
     f();
-    std::vector<double> dx0 = random_tensor(N * C, rng), dw0 = random_tensor(C, rng), db0 = random_tensor(C, rng);
+    std::vector<double> dx0 = random_tensor(N * C, rng), dw0 = random_tensor(C, rng),
+                        db0 = random_tensor(C, rng);
     std::vector<double> dx = dx0, dw = dw0, db = db0;
     layernorm_backward(dx.data(), dw.data(), db.data(), w.data(), x.data(), weight.data(), mean.data(),
                        rstd.data(), N, C);
@@ -131,7 +134,8 @@ TEST(matmul_forward_and_backward) {
         matmul_forward(out.data(), x.data(), weight.data(), bias.data(), N, IC, OC);
         return weighted_sum(out, w);
     };
-    std::vector<double> dx0 = random_tensor(N * IC, rng), dw0 = random_tensor(OC * IC, rng), db0 = random_tensor(OC, rng);
+    std::vector<double> dx0 = random_tensor(N * IC, rng), dw0 = random_tensor(OC * IC, rng),
+                        db0 = random_tensor(OC, rng);
     std::vector<double> dx = dx0, dw = dw0, db = db0;
     matmul_backward(dx.data(), dw.data(), db.data(), w.data(), x.data(), weight.data(), N, IC, OC);
     check_gradient("dinp", added(dx, dx0), numeric_gradient(x, f));
@@ -156,14 +160,16 @@ TEST(attention_forward_and_backward) {
                 for (int t2 = 0; t2 < T; t2++) {
                     double dot = 0;
                     for (int i = 0; i < hs; i++)
-                        dot += qkv[(b * T + t) * 3 * C + h * hs + i] * qkv[(b * T + t2) * 3 * C + C + h * hs + i];
+                        dot += qkv[(b * T + t) * 3 * C + h * hs + i] *
+                               qkv[(b * T + t2) * 3 * C + C + h * hs + i];
                     score[t2] = t2 <= t ? dot / std::sqrt((double)hs) : -INFINITY;
                     max_score = std::fmax(max_score, score[t2]);
                 }
                 for (double& s : score) sum += s = std::exp(s - max_score);
                 for (int i = 0; i < hs; i++) {
                     double o = 0;
-                    for (int t2 = 0; t2 < T; t2++) o += score[t2] / sum * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+                    for (int t2 = 0; t2 < T; t2++)
+                        o += score[t2] / sum * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
                     CHECK_NEAR(out[(b * T + t) * C + h * hs + i], o, 1e-12);
                 }
             }
@@ -198,7 +204,8 @@ TEST(gelu_forward_and_backward) {
 TEST(residual_forward_and_backward) {
     std::mt19937 rng(7);
     const size_t n = 40;
-    std::vector<double> a = random_tensor(n, rng), b = random_tensor(n, rng), out(n), w = random_tensor(n, rng);
+    std::vector<double> a = random_tensor(n, rng), b = random_tensor(n, rng), out(n),
+                        w = random_tensor(n, rng);
     residual_forward(out.data(), a.data(), b.data(), n);
     for (size_t i = 0; i < n; i++) CHECK(out[i] == a[i] + b[i]);
     auto f = [&] {
@@ -219,7 +226,8 @@ TEST(crossentropy_forward_and_backward_ignore_padding) {
     const std::vector<int> targets = {0, 10, 4, 4};
     std::vector<double> logits = random_tensor(N * Vp, rng, 3.0), losses(N), lse(N);
     for (int n = 0; n < N; n++)
-        for (int v = V; v < Vp; v++) logits[n * Vp + v] = 50.0 + v;  // would dominate any softmax they entered
+        for (int v = V; v < Vp; v++)
+            logits[n * Vp + v] = 50.0 + v;  // would dominate any softmax they entered
     crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, Vp);
     for (int n = 0; n < N; n++) {  // −log softmax(target) over the real vocabulary only
         double z = 0;
@@ -261,7 +269,8 @@ TEST(adamw_update_matches_pytorch_form) {
             ref_p[i] *= 1 - lr * wd;
             ref_m[i] = b1 * ref_m[i] + (1 - b1) * gi;
             ref_v[i] = b2 * ref_v[i] + (1 - b2) * gi * gi;
-            ref_p[i] -= lr * (ref_m[i] / (1 - std::pow(b1, step))) / (std::sqrt(ref_v[i] / (1 - std::pow(b2, step))) + eps);
+            ref_p[i] -= lr * (ref_m[i] / (1 - std::pow(b1, step))) /
+                        (std::sqrt(ref_v[i] / (1 - std::pow(b2, step))) + eps);
         }
         for (size_t i = 0; i < n; i++) {
             CHECK_NEAR(p[i], ref_p[i], 1e-14);
@@ -299,7 +308,8 @@ TEST(float_ops_match_double_ops) {
         using Real = decltype(zero);
         std::vector<Real> xr(x.begin(), x.end()), lwr(lw.begin(), lw.end()), lbr(lb.begin(), lb.end());
         std::vector<Real> Wr(W.begin(), W.end()), br(bias.begin(), bias.end());
-        std::vector<Real> ln(N * C), mean(N), rstd(N), qkv(N * 3 * C), att(B * NH * T * T), y(N * C), g(N * C);
+        std::vector<Real> ln(N * C), mean(N), rstd(N), qkv(N * 3 * C), att(B * NH * T * T), y(N * C),
+            g(N * C);
         layernorm_forward(ln.data(), mean.data(), rstd.data(), xr.data(), lwr.data(), lbr.data(), N, C);
         matmul_forward(qkv.data(), ln.data(), Wr.data(), br.data(), N, C, 3 * C);
         attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
@@ -332,7 +342,8 @@ TEST(attention_heads_on_parallel_threads_match_one_thread) {
     std::mt19937 rng(12);
     const int B = 4, T = 64, C = 128, NH = 4;
     static_assert((size_t)B * T * T * C >= PARALLEL_MIN_WORK, "must take the parallel path");
-    const std::vector<float> qkv = to_float(random_tensor(B * T * 3 * C, rng)), dout = to_float(random_tensor(B * T * C, rng));
+    const std::vector<float> qkv = to_float(random_tensor(B * T * 3 * C, rng)),
+                             dout = to_float(random_tensor(B * T * C, rng));
     auto run = [&](int threads) {
         const int saved = omp_get_max_threads();
         omp_set_num_threads(threads);
