@@ -268,4 +268,21 @@ TEST(api_reports_memory_and_rejects_misuse) {
     }
     CHECK_MSG(threw, "T beyond the allocated T must be rejected");
     gpt_cpu_free(model);
+
+    GPTConfig bad = tiny_config();
+    bad.num_heads = 5;  // does not divide C = 32
+    threw = false;
+    try {
+        gpt_cpu_free(gpt_cpu_create(bad, B, T));
+    } catch (const std::invalid_argument&) {
+        threw = true;
+    }
+    CHECK_MSG(threw, "heads not dividing channels must be rejected");
+    threw = false;
+    try {
+        gpt_cpu_free(gpt_cpu_create(tiny_config(), B, tiny_config().max_seq_len + 1));
+    } catch (const std::invalid_argument&) {
+        threw = true;
+    }
+    CHECK_MSG(threw, "T beyond maxT must be rejected");
 }
