@@ -47,6 +47,7 @@ void gemm_loops(bool trans_a, bool trans_b, int M, int N, int K, Real alpha, con
                 Real sum = 0;
                 if (!trans_a) {
                     const Real* a = A + (size_t)i * lda;
+#pragma omp simd reduction(+ : sum)
                     for (int k = 0; k < K; k++) sum += a[k] * b[k];
                 } else {
                     for (int k = 0; k < K; k++) sum += A[(size_t)k * lda + i] * b[k];
