@@ -88,6 +88,16 @@ static void print_sample(GPTCpu* model, const DecodeTable& table, Rng& rng, int 
     printf("sample: %s\n---\n", text.c_str());
 }
 
+// A data loader over this rank's slices; an error in its shards also names the flag.
+static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::string& pattern, int B,
+                                               int T, const GPTConfig& config, bool shuffle,
+                                               uint64_t seed) {
+    try {
+        return std::make_unique<DataLoader>(pattern, B, T, RANK, NUM_RANKS, config.vocab_size,
+                                            shuffle, seed);
+    } catch (const InputError& e) { fail("%s: %s", flag, e.what()); }
+}
+
 static void save_checkpoint(const std::string& dir, int keep, GPTCpu* model, TrainingState state) {
     const GPTConfig& c = gpt_cpu_config(model);
     state.params = gpt_cpu_params(model);
@@ -123,15 +133,15 @@ static int train(int argc, char** argv) {
     const int B = opt.batch_size, T = opt.seq_len;
     const int accum_steps = grad_accum_steps(opt, NUM_RANKS);
 
-    DataLoader train_loader(opt.train_data, B, T, RANK, NUM_RANKS, config.vocab_size, opt.shuffle,
-                            opt.seed);
+    std::unique_ptr<DataLoader> train_loader =
+        open_loader("-i (--train-data)", opt.train_data, B, T, config, opt.shuffle, opt.seed);
     std::unique_ptr<DataLoader> val_loader;
     if (opt.val_every > 0)
-        val_loader.reset(new DataLoader(opt.val_data, B, T, RANK, NUM_RANKS, config.vocab_size,
-                                        false, opt.seed));
-    const int max_steps = opt.max_steps > 0 ? opt.max_steps
-                                            : (int)std::max<int64_t>(
-                                                  1, train_loader.chunks_per_epoch() / accum_steps);
+        val_loader = open_loader("-j (--val-data)", opt.val_data, B, T, config, false, opt.seed);
+    const int max_steps =
+        opt.max_steps > 0
+            ? opt.max_steps
+            : (int)std::max<int64_t>(1, train_loader->chunks_per_epoch() / accum_steps);
     const int last_step = opt.stop_at > 0 ? std::min(opt.stop_at, max_steps) : max_steps;
 
     TrainingState state;  // what a checkpoint saves; state.step = updates done so far
@@ -149,7 +159,7 @@ static int train(int argc, char** argv) {
         const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), RANK);
         resumed = read_training_state(path);
         check_same_run(resumed.shape, state.shape, path);
-        train_loader.set_position(resumed.loader);
+        train_loader->set_position(resumed.loader);
         state.step = resumed.step;
         state.sample_rng_state = resumed.sample_rng_state;
         state.loss_detector = resumed.loss_detector;
@@ -194,7 +204,7 @@ static int train(int argc, char** argv) {
         "batch: B=%d T=%d, %lld tokens per step (%d micro-steps), %d steps, %s schedule, lr %.2e\n",
         B, T, opt.total_batch, accum_steps, max_steps, schedule_name(opt.schedule),
         opt.learning_rate);
-    printf("data: %zu training shard(s) from '%s'%s\n", train_loader.files().size(),
+    printf("data: %zu training shard(s) from '%s'%s\n", train_loader->files().size(),
            opt.train_data.c_str(), opt.shuffle ? ", shuffled" : "");
     if (resuming)
         printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
@@ -225,8 +235,8 @@ static int train(int argc, char** argv) {
         gpt_cpu_zero_grad(model);
         double loss = 0;
         for (int micro = 0; micro < accum_steps; micro++) {
-            if (opt.overfit_single_batch) train_loader.reset();
-            train_loader.next_batch(inputs.data(), targets.data());
+            if (opt.overfit_single_batch) train_loader->reset();
+            train_loader->next_batch(inputs.data(), targets.data());
             loss += gpt_cpu_forward(model, inputs.data(), targets.data(), B, T) / accum_steps;
             gpt_cpu_backward(model, 1.0f / accum_steps);
         }
@@ -281,7 +291,7 @@ static int train(int argc, char** argv) {
         state.step = step;
         if (!opt.output_dir.empty() &&
             ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == last_step)) {
-            state.loader = train_loader.position();
+            state.loader = train_loader->position();
             state.sample_rng_state = sample_rng.state;
             save_checkpoint(opt.output_dir, opt.checkpoints_keep, model, state);
         }

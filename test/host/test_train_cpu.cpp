@@ -184,8 +184,8 @@ TEST(bad_input_fails_cleanly) {
     const std::string base =
         "-j " + data + "/val.bin -e " + MODEL + " -b 2 -t 8 -x 4 -v 2 -s 0 -o " + fresh;
     const std::string ok = "-i " + data + "/train.bin " + base;
-    fails_cleanly("-i " + data + "/missing_*.bin " + base, {"missing_*.bin", "no file matches"},
-                  fresh);
+    fails_cleanly("-i " + data + "/missing_*.bin " + base,
+                  {"-i (--train-data)", "missing_*.bin", "no file matches"}, fresh);
     fails_cleanly(ok + " -b x", {"-b (--batch-size)", "'x' is not an integer"}, fresh);
     fails_cleanly(ok + " --frobnicate 1", {"unknown flag '--frobnicate'"}, fresh);
     fails_cleanly(ok + " -t 17", {"-t (--seq-len)", "17", "16"}, fresh);
