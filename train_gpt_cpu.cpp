@@ -58,6 +58,23 @@ static std::string eta_text(double seconds) {
     return strprintf("%ldm%02lds", s / 60, s % 60);
 }
 
+// Forward and backward over `accum_steps` micro-batches, each gradient scaled by 1/accum_steps, so
+// the gradients are those of the mean loss over the whole step; returns that mean loss. With
+// overfit set, every micro-batch is the loader's first batch.
+static double accumulate_gradients(GPTCpu* model, DataLoader& loader, int accum_steps, bool overfit,
+                                   int B, int T, std::vector<int>& inputs,
+                                   std::vector<int>& targets) {
+    gpt_cpu_zero_grad(model);
+    double loss = 0;
+    for (int micro = 0; micro < accum_steps; micro++) {
+        if (overfit) loader.reset();
+        loader.next_batch(inputs.data(), targets.data());
+        loss += gpt_cpu_forward(model, inputs.data(), targets.data(), B, T) / accum_steps;
+        gpt_cpu_backward(model, 1.0f / accum_steps);
+    }
+    return loss;
+}
+
 // Mean loss over `batches` validation batches, from the first one.
 static double validation_loss(GPTCpu* model, DataLoader& val, int batches, int B, int T,
                               std::vector<int>& inputs, std::vector<int>& targets) {
@@ -232,14 +249,8 @@ static int train(int argc, char** argv) {
     }
     for (int step = (int)state.step + 1; step <= last_step; step++) {
         const auto start = std::chrono::steady_clock::now();
-        gpt_cpu_zero_grad(model);
-        double loss = 0;
-        for (int micro = 0; micro < accum_steps; micro++) {
-            if (opt.overfit_single_batch) train_loader->reset();
-            train_loader->next_batch(inputs.data(), targets.data());
-            loss += gpt_cpu_forward(model, inputs.data(), targets.data(), B, T) / accum_steps;
-            gpt_cpu_backward(model, 1.0f / accum_steps);
-        }
+        const double loss = accumulate_gradients(model, *train_loader, accum_steps,
+                                                 opt.overfit_single_batch, B, T, inputs, targets);
         const double norm = gpt_cpu_grad_norm(model);
         AdamWSettings adamw;
         adamw.learning_rate = (float)learning_rate_at(schedule, step - 1);
@@ -269,11 +280,10 @@ static int train(int argc, char** argv) {
         m.norm = norm;
         m.ms = ms;
         m.tokens_per_s = opt.total_batch / (ms / 1000.0);
-        printf(
-            "step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU n/a | ETA "
-            "%s\n",
-            step, max_steps, loss, m.lr, norm, ms, m.tokens_per_s,
-            eta_text((max_steps - step) * total_ms / timed_steps / 1000.0).c_str());
+        const double eta_s = (max_steps - step) * total_ms / timed_steps / 1000.0;
+        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU n/a | "
+               "ETA %s\n",
+               step, max_steps, loss, m.lr, norm, ms, m.tokens_per_s, eta_text(eta_s).c_str());
         if (val_loader && (step % opt.val_every == 0 || step == last_step)) {
             m.has_val = true;
             m.val_loss =
@@ -281,9 +291,8 @@ static int train(int argc, char** argv) {
             printf("val loss %.4f\n", m.val_loss);
         }
         if (metrics) metrics->write(m);
-        // Sampling draws from sample_rng, which a checkpoint saves: it happens at the same steps
-        // whether or not the run stops early (--stop-at) and resumes, so continuations stay
-        // bitwise.
+        // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps
+        // whether or not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
         if (can_sample && (step % opt.sample_every == 0 || step == max_steps))
             print_sample(model, decode_table, sample_rng, opt.gen_tokens, T);
         fflush(stdout);
