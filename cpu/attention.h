@@ -6,7 +6,8 @@
 // Forward saves att (B, NH, T, T) for backward. The three products of each head are GEMMs on the
 // strided slices, and the heads are split over OpenMP threads, so each GEMM runs on its thread
 // (see cpu/gemm.h). The GEMMs compute the full T×T square, twice the causal work, but at GEMM speed
-// that is still several times faster than dot-product loops (10 vs 100+ GFLOP/s per core at T=1024).
+// that is still several times faster than dot-product loops (10 vs 100+ GFLOP/s per core at
+// T=1024).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -31,7 +32,8 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
             for (int t = 0; t < T; t++) {
                 Real* row = a + (size_t)t * T;
                 Real max_score = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) max_score = row[t2] > max_score ? row[t2] : max_score;
+                for (int t2 = 0; t2 <= t; t2++)
+                    max_score = row[t2] > max_score ? row[t2] : max_score;
                 Real sum = 0;
 #pragma omp simd reduction(+ : sum)
                 for (int t2 = 0; t2 <= t; t2++) {
@@ -42,7 +44,8 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
                 for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
                 for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
             }
-            gemm(false, false, T, hs, T, Real(1), a, T, v, C3, Real(0), out + (size_t)b * T * C + h * hs, C);
+            gemm(false, false, T, hs, T, Real(1), a, T, v, C3, Real(0),
+                 out + (size_t)b * T * C + h * hs, C);
         }
     }
 }
@@ -50,8 +53,8 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
 // Adds into dqkv. Per head: datt = dout·Vᵀ, dV += attᵀ·dout, the softmax backward
 // dscore = att ⊙ (datt − rowsum(att ⊙ datt)) / sqrt(hs), then dQ += dscore·K and dK += dscoreᵀ·Q.
 template <typename Real>
-void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B, int T, int C,
-                        int NH) {
+void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B,
+                        int T, int C, int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const Real scale = Real(1) / std::sqrt(Real(hs));
 #pragma omp parallel if (worth_parallel((size_t)B * T * T * C))
@@ -73,7 +76,8 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
                     Real att_dot_datt = 0;
 #pragma omp simd reduction(+ : att_dot_datt)
                     for (int t2 = 0; t2 <= t; t2++) att_dot_datt += a_row[t2] * row[t2];
-                    for (int t2 = 0; t2 <= t; t2++) row[t2] = a_row[t2] * (row[t2] - att_dot_datt) * scale;
+                    for (int t2 = 0; t2 <= t; t2++)
+                        row[t2] = a_row[t2] * (row[t2] - att_dot_datt) * scale;
                     for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
                 }
                 gemm(false, false, T, hs, T, Real(1), dscore.data(), T, k, C3, Real(1), dq, C3);

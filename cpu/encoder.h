@@ -7,7 +7,8 @@
 #include "cpu/parallel.h"
 
 template <typename Real>
-void encoder_forward(Real* out, const int* tokens, const Real* wte, const Real* wpe, int B, int T, int C) {
+void encoder_forward(Real* out, const int* tokens, const Real* wte, const Real* wpe, int B, int T,
+                     int C) {
 #pragma omp parallel for collapse(2) schedule(static) if (worth_parallel((size_t)B * T * C))
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -20,7 +21,8 @@ void encoder_forward(Real* out, const int* tokens, const Real* wte, const Real* 
 }
 
 template <typename Real>
-void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int* tokens, int B, int T, int C) {
+void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const int* tokens, int B, int T,
+                      int C) {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const Real* d = dout + ((size_t)b * T + t) * C;

@@ -1,8 +1,8 @@
 // gemm() through OpenBLAS when cpu/build.mk found it (HAVE_CBLAS, with OPENBLAS_LIBRARY naming the
 // shared library), otherwise through gemm_loops. Every call is timed for gemm_stats().
 //
-// OpenBLAS is loaded here with dlopen rather than linked, because it picks its kernels once, when it
-// is loaded, from the CPU's model number: on virtual machines that report a generic model (this
+// OpenBLAS is loaded here with dlopen rather than linked, because it picks its kernels once, when
+// it is loaded, from the CPU's model number: on virtual machines that report a generic model (this
 // project's 2-core Sapphire Rapids machines do) it falls back to SSE3 "Prescott" kernels, about 4x
 // slower than its AVX-512 ones. Loading it ourselves lets us first set OPENBLAS_CORETYPE from the
 // CPU's feature flags (unless the user set it), which OpenBLAS reads at load time.
@@ -86,14 +86,16 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
           const float* B, int ldb, float beta, float* C, int ldc) {
     const OpenBlas& blas = openblas();
     double start = omp_get_wtime();
-    blas.sgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    blas.sgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C,
+               ldc);
     count(M, N, K, start);
 }
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc) {
     const OpenBlas& blas = openblas();
     double start = omp_get_wtime();
-    blas.dgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    blas.dgemm(CblasRowMajor, op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C,
+               ldc);
     count(M, N, K, start);
 }
 #else

@@ -1,8 +1,8 @@
 // Row-major matrix multiply, the one place the CPU model touches a BLAS:
 //   C (M×N) = alpha · op(A) · op(B) + beta · C,   op(X) = X or Xᵀ.
-// With OpenBLAS (HAVE_CBLAS) float goes to cblas_sgemm and double to cblas_dgemm; without it both use
-// gemm_loops below, a plain OpenMP loop nest. Called inside an OpenMP parallel region, both run on
-// the calling thread (OpenBLAS's OpenMP build checks omp_in_parallel; nested regions are off).
+// With OpenBLAS (HAVE_CBLAS) float goes to cblas_sgemm and double to cblas_dgemm; without it both
+// use gemm_loops below, a plain OpenMP loop nest. Called inside an OpenMP parallel region, both run
+// on the calling thread (OpenBLAS's OpenMP build checks omp_in_parallel; nested regions are off).
 // gemm_stats() counts the FLOPs and seconds of calls made outside parallel regions, so the step
 // benchmark can report how fast the GEMMs ran inside a training step.
 #pragma once

@@ -28,7 +28,8 @@ void gpt_cpu_backward(GPTCpu* model, float loss_scale) { model->model.backward(l
 double gpt_cpu_grad_norm(const GPTCpu* model) { return model->model.grad_norm(); }
 
 void gpt_cpu_adamw_update(GPTCpu* model, const AdamWSettings& s, int step) {
-    model->model.adamw_step(s.learning_rate, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale, step);
+    model->model.adamw_step(s.learning_rate, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
+                            step);
 }
 
 GPTCpuMemory gpt_cpu_memory(const GPTCpu* model) {

@@ -127,13 +127,14 @@ struct GPTModel {
             Real* l_fch_gelu = fch_gelu.data() + (size_t)l * N * 4 * C;
             Real* l_res3 = residual3.data() + (size_t)l * N * C;
 
-            layernorm_forward(l_ln1, &ln1_mean[l * N], &ln1_rstd[l * N], x, p(LN1W, l), p(LN1B, l), N, C);
+            layernorm_forward(l_ln1, &ln1_mean[l * N], &ln1_rstd[l * N], x, p(LN1W, l), p(LN1B, l),
+                              N, C);
             matmul_forward(l_qkv, l_ln1, p(QKVW, l), p(QKVB, l), N, C, 3 * C);
             attention_forward(l_atty, l_att, l_qkv, B, T, C, NH);
             matmul_forward(branch.data(), l_atty, p(ATTPROJW, l), p(ATTPROJB, l), N, C, C);
             residual_forward(l_res2, x, branch.data(), (size_t)N * C);
-            layernorm_forward(l_ln2, &ln2_mean[l * N], &ln2_rstd[l * N], l_res2, p(LN2W, l), p(LN2B, l), N,
-                              C);
+            layernorm_forward(l_ln2, &ln2_mean[l * N], &ln2_rstd[l * N], l_res2, p(LN2W, l),
+                              p(LN2B, l), N, C);
             matmul_forward(l_fch, l_ln2, p(FCW, l), p(FCB, l), N, C, 4 * C);
             gelu_forward(l_fch_gelu, l_fch, (size_t)N * 4 * C);
             matmul_forward(branch.data(), l_fch_gelu, p(FCPROJW, l), p(FCPROJB, l), N, 4 * C, C);
@@ -145,7 +146,8 @@ struct GPTModel {
 
         loss = NAN;
         if (!have_targets) return loss;
-        crossentropy_forward(losses.data(), logsumexp.data(), logits.data(), targets.data(), N, V, Vp);
+        crossentropy_forward(losses.data(), logsumexp.data(), logits.data(), targets.data(), N, V,
+                             Vp);
         double sum = 0;
         for (int n = 0; n < N; n++) sum += losses[n];
         loss = (Real)(sum / N);
@@ -159,14 +161,15 @@ struct GPTModel {
         const int V = config.vocab_size, Vp = config.padded_vocab_size;
 
         fill_zero(dlogits, (size_t)N * Vp);
-        crossentropy_backward(dlogits.data(), logits.data(), logsumexp.data(), targets.data(), loss_scale / N,
-                              N, V, Vp);
+        crossentropy_backward(dlogits.data(), logits.data(), logsumexp.data(), targets.data(),
+                              loss_scale / N, N, V, Vp);
         fill_zero(dlnf, (size_t)N * C);
-        matmul_backward(dlnf.data(), g(WTE), (Real*)nullptr, dlogits.data(), lnf.data(), p(WTE), N, C, Vp);
+        matmul_backward(dlnf.data(), g(WTE), (Real*)nullptr, dlogits.data(), lnf.data(), p(WTE), N,
+                        C, Vp);
         const Real* last = residual3.data() + (size_t)(L - 1) * N * C;
         fill_zero(dresidual, (size_t)N * C);
-        layernorm_backward(dresidual.data(), g(LNFW), g(LNFB), dlnf.data(), last, p(LNFW), lnf_mean.data(),
-                           lnf_rstd.data(), N, C);
+        layernorm_backward(dresidual.data(), g(LNFW), g(LNFB), dlnf.data(), last, p(LNFW),
+                           lnf_mean.data(), lnf_rstd.data(), N, C);
 
         // dresidual holds d(loss)/d(the residual stream) at the current point. A residual add
         // passes it unchanged into its branch, and the LayerNorm that starts the branch adds the
@@ -184,14 +187,15 @@ struct GPTModel {
 
             // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
             fill_zero(dfch_gelu, (size_t)N * 4 * C);
-            matmul_backward(dfch_gelu.data(), g(FCPROJW, l), g(FCPROJB, l), dresidual.data(), l_fch_gelu,
-                            p(FCPROJW, l), N, 4 * C, C);
+            matmul_backward(dfch_gelu.data(), g(FCPROJW, l), g(FCPROJB, l), dresidual.data(),
+                            l_fch_gelu, p(FCPROJW, l), N, 4 * C, C);
             fill_zero(dfch, (size_t)N * 4 * C);
             gelu_backward(dfch.data(), l_fch, dfch_gelu.data(), (size_t)N * 4 * C);
             fill_zero(dln, (size_t)N * C);
-            matmul_backward(dln.data(), g(FCW, l), g(FCB, l), dfch.data(), l_ln2, p(FCW, l), N, C, 4 * C);
-            layernorm_backward(dresidual.data(), g(LN2W, l), g(LN2B, l), dln.data(), l_res2, p(LN2W, l),
-                               &ln2_mean[l * N], &ln2_rstd[l * N], N, C);
+            matmul_backward(dln.data(), g(FCW, l), g(FCB, l), dfch.data(), l_ln2, p(FCW, l), N, C,
+                            4 * C);
+            layernorm_backward(dresidual.data(), g(LN2W, l), g(LN2B, l), dln.data(), l_res2,
+                               p(LN2W, l), &ln2_mean[l * N], &ln2_rstd[l * N], N, C);
 
             // Attention branch: residual2 = x + attproj(attention(qkv(ln1(x))))
             fill_zero(datty, (size_t)N * C);
@@ -200,7 +204,8 @@ struct GPTModel {
             fill_zero(dqkv, (size_t)N * 3 * C);
             attention_backward(dqkv.data(), datty.data(), l_qkv, l_att, B, T, C, NH);
             fill_zero(dln, (size_t)N * C);
-            matmul_backward(dln.data(), g(QKVW, l), g(QKVB, l), dqkv.data(), l_ln1, p(QKVW, l), N, C, 3 * C);
+            matmul_backward(dln.data(), g(QKVW, l), g(QKVB, l), dqkv.data(), l_ln1, p(QKVW, l), N,
+                            C, 3 * C);
             layernorm_backward(dresidual.data(), g(LN1W, l), g(LN1B, l), dln.data(), x, p(LN1W, l),
                                &ln1_mean[l * N], &ln1_rstd[l * N], N, C);
         }
@@ -209,14 +214,17 @@ struct GPTModel {
 
     void zero_grad() { fill_zero(grads, grads.size()); }
 
-    double grad_norm() const { return std::sqrt(global_sum_of_squares(grads.data(), grads.size())); }
+    double grad_norm() const {
+        return std::sqrt(global_sum_of_squares(grads.data(), grads.size()));
+    }
 
-    void adamw_step(Real lr, Real beta1, Real beta2, Real eps, Real weight_decay, Real grad_scale, int step) {
+    void adamw_step(Real lr, Real beta1, Real beta2, Real eps, Real weight_decay, Real grad_scale,
+                    int step) {
         for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
             const size_t at = layout.offset[t];
-            adamw_update(params.data() + at, adam_m.data() + at, adam_v.data() + at, grads.data() + at,
-                         layout.size[t], lr, beta1, beta2, eps, is_weight_matrix(t) ? weight_decay : Real(0),
-                         grad_scale, step);
+            adamw_update(params.data() + at, adam_m.data() + at, adam_v.data() + at,
+                         grads.data() + at, layout.size[t], lr, beta1, beta2, eps,
+                         is_weight_matrix(t) ? weight_decay : Real(0), grad_scale, step);
         }
     }
 
@@ -236,8 +244,8 @@ struct GPTModel {
         for (int i = 0; i < n; i++)
             if (tokens[i] < 0 || tokens[i] >= config.vocab_size)
                 throw std::invalid_argument(std::string("gpt forward: ") + what + " token " +
-                                            std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                                            " is outside the vocabulary [0, " +
+                                            std::to_string(tokens[i]) + " at position " +
+                                            std::to_string(i) + " is outside the vocabulary [0, " +
                                             std::to_string(config.vocab_size) + ")");
     }
 };

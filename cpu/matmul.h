@@ -11,7 +11,8 @@
 #include "cpu/gemm.h"
 
 template <typename Real>
-void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int IC, int OC) {
+void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int IC,
+                    int OC) {
     Real beta = 0;
     if (bias) {
 #pragma omp parallel for schedule(static) if (worth_parallel((size_t)N * OC))
@@ -26,13 +27,14 @@ template <typename Real>
 void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                      const Real* weight, int N, int IC, int OC) {
     gemm(false, false, N, IC, OC, Real(1), dout, OC, weight, IC, Real(1), dinp, IC);  // dout · W
-    gemm(true, false, OC, IC, N, Real(1), dout, OC, inp, IC, Real(1), dweight, IC);   // doutᵀ · inp
+    gemm(true, false, OC, IC, N, Real(1), dout, OC, inp, IC, Real(1), dweight, IC);  // doutᵀ · inp
     if (dbias) {
         // Column sums of dout: each thread owns a block of columns and walks the rows.
 #pragma omp parallel if (worth_parallel((size_t)N * OC))
         {
             const int threads = omp_get_num_threads(), id = omp_get_thread_num();
-            const int begin = (int)((long)OC * id / threads), end = (int)((long)OC * (id + 1) / threads);
+            const int begin = (int)((long)OC * id / threads),
+                      end = (int)((long)OC * (id + 1) / threads);
             for (int n = 0; n < N; n++) {
                 const Real* d = dout + (size_t)n * OC;
                 for (int o = begin; o < end; o++) dbias[o] += d[o];

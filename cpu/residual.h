@@ -1,6 +1,6 @@
-// Residual add: out = a + b. Backward passes dout unchanged to both inputs (adds it into da and db).
-// The model does not call residual_backward: there the residual stream's gradient is one buffer
-// that both branches add into, which is the same sum (see cpu/gpt_model.h).
+// Residual add: out = a + b. Backward passes dout unchanged to both inputs (adds it into da and
+// db). The model does not call residual_backward: there the residual stream's gradient is one
+// buffer that both branches add into, which is the same sum (see cpu/gpt_model.h).
 #pragma once
 #include <cstddef>
 

@@ -5,8 +5,9 @@
 //   the step, and both as a fraction of the isolated sgemm rate; plus the start-up memory report.
 // Usage: bench_cpu_step [B] [T] [steps]   (threads: OMP_NUM_THREADS, 2 on the reference machine)
 //
-// Measured 2026-11-22 on this project's 2-core Sapphire Rapids VM, shared with four other engineers'
-// builds and tests (load average 1.4-1.7 during the run; figures vary by 2-4x under heavier load):
+// Measured 2026-11-22 on this project's 2-core Sapphire Rapids VM, shared with four other
+// engineers' builds and tests (load average 1.4-1.7 during the run; figures vary by 2-4x under
+// heavier load):
 //   OMP_NUM_THREADS=2 dev/bin/bench_cpu_step 4 64 20
 //   sgemm on the step's shapes 269 GFLOP/s; median 902 ms/step (min 877, max 1057) = 212 GFLOP/s =
 //   79% of it; GEMMs inside the step 259 GFLOP/s = 96% of it, 81% of the step's time.
@@ -30,7 +31,8 @@ static std::string load_average() {
     char text[128] = "unknown\n";
     if (FILE* f = fopen("/proc/loadavg", "r")) {
         float a, b, c;
-        if (fscanf(f, "%f %f %f", &a, &b, &c) == 3) snprintf(text, sizeof text, "%.2f %.2f %.2f\n", a, b, c);
+        if (fscanf(f, "%f %f %f", &a, &b, &c) == 3)
+            snprintf(text, sizeof text, "%.2f %.2f %.2f\n", a, b, c);
         fclose(f);
     }
     return text;
@@ -75,8 +77,8 @@ static double isolated_sgemm_rate(const std::vector<Shape>& shapes, int trials) 
         for (const Shape& s : shapes)
             for (int i = 0; i < s.count; i++) {
                 const int lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
-                gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, C.data(),
-                     s.N);
+                gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f,
+                     C.data(), s.N);
                 flops += 2.0 * s.M * s.N * s.K;
             }
         best = std::max(best, flops / (omp_get_wtime() - start) / 1e9);
@@ -92,8 +94,8 @@ int main(int argc, char** argv) {
         return 1;
     }
     const GPTConfig config;  // GPT-2 124M defaults
-    printf("GPT-2 124M (d12), B=%d, T=%d, %d OpenMP threads, GEMM backend: %s\n", B, T, omp_get_max_threads(),
-           gemm_backend());
+    printf("GPT-2 124M (d12), B=%d, T=%d, %d OpenMP threads, GEMM backend: %s\n", B, T,
+           omp_get_max_threads(), gemm_backend());
 
     printf("load average before: %s", load_average().c_str());
     const std::vector<Shape> shapes = step_shapes(config, B * T);
@@ -102,7 +104,8 @@ int main(int argc, char** argv) {
     GPTCpu* model = gpt_cpu_create(config, B, T);
     const GPTCpuMemory mem = gpt_cpu_memory(model);
     printf(
-        "memory: parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations %.1f MiB\n",
+        "memory: parameters %.1f MiB, gradients %.1f MiB, optimizer state %.1f MiB, activations "
+        "%.1f MiB\n",
         mem.parameters / 1048576.0, mem.gradients / 1048576.0, mem.optimizer_state / 1048576.0,
         mem.activations / 1048576.0);
     std::mt19937 rng(2);
@@ -132,39 +135,48 @@ int main(int argc, char** argv) {
         gemm_flops += gemm_stats().flops - before.flops;
         gemm_seconds += gemm_stats().seconds - before.seconds;
         step_gemm_seconds.push_back(gemm_stats().seconds - before.seconds);
-        printf("step %2d: %.1f ms (forward %.1f, zero_grad + backward %.1f, adamw %.1f), loss %.4f\n",
-               step - warmup, (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, loss);
+        printf(
+            "step %2d: %.1f ms (forward %.1f, zero_grad + backward %.1f, adamw %.1f), loss %.4f\n",
+            step - warmup, (t3 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3,
+            loss);
     }
     // The isolated rate is measured before and after the steps and the better one kept, so that a
     // burst of load from other processes during one measurement does not inflate the ratios.
     const double sgemm_after = isolated_sgemm_rate(shapes, 3);
     const double sgemm_rate = std::max(sgemm_before, sgemm_after);
-    printf("sgemm on this step's shapes, in isolation: %.1f GFLOP/s (before the steps %.1f, after %.1f)\n",
-           sgemm_rate, sgemm_before, sgemm_after);
+    printf(
+        "sgemm on this step's shapes, in isolation: %.1f GFLOP/s (before the steps %.1f, after "
+        "%.1f)\n",
+        sgemm_rate, sgemm_before, sgemm_after);
     printf("load average after: %s", load_average().c_str());
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     const double median_ms = sorted[sorted.size() / 2];
     // Step FLOPs: the GEMMs counted by gemm() plus attention's two T×T products per head, forward
     // (2 GEMM-like products) and backward (4), counting the full T×T square as llm.c's MFU does.
-    const double attention_flops = 6.0 * 2.0 * B * config.num_layers * (double)T * T * config.channels;
+    const double attention_flops =
+        6.0 * 2.0 * B * config.num_layers * (double)T * T * config.channels;
     const double step_flops = gemm_flops / steps + attention_flops;
     const double step_rate = step_flops / (median_ms / 1e3) / 1e9;
     const double gemm_rate = gemm_flops / gemm_seconds / 1e9;
-    printf("median %.1f ms/step over %d steps (min %.1f, max %.1f)\n", median_ms, steps, sorted.front(),
-           sorted.back());
-    printf("step: %.1f GFLOP in %.1f ms = %.1f GFLOP/s = %.0f%% of the sgemm rate\n", step_flops / 1e9,
-           median_ms, step_rate, 100 * step_rate / sgemm_rate);
-    // The isolated rate is a best-of; the fastest step is the like-for-like figure on a busy machine.
+    printf("median %.1f ms/step over %d steps (min %.1f, max %.1f)\n", median_ms, steps,
+           sorted.front(), sorted.back());
+    printf("step: %.1f GFLOP in %.1f ms = %.1f GFLOP/s = %.0f%% of the sgemm rate\n",
+           step_flops / 1e9, median_ms, step_rate, 100 * step_rate / sgemm_rate);
+    // The isolated rate is a best-of; the fastest step is the like-for-like figure on a busy
+    // machine.
     const double best_rate = step_flops / (sorted.front() / 1e3) / 1e9;
     const size_t fastest = std::min_element(ms.begin(), ms.end()) - ms.begin();
     const double fastest_gemm_rate = gemm_flops / steps / step_gemm_seconds[fastest] / 1e9;
     printf(
-        "fastest step: %.1f ms = %.1f GFLOP/s = %.0f%% of the sgemm rate; its GEMMs %.1f GFLOP/s = %.0f%%\n",
+        "fastest step: %.1f ms = %.1f GFLOP/s = %.0f%% of the sgemm rate; its GEMMs %.1f GFLOP/s = "
+        "%.0f%%\n",
         sorted.front(), best_rate, 100 * best_rate / sgemm_rate, fastest_gemm_rate,
         100 * fastest_gemm_rate / sgemm_rate);
-    printf("GEMMs inside the step: %.1f GFLOP/s = %.0f%% of the sgemm rate; %.0f%% of step time in GEMMs\n",
-           gemm_rate, 100 * gemm_rate / sgemm_rate, 100 * gemm_seconds / steps / (median_ms / 1e3));
+    printf(
+        "GEMMs inside the step: %.1f GFLOP/s = %.0f%% of the sgemm rate; %.0f%% of step time in "
+        "GEMMs\n",
+        gemm_rate, 100 * gemm_rate / sgemm_rate, 100 * gemm_seconds / steps / (median_ms / 1e3));
     gpt_cpu_free(model);
     return 0;
 }

@@ -42,7 +42,8 @@ inline void check_gradient(const char* what, const std::vector<double>& analytic
     for (size_t i = 0; i < analytic.size(); i++) {
         const double err = std::fabs(analytic[i] - numeric[i]);
         CHECK_MSG(err <= tol * std::fmax(1.0, std::fabs(numeric[i])),
-                  "%s[%zu]: analytic %.12g vs finite difference %.12g", what, i, analytic[i], numeric[i]);
+                  "%s[%zu]: analytic %.12g vs finite difference %.12g", what, i, analytic[i],
+                  numeric[i]);
     }
 }
 
@@ -54,7 +55,8 @@ inline double weighted_sum(const std::vector<double>& out, const std::vector<dou
 }
 
 // after − before: what a backward op added into a gradient buffer.
-inline std::vector<double> added(const std::vector<double>& after, const std::vector<double>& before) {
+inline std::vector<double> added(const std::vector<double>& after,
+                                 const std::vector<double>& before) {
     std::vector<double> d(after.size());
     for (size_t i = 0; i < d.size(); i++) d[i] = after[i] - before[i];
     return d;

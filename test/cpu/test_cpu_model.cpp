@@ -39,9 +39,9 @@ static std::vector<int> random_tokens(int n, int V, std::mt19937& rng) {
 }
 
 static const char* tensor_name(int t) {
-    static const char* names[NUM_PARAM_TENSORS] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
-                                                   "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
-                                                   "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
+    static const char* names[NUM_PARAM_TENSORS] = {
+        "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+        "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
     return names[t];
 }
 
@@ -72,8 +72,8 @@ TEST(model_gradients_match_finite_differences) {
         std::copy(saved.begin(), saved.end(), model.params.begin() + at);
         const double numeric = (up - down) / (2 * h);
         CHECK_MSG(std::fabs(along - numeric) <= 1e-6 * std::fmax(1e-3, std::fabs(numeric)),
-                  "%s along a random direction: analytic %.12g vs finite difference %.12g", tensor_name(t),
-                  along, numeric);
+                  "%s along a random direction: analytic %.12g vs finite difference %.12g",
+                  tensor_name(t), along, numeric);
         // And eight single elements.
         for (int k = 0; k < 8; k++) {
             const size_t i = at + rng() % n;
@@ -85,8 +85,8 @@ TEST(model_gradients_match_finite_differences) {
             model.params[i] = keep;
             const double num = (u - dn) / (2 * h);
             CHECK_MSG(std::fabs(grads[i] - num) <= 1e-7 + 1e-6 * std::fabs(num),
-                      "%s[%zu]: analytic %.12g vs finite difference %.12g", tensor_name(t), i - at, grads[i],
-                      num);
+                      "%s[%zu]: analytic %.12g vs finite difference %.12g", tensor_name(t), i - at,
+                      grads[i], num);
         }
     }
 }
@@ -132,7 +132,8 @@ TEST(float_model_matches_double_model) {
         const size_t at = d.layout.offset[t], n = d.layout.size[t];
         std::vector<double> gf(f.grads.begin() + at, f.grads.begin() + at + n);
         const double err = tst::rel_l2_error(gf.data(), d.grads.data() + at, n);
-        CHECK_MSG(err <= 1e-5, "%s gradient rel L2 error float vs double %.3g", tensor_name(t), err);
+        CHECK_MSG(err <= 1e-5, "%s gradient rel L2 error float vs double %.3g", tensor_name(t),
+                  err);
     }
 }
 
@@ -173,7 +174,8 @@ TEST(adamw_step_decays_only_weight_matrices) {
         model.grads = random_tensor(p.size(), rng);
         model.adamw_step(lr, b1, b2, eps, wd, scale, step);
         for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-            const bool decayed = std::find(std::begin(matrices), std::end(matrices), t) != std::end(matrices);
+            const bool decayed =
+                std::find(std::begin(matrices), std::end(matrices), t) != std::end(matrices);
             for (size_t i = layout.offset[t]; i < layout.offset[t] + layout.size[t]; i++) {
                 const double g = scale * model.grads[i];
                 if (decayed) p[i] *= 1 - lr * wd;
@@ -193,7 +195,8 @@ TEST(adamw_step_decays_only_weight_matrices) {
     model.adamw_step(lr, b1, b2, eps, wd, 1.0, 1);
     CHECK(model.params[layout.offset[LN1W]] == before[layout.offset[LN1W]]);
     CHECK(model.params[layout.offset[FCB] + 3] == before[layout.offset[FCB] + 3]);
-    CHECK_NEAR(model.params[layout.offset[FCW] + 3], before[layout.offset[FCW] + 3] * (1 - lr * wd), 1e-15);
+    CHECK_NEAR(model.params[layout.offset[FCW] + 3], before[layout.offset[FCW] + 3] * (1 - lr * wd),
+               1e-15);
 }
 
 TEST(api_single_batch_overfits) {
@@ -204,7 +207,8 @@ TEST(api_single_batch_overfits) {
     const ParamLayout layout = param_layout(c);
     std::normal_distribution<float> normal(0.0f, 0.02f);
     for (float& p : params) p = normal(rng);
-    for (int t : {LN1W, LN2W, LNFW}) std::fill_n(params.begin() + layout.offset[t], layout.size[t], 1.0f);
+    for (int t : {LN1W, LN2W, LNFW})
+        std::fill_n(params.begin() + layout.offset[t], layout.size[t], 1.0f);
     for (int t : {LN1B, LN2B, LNFB, QKVB, ATTPROJB, FCB, FCPROJB})
         std::fill_n(params.begin() + layout.offset[t], layout.size[t], 0.0f);
     std::fill(params.begin() + layout.offset[WTE] + (size_t)c.vocab_size * c.channels,
@@ -234,7 +238,8 @@ TEST(api_reports_memory_and_rejects_misuse) {
     GPTCpu* model = gpt_cpu_create(c, B, T);
     const GPTCpuMemory mem = gpt_cpu_memory(model);
     const size_t total = param_layout(c).total;
-    CHECK(mem.parameters == total * 4 && mem.gradients == total * 4 && mem.optimizer_state == total * 8);
+    CHECK(mem.parameters == total * 4 && mem.gradients == total * 4 &&
+          mem.optimizer_state == total * 8);
     CHECK(mem.activations >= (size_t)B * T * c.padded_vocab_size * 4);  // at least the logits
     // gpt_cpu_grad_norm is the L2 norm of the gradient buffer.
     std::vector<float>& grads = gpt_cpu_grads(model);

@@ -25,7 +25,8 @@ static void check_gemm(Gemm gemm_fn, double tol, const char* what) {
     const int M = 37, N = 29, K = 43, pad = 3;  // odd sizes; leading dimensions padded by 3
     for (int ta = 0; ta < 2; ta++) {
         for (int tb = 0; tb < 2; tb++) {
-            const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+            const int a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K,
+                      b_cols = tb ? K : N;
             const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
             std::vector<double> A = random_tensor((size_t)a_rows * lda, rng);
             std::vector<double> B = random_tensor((size_t)b_rows * ldb, rng);
@@ -36,11 +37,13 @@ static void check_gemm(Gemm gemm_fn, double tol, const char* what) {
                 for (int j = 0; j < N; j++) {
                     double s = 0;
                     for (int k = 0; k < K; k++)
-                        s += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+                        s += (ta ? A[k * lda + i] : A[i * lda + k]) *
+                             (tb ? B[j * ldb + k] : B[k * ldb + j]);
                     expect[i * ldc + j] = alpha * s + beta * C0[i * ldc + j];
                 }
             std::vector<Real> a(A.begin(), A.end()), b(B.begin(), B.end()), c(C0.begin(), C0.end());
-            gemm_fn(ta, tb, M, N, K, Real(alpha), a.data(), lda, b.data(), ldb, Real(beta), c.data(), ldc);
+            gemm_fn(ta, tb, M, N, K, Real(alpha), a.data(), lda, b.data(), ldb, Real(beta),
+                    c.data(), ldc);
             std::vector<double> got(c.begin(), c.end());
             const double err = tst::rel_l2_error(got.data(), expect.data(), got.size());
             CHECK_MSG(err <= tol, "%s trans_a=%d trans_b=%d: rel L2 error %.3g", what, ta, tb, err);
@@ -64,7 +67,8 @@ TEST(gemm_loop_fallback_matches_naive_product) {
 TEST(encoder_forward_and_backward) {
     std::mt19937 rng(2);
     const int B = 2, T = 5, C = 6, V = 7;
-    const std::vector<int> tokens = {3, 1, 3, 6, 0, 3, 2, 1, 1, 5};  // repeats within and across rows
+    const std::vector<int> tokens = {3, 1, 3, 6, 0,
+                                     3, 2, 1, 1, 5};  // repeats within and across rows
     std::vector<double> wte = random_tensor(V * C, rng), wpe = random_tensor(T * C, rng);
     std::vector<double> w = random_tensor(B * T * C, rng), out(B * T * C);
     encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
@@ -92,25 +96,27 @@ TEST(layernorm_forward_and_backward) {
     std::vector<double> x = random_tensor(N * C, rng), weight = random_tensor(C, rng),
                         bias = random_tensor(C, rng);
     std::vector<double> out(N * C), mean(N), rstd(N), w = random_tensor(N * C, rng);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N,
+                      C);
     for (int n = 0; n < N; n++) {  // two-pass textbook formula
         double m = 0, var = 0;
         for (int c = 0; c < C; c++) m += x[n * C + c] / C;
         for (int c = 0; c < C; c++) var += (x[n * C + c] - m) * (x[n * C + c] - m) / C;
         for (int c = 0; c < C; c++)
-            CHECK_NEAR(out[n * C + c], (x[n * C + c] - m) / std::sqrt(var + 1e-5) * weight[c] + bias[c],
-                       1e-12);
+            CHECK_NEAR(out[n * C + c],
+                       (x[n * C + c] - m) / std::sqrt(var + 1e-5) * weight[c] + bias[c], 1e-12);
     }
     auto f = [&] {
-        layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+        layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(),
+                          bias.data(), N, C);
         return weighted_sum(out, w);
     };
     f();
     std::vector<double> dx0 = random_tensor(N * C, rng), dw0 = random_tensor(C, rng),
                         db0 = random_tensor(C, rng);
     std::vector<double> dx = dx0, dw = dw0, db = db0;
-    layernorm_backward(dx.data(), dw.data(), db.data(), w.data(), x.data(), weight.data(), mean.data(),
-                       rstd.data(), N, C);
+    layernorm_backward(dx.data(), dw.data(), db.data(), w.data(), x.data(), weight.data(),
+                       mean.data(), rstd.data(), N, C);
     check_gradient("dinp", added(dx, dx0), numeric_gradient(x, f));
     check_gradient("dweight", added(dw, dw0), numeric_gradient(weight, f));
     check_gradient("dbias", added(db, db0), numeric_gradient(bias, f));
@@ -148,7 +154,8 @@ TEST(matmul_forward_and_backward) {
 TEST(attention_forward_and_backward) {
     std::mt19937 rng(5);
     const int B = 2, T = 6, C = 8, NH = 2, hs = C / NH;
-    std::vector<double> qkv = random_tensor(B * T * 3 * C, rng, 2.0), out(B * T * C), att(B * NH * T * T);
+    std::vector<double> qkv = random_tensor(B * T * 3 * C, rng, 2.0), out(B * T * C),
+                        att(B * NH * T * T);
     std::vector<double> w = random_tensor(B * T * C, rng);
     attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
     // Reference: scores for every (t, t2), causal mask with −∞, softmax, weighted sum of values.
@@ -191,7 +198,8 @@ TEST(gelu_forward_and_backward) {
     std::vector<double> x = random_tensor(n, rng, 4.0), out(n), w = random_tensor(n, rng);
     gelu_forward(out.data(), x.data(), n);
     // The tanh form approximates the exact GELU x·Φ(x) to within about 5e-4 on this range.
-    for (size_t i = 0; i < n; i++) CHECK_NEAR(out[i], x[i] * 0.5 * std::erfc(-x[i] / std::sqrt(2.0)), 1e-3);
+    for (size_t i = 0; i < n; i++)
+        CHECK_NEAR(out[i], x[i] * 0.5 * std::erfc(-x[i] / std::sqrt(2.0)), 1e-3);
     auto f = [&] {
         gelu_forward(out.data(), x.data(), n);
         return weighted_sum(out, w);
@@ -212,7 +220,8 @@ TEST(residual_forward_and_backward) {
         residual_forward(out.data(), a.data(), b.data(), n);
         return weighted_sum(out, w);
     };
-    std::vector<double> da0 = random_tensor(n, rng), db0 = random_tensor(n, rng), da = da0, db = db0;
+    std::vector<double> da0 = random_tensor(n, rng), db0 = random_tensor(n, rng), da = da0,
+                        db = db0;
     residual_backward(da.data(), db.data(), w.data(), n);
     check_gradient("da", added(da, da0), numeric_gradient(a, f));
     check_gradient("db", added(db, db0), numeric_gradient(b, f));
@@ -259,7 +268,8 @@ TEST(adamw_update_matches_pytorch_form) {
     // Reference written as PyTorch's AdamW orders it: decay p first, then the Adam step.
     std::mt19937 rng(9);
     const size_t n = 50;
-    std::vector<double> p = random_tensor(n, rng), m(n, 0), v(n, 0), ref_p = p, ref_m(n, 0), ref_v(n, 0);
+    std::vector<double> p = random_tensor(n, rng), m(n, 0), v(n, 0), ref_p = p, ref_m(n, 0),
+                        ref_v(n, 0);
     const double lr = 0.01, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, scale = 0.5;
     for (int step = 1; step <= 4; step++) {
         std::vector<double> g = random_tensor(n, rng);
@@ -302,15 +312,18 @@ TEST(float_ops_match_double_ops) {
     // ≤ 64 terms keeps every output within 1e-5 relative (GUIDE §5's fp32 bound).
     std::mt19937 rng(11);
     const int B = 2, T = 8, C = 16, NH = 4, N = B * T;
-    std::vector<double> x = random_tensor(N * C, rng), lw = random_tensor(C, rng), lb = random_tensor(C, rng);
+    std::vector<double> x = random_tensor(N * C, rng), lw = random_tensor(C, rng),
+                        lb = random_tensor(C, rng);
     std::vector<double> W = random_tensor(3 * C * C, rng, 0.3), bias = random_tensor(3 * C, rng);
     auto run = [&](auto zero) {
         using Real = decltype(zero);
-        std::vector<Real> xr(x.begin(), x.end()), lwr(lw.begin(), lw.end()), lbr(lb.begin(), lb.end());
+        std::vector<Real> xr(x.begin(), x.end()), lwr(lw.begin(), lw.end()),
+            lbr(lb.begin(), lb.end());
         std::vector<Real> Wr(W.begin(), W.end()), br(bias.begin(), bias.end());
-        std::vector<Real> ln(N * C), mean(N), rstd(N), qkv(N * 3 * C), att(B * NH * T * T), y(N * C),
-            g(N * C);
-        layernorm_forward(ln.data(), mean.data(), rstd.data(), xr.data(), lwr.data(), lbr.data(), N, C);
+        std::vector<Real> ln(N * C), mean(N), rstd(N), qkv(N * 3 * C), att(B * NH * T * T),
+            y(N * C), g(N * C);
+        layernorm_forward(ln.data(), mean.data(), rstd.data(), xr.data(), lwr.data(), lbr.data(), N,
+                          C);
         matmul_forward(qkv.data(), ln.data(), Wr.data(), br.data(), N, C, 3 * C);
         attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH);
         gelu_forward(g.data(), y.data(), (size_t)N * C);
@@ -331,7 +344,8 @@ TEST(float_exp_and_tanh_match_the_standard_library) {
     }
     for (float u = -12.0f; u <= 12.0f; u += 0.0009765625f)
         worst_tanh = std::fmax(worst_tanh, std::fabs(tanh_of(u) - std::tanh((double)u)));
-    CHECK_MSG(worst_exp <= 3e-7, "exp_of: worst relative error %.3g (float ulp is 6e-8)", worst_exp);
+    CHECK_MSG(worst_exp <= 3e-7, "exp_of: worst relative error %.3g (float ulp is 6e-8)",
+              worst_exp);
     CHECK_MSG(worst_tanh <= 3e-7, "tanh_of: worst absolute error %.3g", worst_tanh);
     CHECK(exp_of(-1000.0f) < 1e-37f && exp_of(1000.0f) < INFINITY);  // clamped, never inf
 }
