@@ -1,9 +1,8 @@
 // Benchmark of the host cuBLASLt stand-in (emu/cublaslt_host.cpp) on the GEMMs of a GPT-2 d12 training
 // step: for each linear layer, the forward (bias epilogue), the input gradient and the weight gradient
-// (BGRADB epilogue), in fp32 and bf16. Prints GFLOP/s, the ratio to plain OpenBLAS sgemm on the same
+// (BGRADB epilogue), in fp32 and bf16. Prints GFLOP/s, the ratio to a plain fp32 gemm() (cpu/gemm.h) on the same
 // fp32 shape measured in the same run, and the GEMM time of one whole step (12 layers + LM head).
 //   usage: bench_cublaslt [B*T tokens, default 256] [repeats, default 3]
-#include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -13,6 +12,8 @@
 #include <cstdlib>
 #include <random>
 #include <vector>
+
+#include "cpu/gemm.h"
 
 namespace {
 
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1, 1);
 
-    printf("GPT-2 d12 GEMMs, %d tokens, median of %d, fwd + dinp + dW per layer; sgemm = plain OpenBLAS fp32\n",
+    printf("GPT-2 d12 GEMMs, %d tokens, median of %d, fwd + dinp + dW per layer; sgemm = plain fp32 gemm() of cpu/gemm.h\n",
            BT, repeats);
     printf("%-8s %6s %6s | %10s %10s %10s | %9s\n", "layer", "in", "out", "fp32 GF/s", "bf16 GF/s",
            "sgemm GF/s", "fp32/sgemm");
@@ -111,12 +112,11 @@ int main(int argc, char** argv) {
             three(CUDA_R_16BF, wb.data(), xb.data(), yb.data(), dxb.data(), dwb.data(), biasb.data(), dbiasb.data());
         });
         double ts = median_seconds(repeats, [&] {
-            cblas_sgemm(CblasColMajor, CblasTrans, CblasNoTrans, L.out, BT, L.in, 1.0f, w.data(), L.in, x.data(),
-                        L.in, 0.0f, y.data(), L.out);
-            cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, L.in, BT, L.out, 1.0f, w.data(), L.in, y.data(),
-                        L.out, 0.0f, dx.data(), L.in);
-            cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, L.in, L.out, BT, 1.0f, x.data(), L.in, y.data(),
-                        L.out, 0.0f, dw.data(), L.in);
+            // The same three products through cpu/gemm.h (row-major: a column-major matrix read
+            // row-major is its transpose, so operands and transposes swap).
+            gemm(false, true, BT, L.out, L.in, 1.0f, x.data(), L.in, w.data(), L.in, 0.0f, y.data(), L.out);
+            gemm(false, false, BT, L.in, L.out, 1.0f, y.data(), L.out, w.data(), L.in, 0.0f, dx.data(), L.in);
+            gemm(true, false, L.out, L.in, BT, 1.0f, y.data(), L.out, x.data(), L.in, 0.0f, dw.data(), L.in);
         });
         printf("%-8s %6d %6d | %10.1f %10.1f %10.1f | %9.2f\n", L.name, L.in, L.out, flops / t32 / 1e9,
                flops / t16 / 1e9, flops / ts / 1e9, ts / t32);

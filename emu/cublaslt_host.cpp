@@ -5,15 +5,14 @@
 // *_AUX stores the GELU input into the aux matrix; DGELU multiplies by gelu'(aux); DGELU_BGRAD also
 // sums each row of D into the bias pointer; BGRADA / BGRADB sum op(A) / op(B) over the k dimension.
 //
-// The product is OpenBLAS sgemm on fp32 copies of A and B (bf16 widened, fp32 copied densely). That is
-// several times a hand-blocked loop, OpenBLAS is already the fp32 reference trainer's dependency, and
-// the copy costs O(mk + kn) against the product's O(mnk). The copy is made by our own (sanitized) code,
-// so under ASan an operand whose layout runs past its allocation is still reported. OpenBLAS brings
-// its own threads; the element-wise passes here are single-threaded on purpose: OpenMP threads
-// spin-waiting beside OpenBLAS's made whole GEMMs 2-3x slower on 2 cores (dev/bench_cublaslt).
+// The product goes through the CPU reference's gemm() (cpu/gemm.h: OpenBLAS with the right kernels for
+// this CPU, or plain loops) on fp32 copies of A and B (bf16 widened, fp32 copied densely). The copy
+// costs O(mk + kn) against the product's O(mnk), and is made by our own (sanitized) code, so under ASan
+// an operand whose layout runs past its allocation is still reported. The element-wise passes here are
+// single-threaded on purpose: OpenMP threads spin-waiting beside the GEMM's made whole GEMMs 2-3x
+// slower on 2 cores (dev/bench_cublaslt).
 // Streams are ignored: emulated streams run synchronously. Anything unsupported returns an error status
 // and prints one line that names it, so a trainer bug surfaces here rather than as wrong numbers.
-#include <cblas.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -24,6 +23,8 @@
 #include <cstring>
 #include <new>
 #include <vector>
+
+#include "cpu/gemm.h"
 
 // ---------------------------------------------------------------------------------------------------
 // Descriptors. The header's opaque types are fixed-size blobs; ours are placed inside them.
@@ -273,13 +274,13 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
     std::vector<float> a = widen(ptr.a, la.type, (int64_t)la.rows, (int64_t)la.cols, la.ld);
     std::vector<float> b = widen(ptr.b, lb.type, (int64_t)lb.rows, (int64_t)lb.cols, lb.ld);
 
-    // z = alpha * op(A) op(B), dense m x n.
+    // z = alpha * op(A) op(B), dense m x n column-major. gemm() is row-major, and a column-major
+    // matrix read row-major is its transpose, so it computes zᵀ = op(B)ᵀ op(A)ᵀ (n x m, ld m).
     std::vector<float> z((size_t)m * n);
     if (k == 0) std::fill(z.begin(), z.end(), 0.0f);
     else
-        cblas_sgemm(CblasColMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
-                    (int)m, (int)n, (int)k, alpha, a.data(), (int)la.rows, b.data(), (int)lb.rows, 0.0f,
-                    z.data(), (int)m);
+        gemm(p.trans_b, p.trans_a, (int)n, (int)m, (int)k, alpha, b.data(), (int)lb.rows, a.data(),
+             (int)la.rows, 0.0f, z.data(), (int)m);
 
     // Element-wise epilogue; z keeps each final fp32 value for the bias-gradient sum.
     for (int64_t j = 0; j < n; j++) {

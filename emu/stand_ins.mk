@@ -1,7 +1,7 @@
-# Host stand-ins for cuBLASLt (on OpenBLAS) and NCCL (on MPI), for the emulated builds (issue 4).
+# Host stand-ins for cuBLASLt (on cpu/gemm.h) and NCCL (on MPI), for the emulated builds (issue 4).
 # They are plain .cpp files implementing the functions of NVIDIA's own cublasLt.h and nccl.h.
 # Exposes, for the emulated trainer and tests:
-#   EMU_CUBLASLT_OBJS, EMU_CUBLASLT_LIBS   the cuBLASLt stand-in and what it links (OpenBLAS)
+#   EMU_CUBLASLT_OBJS, EMU_CUBLASLT_LIBS   the cuBLASLt stand-in and what it links (cpu/gemm)
 #   EMU_NCCL_OBJS, MPI_CXXFLAGS, MPI_LIBS  the NCCL stand-in, and MPI's compile and link flags
 #   EMU_STAND_IN_OBJS, EMU_STAND_IN_LIBS   all of the above together
 #   STAND_INS_CXXFLAGS                     flags to compile a .cpp that includes cublasLt.h / nccl.h
@@ -22,8 +22,9 @@ EMU_CUBLASLT_LIBS :=
 EMU_NCCL_OBJS     :=
 
 ifneq ($(HAVE_CUBLASLT_H),)
-  EMU_CUBLASLT_OBJS := $(BUILD)/emu/cublaslt_host.o
-  EMU_CUBLASLT_LIBS := -lopenblas
+  # The product runs on the CPU reference's gemm() (cpu/gemm.cpp picks OpenBLAS's kernels for this CPU).
+  EMU_CUBLASLT_OBJS := $(BUILD)/emu/cublaslt_host.o $(BUILD)/cpu/gemm.o
+  EMU_CUBLASLT_LIBS := $(CPU_LIBS)
   $(BUILD)/emu/cublaslt_host.o $(BUILD)/test/emu/test_cublaslt.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
 
   TESTS += $(BUILD)/test/test_cublaslt

@@ -8,3 +8,4 @@ bash scripts/install_deps.sh
 make -j"$(nproc)" train_gpt_cpu data/prepare
 data/prepare janeausten
 ./train_gpt_cpu -o out/quickstart "$@"
+scripts/plot_metrics.sh out/quickstart/metrics.jsonl && echo "chart: out/quickstart/metrics.png"
