@@ -22,16 +22,17 @@ ifeq ($(SAN),1)
   LDFLAGS  += $(SANFLAGS)
 endif
 
-# CUDA: nvcc from PATH or the default install; GPU arch from the card if there is one, else Hopper.
+# CUDA: nvcc from PATH or the default install; GPU arch from the card if there is one.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+# With no card (and no GPU_ARCH=...), build for both Hopper (sm_90a) and Ampere (sm_80).
 GPU_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d .)
 ifeq ($(GPU_ARCH),)
-  GPU_ARCH := 90a
+  GPU_ARCH := 90a 80
 endif
 ifeq ($(GPU_ARCH),90)
   GPU_ARCH := 90a
 endif
-NVCCFLAGS := -O3 -std=c++17 -I. -gencode=arch=compute_$(GPU_ARCH),code=sm_$(GPU_ARCH)
+NVCCFLAGS := -O3 -std=c++17 -I. $(foreach a,$(GPU_ARCH),-gencode=arch=compute_$(a),code=sm_$(a))
 
 PROGRAMS :=
 TESTS    :=

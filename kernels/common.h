@@ -102,3 +102,13 @@ __device__ __forceinline__ float block_reduce(float v, float identity) {
 }
 __device__ __forceinline__ float block_reduce_sum(float v) { return block_reduce<warp_reduce_sum>(v, 0.0f); }
 __device__ __forceinline__ float block_reduce_max(float v) { return block_reduce<warp_reduce_max>(v, -INFINITY); }
+
+// ---- precision, chosen at build time: bf16 storage by default (fp32 accumulation always);
+// -DENABLE_FP32 builds every kernel and the trainer with fp32 storage, for tight checks.
+#ifdef ENABLE_FP32
+typedef float floatX;
+#define PRECISION_NAME "fp32"
+#else
+typedef __nv_bfloat16 floatX;
+#define PRECISION_NAME "bf16"
+#endif
