@@ -56,7 +56,7 @@ include $(wildcard host/build.mk data/build.mk cpu/build.mk emu/build.mk emu/sta
 
 # The CPU reference trainer: shared host code + the fp32 CPU model.
 PROGRAMS += $(BIN)/train_gpt_cpu
-$(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(CPU_OBJS) $(HOST_OBJS)
+$(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 

@@ -6,13 +6,7 @@
 #include <vector>
 
 #include "host/gpt_config.h"
-
-struct AdamWSettings {
-    float learning_rate;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-    float weight_decay = 0.0f;  // decoupled; applied only where is_weight_matrix()
-    float grad_scale = 1.0f;    // multiplies every gradient first (global-norm clipping)
-};
+#include "host/train_model.h"  // AdamWSettings
 
 struct GPTCpu;  // parameters, gradients, AdamW moments and activations (defined in cpu/gpt_cpu.cpp)
 

@@ -1,0 +1,91 @@
+// The CPU reference model behind TrainModel (cpu/cpu_train_model.h).
+#include "cpu/cpu_train_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "cpu/gpt_cpu.h"
+#include "host/errors.h"
+
+TrainOptions cpu_trainer_defaults() {
+    TrainOptions o;
+    o.model = "custom:L4:C128:H4:T256";
+    o.batch_size = 8;
+    o.seq_len = 128;
+    o.max_steps = 600;
+    o.learning_rate = 1e-3;
+    o.warmup_steps = 20;
+    o.final_lr_fraction = 0.1;
+    o.weight_decay = 0.1;
+    o.val_every = 100;
+    o.val_batches = 10;
+    o.sample_every = 200;
+    o.gen_tokens = 64;
+    return o;
+}
+
+namespace {
+
+class CpuTrainModel : public TrainModel {
+public:
+    CpuTrainModel(const GPTConfig& config, int B, int T) : model_(gpt_cpu_create(config, B, T)) {}
+    ~CpuTrainModel() override { gpt_cpu_free(model_); }
+
+    const GPTConfig& config() const override { return gpt_cpu_config(model_); }
+    std::string description() const override { return "CPU, fp32 (reference model)"; }
+
+    float forward(const int* inputs, const int* targets, int B, int T) override {
+        return gpt_cpu_forward(model_, inputs, targets, B, T);
+    }
+    void logits_at(int t, float* out) override {
+        const GPTConfig& c = config();
+        const float* row = gpt_cpu_logits(model_) + (size_t)t * c.padded_vocab_size;
+        std::copy(row, row + c.vocab_size, out);
+    }
+    void zero_grad() override { gpt_cpu_zero_grad(model_); }
+    void backward(float loss_scale, bool) override { gpt_cpu_backward(model_, loss_scale); }
+    double grad_norm() override { return gpt_cpu_grad_norm(model_); }
+    void update(const AdamWSettings& settings, int step) override {
+        gpt_cpu_adamw_update(model_, settings, step);
+    }
+
+    // The fp32 parameters are both the working and the master weights.
+    WeightType working_weight_type() const override { return WeightType::FP32; }
+    void set_working_weights(const std::vector<float>& weights) override {
+        gpt_cpu_params(model_) = weights;
+    }
+    std::vector<float> working_weights() override { return gpt_cpu_params(model_); }
+    void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                             const std::vector<float>& v) override {
+        gpt_cpu_params(model_) = master;
+        gpt_cpu_adam_m(model_) = m;
+        gpt_cpu_adam_v(model_) = v;
+    }
+    void optimizer_state(std::vector<float>* master, std::vector<float>* m,
+                         std::vector<float>* v) override {
+        *master = gpt_cpu_params(model_);
+        *m = gpt_cpu_adam_m(model_);
+        *v = gpt_cpu_adam_v(model_);
+    }
+
+    ModelMemory memory() const override {
+        const GPTCpuMemory cpu = gpt_cpu_memory(model_);
+        ModelMemory mem;
+        mem.parameters = cpu.parameters;
+        mem.gradients = cpu.gradients;
+        mem.optimizer_state = cpu.optimizer_state;
+        mem.activations = cpu.activations;
+        return mem;
+    }
+
+private:
+    GPTCpu* model_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainModel> create_cpu_train_model(const GPTConfig& config, const TrainOptions& opt) {
+    try {
+        return std::make_unique<CpuTrainModel>(config, opt.batch_size, opt.seq_len);
+    } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
+}

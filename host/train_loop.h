@@ -1,0 +1,39 @@
+// The training loop, written once for every trainer: flags → setup (model shape, data, resume point,
+// all checked before anything is written) → report → steps (accumulation, clipping, AdamW, validation,
+// samples, checkpoints, metrics) → teardown. A trainer supplies its defaults and a function that
+// creates its TrainModel (host/train_model.h); train_gpt_cpu.cpp and train_gpt.cu are each that plus
+// a short main().
+//
+// Ranks are part of the loop: each rank reads its own slice of every batch, only rank 0 prints and
+// writes shared files, each rank writes its own training-state file. Every problem with the input ends
+// the program with one "error: ..." line and exit status 1.
+#pragma once
+#include <functional>
+#include <memory>
+
+#include "host/train_flags.h"
+#include "host/train_model.h"
+
+// This process's place among the ranks of a data-parallel run (one rank without MPI).
+struct RankInfo {
+    int rank = 0;
+    int num_ranks = 1;
+};
+
+struct TrainerSpec {
+    TrainOptions defaults;  // the trainer's defaults, before flags
+    RankInfo ranks;
+    // Creates the model for micro-batches of B = opt.batch_size sequences of T = opt.seq_len tokens.
+    // Throws InputError when it cannot (e.g. it would not fit in memory, naming what to lower).
+    std::function<std::unique_ptr<TrainModel>(const GPTConfig&, const TrainOptions&)> create_model;
+    // Optional: a note printed in the start-up report about flags the trainer ignores.
+    std::function<void(const TrainOptions&)> report_ignored_flags;
+};
+
+// Parses argv, trains, and returns the process exit status (0, or 1 after an "error:" line).
+int run_training(int argc, char** argv, const TrainerSpec& spec);
+
+// Training FLOPs per token of the forward and backward pass: 6 per parameter (a multiply-add forward,
+// two backward) plus attention's score and value products, 6·L·C·T per token with causal masking
+// halving the 12·L·C·T of the full square. Recomputed activations are not counted (as is usual for MFU).
+double training_flops_per_token(const GPTConfig& config, int T);

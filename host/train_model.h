@@ -1,0 +1,69 @@
+// The interface between the shared training loop (host/train_loop.h) and a model's compute. Each
+// trainer implements it once: train_gpt_cpu.cpp over the fp32 reference (cpu/gpt_cpu.h), train_gpt.cu
+// over the CUDA kernels. The loop owns everything else: flags, data, schedule, checkpoints, metrics,
+// sampling.
+//
+// Two kinds of weights: the working weights the forward pass reads (fp32 on the CPU, bf16 or fp32 on
+// a GPU) and the fp32 master weights AdamW updates. Without a separate master copy (the CPU model, or
+// the CUDA one with -w 0) the master weights are the working weights. A checkpoint stores the working
+// weights in the model file (model_NNNNNNNN.bin, in working_weight_type()) and the master weights and
+// AdamW moments in the state file, so a resumed run continues bit for bit.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "host/gpt_config.h"
+#include "host/model_file.h"
+
+struct AdamWSettings {
+    float learning_rate;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float weight_decay = 0.0f;  // decoupled; applied only where is_weight_matrix()
+    float grad_scale = 1.0f;    // multiplies every gradient first (global-norm clipping)
+};
+
+// Bytes a model holds, for the start-up report. activations counts everything sized by B and T.
+struct ModelMemory {
+    size_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0, activations = 0;
+    size_t total() const {
+        return parameters + gradients + master_weights + optimizer_state + activations;
+    }
+};
+
+class TrainModel {
+public:
+    virtual ~TrainModel() = default;
+
+    virtual const GPTConfig& config() const = 0;
+    // One line for the start-up report: where it runs and in what precision.
+    virtual std::string description() const = 0;
+    // Dense peak FLOP/s of the device in the training precision, for MFU; 0 when unknown.
+    virtual double peak_flops() const { return 0; }
+
+    // Forward over inputs (B×T token ids). With targets, returns the mean cross-entropy over the B·T
+    // positions; without (nullptr), returns NAN and only computes logits.
+    virtual float forward(const int* inputs, const int* targets, int B, int T) = 0;
+    // The first V logits at position t of sequence 0 of the last forward, widened to fp32.
+    virtual void logits_at(int t, float* out) = 0;
+
+    virtual void zero_grad() = 0;
+    // Adds loss_scale · d(mean loss of the last forward)/d(params) into the gradients (1/k for k
+    // micro-steps of accumulation). last_micro_step marks the backward whose gradients are final for
+    // this step: the only one after which gradients may be sent to other ranks.
+    virtual void backward(float loss_scale, bool last_micro_step) = 0;
+    virtual double grad_norm() = 0;  // global L2 norm of the gradients
+    // One AdamW step; step counts from 1 (bias correction).
+    virtual void update(const AdamWSettings& settings, int step) = 0;
+
+    // Parameters and optimizer state in and out, as fp32 vectors of param_layout(config).total.
+    virtual WeightType working_weight_type() const = 0;
+    virtual void set_working_weights(const std::vector<float>& weights) = 0;  // also the master copy
+    virtual std::vector<float> working_weights() = 0;
+    virtual void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                                     const std::vector<float>& v) = 0;
+    virtual void optimizer_state(std::vector<float>* master, std::vector<float>* m,
+                                 std::vector<float>* v) = 0;
+
+    virtual ModelMemory memory() const = 0;
+};
