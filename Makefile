@@ -60,6 +60,51 @@ $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(BUILD)/cpu/cpu_train_model.o $(
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
+# The CUDA trainer. ./train_gpt is train_gpt.cu built by nvcc where nvcc exists; elsewhere it is the
+# CPU trainer under that name, saying in one line that it was built without CUDA. ./train_gpt_emu (and
+# train_gpt_emu_fp32) is train_gpt.cu built through the emulator (emu/): the real kernels on the CPU,
+# for the tests. Both link the CPU model too: train_gpt falls back to it when there is no device.
+TRAINER_HOST_OBJS := $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
+ifneq ($(NVCC),)
+  ifneq ($(SAN),1)
+    PROGRAMS += $(BIN)/train_gpt
+    $(BIN)/train_gpt: $(BUILD)/train_gpt.cuda.o $(TRAINER_HOST_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(HOST_LIBS)
+  endif
+else
+  PROGRAMS += $(BIN)/train_gpt
+  $(BUILD)/train_gpt_nocuda.o: train_gpt_cpu.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -DTRAIN_GPT_WITHOUT_CUDA -c $< -o $@
+  $(BIN)/train_gpt: $(BUILD)/train_gpt_nocuda.o $(TRAINER_HOST_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
+endif
+ifneq ($(CUDA_INCLUDE),)
+  TRAINER_EMU_OBJS := $(EMU_OBJS) $(sort $(EMU_STAND_IN_OBJS) $(TRAINER_HOST_OBJS))
+  PROGRAMS += $(BIN)/train_gpt_emu $(BIN)/train_gpt_emu_fp32
+  $(BUILD)/train_gpt.emu.o $(BUILD)/train_gpt.fp32.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
+  $(BIN)/train_gpt_emu: $(BUILD)/train_gpt.emu.o $(TRAINER_EMU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+  $(BIN)/train_gpt_emu_fp32: $(BUILD)/train_gpt.fp32.emu.o $(TRAINER_EMU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+endif
+
+# The GPU model against the CPU reference (test/trainer/test_gpu_model.cu), bf16 and fp32, emulated.
+ifneq ($(CUDA_INCLUDE),)
+  GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(BUILD)/test/trainer/fp32/test_gpu_model
+  TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
+  $(BUILD)/test/trainer/test_gpu_model.emu.o $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o: \
+    CXXFLAGS += $(STAND_INS_CXXFLAGS)
+  $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o
+  $(BUILD)/test/trainer/fp32/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o
+  $(GPU_MODEL_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+endif
+
 all: $(PROGRAMS) $(BENCHES)
 
 test: $(PROGRAMS) $(TESTS)

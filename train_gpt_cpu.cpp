@@ -7,6 +7,10 @@
 #include "host/train_loop.h"
 
 int main(int argc, char** argv) {
+#ifdef TRAIN_GPT_WITHOUT_CUDA  // built as ./train_gpt where make found no nvcc
+    printf("train_gpt: built without CUDA (make found no nvcc), so training runs on the CPU with the "
+           "fp32 reference model\n");
+#endif
     TrainerSpec spec;
     spec.defaults = cpu_trainer_defaults();
     spec.create_model = create_cpu_train_model;

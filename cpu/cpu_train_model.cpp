@@ -43,7 +43,12 @@ public:
         std::copy(row, row + c.vocab_size, out);
     }
     void zero_grad() override { gpt_cpu_zero_grad(model_); }
-    void backward(float loss_scale, bool) override { gpt_cpu_backward(model_, loss_scale); }
+    float forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
+                           bool) override {
+        const float loss = gpt_cpu_forward(model_, inputs, targets, B, T);
+        gpt_cpu_backward(model_, loss_scale);
+        return loss;
+    }
     double grad_norm() override { return gpt_cpu_grad_norm(model_); }
     void update(const AdamWSettings& settings, int step) override {
         gpt_cpu_adamw_update(model_, settings, step);

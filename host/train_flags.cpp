@@ -75,6 +75,8 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "sample text every N steps (0: never)"},
         {"-g", "--gen-tokens", Kind::INT, FIELD(gen_tokens), 1, 1 << 20,
          "tokens to generate per sample"},
+        {"-h", "--hellaswag", Kind::INT, FIELD(hellaswag), 0, 1,
+         "1: HellaSwag evaluation, as llm.c's -h (needs its eval file; skipped when absent)"},
         {"-a", "--overfit-single-batch", Kind::INT, FIELD(overfit_single_batch), 0, 1,
          "1: train on the first batch only (a debugging check)"},
         {"", "--seed", Kind::U64, FIELD(seed), 0, 0,
@@ -170,7 +172,7 @@ std::string train_flags_help(const char* program, const TrainOptions& defaults) 
     for (const Flag& f : flag_table(shown))
         text += strprintf("  %-4s %-24s %s (default %s)\n", f.short_name, f.long_name, f.help,
                           default_text(f).c_str());
-    text += "  -h   --help                   show this help\n";
+    text += "       --help                   show this help (also -h with no value)\n";
     return text;
 }
 
@@ -179,7 +181,8 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
     const std::vector<Flag> flags = flag_table(*options);
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
-        if (arg == "-h" || arg == "--help") {
+        // llm.c's -h takes a value (HellaSwag); a bare -h as the last argument asks for help.
+        if (arg == "--help" || (arg == "-h" && i + 1 == argc)) {
             fputs(train_flags_help(argv[0], defaults).c_str(), stdout);
             return FlagsResult::HELP_SHOWN;
         }

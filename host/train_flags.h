@@ -1,5 +1,5 @@
 // Command-line flags shared by every trainer (GUIDE §3): llm.c's short flags, a readable long name
-// for each (--name VALUE or --name=VALUE), and --help (-h). Every value is checked: a malformed
+// for each (--name VALUE or --name=VALUE), and --help (-h alone; -h VALUE is llm.c's HellaSwag flag). Every value is checked: a malformed
 // number, a value out of range, an unknown flag or an impossible combination is an InputError whose
 // one line names the flag and the problem.
 #pragma once
@@ -39,6 +39,7 @@ struct TrainOptions {
     int sample_every = 20;         // -s (0 = never)
     int gen_tokens = 64;           // -g
     int overfit_single_batch = 0;  // -a
+    int hellaswag = 0;             // -h (llm.c's HellaSwag evaluation; --help shows the help)
     // data order and initialisation
     uint64_t seed = 42;  // --seed: weights, shuffling, sampling
     int shuffle = 0;     // --shuffle: shuffled (1) or sequential (0) data order

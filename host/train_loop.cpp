@@ -48,8 +48,9 @@ static double accumulate_gradients(TrainModel& model, DataLoader& loader, int ac
     for (int micro = 0; micro < accum_steps; micro++) {
         if (overfit) loader.reset();
         loader.next_batch(inputs.data(), targets.data());
-        loss += model.forward(inputs.data(), targets.data(), B, T) / accum_steps;
-        model.backward(1.0f / accum_steps, micro == accum_steps - 1);
+        loss += model.forward_backward(inputs.data(), targets.data(), B, T, 1.0f / accum_steps,
+                                       micro == accum_steps - 1) /
+                accum_steps;
     }
     return loss;
 }
@@ -226,6 +227,9 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         if (opt.sample_every > 0 && !can_sample)
             printf("note: no decode table at '%s', so no samples are printed\n",
                    opt.tokenizer.c_str());
+        if (opt.hellaswag)
+            printf("note: -h 1 (HellaSwag evaluation) is skipped: this trainer has no HellaSwag "
+                   "eval yet\n");
         if (spec.report_ignored_flags) spec.report_ignored_flags(opt);
         fflush(stdout);
     }

@@ -48,10 +48,13 @@ public:
     virtual void logits_at(int t, float* out) = 0;
 
     virtual void zero_grad() = 0;
-    // Adds loss_scale · d(mean loss of the last forward)/d(params) into the gradients (1/k for k
-    // micro-steps of accumulation). last_micro_step marks the backward whose gradients are final for
-    // this step: the only one after which gradients may be sent to other ranks.
-    virtual void backward(float loss_scale, bool last_micro_step) = 0;
+    // Training micro-step: forward over inputs with targets, then adds loss_scale · d(mean loss)/
+    // d(params) into the gradients (1/k for k micro-steps of accumulation); returns the mean loss.
+    // One call, so a GPU model can write the loss gradient while it computes the loss. last_micro_step
+    // marks the backward whose gradients are final for this step: the only one after which gradients
+    // may be sent to other ranks.
+    virtual float forward_backward(const int* inputs, const int* targets, int B, int T,
+                                   float loss_scale, bool last_micro_step) = 0;
     virtual double grad_norm() = 0;  // global L2 norm of the gradients
     // One AdamW step; step counts from 1 (bias correction).
     virtual void update(const AdamWSettings& settings, int step) = 0;

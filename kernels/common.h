@@ -11,13 +11,14 @@
 
 #include "kernels/launch.h"
 
-// ---- errors: a failed CUDA call prints where and why, then exits.
+// ---- errors: a failed CUDA call prints where and why, then exits with status 2 (status 1 means a
+// refused input, which scripts/supervise.sh does not retry; a device failure it does).
 #define CUDA_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)
 inline void cuda_check(cudaError_t err, const char* what, const char* file, int line) {
     if (err == cudaSuccess) return;
     fprintf(stderr, "CUDA error %s (%s) at %s:%d: %s\n", cudaGetErrorName(err),
             cudaGetErrorString(err), file, line, what);
-    exit(1);
+    exit(2);
 }
 
 // ---- dynamic shared memory: DYNAMIC_SHARED(float, buf); declares `buf` pointing at the block's

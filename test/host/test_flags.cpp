@@ -115,9 +115,16 @@ TEST(help_lists_every_llmc_flag) {
     for (const char* flag :
          {"-i ", "-j ", "-e ", "-o ",  "-n ",  "-nk ", "-y ", "-b ",   "-t ", "-d ",
           "-x ", "-k ", "-l ", "-u ",  "-q ",  "-c ",  "-v ", "-m ",   "-s ", "-g ",
-          "-a ", "-z ", "-r ", "-sl ", "-sg ", "-f ",  "-w ", "--help"})
+          "-a ", "-z ", "-r ", "-sl ", "-sg ", "-f ",  "-w ", "-h ", "--help"})
         CHECK_MSG(help.find(std::string("  ") + flag) != std::string::npos, "help lacks %s", flag);
     std::string out;
     // The flag table's defaults appear: e.g. batch size 4.
     CHECK(help.find("micro-batch size B (sequences) (default 4)") != std::string::npos);
+}
+
+// llm.c's run scripts pass "-h 1" (HellaSwag): a flag with a value, not a request for help.
+TEST(llmc_hellaswag_flag_takes_a_value) {
+    TrainOptions o = parse({"-h", "1", "-b", "2"});
+    CHECK(o.hellaswag == 1 && o.batch_size == 2);
+    expect_input_error([] { parse({"-h", "2"}); }, {"-h (--hellaswag)", "out of range"});
 }

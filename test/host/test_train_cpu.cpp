@@ -1,4 +1,5 @@
-// End-to-end tests of train_gpt_cpu (the binary in $BIN) on a tiny model and synthetic shards the
+// End-to-end tests of a trainer binary (train_gpt_cpu in $BIN, or the one $TRAINER names: the
+// emulated CUDA trainer train_gpt_emu runs them too, test/trainer/test_train_gpt_emu.sh) on a tiny model and synthetic shards the
 // test writes itself: a single batch overfits; 20 steps straight and 10 + resume + 10 give the same
 // per-step losses and bitwise-identical checkpoints; old checkpoints are pruned; bad input (missing
 // shard, bad flags, corrupted checkpoint, resume with another config) ends with one error line,
@@ -14,11 +15,13 @@
 #include "host/rng.h"
 #include "test/host/host_test_util.h"
 
-static const char* MODEL = "custom:L2:C32:H2:V64:T16";
+// Head size 32: the smallest the CUDA attention kernels support.
+static const char* MODEL = "custom:L2:C64:H2:V64:T16";
 
 static std::string trainer() {
     const char* bin = getenv("BIN");
-    return std::string(bin && *bin ? bin : ".") + "/train_gpt_cpu";
+    const char* name = getenv("TRAINER");
+    return std::string(bin && *bin ? bin : ".") + "/" + (name && *name ? name : "train_gpt_cpu");
 }
 
 // A directory with train.bin and val.bin of pseudo-random tokens below 64.
@@ -138,7 +141,7 @@ TEST(resume_continues_bitwise) {
     // The weights a run ends with are the ones its model file holds, readable as a model to start
     // from.
     ModelFile m = read_model_file(straight + "/model_00000020.bin");
-    CHECK(m.config.num_layers == 2 && m.config.channels == 32 && m.config.vocab_size == 64);
+    CHECK(m.config.num_layers == 2 && m.config.channels == 64 && m.config.vocab_size == 64);
     std::string c;
     CHECK_MSG(run_trainer("-i " + data + "/train.bin -j " + data + "/val.bin -e " + straight +
                               "/model_00000020.bin -b 2 -t 8 -x 2 -s 0",
@@ -190,8 +193,8 @@ TEST(bad_input_fails_cleanly) {
     fails_cleanly(ok + " --frobnicate 1", {"unknown flag '--frobnicate'"}, fresh);
     fails_cleanly(ok + " -t 17", {"-t (--seq-len)", "17", "16"}, fresh);
     fails_cleanly(ok + " -d 100", {"-d (--total-batch)", "16"}, fresh);
-    fails_cleanly(ok + " -e custom:L2:C32:H3:V64:T16",
-                  {"-e (--model)", "3 heads do not divide 32 channels"}, fresh);
+    fails_cleanly(ok + " -e custom:L2:C64:H3:V64:T16",
+                  {"-e (--model)", "3 heads do not divide 64 channels"}, fresh);
     fails_cleanly(ok + " -e " + data + "/nothing.bin", {"-e (--model)", "nothing.bin"}, fresh);
     fails_cleanly(ok + " -e " + data + "/train.bin", {"train.bin", "not a model file"}, fresh);
     std::vector<uint16_t> big(200, 64);  // token 64 is outside the model's vocabulary of 64
@@ -207,7 +210,7 @@ TEST(bad_input_fails_cleanly) {
     CHECK(complete_checkpoints(fresh, 1) == std::vector<long long>{4});
     fails_cleanly(ok + " -y 1 -b 4", {"state_00000004_00000.bin", "-b (batch size) = 2", "4"},
                   fresh);
-    fails_cleanly(ok + " -y 1 -e custom:L3:C32:H2:V64:T16",
+    fails_cleanly(ok + " -y 1 -e custom:L3:C64:H2:V64:T16",
                   {"state_00000004_00000.bin", "L=2", "L=3"}, fresh);
     const std::string state = checkpoint_state_path(fresh, 4, 0);
     std::vector<unsigned char> bytes = read_all(state);

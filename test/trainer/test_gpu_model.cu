@@ -1,0 +1,189 @@
+// The CUDA trainer's model (GPUModel of train_gpt.cu, its kernels run through the emulator) against
+// the fp32 CPU reference (cpu/gpt_model.h) on the same weights and tokens: the loss, the logits,
+// every gradient tensor, and the weights after five AdamW steps; then properties of its own:
+// recomputation levels give identical bits, accumulation over micro-batches equals one big batch,
+// and two runs are bitwise identical. Built twice, bf16 and fp32 (-DENABLE_FP32), like the kernels.
+#define TRAIN_GPT_NO_MAIN
+#include "train_gpt.cu"
+
+#include "cpu/gpt_model.h"
+#include "host/gpt_init.h"
+#include "test/kernels/kernel_test.h"
+
+namespace {
+
+// Whole-model gradients pass through ~10 kernels per layer; in bf16 each rounds its output, so they
+// are compared at the kernels' bf16 tolerance too (fp32: 1e-5).
+constexpr double GRADIENT_TOLERANCE = KERNEL_TOLERANCE;
+
+// GPT-2's real vocabulary at a small width, and an odd shape: T, C and NH not powers of two.
+GPTConfig small_config() {
+    GPTConfig c;
+    c.max_seq_len = 64, c.vocab_size = 50257, c.padded_vocab_size = 50304;
+    c.num_layers = 2, c.num_heads = 4, c.channels = 128;
+    return c;
+}
+GPTConfig odd_config() {
+    GPTConfig c;
+    c.max_seq_len = 40, c.vocab_size = 1000, c.padded_vocab_size = 1024;
+    c.num_layers = 2, c.num_heads = 5, c.channels = 160;
+    return c;
+}
+
+TrainOptions options(int B, int T, int recompute = 1) {
+    TrainOptions opt;
+    opt.batch_size = B, opt.seq_len = T, opt.recompute = recompute;
+    opt.fp32_master = 1, opt.tf32 = 0, opt.seed = 7;
+    return opt;
+}
+
+// Initial weights, rounded to the storage type so both models start from the same values.
+std::vector<float> initial_weights(const GPTConfig& c) {
+    std::vector<float> w(param_layout(c).total);
+    gpt_init_params(c, 11, w.data());
+    return round_to_floatX(w);
+}
+
+const char* TENSOR_NAMES[NUM_PARAM_TENSORS] = {"wte",  "wpe", "ln1w",     "ln1b",     "qkvw", "qkvb",
+                                               "attprojw", "attprojb", "ln2w", "ln2b", "fcw",
+                                               "fcb",  "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+// Tensor t of a flat parameter-sized vector.
+std::vector<float> slice(const std::vector<float>& all, const ParamLayout& layout, int t) {
+    return std::vector<float>(all.begin() + layout.offset[t],
+                              all.begin() + layout.offset[t] + layout.size[t]);
+}
+
+void check_each_tensor(const std::vector<float>& out, const std::vector<float>& ref,
+                       const GPTConfig& c, double tolerance, const char* what) {
+    const ParamLayout layout = param_layout(c);
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        const std::vector<float> o = slice(out, layout, t), r = slice(ref, layout, t);
+        const double err = tst::rel_l2_error(o.data(), r.data(), r.size());
+        CHECK_MSG(err <= tolerance, "%s of %s: relative error %.3g > %.3g (" PRECISION_NAME ")", what,
+                  TENSOR_NAMES[t], err, tolerance);
+    }
+}
+
+// One training micro-step on both models from the same weights; compares the loss, the logits of
+// a separate forward, and every gradient tensor.
+void check_against_reference(const GPTConfig& c, int B, int T) {
+    const std::vector<float> weights = initial_weights(c);
+    const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 1);
+    const std::vector<int> targets = random_tokens((size_t)B * T, c.vocab_size, 2);
+
+    GPUModel gpu(c, options(B, T));
+    gpu.set_working_weights(weights);
+    GPTModel<float> cpu(c, B, T);
+    cpu.params = weights;
+
+    // Logits of the whole first sequence.
+    gpu.forward(inputs.data(), nullptr, B, T);
+    cpu.forward(inputs.data(), nullptr, B, T);
+    std::vector<float> logits(c.vocab_size), gpu_logits, cpu_logits;
+    for (int t = 0; t < T; t++) {
+        gpu.logits_at(t, logits.data());
+        gpu_logits.insert(gpu_logits.end(), logits.begin(), logits.end());
+        const float* row = cpu.logits.data() + (size_t)t * c.padded_vocab_size;
+        cpu_logits.insert(cpu_logits.end(), row, row + c.vocab_size);
+    }
+    CHECK_CLOSE(gpu_logits, cpu_logits, KERNEL_TOLERANCE, "logits");
+
+    gpu.zero_grad();
+    const float gpu_loss = gpu.forward_backward(inputs.data(), targets.data(), B, T, 1.0f, true);
+    const float cpu_loss = cpu.forward(inputs.data(), targets.data(), B, T);
+    cpu.zero_grad();
+    cpu.backward(1.0f);
+    CHECK_MSG(std::fabs(gpu_loss - cpu_loss) <= KERNEL_TOLERANCE * std::fabs(cpu_loss),
+              "loss %.7f vs reference %.7f", gpu_loss, cpu_loss);
+    check_each_tensor(gpu.gradients(), cpu.grads, c, GRADIENT_TOLERANCE, "gradient");
+}
+
+}  // namespace
+
+TEST(model_matches_reference_small_gpt2_vocabulary) { check_against_reference(small_config(), 4, 64); }
+TEST(model_matches_reference_odd_shape) { check_against_reference(odd_config(), 3, 37); }
+
+// Five AdamW steps with clipping and weight decay: the weights (and in bf16, the fp32 master weights)
+// follow the reference's.
+TEST(five_adamw_steps_match_reference) {
+    const GPTConfig c = odd_config();
+    const int B = 2, T = 37;
+    const std::vector<float> weights = initial_weights(c);
+    GPUModel gpu(c, options(B, T));
+    gpu.set_working_weights(weights);
+    GPTModel<float> cpu(c, B, T);
+    cpu.params = weights;
+    for (int step = 1; step <= 5; step++) {
+        const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 10 + step);
+        const std::vector<int> targets = random_tokens((size_t)B * T, c.vocab_size, 20 + step);
+        gpu.zero_grad();
+        gpu.forward_backward(inputs.data(), targets.data(), B, T, 1.0f, true);
+        cpu.forward(inputs.data(), targets.data(), B, T);
+        cpu.zero_grad();
+        cpu.backward(1.0f);
+        const double gpu_norm = gpu.grad_norm(), cpu_norm = cpu.grad_norm();
+        CHECK_MSG(std::fabs(gpu_norm - cpu_norm) <= GRADIENT_TOLERANCE * cpu_norm,
+                  "step %d: gradient norm %.6f vs reference %.6f", step, gpu_norm, cpu_norm);
+        AdamWSettings s;
+        s.learning_rate = 1e-3f;
+        s.weight_decay = 0.1f;
+        s.grad_scale = cpu_norm > 1.0 ? (float)(1.0 / cpu_norm) : 1.0f;
+        gpu.update(s, step);
+        cpu.adamw_step(s.learning_rate, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale, step);
+    }
+    std::vector<float> master, m, v;
+    gpu.optimizer_state(&master, &m, &v);
+    check_each_tensor(master, cpu.params, c, GRADIENT_TOLERANCE, "master weights after 5 steps");
+    check_each_tensor(gpu.working_weights(), cpu.params, c, GRADIENT_TOLERANCE, "weights after 5 steps");
+    check_each_tensor(m, cpu.adam_m, c, GRADIENT_TOLERANCE, "AdamW m after 5 steps");
+}
+
+// Gradients and loss of one micro-step at a given recompute level.
+struct StepResult {
+    float loss;
+    std::vector<float> gradients;
+};
+StepResult one_step(const GPTConfig& c, const TrainOptions& opt, int micro_steps) {
+    GPUModel gpu(c, opt);
+    gpu.set_working_weights(initial_weights(c));
+    gpu.zero_grad();
+    const int B = opt.batch_size, T = opt.seq_len;
+    const std::vector<int> inputs = random_tokens((size_t)B * T * micro_steps, c.vocab_size, 5);
+    const std::vector<int> targets = random_tokens((size_t)B * T * micro_steps, c.vocab_size, 6);
+    float loss = 0;
+    for (int i = 0; i < micro_steps; i++)
+        loss += gpu.forward_backward(inputs.data() + (size_t)i * B * T, targets.data() + (size_t)i * B * T,
+                                     B, T, 1.0f / micro_steps, i == micro_steps - 1) / micro_steps;
+    return {loss, gpu.gradients()};
+}
+
+// -r 0, 1 and 2 recompute what they did not keep with the same kernels, so every bit agrees.
+TEST(recompute_levels_give_identical_bits) {
+    const GPTConfig c = odd_config();
+    const StepResult r0 = one_step(c, options(2, 37, 0), 1);
+    for (int level : {1, 2}) {
+        const StepResult r = one_step(c, options(2, 37, level), 1);
+        CHECK_MSG(r.loss == r0.loss, "-r %d: loss %.9g vs -r 0 %.9g", level, r.loss, r0.loss);
+        CHECK_MSG(bitwise_equal(r.gradients.data(), r0.gradients.data(), r0.gradients.size() * 4),
+                  "-r %d: gradients differ from -r 0", level);
+    }
+}
+
+// Two micro-batches of B accumulate to the gradient of one batch of 2B.
+TEST(accumulation_equals_one_larger_batch) {
+    const GPTConfig c = odd_config();
+    const StepResult accumulated = one_step(c, options(2, 37), 2);
+    const StepResult single = one_step(c, options(4, 37), 1);
+    CHECK_MSG(std::fabs(accumulated.loss - single.loss) <= KERNEL_TOLERANCE * single.loss,
+              "loss %.7f accumulated vs %.7f in one batch", accumulated.loss, single.loss);
+    check_each_tensor(accumulated.gradients, single.gradients, c, GRADIENT_TOLERANCE,
+                      "accumulated gradient");
+}
+
+TEST(two_runs_are_bitwise_identical) {
+    const GPTConfig c = small_config();
+    const StepResult a = one_step(c, options(2, 64), 2), b = one_step(c, options(2, 64), 2);
+    CHECK(a.loss == b.loss);
+    CHECK(bitwise_equal(a.gradients.data(), b.gradients.data(), a.gradients.size() * 4));
+}

@@ -1,0 +1,613 @@
+// train_gpt: trains GPT-2 on an NVIDIA GPU with the hand-written kernels of kernels/ and cuBLASLt.
+// bf16 weights, activations and gradients (fp32 with -DENABLE_FP32), fp32 master weights and AdamW
+// moments, activation recomputation (-r), gradient accumulation (-d). The training loop itself
+// (flags, data, schedule, checkpoints, metrics, sampling) is the shared one of host/train_loop.h; this
+// file is the GPU model behind its interface, read top to bottom:
+//   1. the buffers: parameters, gradients, optimizer state, activations, scratch — all allocated once
+//   2. forward: embeddings, L transformer blocks, final LayerNorm, logits, loss
+//   3. backward: the same steps in reverse
+//   4. update: gradient norm and AdamW
+//   5. main(): picks the device (or the CPU when there is none) and runs the loop
+// Built by nvcc it is ./train_gpt; built through the emulator (emu/) it is ./train_gpt_emu, which runs
+// the same kernels on the CPU for the tests.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu_train_model.h"
+#include "host/errors.h"
+#include "host/train_loop.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/common.h"
+#include "kernels/elementwise.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/global_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+// ------------------------------------------------------------------------------------------------
+// 1. Buffers
+
+// What the forward pass keeps for the backward pass, for micro-batches of up to N = B·T positions.
+// Per-layer tensors hold L slices of N rows. With recomputation, some of them hold one slice that
+// every layer reuses, and backward recomputes its contents from what was kept:
+//   -r 0  everything kept
+//   -r 1  GELU outputs recomputed from the GELU inputs (fch)
+//   -r 2  also the LayerNorm outputs, from their inputs and the saved mean and rstd
+struct Activations {
+    floatX* encoded;                   // (N, C) token + position embedding
+    floatX* ln1;                       // (L or 1, N, C)
+    float *ln1_mean, *ln1_rstd;        // (L, N)
+    floatX* qkv;                       // (L, N, 3C)
+    floatX* atty;                      // (L, N, C) attention output
+    float* att_lse;                    // (L, B, NH, T) log-sum-exp of each attention row
+    floatX* residual2;                 // (L, N, C) residual stream after attention
+    floatX* ln2;                       // (L or 1, N, C)
+    float *ln2_mean, *ln2_rstd;        // (L, N)
+    floatX* fch;                       // (L, N, 4C) GELU input
+    floatX* fch_gelu;                  // (L or 1, N, 4C) GELU output
+    floatX* residual3;                 // (L, N, C) residual stream after the MLP: the layer's output
+    floatX* lnf;                       // (N, C)
+    float *lnf_mean, *lnf_rstd;        // (N)
+    floatX* logits;                    // (N, Vp); the classifier overwrites it with d(loss)/d(logits)
+    float* losses;                     // (N)
+    // Working buffers reused by every layer.
+    floatX* branch;                    // (N, C) an attention or MLP branch's output, before the add
+    floatX *dresidual, *dln, *datty;   // (N, C) gradients
+    floatX* dqkv;                      // (N, 3C)
+    floatX* dfch;                      // (N, 4C)
+};
+
+// Device memory in one allocation: a list of (pointer, bytes) requests laid out 256-byte aligned, so
+// the start-up report and the out-of-memory check see the exact figure before anything is allocated.
+class DeviceArena {
+public:
+    template <typename T>
+    void request(T** pointer, size_t count) {
+        requests_.push_back({reinterpret_cast<void**>(pointer), count * sizeof(T)});
+    }
+    size_t bytes() const {
+        size_t total = 0;
+        for (const Request& r : requests_) total += round_up(r.bytes);
+        return total;
+    }
+    // Allocates everything requested since the last call, or fails naming the figure.
+    void allocate(const char* what) {
+        const size_t total = bytes();
+        if (total == 0) return;
+        char* base = nullptr;
+        if (cudaMalloc(&base, total) != cudaSuccess) {
+            cudaGetLastError();
+            fail("out of GPU memory allocating %.1f MiB for %s (try a smaller -b, -t, or -r 2)",
+                 total / 1048576.0, what);
+        }
+        blocks_.push_back(base);
+        for (const Request& r : requests_) {
+            *r.pointer = base;
+            base += round_up(r.bytes);
+        }
+        requests_.clear();
+    }
+    ~DeviceArena() {
+        for (void* block : blocks_) cudaFree(block);
+    }
+
+private:
+    struct Request {
+        void** pointer;
+        size_t bytes;
+    };
+    static size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+    std::vector<Request> requests_;
+    std::vector<void*> blocks_;
+};
+
+// Dense bf16 tensor-core peak of known devices (FLOP/s), for MFU; 0 = unknown (MFU shows n/a).
+static double device_peak_flops(const cudaDeviceProp& prop) {
+    const std::string name = prop.name;
+    if (name.find("H100") != std::string::npos)
+        return name.find("PCIe") != std::string::npos ? 756e12 : 989e12;
+    if (name.find("H200") != std::string::npos || name.find("GH200") != std::string::npos) return 989e12;
+    if (name.find("A100") != std::string::npos) return 312e12;
+    if (name.find("L40S") != std::string::npos) return 362e12;
+    if (name.find("A10G") != std::string::npos) return 70e12;
+    if (name.find("RTX 4090") != std::string::npos) return 165e12;
+    if (name.find("RTX 3090") != std::string::npos) return 71e12;
+    return 0;
+}
+
+class GPUModel : public TrainModel {
+public:
+    GPUModel(const GPTConfig& config, const TrainOptions& opt);
+    ~GPUModel() override;
+
+    const GPTConfig& config() const override { return config_; }
+    std::string description() const override;
+    double peak_flops() const override { return peak_flops_; }
+
+    float forward(const int* inputs, const int* targets, int B, int T) override;
+    void logits_at(int t, float* out) override;
+    void zero_grad() override;
+    float forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
+                           bool last_micro_step) override;
+    double grad_norm() override;
+    void update(const AdamWSettings& settings, int step) override;
+
+    WeightType working_weight_type() const override;
+    void set_working_weights(const std::vector<float>& weights) override;
+    std::vector<float> working_weights() override;
+    void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                             const std::vector<float>& v) override;
+    void optimizer_state(std::vector<float>* master, std::vector<float>* m,
+                         std::vector<float>* v) override;
+    ModelMemory memory() const override { return memory_; }
+    // The gradients, widened to fp32 (for tests and debugging).
+    std::vector<float> gradients();
+
+private:
+    // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb) in params or grads.
+    floatX* tensor(floatX* base, int t, int l = 0) const {
+        const bool per_layer = t >= LN1W && t <= FCPROJB;
+        const size_t layer_size = per_layer ? layout_.size[t] / config_.num_layers : 0;
+        return base + layout_.offset[t] + l * layer_size;
+    }
+    floatX* p(int t, int l = 0) const { return tensor(params_, t, l); }
+    floatX* g(int t, int l = 0) const { return tensor(grads_, t, l); }
+    // Slice l of a per-layer activation of `width` values per position (slice 0 when not kept per layer).
+    floatX* layer(floatX* base, int l, size_t width, bool per_layer = true) const {
+        return base + (per_layer ? (size_t)l * max_N_ * width : 0);
+    }
+    float* layer(float* base, int l) const { return base + (size_t)l * max_N_; }
+
+    void upload_tokens(const int* inputs, const int* targets, int B, int T);
+    void run_forward(int B, int T);
+    float run_classifier(bool write_dlogits, float loss_scale);
+    void run_backward();
+
+    GPTConfig config_;
+    ParamLayout layout_;
+    int max_B_, max_T_;
+    size_t max_N_;
+    int recompute_;
+    bool use_master_;
+    double peak_flops_ = 0;
+    std::string device_name_;
+    uint64_t seed_;
+    cudaStream_t stream_ = nullptr;
+    DeviceArena arena_;
+    ModelMemory memory_;
+
+    floatX* params_ = nullptr;   // working weights, param_layout order
+    floatX* grads_ = nullptr;
+    float* master_ = nullptr;    // fp32 master weights (null with -w 0 or in the fp32 build)
+    float *adam_m_ = nullptr, *adam_v_ = nullptr;
+    Activations act_{};
+    int* inputs_dev_ = nullptr;  // (N) token ids of the current micro-batch
+    int* targets_dev_ = nullptr;
+    void* scratch_ = nullptr;    // kernel scratch, the largest any kernel asks for
+    float* norm_dev_ = nullptr;  // the squared gradient norm
+    void* encoder_host_scratch_ = nullptr;
+
+    int B_ = 0, T_ = 0;                // shape of the last forward
+    bool have_targets_ = false;
+    std::vector<int> inputs_host_;     // the last forward's tokens (the encoder's backward groups them)
+    std::vector<float> losses_host_;
+};
+
+GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt)
+    : config_(config), layout_(param_layout(config)), max_B_(opt.batch_size), max_T_(opt.seq_len),
+      max_N_((size_t)opt.batch_size * opt.seq_len), recompute_(opt.recompute), seed_(opt.seed) {
+#ifdef ENABLE_FP32
+    use_master_ = false;  // the working weights are fp32 already
+#else
+    use_master_ = opt.fp32_master != 0;
+#endif
+    const int L = config.num_layers, C = config.channels, NH = config.num_heads;
+    const int Vp = config.padded_vocab_size, HS = C / NH;
+    if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
+        fail("-e (--model): channels %d must be a multiple of 8 and of the head count %d", C, NH);
+    if (!attention_supports_head_size(HS))
+        fail("-e (--model): head size %d (channels %d / heads %d) is not supported by the attention "
+             "kernels (supported: 32, 64, 128)", HS, C, NH);
+
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    device_name_ = prop.name;
+    peak_flops_ = device_peak_flops(prop);
+    CUDA_CHECK(cudaStreamCreate(&stream_));
+    matmul_setup(opt.tf32 != 0);
+
+    // Parameters, gradients, master weights and AdamW moments.
+    const size_t P = layout_.total, N = max_N_;
+    arena_.request(&params_, P);
+    arena_.request(&grads_, P);
+    memory_.parameters = P * sizeof(floatX);
+    memory_.gradients = P * sizeof(floatX);
+    if (use_master_) {
+        arena_.request(&master_, P);
+        memory_.master_weights = P * sizeof(float);
+    }
+    arena_.request(&adam_m_, P);
+    arena_.request(&adam_v_, P);
+    memory_.optimizer_state = 2 * P * sizeof(float);
+    const size_t before_activations = arena_.bytes();
+
+    // Activations (see struct Activations for what -r changes).
+    const size_t ln_layers = recompute_ >= 2 ? 1 : L, gelu_layers = recompute_ >= 1 ? 1 : L;
+    Activations& a = act_;
+    arena_.request(&a.encoded, N * C);
+    arena_.request(&a.ln1, ln_layers * N * C);
+    arena_.request(&a.ln1_mean, L * N);
+    arena_.request(&a.ln1_rstd, L * N);
+    arena_.request(&a.qkv, L * N * 3 * C);
+    arena_.request(&a.atty, L * N * C);
+    arena_.request(&a.att_lse, L * N * NH);
+    arena_.request(&a.residual2, L * N * C);
+    arena_.request(&a.ln2, ln_layers * N * C);
+    arena_.request(&a.ln2_mean, L * N);
+    arena_.request(&a.ln2_rstd, L * N);
+    arena_.request(&a.fch, L * N * 4 * C);
+    arena_.request(&a.fch_gelu, gelu_layers * N * 4 * C);
+    arena_.request(&a.residual3, L * N * C);
+    arena_.request(&a.lnf, N * C);
+    arena_.request(&a.lnf_mean, N);
+    arena_.request(&a.lnf_rstd, N);
+    arena_.request(&a.logits, N * Vp);
+    arena_.request(&a.losses, N);
+    arena_.request(&a.branch, N * C);
+    arena_.request(&a.dresidual, N * C);
+    arena_.request(&a.dln, N * C);
+    arena_.request(&a.datty, N * C);
+    arena_.request(&a.dqkv, N * 3 * C);
+    arena_.request(&a.dfch, N * 4 * C);
+    arena_.request(&inputs_dev_, N);
+    arena_.request(&targets_dev_, N);
+    const size_t scratch_bytes = std::max(
+        {encoder_backward_scratch_bytes(max_B_, max_T_), layernorm_backward_scratch_bytes((int)N, C),
+         matmul_backward_scratch_bytes((int)N, 4 * C), matmul_backward_scratch_bytes((int)N, Vp),
+         attention_backward_scratch_bytes(max_B_, max_T_, NH, HS), global_norm_scratch_bytes()});
+    arena_.request(reinterpret_cast<char**>(&scratch_), scratch_bytes);
+    arena_.request(&norm_dev_, 1);
+    memory_.activations = arena_.bytes() - before_activations;
+
+    // Will it fit? Say so before allocating anything, with what to lower.
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (arena_.bytes() > free_bytes)
+        fail("the model needs %.2f GiB of GPU memory (weights and optimizer %.2f GiB, activations "
+             "%.2f GiB) but %s has %.2f GiB free: lower -b (batch size) or -t (sequence length), "
+             "or recompute more with -r 2",
+             arena_.bytes() / 1073741824.0, before_activations / 1073741824.0,
+             memory_.activations / 1073741824.0, prop.name, free_bytes / 1073741824.0);
+    arena_.allocate("the model");
+    encoder_host_scratch_ = malloc(encoder_backward_host_scratch_bytes(max_B_, max_T_));
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, P * sizeof(floatX), stream_));
+    CUDA_CHECK(cudaMemsetAsync(adam_m_, 0, P * sizeof(float), stream_));
+    CUDA_CHECK(cudaMemsetAsync(adam_v_, 0, P * sizeof(float), stream_));
+    // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
+    // sees; start every buffer defined.
+    CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, N * Vp * sizeof(floatX), stream_));
+}
+
+GPUModel::~GPUModel() {
+    free(encoder_host_scratch_);
+    matmul_teardown();
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string GPUModel::description() const {
+    return strprintf("CUDA on %s, %s storage%s, fp32 AdamW state, recompute -r %d", device_name_.c_str(),
+                     PRECISION_NAME, use_master_ ? " with fp32 master weights" : "", recompute_);
+}
+
+// ------------------------------------------------------------------------------------------------
+// 2. Forward
+
+void GPUModel::upload_tokens(const int* inputs, const int* targets, int B, int T) {
+    if (B < 1 || B > max_B_ || T < 1 || T > max_T_)
+        fail("forward: batch %dx%d exceeds the allocated %dx%d", B, T, max_B_, max_T_);
+    const size_t N = (size_t)B * T;
+    for (size_t i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= config_.vocab_size ||
+            (targets && (targets[i] < 0 || targets[i] >= config_.vocab_size)))
+            fail("forward: token id outside the vocabulary [0, %d) at position %zu",
+                 config_.vocab_size, i);
+    B_ = B, T_ = T;
+    have_targets_ = targets != nullptr;
+    inputs_host_.assign(inputs, inputs + N);
+    CUDA_CHECK(cudaMemcpyAsync(inputs_dev_, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    if (targets)
+        CUDA_CHECK(cudaMemcpyAsync(targets_dev_, targets, N * sizeof(int), cudaMemcpyHostToDevice,
+                                   stream_));
+}
+
+// x = wte[tokens] + wpe; each layer: x += attproj(attention(qkv(ln1(x)))); x += fcproj(gelu(fc(ln2(x))));
+// logits = lnf(x) · wteᵀ. Each residual add is fused with the LayerNorm that follows it.
+void GPUModel::run_forward(int B, int T) {
+    const int N = B * T, L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
+    const int HS = C / NH, Vp = config_.padded_vocab_size;
+    const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
+    Activations& a = act_;
+    cudaStream_t s = stream_;
+
+    encoder_forward(a.encoded, inputs_dev_, p(WTE), p(WPE), B, T, C, s);
+    layernorm_forward(layer(a.ln1, 0, C, keep_ln), layer(a.ln1_mean, 0), layer(a.ln1_rstd, 0),
+                      a.encoded, p(LN1W, 0), p(LN1B, 0), N, C, s);
+    for (int l = 0; l < L; l++) {
+        const floatX* x = l == 0 ? a.encoded : layer(a.residual3, l - 1, C);
+        floatX* ln1 = layer(a.ln1, l, C, keep_ln);
+        floatX* qkv = layer(a.qkv, l, 3 * C);
+        floatX* atty = layer(a.atty, l, C);
+        floatX* residual2 = layer(a.residual2, l, C);
+        floatX* ln2 = layer(a.ln2, l, C, keep_ln);
+        floatX* fch = layer(a.fch, l, 4 * C);
+        floatX* fch_gelu = layer(a.fch_gelu, l, 4 * C, keep_gelu);
+        floatX* residual3 = layer(a.residual3, l, C);
+
+        // Attention branch: residual2 = x + attproj(attention(qkv(ln1))), then ln2 of it.
+        matmul_forward(qkv, ln1, p(QKVW, l), p(QKVB, l), N, C, 3 * C, s);
+        attention_forward(atty, a.att_lse + (size_t)l * max_N_ * NH, qkv, B, T, NH, HS, s);
+        matmul_forward(a.branch, atty, p(ATTPROJW, l), p(ATTPROJB, l), N, C, C, s);
+        residual_layernorm_forward(residual2, ln2, layer(a.ln2_mean, l), layer(a.ln2_rstd, l), x,
+                                   a.branch, p(LN2W, l), p(LN2B, l), N, C, s);
+        // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2))), then the next LayerNorm: the
+        // next layer's ln1, or the final lnf. GELU is its own pass (not the GEMM's epilogue) so that
+        // recomputing it in backward gives the very same bits.
+        matmul_forward(fch, ln2, p(FCW, l), p(FCB, l), N, C, 4 * C, s);
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
+        matmul_forward(a.branch, fch_gelu, p(FCPROJW, l), p(FCPROJB, l), N, 4 * C, C, s);
+        if (l + 1 < L)
+            residual_layernorm_forward(residual3, layer(a.ln1, l + 1, C, keep_ln),
+                                       layer(a.ln1_mean, l + 1), layer(a.ln1_rstd, l + 1), residual2,
+                                       a.branch, p(LN1W, l + 1), p(LN1B, l + 1), N, C, s);
+        else
+            residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, a.branch,
+                                       p(LNFW), p(LNFB), N, C, s);
+    }
+    matmul_forward(a.logits, a.lnf, p(WTE), nullptr, N, C, Vp, s);
+}
+
+// Losses per position, and with write_dlogits the logits replaced by the loss gradient (scaled by
+// loss_scale / N). Returns the mean loss (summed on the host in double, in a fixed order).
+float GPUModel::run_classifier(bool write_dlogits, float loss_scale) {
+    const int N = B_ * T_;
+    fused_classifier(act_.logits, act_.losses, loss_scale / N, targets_dev_, N, config_.vocab_size,
+                     config_.padded_vocab_size, write_dlogits, stream_);
+    losses_host_.resize(N);
+    CUDA_CHECK(cudaMemcpyAsync(losses_host_.data(), act_.losses, N * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double sum = 0;
+    for (float loss : losses_host_) sum += loss;
+    return (float)(sum / N);
+}
+
+float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
+    upload_tokens(inputs, targets, B, T);
+    run_forward(B, T);
+    if (!targets) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return NAN;
+    }
+    return run_classifier(false, 1.0f);
+}
+
+void GPUModel::logits_at(int t, float* out) {
+    const int V = config_.vocab_size;
+    std::vector<floatX> row(V);
+    CUDA_CHECK(cudaMemcpy(row.data(), act_.logits + (size_t)t * config_.padded_vocab_size,
+                          V * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < V; i++) out[i] = (float)row[i];
+}
+
+// ------------------------------------------------------------------------------------------------
+// 3. Backward
+
+void GPUModel::zero_grad() {
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(floatX), stream_));
+}
+
+float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T,
+                                 float loss_scale, bool last_micro_step) {
+    upload_tokens(inputs, targets, B, T);
+    run_forward(B, T);
+    const float loss = run_classifier(true, loss_scale);
+    run_backward();
+    // Data parallelism hooks in here: on the last micro-step the gradients are final and are reduced
+    // across ranks; earlier micro-steps only accumulate locally.
+    (void)last_micro_step;
+    return loss;
+}
+
+// Gradients flow back through the same steps. dresidual holds d(loss)/d(residual stream); each
+// branch reads it and its first LayerNorm adds the branch's contribution back into it. Matmul and
+// attention backward overwrite their input gradients; every parameter gradient is added into, so
+// micro-steps accumulate.
+void GPUModel::run_backward() {
+    const int B = B_, T = T_, N = B * T, L = config_.num_layers, C = config_.channels;
+    const int NH = config_.num_heads, HS = C / NH, Vp = config_.padded_vocab_size;
+    const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
+    Activations& a = act_;
+    cudaStream_t s = stream_;
+
+    // logits = lnf · wteᵀ (the classifier left d(loss)/d(logits) in a.logits), then lnf.
+    matmul_backward(a.dln, g(WTE), nullptr, scratch_, a.logits, a.lnf, p(WTE), N, C, Vp, s);
+    CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), s));
+    layernorm_backward(a.dresidual, g(LNFW), g(LNFB), scratch_, a.dln,
+                       layer(a.residual3, L - 1, C), p(LNFW), a.lnf_mean, a.lnf_rstd, N, C, s);
+
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* x = l == 0 ? a.encoded : layer(a.residual3, l - 1, C);
+        floatX* ln1 = layer(a.ln1, l, C, keep_ln);
+        floatX* qkv = layer(a.qkv, l, 3 * C);
+        floatX* atty = layer(a.atty, l, C);
+        floatX* residual2 = layer(a.residual2, l, C);
+        floatX* ln2 = layer(a.ln2, l, C, keep_ln);
+        floatX* fch = layer(a.fch, l, 4 * C);
+        floatX* fch_gelu = layer(a.fch_gelu, l, 4 * C, keep_gelu);
+        float *ln1_mean = layer(a.ln1_mean, l), *ln1_rstd = layer(a.ln1_rstd, l);
+        float *ln2_mean = layer(a.ln2_mean, l), *ln2_rstd = layer(a.ln2_rstd, l);
+
+        // Recompute what -r did not keep, bit for bit as forward computed it.
+        if (!keep_gelu) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
+        if (!keep_ln)
+            layernorm_recompute(ln2, residual2, ln2_mean, ln2_rstd, p(LN2W, l), p(LN2B, l), N, C, s);
+
+        // MLP branch. fcproj's input gradient goes through GELU's derivative in the GEMM epilogue.
+        matmul_backward(a.dfch, g(FCPROJW, l), g(FCPROJB, l), scratch_, a.dresidual, fch_gelu,
+                        p(FCPROJW, l), N, 4 * C, C, s, fch);
+        matmul_backward(a.dln, g(FCW, l), g(FCB, l), scratch_, a.dfch, ln2, p(FCW, l), N, C, 4 * C, s);
+        layernorm_backward(a.dresidual, g(LN2W, l), g(LN2B, l), scratch_, a.dln, residual2,
+                           p(LN2W, l), ln2_mean, ln2_rstd, N, C, s);
+
+        // Attention branch.
+        matmul_backward(a.datty, g(ATTPROJW, l), g(ATTPROJB, l), scratch_, a.dresidual, atty,
+                        p(ATTPROJW, l), N, C, C, s);
+        attention_backward(a.dqkv, scratch_, a.datty, atty, a.att_lse + (size_t)l * max_N_ * NH, qkv,
+                           B, T, NH, HS, s);
+        if (!keep_ln) layernorm_recompute(ln1, x, ln1_mean, ln1_rstd, p(LN1W, l), p(LN1B, l), N, C, s);
+        matmul_backward(a.dln, g(QKVW, l), g(QKVB, l), scratch_, a.dqkv, ln1, p(QKVW, l), N, C, 3 * C, s);
+        layernorm_backward(a.dresidual, g(LN1W, l), g(LN1B, l), scratch_, a.dln, x, p(LN1W, l),
+                           ln1_mean, ln1_rstd, N, C, s);
+    }
+    encoder_backward(g(WTE), g(WPE), a.dresidual, inputs_host_.data(), B, T, C, scratch_,
+                     encoder_host_scratch_, s);
+}
+
+// ------------------------------------------------------------------------------------------------
+// 4. Update
+
+double GPUModel::grad_norm() {
+    CUDA_CHECK(cudaMemsetAsync(norm_dev_, 0, sizeof(float), stream_));
+    global_norm_squared(norm_dev_, grads_, layout_.total, scratch_, stream_);
+    float norm_squared = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&norm_squared, norm_dev_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return std::sqrt((double)norm_squared);
+}
+
+// AdamW tensor by tensor: weight decay only on the weight matrices. The stochastic rounding of the
+// bf16 weights draws from a stream that depends on the run's seed and the step, so runs and resumed
+// runs are reproducible.
+void GPUModel::update(const AdamWSettings& s, int step) {
+    const uint32_t seed = (uint32_t)(seed_ * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)step * 0x85EBCA6Bu;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        const size_t at = layout_.offset[t];
+        adamw_update(params_ + at, master_ ? master_ + at : nullptr, adam_m_ + at, adam_v_ + at,
+                     grads_ + at, layout_.size[t], at, s.learning_rate, s.beta1, s.beta2, s.eps,
+                     is_weight_matrix(t) ? s.weight_decay : 0.0f, s.grad_scale, step, seed, stream_);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------------------------------------
+// Parameters and optimizer state in and out (fp32 on the host).
+
+WeightType GPUModel::working_weight_type() const {
+#ifdef ENABLE_FP32
+    return WeightType::FP32;
+#else
+    return WeightType::BF16;
+#endif
+}
+
+// Host fp32 <-> device floatX or float, through a host staging vector.
+template <typename T>
+static void upload(T* device, const std::vector<float>& host, cudaStream_t stream) {
+    std::vector<T> staged(host.size());
+    for (size_t i = 0; i < host.size(); i++) staged[i] = (T)host[i];
+    CUDA_CHECK(cudaMemcpyAsync(device, staged.data(), staged.size() * sizeof(T),
+                               cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+template <typename T>
+static std::vector<float> download(const T* device, size_t n, cudaStream_t stream) {
+    std::vector<T> staged(n);
+    CUDA_CHECK(cudaMemcpyAsync(staged.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return std::vector<float>(staged.begin(), staged.end());
+}
+
+void GPUModel::set_working_weights(const std::vector<float>& weights) {
+    upload(params_, weights, stream_);
+    if (master_) upload(master_, weights, stream_);
+}
+std::vector<float> GPUModel::working_weights() { return download(params_, layout_.total, stream_); }
+std::vector<float> GPUModel::gradients() { return download(grads_, layout_.total, stream_); }
+
+void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                                   const std::vector<float>& v) {
+    if (master_) upload(master_, master, stream_);
+    upload(adam_m_, m, stream_);
+    upload(adam_v_, v, stream_);
+}
+void GPUModel::optimizer_state(std::vector<float>* master, std::vector<float>* m,
+                               std::vector<float>* v) {
+    *master = master_ ? download(master_, layout_.total, stream_) : working_weights();
+    *m = download(adam_m_, layout_.total, stream_);
+    *v = download(adam_v_, layout_.total, stream_);
+}
+
+// ------------------------------------------------------------------------------------------------
+// 5. main()
+
+// Defaults for a GPU: GPT-2 124M on the built-in dataset.
+static TrainOptions gpu_defaults() {
+    TrainOptions o;
+    o.model = "d12";
+    o.batch_size = 16;
+    o.seq_len = 1024;
+    o.max_steps = 200;
+    o.learning_rate = 6e-4;
+    o.warmup_steps = 20;
+    o.final_lr_fraction = 0.1;
+    o.weight_decay = 0.1;
+    o.val_every = 50;
+    o.val_batches = 10;
+    o.sample_every = 100;
+    o.gen_tokens = 64;
+    return o;
+}
+
+// Ranks in this launch according to the MPI launcher's environment (OpenMPI, or PMI under srun).
+static int launcher_ranks() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+        if (const char* value = getenv(name)) return atoi(value);
+    return 1;
+}
+
+#ifndef TRAIN_GPT_NO_MAIN  // the model tests include this file for GPUModel
+int main(int argc, char** argv) {
+    if (launcher_ranks() > 1) {
+        fprintf(stderr, "error: launched as %d ranks, but this build of train_gpt trains on one GPU "
+                        "only: run it without mpirun/srun\n", launcher_ranks());
+        return 1;
+    }
+    TrainerSpec spec;
+    int devices = 0;
+    const cudaError_t err = cudaGetDeviceCount(&devices);
+    if (err != cudaSuccess || devices == 0) {
+        printf("train_gpt: no CUDA device (%s), so training runs on the CPU with the fp32 reference "
+               "model\n", err != cudaSuccess ? cudaGetErrorName(err) : "cudaGetDeviceCount found 0");
+        spec.defaults = cpu_trainer_defaults();
+        spec.create_model = create_cpu_train_model;
+        return run_training(argc, argv, spec);
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+    spec.defaults = gpu_defaults();
+    spec.create_model = [](const GPTConfig& config, const TrainOptions& opt) {
+        return std::unique_ptr<TrainModel>(new GPUModel(config, opt));
+    };
+    spec.report_ignored_flags = [](const TrainOptions& opt) {
+        if (opt.zero_stage) printf("note: -z (ZeRO) needs several ranks; with one it has no effect\n");
+    };
+    return run_training(argc, argv, spec);
+}
+#endif
