@@ -1,0 +1,417 @@
+// Linear layer through cuBLASLt, with the bias, GELU and GELU-gradient passes fused into the GEMM's
+// epilogue where cuBLASLt offers them:
+//   forward   out (N×OC) = inp (N×IC) · weightᵀ + bias                  (bias (OC) may be null)
+//             or, with pre_gelu:  pre_gelu = inp · weightᵀ + bias,  out = gelu(pre_gelu)
+//   backward  dinp (N×IC)     = dout (N×OC) · weight    [⊙ gelu'(pre_gelu), pre_gelu N×IC]  overwritten
+//             dweight (OC×IC) += doutᵀ · inp                                                  added into
+//             dbias (OC)      += Σ_n dout[n, :]                                               added into
+// All matrices are row-major floatX; weight is (OC × IC) as in llm.c's files. Storage is floatX (bf16
+// by default, fp32 with -DENABLE_FP32), accumulation fp32 (TF32 tensor cores in the fp32 build only
+// when matmul_setup(true) allows them). IC and OC must be multiples of 8 (rows of 16 bytes; cuBLASLt
+// also asks it of the GELU matrix's leading dimension).
+// Per call, e = sizeof(floatX):
+//   forward   2·N·IC·OC FLOPs; reads (N·IC + OC·IC + OC)·e, writes N·OC·e (twice with pre_gelu)
+//   backward  4·N·IC·OC FLOPs; reads (2·N·OC + N·IC + 2·OC·IC)·e (+ N·IC·e for pre_gelu,
+//             + N·OC·e for dbias), writes (N·IC + OC·IC)·e
+//
+// cuBLASLt is column-major. A row-major R×C matrix is the column-major C×R matrix of its transpose, so
+// every product here is written for the transposes, with m = rows of the column-major result:
+//   outᵀ  (OC×N)  = weight_cmᵀ · inp_cm        A = weight (IC×OC, transposed), B = inp (IC×N)
+//   dinpᵀ (IC×N)  = weight_cm · dout_cm        A = weight (IC×OC),             B = dout (OC×N)
+//   dweightᵀ (IC×OC) += inp_cm · dout_cmᵀ      A = inp (IC×N),       B = dout (OC×N, transposed)
+// The bias is a vector along m (rows of the column-major result) in the forward product, which is what
+// CUBLASLT_EPILOGUE_BIAS broadcasts; the GELU input is an m×N matrix with leading dimension m.
+//
+// The bias gradient is our own deterministic column-sum (two small kernels), not cuBLASLt's
+// BGRADB epilogue on the dweight product: that epilogue *stores* the sum (dbias must be added into,
+// across gradient-accumulation micro-steps) in the output type (bf16: we would add a rounded partial
+// sum to the rounded running sum), and its reduction order is cuBLASLt's. Ours sums in fp32 with a
+// fixed order that depends only on (N, OC), rounds once when adding into dbias, and costs one extra
+// read of dout (N·OC·e bytes, memory-bound, a few percent of the backward's GEMM time).
+//
+// One cuBLASLt handle and one 32 MiB workspace serve the whole program: matmul calls on different
+// streams must not run at the same time. Algorithms are chosen once per shape by cuBLASLt's heuristic
+// and cached, so a given shape always runs the same algorithm (bitwise reproducible runs).
+// Where cuBLASLt has no algorithm for a fused epilogue, the same result is computed in separate
+// passes (plain GEMM, then our bias / GELU / GELU-gradient kernels); matmul_set_epilogue_fusion(false)
+// forces those passes (tests and dev/cuda/matmul.cu compare both).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <cublasLt.h>
+
+#include "kernels/common.h"
+#include "kernels/gelu.h"
+
+// ---- errors
+#define CUBLAS_CHECK(call) matmul_cublas_check((call), #call, __FILE__, __LINE__)
+inline void matmul_cublas_check(cublasStatus_t status, const char* what, const char* file, int line) {
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "cuBLASLt error %d (%s) at %s:%d: %s\n", (int)status, cublasLtGetStatusString(status), file,
+            line, what);
+    exit(1);
+}
+inline void matmul_require(bool ok, const char* function, const char* what) {
+    if (ok) return;
+    fprintf(stderr, "%s: %s\n", function, what);
+    exit(1);
+}
+
+// Offset of element (row, col) of a row-major matrix `width` columns wide. size_t: the logits are
+// B·T × Vp = 65536 × 50304 = 3.3e9 elements at B=64, T=1024.
+__host__ __device__ inline size_t matmul_element_offset(int row, int col, int width) {
+    return (size_t)row * (size_t)width + (size_t)col;
+}
+
+// ================================================================================================
+// Kernels: bias added in a separate pass (when not fused), and the bias gradient.
+
+// out (N×OC) += bias broadcast over rows; one thread per 128-bit vector, OC a multiple of the width.
+template <typename T>
+__global__ void matmul_add_bias_kernel(T* out, const T* bias, int N, int OC) {
+    constexpr int V = Packed128<T>::size;
+    const size_t first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (first >= (size_t)N * OC) return;
+    const int col = (int)(first % (size_t)OC);
+    Packed128<T> y = load128(out + first);
+    const Packed128<T> b = load128(bias + col);
+    for (int k = 0; k < V; k++) y[k] = from_float<T>(to_float(y[k]) + to_float(b[k]));
+    store128(out + first, y);
+}
+
+// Bias gradient, pass 1: partial column sums of dout (N×OC) over a band of rows.
+// Grid (column strips, row bands); block BIAS_GRAD_BLOCK_X × BIAS_GRAD_BLOCK_Y. Thread (x, y) owns one
+// 128-bit column vector of the strip and sums rows y, y+Y, y+2Y, ... of the band; the Y row lanes are
+// then added in order through shared memory and each column's fp32 sum is written to
+// partial[band · OC + column]. Warps read whole 512-byte row segments (coalesced).
+constexpr int BIAS_GRAD_BLOCK_X = 32, BIAS_GRAD_BLOCK_Y = 8;
+template <typename T>
+__global__ void bias_grad_partial_kernel(float* partial, const T* dout, int N, int OC, int rows_per_band) {
+    constexpr int V = Packed128<T>::size;
+    constexpr int STRIP = BIAS_GRAD_BLOCK_X * V;  // columns per block
+    constexpr int PITCH = V + 1;                  // padding: conflict-free shared-memory access
+    __shared__ float lane_sums[BIAS_GRAD_BLOCK_Y][BIAS_GRAD_BLOCK_X * PITCH];
+
+    const int col0 = blockIdx.x * STRIP + threadIdx.x * V;
+    const int row_begin = blockIdx.y * rows_per_band;
+    const int row_end = min(N, row_begin + rows_per_band);
+    float sum[V];
+    for (int k = 0; k < V; k++) sum[k] = 0.0f;
+    if (col0 < OC) {
+        for (int row = row_begin + threadIdx.y; row < row_end; row += BIAS_GRAD_BLOCK_Y) {
+            const Packed128<T> d = load128cs(dout + matmul_element_offset(row, col0, OC));
+            for (int k = 0; k < V; k++) sum[k] += to_float(d[k]);
+        }
+    }
+    for (int k = 0; k < V; k++) lane_sums[threadIdx.y][threadIdx.x * PITCH + k] = sum[k];
+    __syncthreads();
+
+    const int tid = threadIdx.y * BIAS_GRAD_BLOCK_X + threadIdx.x;
+    for (int c = tid; c < STRIP; c += BIAS_GRAD_BLOCK_X * BIAS_GRAD_BLOCK_Y) {
+        const int col = blockIdx.x * STRIP + c;
+        if (col >= OC) break;
+        const int at = (c / V) * PITCH + c % V;
+        float total = 0.0f;
+        for (int y = 0; y < BIAS_GRAD_BLOCK_Y; y++) total += lane_sums[y][at];
+        partial[matmul_element_offset(blockIdx.y, col, OC)] = total;
+    }
+}
+
+// Bias gradient, pass 2: dbias[col] += Σ_band partial[band, col], bands in order; one thread per column.
+template <typename T>
+__global__ void bias_grad_finish_kernel(T* dbias, const float* partial, int OC, int bands) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float total = 0.0f;
+    for (int band = 0; band < bands; band++) total += partial[matmul_element_offset(band, col, OC)];
+    dbias[col] = from_float<T>(to_float(dbias[col]) + total);
+}
+
+// Row bands of the bias gradient: enough blocks to fill a large GPU (~512, four per SM on an H100),
+// each band at least 32 rows. A function of (N, OC) only, so the summation order, and with it every
+// bit of dbias, is the same on any device and in every run.
+constexpr int BIAS_GRAD_TARGET_BLOCKS = 512, BIAS_GRAD_MIN_ROWS = 32;
+inline int bias_grad_bands(int N, int OC) {
+    const int strips = ceil_div(OC, BIAS_GRAD_BLOCK_X * Packed128<floatX>::size);
+    const int wanted = ceil_div(BIAS_GRAD_TARGET_BLOCKS, strips);
+    const int most = ceil_div(N, BIAS_GRAD_MIN_ROWS);
+    return std::max(1, std::min(wanted, most));
+}
+
+// ================================================================================================
+// cuBLASLt: the program-wide handle, workspace and algorithm cache.
+
+#ifdef ENABLE_FP32
+constexpr cudaDataType_t MATMUL_DATA_TYPE = CUDA_R_32F;
+#else
+constexpr cudaDataType_t MATMUL_DATA_TYPE = CUDA_R_16BF;
+#endif
+constexpr size_t MATMUL_WORKSPACE_BYTES = (size_t)32 << 20;  // what cuBLAS advises for Hopper
+
+// Everything that can change cuBLASLt's choice of algorithm for one call.
+struct MatmulAlgoKey {
+    int m, n, k;
+    bool trans_a, trans_b, accumulate;
+    uint32_t epilogue;
+    int align_a, align_b, align_d, align_bias, align_aux;  // bytes, up to 256
+    bool operator==(const MatmulAlgoKey& o) const {
+        return m == o.m && n == o.n && k == o.k && trans_a == o.trans_a && trans_b == o.trans_b &&
+               accumulate == o.accumulate && epilogue == o.epilogue && align_a == o.align_a &&
+               align_b == o.align_b && align_d == o.align_d && align_bias == o.align_bias &&
+               align_aux == o.align_aux;
+    }
+};
+struct MatmulAlgoChoice {
+    MatmulAlgoKey key;
+    bool found;  // false: cuBLASLt has no algorithm for this epilogue here (cached too)
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct MatmulContext {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
+    bool fuse_epilogues = true;
+    std::vector<MatmulAlgoChoice> algos;
+};
+inline MatmulContext& matmul_context() {
+    static MatmulContext context;
+    return context;
+}
+
+// Creates the handle and workspace (or, if they exist, only changes the TF32 setting). allow_tf32
+// matters in the fp32 build only: compute type 32F_FAST_TF32 instead of exact 32F.
+inline void matmul_setup(bool allow_tf32 = false) {
+    MatmulContext& ctx = matmul_context();
+#ifdef ENABLE_FP32
+    const cublasComputeType_t compute = allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+#else
+    (void)allow_tf32;
+    const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+#endif
+    if (compute != ctx.compute_type) ctx.algos.clear();
+    ctx.compute_type = compute;
+    if (ctx.handle) return;
+    CUBLAS_CHECK(cublasLtCreate(&ctx.handle));
+    CUDA_CHECK(cudaMalloc(&ctx.workspace, MATMUL_WORKSPACE_BYTES));
+}
+
+inline void matmul_teardown() {
+    MatmulContext& ctx = matmul_context();
+    if (ctx.handle) CUBLAS_CHECK(cublasLtDestroy(ctx.handle));
+    if (ctx.workspace) CUDA_CHECK(cudaFree(ctx.workspace));
+    ctx.handle = nullptr;
+    ctx.workspace = nullptr;
+    ctx.algos.clear();
+}
+
+// true (default): bias, GELU and GELU gradient in cuBLASLt's epilogues where it has them;
+// false: always in separate passes (for tests and benchmarks).
+inline void matmul_set_epilogue_fusion(bool fused) { matmul_context().fuse_epilogues = fused; }
+
+// Largest power of two up to 256 that divides the address (256 for null).
+inline int matmul_alignment_bytes(const void* p) {
+    const uintptr_t address = (uintptr_t)p;
+    int alignment = 256;
+    while (alignment > 1 && address % alignment != 0) alignment /= 2;
+    return alignment;
+}
+
+// RAII holders for the per-call descriptors.
+struct MatmulLayout {
+    cublasLtMatrixLayout_t layout = nullptr;
+    MatmulLayout(uint64_t rows, uint64_t cols, int64_t ld) {
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, MATMUL_DATA_TYPE, rows, cols, ld));
+    }
+    ~MatmulLayout() { cublasLtMatrixLayoutDestroy(layout); }
+    MatmulLayout(const MatmulLayout&) = delete;
+    MatmulLayout& operator=(const MatmulLayout&) = delete;
+};
+
+// D (m×n, column-major, ld m) = op(A) · op(B) [+ D when accumulate], with a cuBLASLt epilogue
+// (bias: m-vector; aux: the GELU input, m×n with ld m, written by GELU_AUX*, read by DGELU).
+// op(A) is m×k: A is stored k×m when trans_a, else m×k; op(B) is k×n: B is n×k when trans_b, else k×n.
+// Returns false without computing anything when cuBLASLt has no algorithm for this epilogue and
+// layout; a failure of the plain product (DEFAULT epilogue) is fatal.
+inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, int n, int k, bool trans_a,
+                            bool trans_b, bool accumulate, cublasLtEpilogue_t epilogue, const floatX* bias,
+                            const floatX* aux, cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    if (!ctx.handle) matmul_setup();
+
+    cublasLtMatmulDesc_t desc;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, ctx.compute_type, CUDA_R_32F));
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) {
+        const void* bias_pointer = bias;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
+                                                    sizeof(bias_pointer)));
+    }
+    if (aux) {
+        const void* aux_pointer = aux;
+        const int64_t aux_ld = m;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_pointer,
+                                                    sizeof(aux_pointer)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                    sizeof(aux_ld)));
+    }
+    const MatmulLayout layout_a(trans_a ? k : m, trans_a ? m : k, trans_a ? k : m);
+    const MatmulLayout layout_b(trans_b ? n : k, trans_b ? k : n, trans_b ? n : k);
+    const MatmulLayout layout_d(m, n, m);  // C and D: the same matrix
+
+    // The algorithm: cached per configuration, else asked of the heuristic once.
+    const MatmulAlgoKey key{m, n, k, trans_a, trans_b, accumulate, (uint32_t)epilogue,
+                            matmul_alignment_bytes(a), matmul_alignment_bytes(b), matmul_alignment_bytes(d),
+                            matmul_alignment_bytes(bias), matmul_alignment_bytes(aux)};
+    const MatmulAlgoChoice* choice = nullptr;
+    for (const MatmulAlgoChoice& c : ctx.algos)
+        if (c.key == key) choice = &c;
+    if (!choice) {
+        cublasLtMatmulPreference_t preference;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+        const uint64_t workspace_bytes = MATMUL_WORKSPACE_BYTES;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &workspace_bytes, sizeof(workspace_bytes)));
+#ifdef __CUDACC__
+        // The heuristic assumes 256-byte aligned matrices unless told otherwise. (The emulator's
+        // stand-in has no alignment rules and does not take these attributes.)
+        const uint32_t alignments[4] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_d,
+                                        (uint32_t)key.align_d};
+        const cublasLtMatmulPreferenceAttributes_t which[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++)
+            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i],
+                                                              sizeof(alignments[i])));
+#endif
+        cublasLtMatmulHeuristicResult_t result;
+        int returned = 0;
+        const cublasStatus_t status =
+            cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, layout_a.layout, layout_b.layout, layout_d.layout,
+                                           layout_d.layout, preference, 1, &result, &returned);
+        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+        MatmulAlgoChoice fresh{key, status == CUBLAS_STATUS_SUCCESS && returned > 0, {}};
+        if (fresh.found) fresh.algo = result.algo;
+        ctx.algos.push_back(fresh);
+        choice = &ctx.algos.back();
+    }
+    if (!choice->found) {
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+        if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+            fprintf(stderr, "cuBLASLt has no algorithm for a %d x %d x %d product (trans_a %d, trans_b %d)\n", m,
+                    n, k, (int)trans_a, (int)trans_b);
+            exit(1);
+        }
+        return false;
+    }
+
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(ctx.handle, desc, &alpha, a, layout_a.layout, b, layout_b.layout, &beta, d,
+                                layout_d.layout, d, layout_d.layout, &choice->algo, ctx.workspace,
+                                MATMUL_WORKSPACE_BYTES, stream));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    return true;
+}
+
+// ================================================================================================
+// Host launch functions.
+
+inline void matmul_check_shapes(const char* function, int N, int IC, int OC) {
+    matmul_require(N >= 0 && IC > 0 && OC > 0, function, "N must be >= 0, IC and OC > 0");
+    matmul_require(IC % 8 == 0 && OC % 8 == 0, function, "IC and OC must be multiples of 8");
+}
+
+// out (N×OC) += bias, in a pass of its own.
+inline void matmul_add_bias(floatX* out, const floatX* bias, int N, int OC, cudaStream_t stream) {
+    const size_t vectors = (size_t)N * OC / Packed128<floatX>::size;
+    const int block_size = 256;
+    LAUNCH(matmul_add_bias_kernel<floatX>, ceil_div(vectors, block_size), block_size, 0, stream, out, bias, N, OC);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// out = inp · weightᵀ (+ bias): the bias in the epilogue when fusion is on and cuBLASLt has it,
+// else in a separate pass.
+inline void matmul_linear_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                                  int N, int IC, int OC, cudaStream_t stream) {
+    if (bias && matmul_context().fuse_epilogues &&
+        matmul_cublaslt(out, weight, inp, OC, N, IC, true, false, false, CUBLASLT_EPILOGUE_BIAS, bias, nullptr,
+                        stream))
+        return;
+    matmul_cublaslt(out, weight, inp, OC, N, IC, true, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
+                    stream);
+    if (bias) matmul_add_bias(out, bias, N, OC, stream);
+}
+
+// out (N×OC) = inp (N×IC) · weightᵀ + bias (bias may be null). With pre_gelu non-null (N×OC, distinct
+// from out): pre_gelu = inp · weightᵀ + bias and out = gelu(pre_gelu), in the epilogue
+// (GELU_AUX_BIAS, or GELU_AUX without bias).
+inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N,
+                           int IC, int OC, cudaStream_t stream, floatX* pre_gelu = nullptr) {
+    matmul_check_shapes("matmul_forward", N, IC, OC);
+    matmul_require(!pre_gelu || pre_gelu != out, "matmul_forward", "pre_gelu must not be the output");
+    if (N == 0) return;
+    if (!pre_gelu) {
+        matmul_linear_forward(out, inp, weight, bias, N, IC, OC, stream);
+        return;
+    }
+    const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (matmul_context().fuse_epilogues &&
+        matmul_cublaslt(out, weight, inp, OC, N, IC, true, false, false, epilogue, bias, pre_gelu, stream))
+        return;
+    matmul_linear_forward(pre_gelu, inp, weight, bias, N, IC, OC, stream);
+    gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
+}
+
+// Bytes of fp32 scratch matmul_backward needs for the bias gradient of an N×OC dout.
+inline size_t matmul_backward_scratch_bytes(int N, int OC) {
+    return (size_t)bias_grad_bands(N, OC) * (size_t)OC * sizeof(float);
+}
+
+// dbias (OC) += column sums of dout (N×OC), deterministic; scratch holds
+// matmul_backward_scratch_bytes(N, OC) bytes.
+inline void matmul_bias_gradient(floatX* dbias, void* scratch, const floatX* dout, int N, int OC,
+                                 cudaStream_t stream) {
+    const int bands = bias_grad_bands(N, OC);
+    const int strips = ceil_div(OC, BIAS_GRAD_BLOCK_X * Packed128<floatX>::size);
+    float* partial = static_cast<float*>(scratch);
+    LAUNCH(bias_grad_partial_kernel<floatX>, dim3(strips, bands), dim3(BIAS_GRAD_BLOCK_X, BIAS_GRAD_BLOCK_Y), 0,
+           stream, partial, dout, N, OC, ceil_div(N, bands));
+    CUDA_CHECK(cudaGetLastError());
+    const int block_size = 256;
+    LAUNCH(bias_grad_finish_kernel<floatX>, ceil_div(OC, block_size), block_size, 0, stream, dbias, partial, OC,
+           bands);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// dinp (N×IC) = dout · weight, OVERWRITTEN; with pre_gelu (N×IC) then multiplied by gelu'(pre_gelu)
+// (DGELU epilogue: the backward of the GELU between the fc and fcproj layers).
+// dweight (OC×IC) += doutᵀ · inp. dbias (OC) += column sums of dout, if dbias is not null (then
+// scratch must hold matmul_backward_scratch_bytes(N, OC) bytes). dinp must not alias dout or inp.
+inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* scratch, const floatX* dout,
+                            const floatX* inp, const floatX* weight, int N, int IC, int OC, cudaStream_t stream,
+                            const floatX* pre_gelu = nullptr) {
+    matmul_check_shapes("matmul_backward", N, IC, OC);
+    matmul_require(!dbias || scratch, "matmul_backward", "dbias needs scratch memory");
+    if (N == 0) return;
+    const bool fused = matmul_context().fuse_epilogues;
+
+    // dinpᵀ (IC×N) = weight_cm (IC×OC) · dout_cm (OC×N)
+    if (!(pre_gelu && fused &&
+          matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DGELU, nullptr,
+                          pre_gelu, stream))) {
+        matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                        nullptr, stream);
+        if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (size_t)N * IC, stream);
+    }
+    // dweightᵀ (IC×OC) += inp_cm (IC×N) · dout_cmᵀ (N×OC)
+    matmul_cublaslt(dweight, inp, dout, IC, OC, N, false, true, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                    nullptr, stream);
+    if (dbias) matmul_bias_gradient(dbias, scratch, dout, N, OC, stream);
+}

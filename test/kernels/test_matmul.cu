@@ -1,0 +1,254 @@
+// Tests of kernels/matmul.h against the CPU reference (cpu/matmul.h, cpu/gelu.h): forward with and
+// without bias, with the GELU fused in (pre_gelu), backward with and without the GELU gradient,
+// accumulation into non-zero dweight and dbias, dbias null; each with cuBLASLt's fused epilogues and
+// with the separate passes. Shapes: N = 74 (37·2), IC = 160, OC = 480, and the classifier's
+// 768 → 50304 at N = 6 (no bias). Also: determinism, pointers aligned to 16 bytes only, teardown and
+// lazy re-creation, and the 64-bit offsets of the logits at B=64, T=1024.
+#include <vector>
+
+#include "cpu/gelu.h"
+#include "cpu/matmul.h"
+#include "kernels/matmul.h"
+#include "test/kernels/kernel_test.h"
+
+namespace {
+
+// One linear layer's inputs on the host (rounded to floatX, as the kernels see them) and the device.
+struct Layer {
+    int N, IC, OC;
+    std::vector<float> inp, weight, bias;
+    floatX *d_inp = nullptr, *d_weight = nullptr, *d_bias = nullptr;
+
+    Layer(int n, int ic, int oc, unsigned seed) : N(n), IC(ic), OC(oc) {
+        inp = round_to_floatX(random_floats((size_t)N * IC, seed));
+        weight = round_to_floatX(random_floats((size_t)OC * IC, seed + 1, -0.1f, 0.1f));
+        bias = round_to_floatX(random_floats(OC, seed + 2));
+        d_inp = device_floatX(inp);
+        d_weight = device_floatX(weight);
+        d_bias = device_floatX(bias);
+    }
+    ~Layer() {
+        cudaFree(d_inp);
+        cudaFree(d_weight);
+        cudaFree(d_bias);
+    }
+    Layer(const Layer&) = delete;
+    Layer& operator=(const Layer&) = delete;
+};
+
+std::vector<float> reference_forward(const Layer& l, bool with_bias) {
+    std::vector<float> out((size_t)l.N * l.OC);
+    matmul_forward(out.data(), l.inp.data(), l.weight.data(), with_bias ? l.bias.data() : nullptr, l.N, l.IC,
+                   l.OC);
+    return out;
+}
+std::vector<float> reference_gelu(const std::vector<float>& x) {
+    std::vector<float> y(x.size());
+    gelu_forward(y.data(), x.data(), x.size());
+    return y;
+}
+
+// Runs the forward, fused or in separate passes, and checks out (and pre_gelu).
+void check_forward(const Layer& l, bool with_bias, bool with_gelu, bool fused) {
+    const std::string what = std::string("forward") + (with_bias ? " +bias" : "") + (with_gelu ? " +gelu" : "") +
+                             (fused ? " (fused)" : " (separate passes)");
+    matmul_set_epilogue_fusion(fused);
+    const size_t out_size = (size_t)l.N * l.OC;
+    floatX* d_out = device_poisoned<floatX>(out_size);
+    floatX* d_pre = with_gelu ? device_poisoned<floatX>(out_size) : nullptr;
+    matmul_forward(d_out, l.d_inp, l.d_weight, with_bias ? l.d_bias : nullptr, l.N, l.IC, l.OC, 0, d_pre);
+    CUDA_CHECK(cudaGetLastError());
+    const std::vector<float> pre_ref = reference_forward(l, with_bias);
+    if (with_gelu) {
+        CHECK_CLOSE(host_floats_of(d_pre, out_size), pre_ref, KERNEL_TOLERANCE, (what + ": pre_gelu").c_str());
+        CHECK_CLOSE(host_floats_of(d_out, out_size), reference_gelu(pre_ref), KERNEL_TOLERANCE, (what + ": out").c_str());
+        CUDA_CHECK(cudaFree(d_pre));
+    } else {
+        CHECK_CLOSE(host_floats_of(d_out, out_size), pre_ref, KERNEL_TOLERANCE, what.c_str());
+    }
+    CUDA_CHECK(cudaFree(d_out));
+    matmul_set_epilogue_fusion(true);
+}
+
+// The backward's inputs and its starting gradients: dinp poisoned (it is overwritten), dweight and
+// dbias random non-zero (they are added into).
+struct Backward {
+    const Layer& l;
+    std::vector<float> dout, pre_gelu, dweight0, dbias0;
+    floatX *d_dout, *d_pre_gelu, *d_dinp, *d_dweight, *d_dbias;
+    void* d_scratch;
+
+    Backward(const Layer& layer, unsigned seed) : l(layer) {
+        dout = round_to_floatX(random_floats((size_t)l.N * l.OC, seed));
+        pre_gelu = round_to_floatX(random_floats((size_t)l.N * l.IC, seed + 1, -3.0f, 3.0f));
+        dweight0 = round_to_floatX(random_floats((size_t)l.OC * l.IC, seed + 2));
+        dbias0 = round_to_floatX(random_floats(l.OC, seed + 3));
+        d_dout = device_floatX(dout);
+        d_pre_gelu = device_floatX(pre_gelu);
+        d_dinp = device_poisoned<floatX>((size_t)l.N * l.IC);
+        d_dweight = device_floatX(dweight0);
+        d_dbias = device_floatX(dbias0);
+        CUDA_CHECK(cudaMalloc(&d_scratch, matmul_backward_scratch_bytes(l.N, l.OC)));
+        CUDA_CHECK(cudaMemset(d_scratch, 0xff, matmul_backward_scratch_bytes(l.N, l.OC)));
+    }
+    ~Backward() {
+        cudaFree(d_dout);
+        cudaFree(d_pre_gelu);
+        cudaFree(d_dinp);
+        cudaFree(d_dweight);
+        cudaFree(d_dbias);
+        cudaFree(d_scratch);
+    }
+    Backward(const Backward&) = delete;
+    Backward& operator=(const Backward&) = delete;
+
+    void run(bool with_dbias, bool with_gelu) {
+        matmul_backward(d_dinp, d_dweight, with_dbias ? d_dbias : nullptr, d_scratch, d_dout, l.d_inp, l.d_weight,
+                        l.N, l.IC, l.OC, 0, with_gelu ? d_pre_gelu : nullptr);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    // Reference results: dinp from zero (then times gelu'(pre_gelu)), dweight and dbias from their
+    // starting values.
+    void reference(bool with_gelu, std::vector<float>* dinp, std::vector<float>* dweight,
+                   std::vector<float>* dbias) const {
+        std::vector<float> plain((size_t)l.N * l.IC, 0.0f);
+        *dweight = dweight0;
+        *dbias = dbias0;
+        matmul_backward(plain.data(), dweight->data(), dbias->data(), dout.data(), l.inp.data(), l.weight.data(),
+                        l.N, l.IC, l.OC);
+        if (with_gelu) {
+            dinp->assign(plain.size(), 0.0f);
+            gelu_backward(dinp->data(), pre_gelu.data(), plain.data(), plain.size());
+        } else {
+            *dinp = plain;
+        }
+    }
+};
+
+void check_backward(const Layer& l, bool with_dbias, bool with_gelu, bool fused, unsigned seed) {
+    const std::string what = std::string("backward") + (with_dbias ? " +dbias" : "") + (with_gelu ? " +dgelu" : "") +
+                             (fused ? " (fused)" : " (separate passes)");
+    matmul_set_epilogue_fusion(fused);
+    Backward b(l, seed);
+    b.run(with_dbias, with_gelu);
+    std::vector<float> dinp_ref, dweight_ref, dbias_ref;
+    b.reference(with_gelu, &dinp_ref, &dweight_ref, &dbias_ref);
+    CHECK_CLOSE(host_floats_of(b.d_dinp, dinp_ref.size()), dinp_ref, KERNEL_TOLERANCE, (what + ": dinp").c_str());
+    CHECK_CLOSE(host_floats_of(b.d_dweight, dweight_ref.size()), dweight_ref, KERNEL_TOLERANCE,
+                (what + ": dweight").c_str());
+    const std::vector<float> dbias = host_floats_of(b.d_dbias, l.OC);
+    if (with_dbias) {
+        CHECK_CLOSE(dbias, dbias_ref, KERNEL_TOLERANCE, (what + ": dbias").c_str());
+    } else {
+        CHECK_MSG(dbias == b.dbias0, "%s: dbias was touched though null was passed", what.c_str());
+    }
+    matmul_set_epilogue_fusion(true);
+}
+
+}  // namespace
+
+TEST(matmul_forward_matches_reference) {
+    Layer l(74, 160, 480, 100);
+    for (bool fused : {true, false})
+        for (bool with_bias : {true, false})
+            for (bool with_gelu : {false, true}) check_forward(l, with_bias, with_gelu, fused);
+}
+
+TEST(matmul_backward_matches_reference) {
+    Layer l(74, 160, 480, 200);
+    unsigned seed = 300;
+    for (bool fused : {true, false})
+        for (bool with_dbias : {true, false})
+            for (bool with_gelu : {false, true}) check_backward(l, with_dbias, with_gelu, fused, seed += 10);
+}
+
+// The MLP's shapes in miniature: fc 160 → 640 with GELU, fcproj 640 → 160 whose backward applies
+// the GELU gradient to the fc output's gradient.
+TEST(matmul_mlp_shapes) {
+    Layer fc(74, 160, 640, 400), fcproj(74, 640, 160, 410);
+    check_forward(fc, true, true, true);
+    check_backward(fcproj, true, true, true, 420);
+}
+
+// Two runs of the backward from the same starting gradients give the same bits, fused or not.
+TEST(matmul_backward_is_deterministic) {
+    Layer l(74, 160, 480, 500);
+    for (bool fused : {true, false}) {
+        matmul_set_epilogue_fusion(fused);
+        std::vector<floatX> dinp[2], dweight[2], dbias[2];
+        for (int run = 0; run < 2; run++) {
+            Backward b(l, 510);
+            b.run(true, true);
+            b.run(true, true);  // a second micro-step accumulating into the same gradients
+            dinp[run] = host_copy_of(b.d_dinp, (size_t)l.N * l.IC);
+            dweight[run] = host_copy_of(b.d_dweight, (size_t)l.OC * l.IC);
+            dbias[run] = host_copy_of(b.d_dbias, l.OC);
+        }
+        CHECK(bitwise_equal(dinp[0].data(), dinp[1].data(), dinp[0].size() * sizeof(floatX)));
+        CHECK(bitwise_equal(dweight[0].data(), dweight[1].data(), dweight[0].size() * sizeof(floatX)));
+        CHECK(bitwise_equal(dbias[0].data(), dbias[1].data(), dbias[0].size() * sizeof(floatX)));
+    }
+    matmul_set_epilogue_fusion(true);
+}
+
+// Matrices that start 16 bytes into their allocation (cuBLASLt then must not assume 256-byte
+// alignment), and a bias gradient over a single row band and over many.
+TEST(matmul_misaligned_pointers_and_odd_row_counts) {
+    const int N = 37, IC = 160, OC = 480, shift = 16 / sizeof(floatX);
+    const std::vector<float> inp = round_to_floatX(random_floats((size_t)N * IC + shift, 600));
+    const std::vector<float> weight = round_to_floatX(random_floats((size_t)OC * IC + shift, 601));
+    floatX* d_inp = device_floatX(inp);
+    floatX* d_weight = device_floatX(weight);
+    floatX* d_out = device_poisoned<floatX>((size_t)N * OC + shift);
+    matmul_forward(d_out + shift, d_inp + shift, d_weight + shift, nullptr, N, IC, OC, 0);
+    std::vector<float> ref((size_t)N * OC);
+    matmul_forward(ref.data(), inp.data() + shift, weight.data() + shift, (const float*)nullptr, N, IC, OC);
+    std::vector<float> out = host_floats_of(d_out, (size_t)N * OC + shift);
+    out.erase(out.begin(), out.begin() + shift);
+    CHECK_CLOSE(out, ref, KERNEL_TOLERANCE, "forward on 16-byte aligned pointers");
+    CUDA_CHECK(cudaFree(d_inp));
+    CUDA_CHECK(cudaFree(d_weight));
+    CUDA_CHECK(cudaFree(d_out));
+
+    // Bias gradients with N = 1 (one band, one row), 31 (one band) and 1000 (many bands).
+    for (int rows : {1, 31, 1000}) {
+        Layer l(rows, 16, 264, 610 + rows);  // 264: one full strip of 256 bf16 columns and part of another
+        check_backward(l, true, false, true, 620 + rows);
+    }
+}
+
+// After matmul_teardown() the next call sets cuBLASLt up again; matmul_setup(true) (TF32 in the
+// fp32 build) keeps fp32-level accuracy on these small, well-scaled products.
+TEST(matmul_teardown_and_setup) {
+    Layer l(74, 160, 480, 700);
+    matmul_teardown();
+    check_forward(l, true, false, true);
+    matmul_teardown();
+    matmul_setup(true);
+    matmul_forward(nullptr, nullptr, nullptr, nullptr, 0, 160, 480, 0);  // N = 0: nothing to do
+    matmul_teardown();
+    matmul_setup(false);
+    check_forward(l, true, true, true);
+}
+
+// The classifier: logits (N × Vp) = x (N × C) · wteᵀ with C = 768, Vp = 50304, no bias; and its
+// backward with dweight (the wte gradient, 50304 × 768) accumulating, dbias null.
+TEST(matmul_logits_shape) {
+    const int N = 6, C = 768, Vp = 50304;
+    Layer l(N, C, Vp, 800);
+    check_forward(l, false, false, true);
+    check_backward(l, false, false, true, 810);
+}
+
+// Offsets inside the logits at B=64, T=1024 (B·T × Vp = 3.3e9 elements, past 2^31) and
+// the bias-gradient bands at that size, computed without allocating anything.
+TEST(matmul_index_arithmetic_is_64_bit) {
+    const int BT = 64 * 1024, Vp = 50304;
+    CHECK(matmul_element_offset(BT - 1, Vp - 1, Vp) == (size_t)BT * Vp - 1);
+    CHECK(matmul_element_offset(BT - 1, 0, Vp) > ((size_t)1 << 31));
+    const int bands = bias_grad_bands(BT, 3072);
+    CHECK(bands >= 1 && bands <= BIAS_GRAD_TARGET_BLOCKS);
+    CHECK((size_t)bands * ceil_div(BT, bands) >= (size_t)BT);  // the bands cover every row
+    CHECK(matmul_backward_scratch_bytes(BT, 3072) == (size_t)bands * 3072 * sizeof(float));
+    CHECK(bias_grad_bands(1, 768) == 1);
+}
