@@ -1,0 +1,73 @@
+// Squared L2 norm of a gradient slice, added into an fp32 total:
+//   *out += Σ_{i<n} grads[i]²
+// grads: n floatX on the device (any alignment); out: one float on the device; scratch:
+// global_norm_scratch_bytes() bytes of device memory, owned by the caller. The trainer zeroes *out,
+// calls this for each slice (or for its ZeRO shard, then all-reduces), and takes the square root.
+//
+// Deterministic (bitwise, run to run, whatever n): a FIXED grid of kGlobalNormBlocks blocks sweeps the
+// slice with a grid-stride loop, each thread squaring and summing its elements in fp32 in a fixed
+// order; each block writes its sum to scratch; then one block adds the kGlobalNormBlocks partials in
+// a fixed order and adds the total into *out. No float atomics.
+// Per call: reads n·sizeof(floatX) bytes (+ 4 KiB of partials), 2n FLOPs. Memory bound.
+#pragma once
+#include <cstddef>
+
+#include "kernels/common.h"
+#include "kernels/elementwise.h"
+
+// 1024 blocks of 256 threads: resident all at once on an H100 (132 SMs × 8 blocks of 256), so the
+// sweep is one wave; the count is fixed so that the summation order, hence the bits, do not depend
+// on the device or on n.
+constexpr int kGlobalNormBlocks = 1024;
+constexpr int kGlobalNormBlockSize = 256;
+constexpr int kGlobalNormFinalBlockSize = 1024;
+
+inline size_t global_norm_scratch_bytes() { return kGlobalNormBlocks * sizeof(float); }
+
+// Pass 1: partial[block] = Σ of the squares this block's threads visit. Thread t of the grid takes
+// groups t, t + T, t + 2T, ... (T threads in the grid): neighbouring threads read neighbouring 16-byte
+// vectors. The grid's thread 0 also takes the head and the tail.
+template <bool kVector>
+__global__ void __launch_bounds__(kGlobalNormBlockSize, 8)
+    global_norm_partial_kernel(float* partial, const floatX* grads, ElementGroups split) {
+    const size_t thread = global_thread_index();
+    const size_t grid_threads = (size_t)gridDim.x * blockDim.x;
+    float sum = 0.0f;
+    for (size_t g = thread; g < split.groups; g += grid_threads) {
+        const size_t first = split.group_start(g);
+        float x[kGroupSize];
+        if (kVector) {
+            load_group(x, grads + first);
+        } else {
+            for (int k = 0; k < kGroupSize; k++) x[k] = to_float(grads[first + k]);
+        }
+        for (int k = 0; k < kGroupSize; k++) sum += x[k] * x[k];
+    }
+    if (thread == 0) {
+        for (size_t i = 0; i < split.head; i++) sum += to_float(grads[i]) * to_float(grads[i]);
+        for (size_t i = split.tail_start(); i < split.n; i++) sum += to_float(grads[i]) * to_float(grads[i]);
+    }
+    sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// Pass 2 (one block): *out += Σ partial[0 .. count), in a fixed order.
+__global__ void global_norm_final_kernel(float* out, const float* partial, int count) {
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
+    sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) *out += sum;
+}
+
+// *out += Σ grads[i]² over i < n. scratch: global_norm_scratch_bytes() bytes.
+inline void global_norm_squared(float* out, const floatX* grads, size_t n, void* scratch, cudaStream_t stream) {
+    if (n == 0) return;
+    float* partial = static_cast<float*>(scratch);
+    // Any alignment: the head brings the vector loads to a 16-byte boundary.
+    const ElementGroups split = split_into_groups(grads, sizeof(floatX), n);
+    LAUNCH(global_norm_partial_kernel<true>, kGlobalNormBlocks, kGlobalNormBlockSize, 0, stream, partial,
+           grads, split);
+    CUDA_CHECK(cudaGetLastError());
+    LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, stream, out, partial, kGlobalNormBlocks);
+    CUDA_CHECK(cudaGetLastError());
+}
