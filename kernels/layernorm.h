@@ -1,0 +1,540 @@
+// LayerNorm over the C channels of each of N = B·T rows, and the residual add that feeds it.
+//
+//   forward    mean[n] = (1/C) Σ_c x[n,c]
+//              rstd[n] = 1 / sqrt((1/C) Σ_c (x[n,c] − mean[n])² + 1e-5)
+//              out[n,c] = (x[n,c] − mean[n]) · rstd[n] · weight[c] + bias[c]
+//   fused      x = floatX(inp1 + inp2) is stored as residual_out, then normalised as above
+//   backward   xhat = (x − mean)·rstd,  g = dout·weight
+//              dinp[n,c]  += rstd[n] · (g[n,c] − mean_c(g[n,:]) − xhat[n,c] · mean_c(g[n,:]·xhat[n,:]))
+//              dweight[c] += Σ_n dout[n,c]·xhat[n,c],   dbias[c] += Σ_n dout[n,c]
+//   residual   out = a + b
+//
+// Shapes and types: inp, out, inp1, inp2, residual_out, dout, dinp are (N, C) floatX; weight, bias,
+// dweight, dbias are (C) floatX; mean and rstd are (N) fp32. C must be a multiple of 8 and every
+// pointer 16-byte aligned (128-bit accesses); N is arbitrary. Arithmetic is fp32 throughout.
+//
+// Per call, with S = sizeof(floatX) (2 for bf16) and P the backward's thread blocks (a few per SM):
+//   layernorm_forward           reads N·C·S,   writes N·C·S + 8N bytes          ~7·N·C FLOPs
+//   residual_layernorm_forward  reads 2·N·C·S, writes 2·N·C·S + 8N bytes        ~8·N·C FLOPs
+//   layernorm_backward          reads 3·N·C·S + 8N (dout, inp, dinp, mean, rstd), writes N·C·S,
+//                               plus 2·P·C fp32 partial sums written and read    ~16·N·C FLOPs
+//   residual_forward            reads 2·n·S, writes n·S                          n FLOPs
+// (weight and bias, 2·C·S bytes, are read by every row but come from the L1 cache.)
+//
+// Design. Every kernel gives one warp a whole row. The forward kernels load the row once into
+// registers with 128-bit loads (lane i holds vectors i, i+32, i+64, ... of the row), reduce the mean
+// and then the variance around it with warp shuffles (two passes over registers, not over memory),
+// and write the output: one read and one write of each element. The register array's length is a
+// template parameter (VECS vectors per lane); rows longer than the largest instantiation take a
+// "wide" kernel that re-reads the row from the L1/L2 cache instead.
+// Backward also takes a row per warp: it reduces Σg and Σg·xhat with shuffles, updates dinp, and adds
+// dout·xhat and dout into this warp's fp32 slice of shared memory. At the end each block sums its
+// warps' slices in warp order into one row of `scratch`; a second small kernel sums those rows in
+// block order into dweight and dbias. No float atomics: the result is bitwise the same every run
+// (on a given GPU, whose SM count fixes the number of blocks).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
+#include "kernels/common.h"
+
+// ------------------------------------------------------------------------------------------------
+// Shared helpers
+
+constexpr float LAYERNORM_EPS = 1e-5f;
+constexpr int LAYERNORM_X128 = Packed128<floatX>::size;  // floatX values per 128-bit vector
+constexpr int LAYERNORM_FORWARD_THREADS = 256;           // 8 warps: 8 rows per block
+constexpr int LAYERNORM_BACKWARD_MAX_WARPS = 4;          // warps per block (fewer for very wide rows)
+constexpr int LAYERNORM_MAX_VECS = 16;                   // longest row held in registers: 32·16 vectors
+
+// Offset of row `row` in an (N, C) tensor: 64-bit, since N·C passes 2^31 for large batches.
+__host__ __device__ inline size_t layernorm_row_offset(int row, int C) { return (size_t)row * (size_t)C; }
+
+// Number of 128-bit vectors a lane holds for a row of `vecs` vectors, rounded up to an
+// instantiated register-array length; 0 when the row is too long (the wide kernels take it).
+inline int layernorm_vecs_per_lane(int C) {
+    const int per_lane = ceil_div(C / LAYERNORM_X128, 32);
+    for (int candidate : {1, 2, 3, 4, 6, 8, 12, 16})
+        if (per_lane <= candidate) return candidate;
+    return 0;
+}
+
+// x·rstd-style normalisation of one element, written once so every kernel rounds the same way.
+__device__ __forceinline__ float layernorm_apply(float x, float mean, float rstd, float w, float b) {
+    return (x - mean) * rstd * w + b;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Forward
+
+// The row's mean and rstd from the VECS vectors each lane holds (vectors >= vecs are padding).
+template <int VECS>
+__device__ __forceinline__ void layernorm_row_statistics(const Packed128<floatX> (&x)[VECS], int lane,
+                                                         int vecs, int C, float& mean, float& rstd) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        if (lane + 32 * i >= vecs) break;
+#pragma unroll
+        for (int k = 0; k < LAYERNORM_X128; k++) sum += to_float(x[i][k]);
+    }
+    mean = warp_reduce_sum(sum) / (float)C;
+    float squares = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        if (lane + 32 * i >= vecs) break;
+#pragma unroll
+        for (int k = 0; k < LAYERNORM_X128; k++) {
+            const float d = to_float(x[i][k]) - mean;
+            squares += d * d;
+        }
+    }
+    rstd = rsqrtf(warp_reduce_sum(squares) / (float)C + LAYERNORM_EPS);
+}
+
+// One warp per row, the row in registers. FUSED: the row is inp1 + inp2, rounded to floatX and
+// stored to residual_out first; otherwise it is inp1 (inp2 and residual_out are unused).
+template <int VECS, bool FUSED>
+__global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
+    layernorm_forward_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                             floatX* __restrict__ residual_out, const floatX* __restrict__ inp1,
+                             const floatX* __restrict__ inp2, const floatX* __restrict__ weight,
+                             const floatX* __restrict__ bias, int N, int C) {
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;  // the whole warp leaves together
+    const int vecs = C / LAYERNORM_X128;
+    const size_t offset = layernorm_row_offset(row, C);
+
+    // Load the row: every load of the row is issued before the first one is used.
+    Packed128<floatX> x[VECS];
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        const int v = lane + 32 * i;
+        if (v >= vecs) break;
+        if (FUSED) {
+            const Packed128<floatX> a = load128cs(inp1 + offset + v * LAYERNORM_X128);
+            const Packed128<floatX> b = load128cs(inp2 + offset + v * LAYERNORM_X128);
+#pragma unroll
+            for (int k = 0; k < LAYERNORM_X128; k++) x[i][k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+            store128(residual_out + offset + v * LAYERNORM_X128, x[i]);
+        } else {
+            x[i] = load128cs(inp1 + offset + v * LAYERNORM_X128);
+        }
+    }
+
+    float row_mean, row_rstd;
+    layernorm_row_statistics<VECS>(x, lane, vecs, C, row_mean, row_rstd);
+
+    // Normalise and write; weight and bias are shared by all rows and stay in L1.
+#pragma unroll
+    for (int i = 0; i < VECS; i++) {
+        const int v = lane + 32 * i;
+        if (v >= vecs) break;
+        const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
+        const Packed128<floatX> b = load128(bias + v * LAYERNORM_X128);
+        Packed128<floatX> o;
+#pragma unroll
+        for (int k = 0; k < LAYERNORM_X128; k++)
+            o[k] = from_float<floatX>(layernorm_apply(to_float(x[i][k]), row_mean, row_rstd, to_float(w[k]),
+                                                      to_float(b[k])));
+        store128(out + offset + v * LAYERNORM_X128, o);
+    }
+    if (lane == 0 && mean != nullptr) mean[row] = row_mean;
+    if (lane == 0 && rstd != nullptr) rstd[row] = row_rstd;
+}
+
+// Rows too long for registers (C > 4096 in bf16, > 2048 in fp32): one warp per row, three passes,
+// the second and third re-reading the row (the fused kernel re-reads the residual it just stored)
+// from cache. `residual_out` and `inp2` are nullptr for plain LayerNorm.
+__global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
+    layernorm_forward_wide_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                                  floatX* residual_out, const floatX* inp1, const floatX* __restrict__ inp2,
+                                  const floatX* __restrict__ weight, const floatX* __restrict__ bias, int N,
+                                  int C) {
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;
+    const int vecs = C / LAYERNORM_X128;
+    const size_t offset = layernorm_row_offset(row, C);
+    const floatX* x_row = inp2 != nullptr ? residual_out + offset : inp1 + offset;
+
+    float sum = 0.0f;
+    for (int v = lane; v < vecs; v += 32) {
+        Packed128<floatX> x = load128(inp1 + offset + v * LAYERNORM_X128);
+        if (inp2 != nullptr) {
+            const Packed128<floatX> b = load128(inp2 + offset + v * LAYERNORM_X128);
+            for (int k = 0; k < LAYERNORM_X128; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(b[k]));
+            store128(residual_out + offset + v * LAYERNORM_X128, x);  // re-read below by this lane
+        }
+        for (int k = 0; k < LAYERNORM_X128; k++) sum += to_float(x[k]);
+    }
+    const float row_mean = warp_reduce_sum(sum) / (float)C;
+    float squares = 0.0f;
+    for (int v = lane; v < vecs; v += 32) {
+        const Packed128<floatX> x = load128(x_row + v * LAYERNORM_X128);
+        for (int k = 0; k < LAYERNORM_X128; k++) {
+            const float d = to_float(x[k]) - row_mean;
+            squares += d * d;
+        }
+    }
+    const float row_rstd = rsqrtf(warp_reduce_sum(squares) / (float)C + LAYERNORM_EPS);
+    for (int v = lane; v < vecs; v += 32) {
+        const Packed128<floatX> x = load128(x_row + v * LAYERNORM_X128);
+        const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
+        const Packed128<floatX> b = load128(bias + v * LAYERNORM_X128);
+        Packed128<floatX> o;
+        for (int k = 0; k < LAYERNORM_X128; k++)
+            o[k] = from_float<floatX>(layernorm_apply(to_float(x[k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
+        store128(out + offset + v * LAYERNORM_X128, o);
+    }
+    if (lane == 0 && mean != nullptr) mean[row] = row_mean;
+    if (lane == 0 && rstd != nullptr) rstd[row] = row_rstd;
+}
+
+// out = a + b over n elements: one 128-bit vector per thread, scalar for a tail shorter than one.
+__global__ void residual_forward_kernel(floatX* __restrict__ out, const floatX* __restrict__ a,
+                                        const floatX* __restrict__ b, size_t n) {
+    const size_t first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * LAYERNORM_X128;
+    if (first + LAYERNORM_X128 <= n) {
+        const Packed128<floatX> x = load128cs(a + first), y = load128cs(b + first);
+        Packed128<floatX> sum;
+#pragma unroll
+        for (int k = 0; k < LAYERNORM_X128; k++) sum[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
+        store128(out + first, sum);
+    } else {
+        for (size_t i = first; i < n; i++) out[i] = from_float<floatX>(to_float(a[i]) + to_float(b[i]));
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backward
+
+// Every lane adds its channels' dout·xhat and dout into its warp's slice of shared memory
+// (dweight part then dbias part, C floats each). 128-bit shared accesses, 8 or 4 channels at once.
+__device__ __forceinline__ void layernorm_accumulate_parameter_grads(float* warp_dweight, float* warp_dbias,
+                                                                     int channel, const float (&dw)[LAYERNORM_X128],
+                                                                     const float (&db)[LAYERNORM_X128]) {
+#pragma unroll
+    for (int k = 0; k < LAYERNORM_X128; k += 4) {
+        float4 w4 = *reinterpret_cast<float4*>(warp_dweight + channel + k);
+        float4 b4 = *reinterpret_cast<float4*>(warp_dbias + channel + k);
+        w4.x += dw[k], w4.y += dw[k + 1], w4.z += dw[k + 2], w4.w += dw[k + 3];
+        b4.x += db[k], b4.y += db[k + 1], b4.z += db[k + 2], b4.w += db[k + 3];
+        *reinterpret_cast<float4*>(warp_dweight + channel + k) = w4;
+        *reinterpret_cast<float4*>(warp_dbias + channel + k) = b4;
+    }
+}
+
+// Zeroes this warp's slice of 2C floats (only this warp uses it until the block's final sum), and
+// at the end writes the block's partial row: the sum over warps, in warp order, of every slice.
+__device__ __forceinline__ void layernorm_zero_warp_slice(float* warp_slice, int lane, int C) {
+    for (int c = lane * 4; c < 2 * C; c += 32 * 4) *reinterpret_cast<float4*>(warp_slice + c) = make_float4(0, 0, 0, 0);
+    __syncwarp();  // lanes then add into channels other lanes zeroed
+}
+__device__ __forceinline__ void layernorm_write_block_partial(float* __restrict__ partials, const float* slices,
+                                                              int C) {
+    __syncthreads();
+    const int warps = blockDim.x / 32;
+    float* block_row = partials + (size_t)blockIdx.x * 2 * C;
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        float sum = 0.0f;
+        for (int w = 0; w < warps; w++) sum += slices[w * 2 * C + c];
+        block_row[c] = sum;
+    }
+}
+
+// One warp per row (rows strided over the whole grid), dout and x in registers. Dynamic shared
+// memory: warps · 2C floats. Writes one partial row of 2C floats per block into `partials`.
+template <int VECS>
+__global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
+    layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
+                              const floatX* __restrict__ dout, const floatX* __restrict__ inp,
+                              const floatX* __restrict__ weight, const float* __restrict__ mean,
+                              const float* __restrict__ rstd, int N, int C) {
+    DYNAMIC_SHARED(float, slices);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int vecs = C / LAYERNORM_X128;
+    float* warp_dweight = slices + warp * 2 * C;
+    float* warp_dbias = warp_dweight + C;
+    layernorm_zero_warp_slice(warp_dweight, lane, C);
+
+    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
+        const size_t offset = layernorm_row_offset(row, C);
+        Packed128<floatX> d[VECS], x[VECS];
+#pragma unroll
+        for (int i = 0; i < VECS; i++) {
+            const int v = lane + 32 * i;
+            if (v >= vecs) break;
+            d[i] = load128cs(dout + offset + v * LAYERNORM_X128);
+            x[i] = load128cs(inp + offset + v * LAYERNORM_X128);
+        }
+        const float row_mean = mean[row], row_rstd = rstd[row];
+
+        // Σ g and Σ g·xhat over the row, then their means.
+        float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VECS; i++) {
+            const int v = lane + 32 * i;
+            if (v >= vecs) break;
+            const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
+#pragma unroll
+            for (int k = 0; k < LAYERNORM_X128; k++) {
+                const float g = to_float(d[i][k]) * to_float(w[k]);
+                sum_g += g;
+                sum_gx += g * (to_float(x[i][k]) - row_mean) * row_rstd;
+            }
+        }
+        const float mean_g = warp_reduce_sum(sum_g) / (float)C;
+        const float mean_gx = warp_reduce_sum(sum_gx) / (float)C;
+
+        // dinp += rstd·(g − mean_g − xhat·mean_gx); parameter gradients into shared memory.
+#pragma unroll
+        for (int i = 0; i < VECS; i++) {
+            const int v = lane + 32 * i;
+            if (v >= vecs) break;
+            const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
+            Packed128<floatX> dx = load128(dinp + offset + v * LAYERNORM_X128);
+            float dw[LAYERNORM_X128], db[LAYERNORM_X128];
+#pragma unroll
+            for (int k = 0; k < LAYERNORM_X128; k++) {
+                const float dk = to_float(d[i][k]);
+                const float xhat = (to_float(x[i][k]) - row_mean) * row_rstd;
+                const float g = dk * to_float(w[k]);
+                dx[k] = from_float<floatX>(to_float(dx[k]) + row_rstd * (g - mean_g - xhat * mean_gx));
+                dw[k] = dk * xhat;
+                db[k] = dk;
+            }
+            store128(dinp + offset + v * LAYERNORM_X128, dx);
+            layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
+        }
+    }
+    layernorm_write_block_partial(partials, slices, C);
+}
+
+// Rows too long for registers: the same work in two passes over the row, the second re-reading
+// dout and inp from cache.
+__global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
+    layernorm_backward_wide_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
+                                   const floatX* __restrict__ dout, const floatX* __restrict__ inp,
+                                   const floatX* __restrict__ weight, const float* __restrict__ mean,
+                                   const float* __restrict__ rstd, int N, int C) {
+    DYNAMIC_SHARED(float, slices);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int vecs = C / LAYERNORM_X128;
+    float* warp_dweight = slices + warp * 2 * C;
+    float* warp_dbias = warp_dweight + C;
+    layernorm_zero_warp_slice(warp_dweight, lane, C);
+
+    for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
+        const size_t offset = layernorm_row_offset(row, C);
+        const float row_mean = mean[row], row_rstd = rstd[row];
+        float sum_g = 0.0f, sum_gx = 0.0f;
+        for (int v = lane; v < vecs; v += 32) {
+            const Packed128<floatX> d = load128(dout + offset + v * LAYERNORM_X128);
+            const Packed128<floatX> x = load128(inp + offset + v * LAYERNORM_X128);
+            const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
+            for (int k = 0; k < LAYERNORM_X128; k++) {
+                const float g = to_float(d[k]) * to_float(w[k]);
+                sum_g += g;
+                sum_gx += g * (to_float(x[k]) - row_mean) * row_rstd;
+            }
+        }
+        const float mean_g = warp_reduce_sum(sum_g) / (float)C;
+        const float mean_gx = warp_reduce_sum(sum_gx) / (float)C;
+        for (int v = lane; v < vecs; v += 32) {
+            const Packed128<floatX> d = load128(dout + offset + v * LAYERNORM_X128);
+            const Packed128<floatX> x = load128(inp + offset + v * LAYERNORM_X128);
+            const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
+            Packed128<floatX> dx = load128(dinp + offset + v * LAYERNORM_X128);
+            float dw[LAYERNORM_X128], db[LAYERNORM_X128];
+            for (int k = 0; k < LAYERNORM_X128; k++) {
+                const float dk = to_float(d[k]);
+                const float xhat = (to_float(x[k]) - row_mean) * row_rstd;
+                const float g = dk * to_float(w[k]);
+                dx[k] = from_float<floatX>(to_float(dx[k]) + row_rstd * (g - mean_g - xhat * mean_gx));
+                dw[k] = dk * xhat;
+                db[k] = dk;
+            }
+            store128(dinp + offset + v * LAYERNORM_X128, dx);
+            layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
+        }
+    }
+    layernorm_write_block_partial(partials, slices, C);
+}
+
+// Sums the backward's per-block partial rows (blocks × 2C floats) in block order and adds the
+// result into dweight (first C columns) and dbias (last C). A block takes 32 columns; its warps
+// take every warps-th partial row, then warp 0 adds the warps' sums in warp order.
+constexpr int LAYERNORM_SUM_WARPS = 16;
+__global__ void __launch_bounds__(32 * LAYERNORM_SUM_WARPS)
+    layernorm_sum_partials_kernel(floatX* __restrict__ dweight, floatX* __restrict__ dbias,
+                                  const float* __restrict__ partials, int blocks, int C) {
+    __shared__ float warp_sums[LAYERNORM_SUM_WARPS][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int column = blockIdx.x * 32 + lane;
+    float sum = 0.0f;
+    if (column < 2 * C) {
+#pragma unroll 4
+        for (int p = warp; p < blocks; p += LAYERNORM_SUM_WARPS) sum += partials[(size_t)p * 2 * C + column];
+    }
+    warp_sums[warp][lane] = sum;
+    __syncthreads();
+    if (warp != 0 || column >= 2 * C) return;
+    float total = 0.0f;
+    for (int w = 0; w < LAYERNORM_SUM_WARPS; w++) total += warp_sums[w][lane];
+    floatX* target = column < C ? dweight + column : dbias + (column - C);
+    *target = from_float<floatX>(to_float(*target) + total);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host launch functions
+
+// Why a shape or pointer cannot be handled, or nullptr when it can. The launch functions exit with
+// this message; tests call it directly.
+inline bool layernorm_aligned(std::initializer_list<const void*> pointers) {
+    for (const void* p : pointers)
+        if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    return true;
+}
+inline const char* layernorm_shape_error(int N, int C, std::initializer_list<const void*> pointers) {
+    if (N < 0) return "N must not be negative";
+    if (C <= 0 || C % 8 != 0) return "C must be a positive multiple of 8 (128-bit vectors of bf16)";
+    if (!layernorm_aligned(pointers)) return "tensors must be 16-byte aligned";
+    return nullptr;
+}
+inline void layernorm_check(const char* function, int N, int C, std::initializer_list<const void*> pointers) {
+    const char* error = layernorm_shape_error(N, C, pointers);
+    if (error == nullptr) return;
+    fprintf(stderr, "%s: N=%d, C=%d: %s\n", function, N, C, error);
+    exit(EXIT_FAILURE);
+}
+
+// The forward launch shared by layernorm_forward and residual_layernorm_forward: picks the
+// register-array length for C (or the wide kernel).
+template <bool FUSED>
+inline void layernorm_forward_launch(floatX* out, float* mean, float* rstd, floatX* residual_out,
+                                     const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                     const floatX* bias, int N, int C, cudaStream_t stream) {
+    if (N == 0) return;
+    const int blocks = ceil_div(N, LAYERNORM_FORWARD_THREADS / 32);
+    const int threads = LAYERNORM_FORWARD_THREADS;
+#define LAYERNORM_FORWARD_CASE(V)                                                                             \
+    case V:                                                                                                   \
+        LAUNCH((layernorm_forward_kernel<V, FUSED>), blocks, threads, 0, stream, out, mean, rstd, residual_out, \
+               inp1, inp2, weight, bias, N, C);                                                               \
+        break;
+    switch (layernorm_vecs_per_lane(C)) {
+        LAYERNORM_FORWARD_CASE(1)
+        LAYERNORM_FORWARD_CASE(2)
+        LAYERNORM_FORWARD_CASE(3)
+        LAYERNORM_FORWARD_CASE(4)
+        LAYERNORM_FORWARD_CASE(6)
+        LAYERNORM_FORWARD_CASE(8)
+        LAYERNORM_FORWARD_CASE(12)
+        LAYERNORM_FORWARD_CASE(16)
+        default:
+            LAUNCH(layernorm_forward_wide_kernel, blocks, threads, 0, stream, out, mean, rstd,
+                   FUSED ? residual_out : nullptr, inp1, FUSED ? inp2 : nullptr, weight, bias, N, C);
+    }
+#undef LAYERNORM_FORWARD_CASE
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// out = LayerNorm(inp)·weight + bias per row; saves mean and rstd (either may be nullptr when no
+// backward follows).
+inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                              const floatX* bias, int N, int C, cudaStream_t stream) {
+    layernorm_check("layernorm_forward", N, C, {out, inp, weight, bias});
+    layernorm_forward_launch<false>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C, stream);
+}
+
+// residual_out = inp1 + inp2 (rounded to floatX), out = LayerNorm(residual_out): one pass over memory.
+inline void residual_layernorm_forward(floatX* residual_out, floatX* out, float* mean, float* rstd,
+                                       const floatX* inp1, const floatX* inp2, const floatX* weight,
+                                       const floatX* bias, int N, int C, cudaStream_t stream) {
+    layernorm_check("residual_layernorm_forward", N, C, {residual_out, out, inp1, inp2, weight, bias});
+    layernorm_forward_launch<true>(out, mean, rstd, residual_out, inp1, inp2, weight, bias, N, C, stream);
+}
+
+// out = a + b over n elements (any n; 16-byte aligned pointers).
+inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size_t n, cudaStream_t stream) {
+    if (!layernorm_aligned({out, a, b})) {
+        fprintf(stderr, "residual_forward: tensors must be 16-byte aligned\n");
+        exit(EXIT_FAILURE);
+    }
+    if (n == 0) return;
+    const int threads = 256;
+    const size_t vectors = (n + LAYERNORM_X128 - 1) / LAYERNORM_X128;
+    LAUNCH(residual_forward_kernel, (unsigned)((vectors + threads - 1) / threads), threads, 0, stream, out, a, b, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// The backward's launch shape for (N, C): the kernel, warps per block (as many as fit the shared
+// memory, at most 4), shared bytes, and the number of blocks: as many as run at once on the GPU
+// (a persistent grid: each block's partial row covers many rows), never more than there are rows.
+struct LayernormBackwardPlan {
+    void (*kernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int,
+                   int);
+    int warps, shared_bytes, blocks;
+};
+inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
+    LayernormBackwardPlan plan{};
+    switch (layernorm_vecs_per_lane(C)) {
+        case 1: plan.kernel = layernorm_backward_kernel<1>; break;
+        case 2: plan.kernel = layernorm_backward_kernel<2>; break;
+        case 3: plan.kernel = layernorm_backward_kernel<3>; break;
+        case 4: plan.kernel = layernorm_backward_kernel<4>; break;
+        case 6: plan.kernel = layernorm_backward_kernel<6>; break;
+        case 8: plan.kernel = layernorm_backward_kernel<8>; break;
+        case 12: plan.kernel = layernorm_backward_kernel<12>; break;
+        case 16: plan.kernel = layernorm_backward_kernel<16>; break;
+        default: plan.kernel = layernorm_backward_wide_kernel;
+    }
+    int device = 0, sms = 1, max_shared = 48 * 1024;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const int slice_bytes = 2 * C * (int)sizeof(float);
+    plan.warps = std::min(LAYERNORM_BACKWARD_MAX_WARPS, max_shared / slice_bytes);
+    if (plan.warps < 1) {
+        fprintf(stderr, "layernorm_backward: C=%d needs %d bytes of shared memory per warp, more than %d\n", C,
+                slice_bytes, max_shared);
+        exit(EXIT_FAILURE);
+    }
+    plan.shared_bytes = plan.warps * slice_bytes;
+    if (plan.shared_bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.shared_bytes));
+    int blocks_per_sm = 2;  // the emulator has no occupancy calculator; 2 exercises several blocks per "SM"
+#ifdef __CUDACC__
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, plan.kernel, 32 * plan.warps,
+                                                             plan.shared_bytes));
+    blocks_per_sm = std::max(blocks_per_sm, 1);
+#endif
+    plan.blocks = std::max(1, std::min(sms * blocks_per_sm, ceil_div(N, plan.warps)));
+    return plan;
+}
+
+// Device scratch layernorm_backward needs: one fp32 row of 2C partial sums per block.
+inline size_t layernorm_backward_scratch_bytes(int N, int C) {
+    layernorm_check("layernorm_backward_scratch_bytes", N, C, {});
+    return (size_t)layernorm_backward_plan(N, C).blocks * 2 * C * sizeof(float);
+}
+
+// Adds the gradients of LayerNorm into dinp (N, C), dweight (C) and dbias (C). `scratch` holds
+// layernorm_backward_scratch_bytes(N, C) bytes of device memory.
+inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* scratch, const floatX* dout,
+                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
+                               int N, int C, cudaStream_t stream) {
+    layernorm_check("layernorm_backward", N, C, {dinp, dweight, dbias, scratch, dout, inp, weight});
+    if (N == 0) return;
+    const LayernormBackwardPlan plan = layernorm_backward_plan(N, C);
+    float* partials = static_cast<float*>(scratch);
+    LAUNCH(plan.kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, stream, dinp, partials, dout, inp, weight,
+           mean, rstd, N, C);
+    CUDA_CHECK(cudaGetLastError());
+    LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, stream, dweight, dbias,
+           partials, plan.blocks, C);
+    CUDA_CHECK(cudaGetLastError());
+}
