@@ -1,0 +1,218 @@
+// kernels/attention.h: causal flash attention forward (out, lse) and backward (dq, dk, dv) against
+// the fp32 CPU reference (cpu/attention.h) and, at T <= 128, against a naive T×T attention in
+// double precision written here; fresh random inputs, outputs poisoned first; head sizes 32, 64,
+// 128 (tensor cores in the bf16 build) and 80 (the CUDA-core path); T = 1, 37, 64, 257; B = 2..4;
+// NH = 5 and 12. Two runs must give identical bits, backward included.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "kernels/attention.h"
+#include "test/kernels/kernel_test.h"
+
+namespace {
+
+struct Shape {
+    int B, T, NH, HS;
+    int C() const { return NH * HS; }
+    size_t qkv_size() const { return (size_t)B * T * 3 * C(); }
+    size_t out_size() const { return (size_t)B * T * C(); }
+    size_t lse_size() const { return (size_t)B * NH * T; }
+};
+
+// What the kernels produce, copied back as floats.
+struct Results {
+    std::vector<float> out, lse, dqkv;
+};
+
+Results run_kernels(const Shape& s, const floatX* d_qkv, const floatX* d_dout) {
+    floatX* d_out = device_poisoned<floatX>(s.out_size());
+    float* d_lse = device_poisoned<float>(s.lse_size());
+    floatX* d_dqkv = device_poisoned<floatX>(s.qkv_size());
+    const size_t scratch_bytes = attention_backward_scratch_bytes(s.B, s.T, s.NH, s.HS);
+    void* d_scratch = device_poisoned<unsigned char>(scratch_bytes);
+    attention_forward(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.HS, 0);
+    CUDA_CHECK(cudaGetLastError());
+    attention_backward(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.HS, 0);
+    CUDA_CHECK(cudaGetLastError());
+    Results r{host_floats_of(d_out, s.out_size()), host_copy_of(d_lse, s.lse_size()),
+              host_floats_of(d_dqkv, s.qkv_size())};
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_lse));
+    CUDA_CHECK(cudaFree(d_dqkv));
+    CUDA_CHECK(cudaFree(d_scratch));
+    return r;
+}
+
+// The CPU reference: cpu/attention.h for out and the gradients, and lse in double.
+Results cpu_reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = s.C();
+    Results r;
+    r.out.assign(s.out_size(), 0.0f);
+    r.dqkv.assign(s.qkv_size(), 0.0f);  // the reference adds into it
+    std::vector<float> att((size_t)B * NH * T * T);
+    attention_forward(r.out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(r.dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    r.lse.resize(s.lse_size());
+    const double scale = 1.0 / std::sqrt((double)HS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float* q = &qkv[attention_qkv_index(b, t, 0, h, T, NH, HS)];
+                std::vector<double> scores(t + 1);
+                double max_score = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float* k = &qkv[attention_qkv_index(b, j, 1, h, T, NH, HS)];
+                    double dot = 0;
+                    for (int d = 0; d < HS; d++) dot += (double)q[d] * k[d];
+                    scores[j] = scale * dot;
+                    max_score = std::max(max_score, scores[j]);
+                }
+                for (int j = 0; j <= t; j++) sum += std::exp(scores[j] - max_score);
+                r.lse[attention_lse_index(b, h, t, T, NH)] = (float)(max_score + std::log(sum));
+            }
+    return r;
+}
+
+// A naive T×T attention in double, straight from the formulas (no shared code with the others).
+Results naive_reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS;
+    const double scale = 1.0 / std::sqrt((double)HS);
+    std::vector<double> out(s.out_size(), 0.0), lse(s.lse_size(), 0.0), dqkv(s.qkv_size(), 0.0);
+    auto Q = [&](int b, int t, int h, int d) { return (double)qkv[attention_qkv_index(b, t, 0, h, T, NH, HS) + d]; };
+    auto K = [&](int b, int t, int h, int d) { return (double)qkv[attention_qkv_index(b, t, 1, h, T, NH, HS) + d]; };
+    auto V = [&](int b, int t, int h, int d) { return (double)qkv[attention_qkv_index(b, t, 2, h, T, NH, HS) + d]; };
+    auto dO = [&](int b, int t, int h, int d) { return (double)dout[attention_out_index(b, t, h, T, NH, HS) + d]; };
+    std::vector<double> P((size_t)T * T), dS((size_t)T * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            for (int i = 0; i < T; i++) {
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < HS; d++) dot += Q(b, i, h, d) * K(b, j, h, d);
+                    P[(size_t)i * T + j] = scale * dot;
+                    m = std::max(m, scale * dot);
+                }
+                for (int j = 0; j <= i; j++) sum += std::exp(P[(size_t)i * T + j] - m);
+                lse[attention_lse_index(b, h, i, T, NH)] = m + std::log(sum);
+                for (int j = 0; j <= i; j++) P[(size_t)i * T + j] = std::exp(P[(size_t)i * T + j] - m) / sum;
+                for (int d = 0; d < HS; d++) {
+                    double o = 0;
+                    for (int j = 0; j <= i; j++) o += P[(size_t)i * T + j] * V(b, j, h, d);
+                    out[attention_out_index(b, i, h, T, NH, HS) + d] = o;
+                }
+            }
+            for (int i = 0; i < T; i++) {
+                double D = 0;
+                for (int j = 0; j <= i; j++) {
+                    double dp = 0;
+                    for (int d = 0; d < HS; d++) dp += dO(b, i, h, d) * V(b, j, h, d);
+                    dS[(size_t)i * T + j] = dp;
+                    D += P[(size_t)i * T + j] * dp;
+                }
+                for (int j = 0; j <= i; j++) dS[(size_t)i * T + j] = P[(size_t)i * T + j] * (dS[(size_t)i * T + j] - D);
+            }
+            for (int i = 0; i < T; i++)
+                for (int j = 0; j <= i; j++) {
+                    const double p = P[(size_t)i * T + j], ds = dS[(size_t)i * T + j];
+                    double* dq = &dqkv[attention_qkv_index(b, i, 0, h, T, NH, HS)];
+                    double* dk = &dqkv[attention_qkv_index(b, j, 1, h, T, NH, HS)];
+                    double* dv = &dqkv[attention_qkv_index(b, j, 2, h, T, NH, HS)];
+                    for (int d = 0; d < HS; d++) {
+                        dq[d] += scale * ds * K(b, j, h, d);
+                        dk[d] += scale * ds * Q(b, i, h, d);
+                        dv[d] += p * dO(b, i, h, d);
+                    }
+                }
+        }
+    auto as_floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+    return {as_floats(out), as_floats(lse), as_floats(dqkv)};
+}
+
+void check_against(const Results& got, const Results& ref, const char* reference, const Shape& s) {
+    char what[160];
+    auto name = [&](const char* tensor) {
+        snprintf(what, sizeof what, "%s vs %s (B=%d T=%d NH=%d HS=%d)", tensor, reference, s.B, s.T, s.NH, s.HS);
+        return what;
+    };
+    CHECK_CLOSE(got.out, ref.out, KERNEL_TOLERANCE, name("out"));
+    CHECK_CLOSE(got.lse, ref.lse, KERNEL_TOLERANCE, name("lse"));
+    // dq, dk and dv separately: each must be right on its own.
+    for (int part = 0; part < 3; part++) {
+        std::vector<float> g, r;
+        for (int b = 0; b < s.B; b++)
+            for (int t = 0; t < s.T; t++)
+                for (int h = 0; h < s.NH; h++) {
+                    const size_t at = attention_qkv_index(b, t, part, h, s.T, s.NH, s.HS);
+                    g.insert(g.end(), got.dqkv.begin() + at, got.dqkv.begin() + at + s.HS);
+                    r.insert(r.end(), ref.dqkv.begin() + at, ref.dqkv.begin() + at + s.HS);
+                }
+        CHECK_CLOSE(g, r, KERNEL_TOLERANCE, name(part == 0 ? "dq" : part == 1 ? "dk" : "dv"));
+    }
+}
+
+// Forward and backward at one shape against the references; optionally a second run for bits.
+void check_shape(const Shape& s, unsigned seed, bool check_determinism = false) {
+    const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), seed, -2.0f, 2.0f));
+    const std::vector<float> dout = round_to_floatX(random_floats(s.out_size(), seed + 1));
+    floatX* d_qkv = device_floatX(qkv);
+    floatX* d_dout = device_floatX(dout);
+    const Results got = run_kernels(s, d_qkv, d_dout);
+    check_against(got, cpu_reference(s, qkv, dout), "CPU reference", s);
+    if (s.T <= 128) check_against(got, naive_reference(s, qkv, dout), "naive T*T", s);
+    if (check_determinism) {
+        const Results again = run_kernels(s, d_qkv, d_dout);
+        CHECK(bitwise_equal(got.out.data(), again.out.data(), got.out.size() * sizeof(float)));
+        CHECK(bitwise_equal(got.lse.data(), again.lse.data(), got.lse.size() * sizeof(float)));
+        CHECK_MSG(bitwise_equal(got.dqkv.data(), again.dqkv.data(), got.dqkv.size() * sizeof(float)),
+                  "backward differs between two runs");
+    }
+    CUDA_CHECK(cudaFree(d_qkv));
+    CUDA_CHECK(cudaFree(d_dout));
+}
+
+// The shape grid: every B in 2..4, NH 5 and 12, HS 32/64/128, T 1/37/64/257 appears, and each head
+// size meets T = 257 (several tiles, the last one partial) and a T below one tile.
+TEST(attention_hs32) {
+    check_shape({3, 37, 12, 32}, 101, /*check_determinism=*/true);
+    check_shape({2, 257, 5, 32}, 102);
+    check_shape({4, 1, 12, 32}, 103);
+}
+TEST(attention_hs64) {
+    check_shape({2, 1, 5, 64}, 201);
+    check_shape({4, 64, 12, 64}, 202);
+    check_shape({4, 257, 5, 64}, 203, /*check_determinism=*/true);
+}
+TEST(attention_hs128) {
+    check_shape({2, 64, 5, 128}, 301);
+    check_shape({3, 37, 5, 128}, 302);
+    check_shape({2, 257, 5, 128}, 303);
+}
+// A head size off the tensor-core list (GPT-3 2.7B has 80): the CUDA-core path.
+TEST(attention_hs80_general_path) {
+    check_shape({2, 37, 5, 80}, 401, /*check_determinism=*/true);
+}
+
+TEST(attention_head_sizes_and_scratch) {
+    CHECK(attention_supports_head_size(32) && attention_supports_head_size(64) && attention_supports_head_size(128));
+    CHECK(attention_supports_head_size(80) && attention_supports_head_size(256));
+    CHECK(!attention_supports_head_size(0) && !attention_supports_head_size(257));
+    CHECK(attention_backward_scratch_bytes(8, 1024, 12, 64) >= (size_t)8 * 12 * 1024 * sizeof(float));
+    CHECK(attention_backward_scratch_bytes(3, 37, 5, 64) % 256 == 0);
+}
+
+// Offsets past 2^32 elements, checked without allocating: B=200, T=2048, NH=48, HS=128 (C=6144).
+TEST(attention_index_arithmetic_is_64_bit) {
+    const int B = 200, T = 2048, NH = 48, HS = 128;
+    const unsigned long long C = (unsigned long long)NH * HS;
+    const unsigned long long last_v = ((unsigned long long)(B - 1) * T + (T - 1)) * 3 * C + 2 * C + (NH - 1) * HS;
+    CHECK(last_v > (1ull << 32));
+    CHECK(attention_qkv_index(B - 1, T - 1, 2, NH - 1, T, NH, HS) == last_v);
+    CHECK(attention_out_index(B - 1, T - 1, NH - 1, T, NH, HS) ==
+          ((unsigned long long)(B - 1) * T + (T - 1)) * C + (NH - 1) * HS);
+    CHECK(attention_lse_index(B - 1, NH - 1, T - 1, T, NH) == ((unsigned long long)(B - 1) * NH + NH - 1) * T + T - 1);
+}
+
+}  // namespace
