@@ -31,7 +31,9 @@
 //
 // One cuBLASLt handle and one 32 MiB workspace serve the whole program: matmul calls on different
 // streams must not run at the same time. Algorithms are chosen once per shape by cuBLASLt's heuristic
-// and cached, so a given shape always runs the same algorithm (bitwise reproducible runs).
+// and cached, so a given shape always runs the same algorithm; cuBLAS documents bitwise identical
+// results run to run for a given toolkit version, architecture and SM count (its "Results
+// reproducibility" section), so the backward is reproducible bit for bit.
 // Where cuBLASLt has no algorithm for a fused epilogue, the same result is computed in separate
 // passes (plain GEMM, then our bias / GELU / GELU-gradient kernels); matmul_set_epilogue_fusion(false)
 // forces those passes (tests and dev/cuda/matmul.cu compare both).
@@ -102,6 +104,9 @@ __global__ void bias_grad_partial_kernel(float* partial, const T* dout, int N, i
     float sum[V];
     for (int k = 0; k < V; k++) sum[k] = 0.0f;
     if (col0 < OC) {
+#ifdef __CUDACC__
+#pragma unroll 4  // several independent 16-byte loads in flight per thread
+#endif
         for (int row = row_begin + threadIdx.y; row < row_end; row += BIAS_GRAD_BLOCK_Y) {
             const Packed128<T> d = load128cs(dout + matmul_element_offset(row, col0, OC));
             for (int k = 0; k < V; k++) sum[k] += to_float(d[k]);
@@ -131,13 +136,15 @@ __global__ void bias_grad_finish_kernel(T* dbias, const float* partial, int OC, 
     dbias[col] = from_float<T>(to_float(dbias[col]) + total);
 }
 
-// Row bands of the bias gradient: enough blocks to fill a large GPU (~512, four per SM on an H100),
-// each band at least 32 rows. A function of (N, OC) only, so the summation order, and with it every
-// bit of dbias, is the same on any device and in every run.
+// Row bands of the bias gradient: up to ~512 blocks (four per SM on an H100), each band at least 32
+// rows. A function of (N, OC) only, so the summation order, and with it every bit of dbias, is the
+// same on any device and in every run. bands · strips ≤ 512 also bounds the scratch: bands · OC ≤
+// max(512 · columns per strip, OC) floats, i.e. at most max(512 KiB, 4·OC) bytes in bf16 (256 KiB
+// for the first term in fp32), whatever N.
 constexpr int BIAS_GRAD_TARGET_BLOCKS = 512, BIAS_GRAD_MIN_ROWS = 32;
 inline int bias_grad_bands(int N, int OC) {
     const int strips = ceil_div(OC, BIAS_GRAD_BLOCK_X * Packed128<floatX>::size);
-    const int wanted = ceil_div(BIAS_GRAD_TARGET_BLOCKS, strips);
+    const int wanted = std::max(1, BIAS_GRAD_TARGET_BLOCKS / strips);
     const int most = ceil_div(N, BIAS_GRAD_MIN_ROWS);
     return std::max(1, std::min(wanted, most));
 }
@@ -369,7 +376,8 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
     gelu_forward(out, pre_gelu, (size_t)N * OC, stream);
 }
 
-// Bytes of fp32 scratch matmul_backward needs for the bias gradient of an N×OC dout.
+// Bytes of fp32 scratch matmul_backward needs for the bias gradient of an N×OC dout (never more than
+// max(512 KiB, 4·OC): see bias_grad_bands).
 inline size_t matmul_backward_scratch_bytes(int N, int OC) {
     return (size_t)bias_grad_bands(N, OC) * (size_t)OC * sizeof(float);
 }

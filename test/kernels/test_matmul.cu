@@ -251,4 +251,10 @@ TEST(matmul_index_arithmetic_is_64_bit) {
     CHECK((size_t)bands * ceil_div(BT, bands) >= (size_t)BT);  // the bands cover every row
     CHECK(matmul_backward_scratch_bytes(BT, 3072) == (size_t)bands * 3072 * sizeof(float));
     CHECK(bias_grad_bands(1, 768) == 1);
+    // The scratch bound the trainer relies on, for every GPT-2 size's OC (C, 3C, 4C) and Vp.
+    const size_t strip = BIAS_GRAD_BLOCK_X * Packed128<floatX>::size;
+    for (int C : {768, 1024, 1280, 1600})
+        for (int OC : {C, 3 * C, 4 * C, Vp})
+            CHECK(matmul_backward_scratch_bytes(BT, OC) <=
+                  std::max((size_t)BIAS_GRAD_TARGET_BLOCKS * strip, (size_t)OC) * sizeof(float));
 }

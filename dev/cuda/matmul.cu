@@ -1,0 +1,336 @@
+// The linear layer (kernels/matmul.h), from naive to shipped. Every version is checked against the CPU
+// reference (cpu/matmul.h, cpu/gelu.h), then, on a GPU, timed at GPT-2 124M's shapes (C = 768,
+// N = B·T = 8192 and 16384) and reported in TFLOP/s and as a share of the card's bf16 GEMM rate
+// (dev/cuda/gemm_ceiling.h):
+//   v1  naive: one thread per output element, an fp32 dot product over IC (forward only)
+//   v2  cuBLASLt for the product; bias, GELU and GELU gradient each in a pass of their own
+//   v3  cuBLASLt with those passes fused into its epilogue: BIAS, GELU_AUX_BIAS, DGELU (shipped)
+// Also timed: the bare product (no bias: the GEMM rate at this shape), the shipped backward (dinp,
+// dweight, dbias), and the bias-gradient kernel alone (memory-bound, in GB/s of copy bandwidth).
+// Under the emulator only the checks run, at small sizes. Exit status 1 if a check failed.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cpu/gelu.h"
+#include "cpu/matmul.h"
+#include "dev/cuda/bench.h"
+#include "dev/cuda/gemm_ceiling.h"
+#include "kernels/matmul.h"
+
+#ifdef ENABLE_FP32
+constexpr double CHECK_TOLERANCE = 1e-5;
+#else
+constexpr double CHECK_TOLERANCE = 1e-2;
+#endif
+
+// ---- version 1: one thread per output, no reuse of inputs between threads.
+template <typename T>
+__global__ void matmul_forward_naive_kernel(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
+                                            int OC) {
+    const int o = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y;
+    if (o >= OC || n >= N) return;
+    const T* x = inp + (size_t)n * IC;
+    const T* w = weight + (size_t)o * IC;
+    float sum = bias ? to_float(bias[o]) : 0.0f;
+    for (int i = 0; i < IC; i++) sum += to_float(x[i]) * to_float(w[i]);
+    out[(size_t)n * OC + o] = from_float<T>(sum);
+}
+void matmul_forward_naive(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int IC,
+                          int OC) {
+    const int block_size = 256;
+    LAUNCH(matmul_forward_naive_kernel<floatX>, dim3(ceil_div(OC, block_size), N), block_size, 0, 0, out, inp,
+           weight, bias, N, IC, OC);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- versions 2 and 3 of the fused products, one call each.
+
+// fc forward: pre = inp·Wᵀ + b, out = gelu(pre).
+void fc_gelu_separate(floatX* out, floatX* pre, const floatX* inp, const floatX* weight, const floatX* bias,
+                      int N, int IC, int OC) {
+    matmul_set_epilogue_fusion(false);  // product, then bias pass, then GELU pass
+    matmul_forward(out, inp, weight, bias, N, IC, OC, 0, pre);
+    matmul_set_epilogue_fusion(true);
+}
+void fc_gelu_fused(floatX* out, floatX* pre, const floatX* inp, const floatX* weight, const floatX* bias, int N,
+                   int IC, int OC) {
+    matmul_forward(out, inp, weight, bias, N, IC, OC, 0, pre);
+}
+// fcproj backward, input gradient only: dinp = (dout·W) ⊙ gelu'(pre).
+void dinp_dgelu_separate(floatX* dinp, const floatX* dout, const floatX* weight, const floatX* pre, int N, int IC,
+                         int OC) {
+    matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
+                    0);
+    gelu_backward(dinp, pre, dinp, (size_t)N * IC, 0);
+}
+void dinp_dgelu_fused(floatX* dinp, const floatX* dout, const floatX* weight, const floatX* pre, int N, int IC,
+                      int OC) {
+    if (!matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DGELU, nullptr, pre,
+                         0)) {
+        printf("note: cuBLASLt has no DGELU algorithm for %d x %d x %d; separate passes instead\n", IC, N, OC);
+        dinp_dgelu_separate(dinp, dout, weight, pre, N, IC, OC);
+    }
+}
+
+// ---- host helpers
+float round_floatX(float x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __bfloat162float(__float2bfloat16(x));
+#endif
+}
+std::vector<float> random_vector(size_t n, unsigned seed, float scale = 1.0f) {
+    std::vector<float> v(n);
+    uint32_t state = seed * 2654435761u + 12345u;
+    for (float& x : v) {
+        state = state * 1664525u + 1013904223u;
+        x = round_floatX(scale * ((float)(state >> 8) / 8388608.0f - 1.0f));
+    }
+    return v;
+}
+floatX* upload(const std::vector<float>& host) {
+    std::vector<floatX> x(host.size());
+    for (size_t i = 0; i < host.size(); i++) x[i] = (floatX)host[i];
+    floatX* device = nullptr;
+    CUDA_CHECK(cudaMalloc(&device, x.size() * sizeof(floatX)));
+    CUDA_CHECK(cudaMemcpy(device, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    return device;
+}
+floatX* poisoned(size_t n) {
+    floatX* device = nullptr;
+    CUDA_CHECK(cudaMalloc(&device, n * sizeof(floatX)));
+    CUDA_CHECK(cudaMemset(device, 0xff, n * sizeof(floatX)));
+    return device;
+}
+std::vector<float> download(const floatX* device, size_t n) {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<floatX> x(n);
+    CUDA_CHECK(cudaMemcpy(x.data(), device, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = (float)x[i];
+    return out;
+}
+double relative_error(const std::vector<float>& out, const std::vector<float>& ref) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
+        norm += (double)ref[i] * ref[i];
+    }
+    return std::isnan(diff) ? INFINITY : std::sqrt(diff / norm);
+}
+std::vector<float> gelu_of(const std::vector<float>& x) {
+    std::vector<float> y(x.size());
+    gelu_forward(y.data(), x.data(), x.size());
+    return y;
+}
+
+// ---- checks against the CPU reference
+
+bool check_forward_versions(int N, int IC, int OC) {
+    const std::vector<float> inp = random_vector((size_t)N * IC, 1), weight = random_vector((size_t)OC * IC, 2, 0.1f),
+                             bias = random_vector(OC, 3);
+    floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_bias = upload(bias);
+    floatX* d_out = poisoned((size_t)N * OC);
+    std::vector<float> ref((size_t)N * OC), ref_plain((size_t)N * OC);
+    matmul_forward(ref.data(), inp.data(), weight.data(), bias.data(), N, IC, OC);
+    matmul_forward(ref_plain.data(), inp.data(), weight.data(), (const float*)nullptr, N, IC, OC);
+    bool ok = true;
+    auto check = [&](const char* name, const std::vector<float>& expected) {
+        ok &= report_check(name, relative_error(download(d_out, expected.size()), expected), CHECK_TOLERANCE);
+        CUDA_CHECK(cudaMemset(d_out, 0xff, (size_t)N * OC * sizeof(floatX)));
+    };
+    matmul_forward_naive(d_out, d_inp, d_weight, d_bias, N, IC, OC);
+    check("forward v1 naive", ref);
+    matmul_forward(d_out, d_inp, d_weight, nullptr, N, IC, OC, 0);
+    check("forward, bare cuBLASLt product (no bias)", ref_plain);
+    matmul_set_epilogue_fusion(false);
+    matmul_forward(d_out, d_inp, d_weight, d_bias, N, IC, OC, 0);
+    matmul_set_epilogue_fusion(true);
+    check("forward v2 separate bias pass", ref);
+    matmul_forward(d_out, d_inp, d_weight, d_bias, N, IC, OC, 0);
+    check("forward v3 BIAS epilogue", ref);
+    for (floatX* p : {d_inp, d_weight, d_bias, d_out}) CUDA_CHECK(cudaFree(p));
+    return ok;
+}
+
+bool check_gelu_forward_versions(int N, int IC, int OC) {
+    const std::vector<float> inp = random_vector((size_t)N * IC, 11), weight = random_vector((size_t)OC * IC, 12, 0.1f),
+                             bias = random_vector(OC, 13);
+    floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_bias = upload(bias);
+    floatX *d_out = poisoned((size_t)N * OC), *d_pre = poisoned((size_t)N * OC);
+    std::vector<float> pre((size_t)N * OC);
+    matmul_forward(pre.data(), inp.data(), weight.data(), bias.data(), N, IC, OC);
+    const std::vector<float> out = gelu_of(pre);
+    bool ok = true;
+    for (int version = 2; version <= 3; version++) {
+        (version == 2 ? fc_gelu_separate : fc_gelu_fused)(d_out, d_pre, d_inp, d_weight, d_bias, N, IC, OC);
+        const std::string name = version == 2 ? "forward+gelu v2 separate passes" : "forward+gelu v3 GELU_AUX_BIAS";
+        ok &= report_check((name + ": out").c_str(), relative_error(download(d_out, out.size()), out), CHECK_TOLERANCE);
+        ok &= report_check((name + ": pre_gelu").c_str(), relative_error(download(d_pre, pre.size()), pre),
+                           CHECK_TOLERANCE);
+        CUDA_CHECK(cudaMemset(d_out, 0xff, out.size() * sizeof(floatX)));
+        CUDA_CHECK(cudaMemset(d_pre, 0xff, pre.size() * sizeof(floatX)));
+    }
+    for (floatX* p : {d_inp, d_weight, d_bias, d_out, d_pre}) CUDA_CHECK(cudaFree(p));
+    return ok;
+}
+
+// The whole backward with the GELU gradient, fused (v3) and in separate passes (v2), accumulating
+// into non-zero dweight and dbias.
+bool check_backward_versions(int N, int IC, int OC) {
+    const std::vector<float> inp = random_vector((size_t)N * IC, 21), weight = random_vector((size_t)OC * IC, 22, 0.1f),
+                             dout = random_vector((size_t)N * OC, 23), pre = random_vector((size_t)N * IC, 24, 3.0f),
+                             dweight0 = random_vector((size_t)OC * IC, 25), dbias0 = random_vector(OC, 26);
+    std::vector<float> plain((size_t)N * IC, 0.0f), dinp((size_t)N * IC, 0.0f), dweight = dweight0, dbias = dbias0;
+    matmul_backward(plain.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, IC, OC);
+    gelu_backward(dinp.data(), pre.data(), plain.data(), plain.size());
+
+    floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_dout = upload(dout), *d_pre = upload(pre);
+    void* scratch = nullptr;
+    CUDA_CHECK(cudaMalloc(&scratch, matmul_backward_scratch_bytes(N, OC)));
+    bool ok = true;
+    for (int version = 2; version <= 3; version++) {
+        floatX *d_dinp = poisoned(dinp.size()), *d_dweight = upload(dweight0), *d_dbias = upload(dbias0);
+        matmul_set_epilogue_fusion(version == 3);
+        matmul_backward(d_dinp, d_dweight, d_dbias, scratch, d_dout, d_inp, d_weight, N, IC, OC, 0, d_pre);
+        matmul_set_epilogue_fusion(true);
+        const std::string name = version == 2 ? "backward+dgelu v2 separate passes" : "backward+dgelu v3 DGELU";
+        ok &= report_check((name + ": dinp").c_str(), relative_error(download(d_dinp, dinp.size()), dinp),
+                           CHECK_TOLERANCE);
+        ok &= report_check((name + ": dweight").c_str(), relative_error(download(d_dweight, dweight.size()), dweight),
+                           CHECK_TOLERANCE);
+        ok &= report_check((name + ": dbias").c_str(), relative_error(download(d_dbias, dbias.size()), dbias),
+                           CHECK_TOLERANCE);
+        for (floatX* p : {d_dinp, d_dweight, d_dbias}) CUDA_CHECK(cudaFree(p));
+    }
+    for (floatX* p : {d_inp, d_weight, d_dout, d_pre}) CUDA_CHECK(cudaFree(p));
+    CUDA_CHECK(cudaFree(scratch));
+    return ok;
+}
+
+// ---- timings (GPU only)
+
+struct Shape {
+    const char* name;
+    int IC, OC;
+    bool has_bias;
+};
+
+void time_layer(const Shape& s, int N, double ceiling_tflops, double copy_gbs) {
+    const int IC = s.IC, OC = s.OC;
+    const size_t in_size = (size_t)N * IC, out_size = (size_t)N * OC, w_size = (size_t)OC * IC;
+    floatX *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
+    floatX** buffers[] = {&inp, &weight, &bias, &out, &dout, &dinp, &dweight, &dbias};
+    const size_t sizes[] = {in_size, w_size, (size_t)OC, out_size, out_size, in_size, w_size, (size_t)OC};
+    for (int i = 0; i < 8; i++) {
+        CUDA_CHECK(cudaMalloc(buffers[i], sizes[i] * sizeof(floatX)));
+        fill_random_device(*buffers[i], sizes[i], 10 + i, i == 1 ? 0.02f : 1.0f);  // weights ~ GPT-2's scale
+    }
+    void* scratch = nullptr;
+    CUDA_CHECK(cudaMalloc(&scratch, matmul_backward_scratch_bytes(N, OC)));
+    const floatX* b = s.has_bias ? bias : nullptr;
+    const double flops = 2.0 * N * (double)IC * OC;
+    char label[96];
+    auto name = [&](const char* what) {
+        snprintf(label, sizeof label, "N=%d %s %s", N, s.name, what);
+        return label;
+    };
+
+    const double naive = time_median_ms([&] { matmul_forward_naive(out, inp, weight, b, N, IC, OC); }, 1, 3);
+    report_flops(name("fwd v1 naive"), naive, flops, ceiling_tflops);
+    const double bare = time_median_ms([&] { matmul_forward(out, inp, weight, nullptr, N, IC, OC, 0); });
+    report_flops(name("fwd bare product"), bare, flops, ceiling_tflops);
+    if (s.has_bias) {
+        matmul_set_epilogue_fusion(false);
+        const double separate = time_median_ms([&] { matmul_forward(out, inp, weight, bias, N, IC, OC, 0); });
+        matmul_set_epilogue_fusion(true);
+        const double fused = time_median_ms([&] { matmul_forward(out, inp, weight, bias, N, IC, OC, 0); });
+        report_flops(name("fwd v2 +bias pass"), separate, flops, ceiling_tflops);
+        report_flops(name("fwd v3 BIAS epilogue"), fused, flops, ceiling_tflops);
+    }
+    floatX* db = s.has_bias ? dbias : nullptr;
+    const double backward = time_median_ms(
+        [&] { matmul_backward(dinp, dweight, db, scratch, dout, inp, weight, N, IC, OC, 0); });
+    report_flops(name("bwd (shipped)"), backward, 2 * flops, ceiling_tflops);
+    if (s.has_bias) {
+        const double bgrad = time_median_ms([&] { matmul_bias_gradient(dbias, scratch, dout, N, OC, 0); });
+        const double bytes = out_size * sizeof(floatX) + 2.0 * bias_grad_bands(N, OC) * OC * sizeof(float) +
+                             2.0 * OC * sizeof(floatX);
+        report_bandwidth(name("bias gradient kernel"), bgrad, bytes, copy_gbs);
+    }
+    for (floatX** p : buffers) CUDA_CHECK(cudaFree(*p));
+    CUDA_CHECK(cudaFree(scratch));
+}
+
+// fc forward with GELU and fcproj's input gradient with the GELU gradient: separate passes vs fused.
+void time_gelu_fusion(int N, int C, double ceiling_tflops) {
+    const int H = 4 * C;
+    floatX *inp, *weight, *bias, *out, *pre, *dout, *dinp, *fcproj_weight;
+    const size_t sizes[] = {(size_t)N * C, (size_t)H * C, (size_t)H, (size_t)N * H, (size_t)N * H, (size_t)N * C,
+                            (size_t)N * H, (size_t)C * H};
+    floatX** buffers[] = {&inp, &weight, &bias, &out, &pre, &dout, &dinp, &fcproj_weight};
+    for (int i = 0; i < 8; i++) {
+        CUDA_CHECK(cudaMalloc(buffers[i], sizes[i] * sizeof(floatX)));
+        fill_random_device(*buffers[i], sizes[i], 100 + i, i == 1 || i == 7 ? 0.02f : 1.0f);
+    }
+    const double flops = 2.0 * N * (double)C * H;
+    char label[96];
+    auto report = [&](const char* what, double ms) {
+        snprintf(label, sizeof label, "N=%d fc %s", N, what);
+        report_flops(label, ms, flops, ceiling_tflops);
+    };
+    const double fwd_separate = time_median_ms([&] { fc_gelu_separate(out, pre, inp, weight, bias, N, C, H); });
+    const double fwd_bias_fused = time_median_ms([&] {
+        matmul_forward(pre, inp, weight, bias, N, C, H, 0);
+        gelu_forward(out, pre, (size_t)N * H, 0);
+    });
+    const double fwd_fused = time_median_ms([&] { fc_gelu_fused(out, pre, inp, weight, bias, N, C, H); });
+    report("fwd+gelu v2 3 passes", fwd_separate);
+    report("fwd+gelu BIAS epi + gelu pass", fwd_bias_fused);
+    report("fwd+gelu v3 GELU_AUX_BIAS", fwd_fused);
+    printf("  fusing bias and GELU into the epilogue saves %.3f ms of %.3f (%.0f%%)\n", fwd_separate - fwd_fused,
+           fwd_separate, 100.0 * (fwd_separate - fwd_fused) / fwd_separate);
+
+    const double bwd_separate = time_median_ms([&] { dinp_dgelu_separate(dinp, dout, fcproj_weight, pre, N, H, C); });
+    const double bwd_fused = time_median_ms([&] { dinp_dgelu_fused(dinp, dout, fcproj_weight, pre, N, H, C); });
+    snprintf(label, sizeof label, "N=%d fcproj dinp+dgelu v2 2 passes", N);
+    report_flops(label, bwd_separate, flops, ceiling_tflops);
+    snprintf(label, sizeof label, "N=%d fcproj dinp+dgelu v3 DGELU", N);
+    report_flops(label, bwd_fused, flops, ceiling_tflops);
+    printf("  fusing the GELU gradient into the epilogue saves %.3f ms of %.3f (%.0f%%)\n", bwd_separate - bwd_fused,
+           bwd_separate, 100.0 * (bwd_separate - bwd_fused) / bwd_separate);
+    for (floatX** p : buffers) CUDA_CHECK(cudaFree(*p));
+}
+
+int main() {
+    print_device_header();
+    matmul_setup();
+    bool ok = true;
+    // Checks: small shapes with N not a power of two and IC, OC not multiples of 64.
+    ok &= check_forward_versions(74, 160, 480);
+    ok &= check_gelu_forward_versions(74, 160, 640);
+    ok &= check_backward_versions(74, 640, 160);
+    const double ceiling = measure_bf16_gemm_tflops();
+
+    if (BENCH_ON_GPU) {
+        const double copy_gbs = measure_copy_bandwidth_gbs();
+        printf("bf16 GEMM ceiling (cuBLASLt, 8192^3): %.1f TFLOP/s; copy bandwidth %.1f GB/s\n", ceiling, copy_gbs);
+        const int C = 768, Vp = 50304;
+        const Shape shapes[] = {{"qkv 768->2304", C, 3 * C, true},
+                                {"attproj 768->768", C, C, true},
+                                {"fc 768->3072", C, 4 * C, true},
+                                {"fcproj 3072->768", 4 * C, C, true},
+                                {"logits 768->50304", C, Vp, false}};
+        for (int N : {8192, 16384}) {
+            for (const Shape& s : shapes) time_layer(s, N, ceiling, copy_gbs);
+            time_gelu_fusion(N, C, ceiling);
+        }
+    } else {
+        printf("emulator: checks only (the GEMM-ceiling code ran on a %s product)\n", "128^3");
+    }
+    matmul_teardown();
+    printf(ok ? "all checks passed\n" : "SOME CHECKS FAILED\n");
+    return ok ? 0 : 1;
+}
