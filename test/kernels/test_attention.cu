@@ -199,6 +199,12 @@ TEST(attention_head_sizes_and_scratch) {
     CHECK(attention_supports_head_size(32) && attention_supports_head_size(64) && attention_supports_head_size(128));
     CHECK(attention_supports_head_size(80) && attention_supports_head_size(256));
     CHECK(!attention_supports_head_size(0) && !attention_supports_head_size(257));
+#ifdef ENABLE_FP32
+    CHECK(!attention_uses_tensor_cores(64));
+#else
+    CHECK(attention_uses_tensor_cores(32) && attention_uses_tensor_cores(64) && attention_uses_tensor_cores(128));
+    CHECK(!attention_uses_tensor_cores(80));
+#endif
     CHECK(attention_backward_scratch_bytes(8, 1024, 12, 64) >= (size_t)8 * 12 * 1024 * sizeof(float));
     CHECK(attention_backward_scratch_bytes(3, 37, 5, 64) % 256 == 0);
 }
