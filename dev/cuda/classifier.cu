@@ -1,0 +1,262 @@
+// The fused classifier (softmax cross-entropy and its gradient over the logits), from naive to the
+// shipped kernel in kernels/classifier.h. Each version is checked against cpu/crossentropy.h, then
+// (on a GPU) timed at GPT-2 shapes: N = 8192 rows (B·T, e.g. 8 × 1024), V = 50257, Vp = 50304.
+//   1. naive: three passes over each row (max; exp and sum, writing exp(x − max) to an fp32 N × Vp
+//      buffer; then a second kernel normalises the buffer into dlogits): 3 reads + 1 write of the row
+//      in floatX and an fp32 round trip on top.
+//   2. online softmax: the running max and sum come out of one read, so the buffer goes; the second
+//      sweep recomputes the probabilities and writes dlogits over the logits. Scalar accesses.
+//   3. 128-bit loads and stores (Packed128), the second read and the write with streaming hints: the
+//      shipped fused_classifier. Also timed with other block sizes, and forward only.
+// Bandwidth counts the compulsory traffic of the op (classifier_bytes: the logits read once, dlogits
+// written once), the same for every version, so the figures compare the versions' time.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/crossentropy.h"
+#include "dev/cuda/bench.h"
+#include "kernels/classifier.h"
+
+#ifdef ENABLE_FP32
+constexpr double TOLERANCE = 1e-5;
+#else
+constexpr double TOLERANCE = 1e-2;
+#endif
+
+// ---- version 1: naive three-pass, fp32 probability buffer
+__global__ void classifier_naive_exp_kernel(float* exps, float* row_max_out, float* row_sum_out, float* losses,
+                                            const floatX* logits, const int* targets, int V, int Vp) {
+    const int row = blockIdx.x;
+    const floatX* x = logits + classifier_row_offset(row, Vp);
+    float* e = exps + classifier_row_offset(row, Vp);
+    float thread_max = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) thread_max = fmaxf(thread_max, to_float(x[j]));
+    const float row_max = block_reduce_max(thread_max);
+    float thread_sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        e[j] = expf(to_float(x[j]) - row_max);
+        thread_sum += e[j];
+    }
+    const float row_sum = block_reduce_sum(thread_sum);
+    if (threadIdx.x == 0) {
+        row_max_out[row] = row_max;
+        row_sum_out[row] = row_sum;
+        losses[row] = row_max + logf(row_sum) - to_float(x[targets[row]]);
+    }
+}
+__global__ void classifier_naive_gradient_kernel(floatX* dlogits, const float* exps, const float* row_sum,
+                                                 const int* targets, float dloss, int N, int V, int Vp) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * Vp) return;
+    const int row = (int)(i / Vp), column = (int)(i % Vp);
+    float d = 0.0f;
+    if (column < V) d = dloss * (exps[i] / row_sum[row] - (column == targets[row] ? 1.0f : 0.0f));
+    dlogits[i] = from_float<floatX>(d);
+}
+
+// ---- version 2: online softmax in place, one element per thread per step
+__global__ void classifier_online_scalar_kernel(floatX* logits, float* losses, float dloss, const int* targets,
+                                                int V, int Vp) {
+    const int row = blockIdx.x;
+    floatX* x = logits + classifier_row_offset(row, Vp);
+    const int target = targets[row];
+    const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
+    float running_max = -INFINITY, running_sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float value[1] = {to_float(x[j])};
+        online_softmax_add<1>(running_max, running_sum, value);
+    }
+    const float row_max = block_reduce_max(running_max);
+    const float row_sum =
+        block_reduce_sum(running_max == -INFINITY ? 0.0f : running_sum * __expf(running_max - row_max));
+    const float logsumexp = row_max + logf(row_sum);
+    if (threadIdx.x == 0) losses[row] = logsumexp - target_logit;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+        const float d = j < V ? dloss * (__expf(to_float(x[j]) - logsumexp) - (j == target ? 1.0f : 0.0f)) : 0.0f;
+        x[j] = from_float<floatX>(d);
+    }
+}
+
+// ---- the versions behind one signature: (logits in, dlogits written over them; losses)
+struct Problem {
+    int N, V, Vp;
+    floatX* logits;
+    float* losses;
+    const int* targets;
+    float dloss;
+    float* exps;                 // version 1's N × Vp buffer
+    float *row_max, *row_sum;    // version 1's per-row values
+};
+void run_version(int version, const Problem& p, int block_size = kClassifierBlockSize) {
+    switch (version) {
+        case 1:
+            LAUNCH(classifier_naive_exp_kernel, p.N, 512, 0, 0, p.exps, p.row_max, p.row_sum, p.losses, p.logits,
+                   p.targets, p.V, p.Vp);
+            LAUNCH(classifier_naive_gradient_kernel, ceil_div((long long)p.N * p.Vp, 256), 256, 0, 0, p.logits,
+                   p.exps, p.row_sum, p.targets, p.dloss, p.N, p.V, p.Vp);
+            break;
+        case 2:
+            LAUNCH(classifier_online_scalar_kernel, p.N, 512, 0, 0, p.logits, p.losses, p.dloss, p.targets, p.V,
+                   p.Vp);
+            break;
+        case 3:
+            if (block_size == kClassifierBlockSize) {
+                fused_classifier(p.logits, p.losses, p.dloss, p.targets, p.N, p.V, p.Vp, true, 0);
+            } else {
+                LAUNCH(fused_classifier_kernel, p.N, block_size, 0, 0, p.logits, p.losses, p.dloss, p.targets, p.V,
+                       p.Vp, true);
+            }
+            break;
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+const char* version_name(int version) {
+    static const char* names[] = {"", "1 naive three-pass + fp32 buffer", "2 online softmax, scalar",
+                                  "3 online softmax, 128-bit (shipped)"};
+    return names[version];
+}
+
+// ---- host helpers
+float host_round(float x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __bfloat162float(__float2bfloat16(x));
+#endif
+}
+floatX host_floatX(float x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __float2bfloat16(x);
+#endif
+}
+float host_float(floatX x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __bfloat162float(x);
+#endif
+}
+double relative_error(const std::vector<float>& out, const std::vector<float>& ref) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
+        norm += (double)ref[i] * ref[i];
+    }
+    return std::isnan(diff) ? INFINITY : std::sqrt(diff / norm);
+}
+
+struct HostCase {
+    int N, V, Vp;
+    std::vector<float> logits;  // rounded to floatX; padding columns random too (never read)
+    std::vector<int> targets;
+};
+HostCase random_case(int N, int V, int Vp, unsigned seed) {
+    HostCase c{N, V, Vp, std::vector<float>((size_t)N * Vp), std::vector<int>(N)};
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> logit(-8.0f, 8.0f);
+    std::uniform_int_distribution<int> token(0, V - 1);
+    for (float& x : c.logits) x = host_round(logit(rng));
+    for (int& t : c.targets) t = token(rng);
+    return c;
+}
+
+struct DeviceBuffers {
+    floatX* logits = nullptr;
+    float *losses = nullptr, *exps = nullptr, *row_max = nullptr, *row_sum = nullptr;
+    int* targets = nullptr;
+    DeviceBuffers(int N, int Vp) {
+        CUDA_CHECK(cudaMalloc(&logits, (size_t)N * Vp * sizeof(floatX)));
+        CUDA_CHECK(cudaMalloc(&exps, (size_t)N * Vp * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&losses, N * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&row_max, N * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&row_sum, N * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&targets, N * sizeof(int)));
+    }
+    ~DeviceBuffers() {
+        cudaFree(logits);
+        cudaFree(exps);
+        cudaFree(losses);
+        cudaFree(row_max);
+        cudaFree(row_sum);
+        cudaFree(targets);
+    }
+    Problem problem(int N, int V, int Vp, float dloss) const {
+        return Problem{N, V, Vp, logits, losses, targets, dloss, exps, row_max, row_sum};
+    }
+};
+
+// Every version against cpu/crossentropy.h on one case; returns false if any failed.
+bool check_versions(int N, int V, int Vp) {
+    const HostCase c = random_case(N, V, Vp, 1000 + N + V);
+    const float dloss = 1.0f / N;
+    std::vector<float> ref_losses(N), logsumexp(N), ref_dlogits((size_t)N * Vp, 0.0f);
+    crossentropy_forward(ref_losses.data(), logsumexp.data(), c.logits.data(), c.targets.data(), N, V, Vp);
+    crossentropy_backward(ref_dlogits.data(), c.logits.data(), logsumexp.data(), c.targets.data(), dloss, N, V, Vp);
+
+    std::vector<floatX> input(c.logits.size());
+    for (size_t i = 0; i < input.size(); i++) input[i] = host_floatX(c.logits[i]);
+    DeviceBuffers d(N, Vp);
+    CUDA_CHECK(cudaMemcpy(d.targets, c.targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    bool ok = true;
+    for (int version = 1; version <= 3; version++) {
+        CUDA_CHECK(cudaMemcpy(d.logits, input.data(), input.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(d.losses, 0xff, N * sizeof(float)));
+        run_version(version, d.problem(N, V, Vp, dloss));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> losses(N), dlogits(input.size());
+        std::vector<floatX> raw(input.size());
+        CUDA_CHECK(cudaMemcpy(losses.data(), d.losses, N * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(raw.data(), d.logits, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < raw.size(); i++) dlogits[i] = host_float(raw[i]);
+        char name[160];
+        snprintf(name, sizeof name, "classifier %s losses (N=%d V=%d Vp=%d)", version_name(version), N, V, Vp);
+        ok &= report_check(name, relative_error(losses, ref_losses), 1e-5);
+        snprintf(name, sizeof name, "classifier %s dlogits (N=%d V=%d Vp=%d)", version_name(version), N, V, Vp);
+        ok &= report_check(name, relative_error(dlogits, ref_dlogits), TOLERANCE);
+    }
+    return ok;
+}
+
+void time_versions(int N, int V, int Vp) {
+    const double ceiling = measure_copy_bandwidth_gbs();
+    printf("copy bandwidth (read + write): %.1f GB/s\n", ceiling);
+    printf("N=%d V=%d Vp=%d: %.1f MB of logits\n", N, V, Vp, (double)N * Vp * sizeof(floatX) / 1e6);
+    const HostCase c = random_case(N, V, Vp, 7);
+    std::vector<floatX> input(c.logits.size());
+    for (size_t i = 0; i < input.size(); i++) input[i] = host_floatX(c.logits[i]);
+    DeviceBuffers d(N, Vp);
+    CUDA_CHECK(cudaMemcpy(d.targets, c.targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(d.logits, input.data(), input.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    // Each call overwrites the logits with dlogits: later calls run on those (finite) values, which
+    // costs the same time.
+    const Problem p = d.problem(N, V, Vp, 1.0f / N);
+    const double bytes = classifier_bytes(N, Vp, true);
+    for (int version = 1; version <= 3; version++)
+        report_bandwidth(version_name(version), time_median_ms([&] { run_version(version, p); }), bytes, ceiling);
+    for (int block_size : {256, 1024}) {
+        char name[80];
+        snprintf(name, sizeof name, "3 shipped kernel, block of %d", block_size);
+        report_bandwidth(name, time_median_ms([&] { run_version(3, p, block_size); }), bytes, ceiling);
+    }
+    CUDA_CHECK(cudaMemcpy(d.logits, input.data(), input.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    const double forward_ms = time_median_ms(
+        [&] { fused_classifier(p.logits, p.losses, p.dloss, p.targets, N, V, Vp, false, 0); });
+    report_bandwidth("3 shipped, losses only (no dlogits)", forward_ms, classifier_bytes(N, Vp, false), ceiling);
+}
+
+int main() {
+    print_device_header();
+    bool ok = true;
+    if (BENCH_ON_GPU) {
+        ok &= check_versions(64, 50257, 50304);
+        ok &= check_versions(37, 1000, 1024);
+        time_versions(8192, 50257, 50304);
+    } else {
+        ok &= check_versions(4, 50257, 50304);
+        ok &= check_versions(37, 997, 1008);
+    }
+    return ok ? 0 : 1;
+}
