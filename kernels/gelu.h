@@ -111,15 +111,16 @@ inline void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t 
 }
 
 // dinp = dout · gelu'(inp), n elements; OVERWRITES dinp (dinp may equal dout).
-inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
+inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n,
+                          cudaStream_t stream) {
     if (n == 0) return;
     if (gelu_aligned_16(dinp) && gelu_aligned_16(inp) && gelu_aligned_16(dout)) {
         const size_t vectors = (n + Packed128<floatX>::size - 1) / Packed128<floatX>::size;
         LAUNCH(gelu_backward_kernel<floatX>, ceil_div(vectors, GELU_BLOCK_SIZE), GELU_BLOCK_SIZE, 0, stream,
                dinp, inp, dout, n);
     } else {
-        LAUNCH(gelu_backward_scalar_kernel<floatX>, ceil_div(n, GELU_BLOCK_SIZE), GELU_BLOCK_SIZE, 0,
-               stream, dinp, inp, dout, n);
+        LAUNCH(gelu_backward_scalar_kernel<floatX>, ceil_div(n, GELU_BLOCK_SIZE), GELU_BLOCK_SIZE, 0, stream,
+               dinp, inp, dout, n);
     }
     CUDA_CHECK(cudaGetLastError());
 }

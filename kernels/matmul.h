@@ -53,8 +53,8 @@
 #define CUBLAS_CHECK(call) matmul_cublas_check((call), #call, __FILE__, __LINE__)
 inline void matmul_cublas_check(cublasStatus_t status, const char* what, const char* file, int line) {
     if (status == CUBLAS_STATUS_SUCCESS) return;
-    fprintf(stderr, "cuBLASLt error %d (%s) at %s:%d: %s\n", (int)status, cublasLtGetStatusString(status), file,
-            line, what);
+    fprintf(stderr, "cuBLASLt error %d (%s) at %s:%d: %s\n", (int)status, cublasLtGetStatusString(status),
+            file, line, what);
     exit(1);
 }
 inline void matmul_require(bool ok, const char* function, const char* what) {
@@ -252,10 +252,12 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
 
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, ctx.compute_type, CUDA_R_32F));
-    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (bias) {
         const void* bias_pointer = bias;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
@@ -264,8 +266,8 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
     if (aux) {
         const void* aux_pointer = aux;
         const int64_t aux_ld = m;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_pointer,
-                                                    sizeof(aux_pointer)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &aux_pointer, sizeof(aux_pointer)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
                                                     sizeof(aux_ld)));
     }
@@ -274,9 +276,11 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
     const MatmulLayout layout_d(m, n, m);  // C and D: the same matrix
 
     // The algorithm: cached per configuration, else asked of the heuristic once.
+    // clang-format off
     const MatmulAlgoKey key{m, n, k, trans_a, trans_b, accumulate, (uint32_t)epilogue,
                             matmul_alignment_bytes(a), matmul_alignment_bytes(b), matmul_alignment_bytes(d),
                             matmul_alignment_bytes(bias), matmul_alignment_bytes(aux)};
+    // clang-format on
     const MatmulAlgoChoice* choice = nullptr;
     for (const MatmulAlgoChoice& c : ctx.algos)
         if (c.key == key) choice = &c;
@@ -284,8 +288,8 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
         cublasLtMatmulPreference_t preference;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
         const uint64_t workspace_bytes = MATMUL_WORKSPACE_BYTES;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                          &workspace_bytes, sizeof(workspace_bytes)));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+            preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
 #ifdef __CUDACC__
         // The heuristic assumes 256-byte aligned matrices unless told otherwise. (The emulator's
         // stand-in has no alignment rules and does not take these attributes.)
@@ -300,9 +304,9 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
 #endif
         cublasLtMatmulHeuristicResult_t result;
         int returned = 0;
-        const cublasStatus_t status =
-            cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, layout_a.layout, layout_b.layout, layout_d.layout,
-                                           layout_d.layout, preference, 1, &result, &returned);
+        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+            ctx.handle, desc, layout_a.layout, layout_b.layout, layout_d.layout, layout_d.layout, preference,
+            1, &result, &returned);
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
         MatmulAlgoChoice fresh{key, status == CUBLAS_STATUS_SUCCESS && returned > 0, {}};
         if (fresh.found) fresh.algo = result.algo;
@@ -312,8 +316,8 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
     if (!choice->found) {
         CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
         if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
-            fprintf(stderr, "cuBLASLt has no algorithm for a %d x %d x %d product (trans_a %d, trans_b %d)\n", m,
-                    n, k, (int)trans_a, (int)trans_b);
+            fprintf(stderr, "cuBLASLt has no algorithm for a %d x %d x %d product (trans_a %d, trans_b %d)\n",
+                    m, n, k, (int)trans_a, (int)trans_b);
             exit(1);
         }
         return false;
@@ -339,7 +343,8 @@ inline void matmul_check_shapes(const char* function, int N, int IC, int OC) {
 inline void matmul_add_bias(floatX* out, const floatX* bias, int N, int OC, cudaStream_t stream) {
     const size_t vectors = (size_t)N * OC / Packed128<floatX>::size;
     const int block_size = 256;
-    LAUNCH(matmul_add_bias_kernel<floatX>, ceil_div(vectors, block_size), block_size, 0, stream, out, bias, N, OC);
+    LAUNCH(matmul_add_bias_kernel<floatX>, ceil_div(vectors, block_size), block_size, 0, stream, out, bias, N,
+           OC);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -348,11 +353,11 @@ inline void matmul_add_bias(floatX* out, const floatX* bias, int N, int OC, cuda
 inline void matmul_linear_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                                   int N, int IC, int OC, cudaStream_t stream) {
     if (bias && matmul_context().fuse_epilogues &&
-        matmul_cublaslt(out, weight, inp, OC, N, IC, true, false, false, CUBLASLT_EPILOGUE_BIAS, bias, nullptr,
-                        stream))
+        matmul_cublaslt(out, weight, inp, OC, N, IC, true, false, false, CUBLASLT_EPILOGUE_BIAS, bias,
+                        nullptr, stream))
         return;
-    matmul_cublaslt(out, weight, inp, OC, N, IC, true, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
-                    stream);
+    matmul_cublaslt(out, weight, inp, OC, N, IC, true, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                    nullptr, stream);
     if (bias) matmul_add_bias(out, bias, N, OC, stream);
 }
 
@@ -389,12 +394,12 @@ inline void matmul_bias_gradient(floatX* dbias, void* scratch, const floatX* dou
     const int bands = bias_grad_bands(N, OC);
     const int strips = ceil_div(OC, BIAS_GRAD_BLOCK_X * Packed128<floatX>::size);
     float* partial = static_cast<float*>(scratch);
-    LAUNCH(bias_grad_partial_kernel<floatX>, dim3(strips, bands), dim3(BIAS_GRAD_BLOCK_X, BIAS_GRAD_BLOCK_Y), 0,
-           stream, partial, dout, N, OC, ceil_div(N, bands));
+    LAUNCH(bias_grad_partial_kernel<floatX>, dim3(strips, bands), dim3(BIAS_GRAD_BLOCK_X, BIAS_GRAD_BLOCK_Y),
+           0, stream, partial, dout, N, OC, ceil_div(N, bands));
     CUDA_CHECK(cudaGetLastError());
     const int block_size = 256;
-    LAUNCH(bias_grad_finish_kernel<floatX>, ceil_div(OC, block_size), block_size, 0, stream, dbias, partial, OC,
-           bands);
+    LAUNCH(bias_grad_finish_kernel<floatX>, ceil_div(OC, block_size), block_size, 0, stream, dbias, partial,
+           OC, bands);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -403,8 +408,8 @@ inline void matmul_bias_gradient(floatX* dbias, void* scratch, const floatX* dou
 // dweight (OC×IC) += doutᵀ · inp. dbias (OC) += column sums of dout, if dbias is not null (then
 // scratch must hold matmul_backward_scratch_bytes(N, OC) bytes). dinp must not alias dout or inp.
 inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* scratch, const floatX* dout,
-                            const floatX* inp, const floatX* weight, int N, int IC, int OC, cudaStream_t stream,
-                            const floatX* pre_gelu = nullptr) {
+                            const floatX* inp, const floatX* weight, int N, int IC, int OC,
+                            cudaStream_t stream, const floatX* pre_gelu = nullptr) {
     matmul_check_shapes("matmul_backward", N, IC, OC);
     matmul_require(!dbias || scratch, "matmul_backward", "dbias needs scratch memory");
     if (N == 0) return;
@@ -412,10 +417,10 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* 
 
     // dinpᵀ (IC×N) = weight_cm (IC×OC) · dout_cm (OC×N)
     if (!(pre_gelu && fused &&
-          matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DGELU, nullptr,
-                          pre_gelu, stream))) {
-        matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
-                        nullptr, stream);
+          matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DGELU,
+                          nullptr, pre_gelu, stream))) {
+        matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT,
+                        nullptr, nullptr, stream);
         if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (size_t)N * IC, stream);
     }
     // dweightᵀ (IC×OC) += inp_cm (IC×N) · dout_cmᵀ (N×OC)

@@ -22,13 +22,14 @@ constexpr double CHECK_TOLERANCE = 1e-2;
 
 // ---- the two versions of each direction
 void gelu_forward_v1(floatX* out, const floatX* inp, size_t n) {
-    LAUNCH(gelu_forward_scalar_kernel<floatX>, ceil_div(n, GELU_BLOCK_SIZE), GELU_BLOCK_SIZE, 0, 0, out, inp, n);
+    LAUNCH(gelu_forward_scalar_kernel<floatX>, ceil_div(n, GELU_BLOCK_SIZE), GELU_BLOCK_SIZE, 0, 0, out, inp,
+           n);
     CUDA_CHECK(cudaGetLastError());
 }
 void gelu_forward_v2(floatX* out, const floatX* inp, size_t n) { gelu_forward(out, inp, n, 0); }
 void gelu_backward_v1(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    LAUNCH(gelu_backward_scalar_kernel<floatX>, ceil_div(n, GELU_BLOCK_SIZE), GELU_BLOCK_SIZE, 0, 0, dinp, inp, dout,
-           n);
+    LAUNCH(gelu_backward_scalar_kernel<floatX>, ceil_div(n, GELU_BLOCK_SIZE), GELU_BLOCK_SIZE, 0, 0, dinp,
+           inp, dout, n);
     CUDA_CHECK(cudaGetLastError());
 }
 void gelu_backward_v2(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
@@ -93,11 +94,14 @@ void time_versions(size_t n, double copy_gbs) {
     snprintf(label, sizeof label, "n=%zu fwd v2 128-bit", n);
     report_bandwidth(label, time_median_ms([&] { gelu_forward_v2(out, inp, n); }), forward_bytes, copy_gbs);
     snprintf(label, sizeof label, "n=%zu bwd v1 scalar", n);
-    report_bandwidth(label, time_median_ms([&] { gelu_backward_v1(out, inp, dout, n); }), backward_bytes, copy_gbs);
+    report_bandwidth(label, time_median_ms([&] { gelu_backward_v1(out, inp, dout, n); }), backward_bytes,
+                     copy_gbs);
     snprintf(label, sizeof label, "n=%zu bwd v2 128-bit", n);
-    report_bandwidth(label, time_median_ms([&] { gelu_backward_v2(out, inp, dout, n); }), backward_bytes, copy_gbs);
+    report_bandwidth(label, time_median_ms([&] { gelu_backward_v2(out, inp, dout, n); }), backward_bytes,
+                     copy_gbs);
     snprintf(label, sizeof label, "n=%zu bwd v2 128-bit in place", n);
-    report_bandwidth(label, time_median_ms([&] { gelu_backward_v2(dout, inp, dout, n); }), backward_bytes, copy_gbs);
+    report_bandwidth(label, time_median_ms([&] { gelu_backward_v2(dout, inp, dout, n); }), backward_bytes,
+                     copy_gbs);
     for (floatX* p : {inp, dout, out}) CUDA_CHECK(cudaFree(p));
 }
 

@@ -35,13 +35,13 @@ void fill_random_device(T* x, size_t n, uint32_t seed, float scale = 1.0f) {
     CUDA_CHECK(cudaGetLastError());
 }
 
-#define GEMM_CEILING_CHECK(call)                                                                       \
-    do {                                                                                             \
-        const cublasStatus_t status_ = (call);                                                       \
-        if (status_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+#define GEMM_CEILING_CHECK(call)                                                                          \
+    do {                                                                                                  \
+        const cublasStatus_t status_ = (call);                                                            \
+        if (status_ != CUBLAS_STATUS_SUCCESS) {                                                           \
             fprintf(stderr, "cuBLASLt error %d at %s:%d: %s\n", (int)status_, __FILE__, __LINE__, #call); \
-            exit(1);                                                                                 \
-        }                                                                                            \
+            exit(1);                                                                                      \
+        }                                                                                                 \
     } while (0)
 
 // TFLOP/s (1e12 FLOP/s, 2·n³ per product) of a square bf16 GEMM, D = Aᵀ·B (the "TN" layout our
@@ -65,16 +65,17 @@ inline double measure_bf16_gemm_tflops() {
     GEMM_CEILING_CHECK(cublasLtCreate(&handle));
     GEMM_CEILING_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transpose = CUBLAS_OP_T;
-    GEMM_CEILING_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+    GEMM_CEILING_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
     GEMM_CEILING_CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, n, n, n));
     GEMM_CEILING_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     const uint64_t max_workspace = workspace_bytes;
-    GEMM_CEILING_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                            &max_workspace, sizeof(max_workspace)));
+    GEMM_CEILING_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace)));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    GEMM_CEILING_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, layout, layout, layout, layout, preference, 1,
-                                                      &heuristic, &found));
+    GEMM_CEILING_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, layout, layout, layout, layout,
+                                                      preference, 1, &heuristic, &found));
     if (found == 0) {
         fprintf(stderr, "measure_bf16_gemm_tflops: cuBLASLt has no bf16 algorithm\n");
         exit(1);
@@ -82,8 +83,8 @@ inline double measure_bf16_gemm_tflops() {
 
     const float alpha = 1.0f, beta = 0.0f;
     const double ms = time_median_ms([&] {
-        GEMM_CEILING_CHECK(cublasLtMatmul(handle, desc, &alpha, a, layout, b, layout, &beta, d, layout, d, layout,
-                                          &heuristic.algo, workspace, workspace_bytes, 0));
+        GEMM_CEILING_CHECK(cublasLtMatmul(handle, desc, &alpha, a, layout, b, layout, &beta, d, layout, d,
+                                          layout, &heuristic.algo, workspace, workspace_bytes, 0));
     });
 
     GEMM_CEILING_CHECK(cublasLtMatmulPreferenceDestroy(preference));

@@ -26,8 +26,8 @@ constexpr double CHECK_TOLERANCE = 1e-2;
 
 // ---- version 1: one thread per output, no reuse of inputs between threads.
 template <typename T>
-__global__ void matmul_forward_naive_kernel(T* out, const T* inp, const T* weight, const T* bias, int N, int IC,
-                                            int OC) {
+__global__ void matmul_forward_naive_kernel(T* out, const T* inp, const T* weight, const T* bias, int N,
+                                            int IC, int OC) {
     const int o = blockIdx.x * blockDim.x + threadIdx.x, n = blockIdx.y;
     if (o >= OC || n >= N) return;
     const T* x = inp + (size_t)n * IC;
@@ -36,8 +36,8 @@ __global__ void matmul_forward_naive_kernel(T* out, const T* inp, const T* weigh
     for (int i = 0; i < IC; i++) sum += to_float(x[i]) * to_float(w[i]);
     out[(size_t)n * OC + o] = from_float<T>(sum);
 }
-void matmul_forward_naive(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N, int IC,
-                          int OC) {
+void matmul_forward_naive(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias, int N,
+                          int IC, int OC) {
     const int block_size = 256;
     LAUNCH(matmul_forward_naive_kernel<floatX>, dim3(ceil_div(OC, block_size), N), block_size, 0, 0, out, inp,
            weight, bias, N, IC, OC);
@@ -53,22 +53,23 @@ void fc_gelu_separate(floatX* out, floatX* pre, const floatX* inp, const floatX*
     matmul_forward(out, inp, weight, bias, N, IC, OC, 0, pre);
     matmul_set_epilogue_fusion(true);
 }
-void fc_gelu_fused(floatX* out, floatX* pre, const floatX* inp, const floatX* weight, const floatX* bias, int N,
-                   int IC, int OC) {
+void fc_gelu_fused(floatX* out, floatX* pre, const floatX* inp, const floatX* weight, const floatX* bias,
+                   int N, int IC, int OC) {
     matmul_forward(out, inp, weight, bias, N, IC, OC, 0, pre);
 }
 // fcproj backward, input gradient only: dinp = (dout·W) ⊙ gelu'(pre).
-void dinp_dgelu_separate(floatX* dinp, const floatX* dout, const floatX* weight, const floatX* pre, int N, int IC,
-                         int OC) {
-    matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr, nullptr,
-                    0);
+void dinp_dgelu_separate(floatX* dinp, const floatX* dout, const floatX* weight, const floatX* pre, int N,
+                         int IC, int OC) {
+    matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                    nullptr, 0);
     gelu_backward(dinp, pre, dinp, (size_t)N * IC, 0);
 }
-void dinp_dgelu_fused(floatX* dinp, const floatX* dout, const floatX* weight, const floatX* pre, int N, int IC,
-                      int OC) {
-    if (!matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DGELU, nullptr, pre,
-                         0)) {
-        printf("note: cuBLASLt has no DGELU algorithm for %d x %d x %d; separate passes instead\n", IC, N, OC);
+void dinp_dgelu_fused(floatX* dinp, const floatX* dout, const floatX* weight, const floatX* pre, int N,
+                      int IC, int OC) {
+    if (!matmul_cublaslt(dinp, weight, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DGELU, nullptr,
+                         pre, 0)) {
+        printf("note: cuBLASLt has no DGELU algorithm for %d x %d x %d; separate passes instead\n", IC, N,
+               OC);
         dinp_dgelu_separate(dinp, dout, weight, pre, N, IC, OC);
     }
 }
@@ -129,8 +130,8 @@ std::vector<float> gelu_of(const std::vector<float>& x) {
 // ---- checks against the CPU reference
 
 bool check_forward_versions(int N, int IC, int OC) {
-    const std::vector<float> inp = random_vector((size_t)N * IC, 1), weight = random_vector((size_t)OC * IC, 2, 0.1f),
-                             bias = random_vector(OC, 3);
+    const std::vector<float> inp = random_vector((size_t)N * IC, 1),
+                             weight = random_vector((size_t)OC * IC, 2, 0.1f), bias = random_vector(OC, 3);
     floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_bias = upload(bias);
     floatX* d_out = poisoned((size_t)N * OC);
     std::vector<float> ref((size_t)N * OC), ref_plain((size_t)N * OC);
@@ -156,8 +157,8 @@ bool check_forward_versions(int N, int IC, int OC) {
 }
 
 bool check_gelu_forward_versions(int N, int IC, int OC) {
-    const std::vector<float> inp = random_vector((size_t)N * IC, 11), weight = random_vector((size_t)OC * IC, 12, 0.1f),
-                             bias = random_vector(OC, 13);
+    const std::vector<float> inp = random_vector((size_t)N * IC, 11),
+                             weight = random_vector((size_t)OC * IC, 12, 0.1f), bias = random_vector(OC, 13);
     floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_bias = upload(bias);
     floatX *d_out = poisoned((size_t)N * OC), *d_pre = poisoned((size_t)N * OC);
     std::vector<float> pre((size_t)N * OC);
@@ -166,8 +167,10 @@ bool check_gelu_forward_versions(int N, int IC, int OC) {
     bool ok = true;
     for (int version = 2; version <= 3; version++) {
         (version == 2 ? fc_gelu_separate : fc_gelu_fused)(d_out, d_pre, d_inp, d_weight, d_bias, N, IC, OC);
-        const std::string name = version == 2 ? "forward+gelu v2 separate passes" : "forward+gelu v3 GELU_AUX_BIAS";
-        ok &= report_check((name + ": out").c_str(), relative_error(download(d_out, out.size()), out), CHECK_TOLERANCE);
+        const std::string name =
+            version == 2 ? "forward+gelu v2 separate passes" : "forward+gelu v3 GELU_AUX_BIAS";
+        ok &= report_check((name + ": out").c_str(), relative_error(download(d_out, out.size()), out),
+                           CHECK_TOLERANCE);
         ok &= report_check((name + ": pre_gelu").c_str(), relative_error(download(d_pre, pre.size()), pre),
                            CHECK_TOLERANCE);
         CUDA_CHECK(cudaMemset(d_out, 0xff, out.size() * sizeof(floatX)));
@@ -180,11 +183,15 @@ bool check_gelu_forward_versions(int N, int IC, int OC) {
 // The whole backward with the GELU gradient, fused (v3) and in separate passes (v2), accumulating
 // into non-zero dweight and dbias.
 bool check_backward_versions(int N, int IC, int OC) {
-    const std::vector<float> inp = random_vector((size_t)N * IC, 21), weight = random_vector((size_t)OC * IC, 22, 0.1f),
-                             dout = random_vector((size_t)N * OC, 23), pre = random_vector((size_t)N * IC, 24, 3.0f),
-                             dweight0 = random_vector((size_t)OC * IC, 25), dbias0 = random_vector(OC, 26);
-    std::vector<float> plain((size_t)N * IC, 0.0f), dinp((size_t)N * IC, 0.0f), dweight = dweight0, dbias = dbias0;
-    matmul_backward(plain.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, IC, OC);
+    const std::vector<float> inp = random_vector((size_t)N * IC, 21);
+    const std::vector<float> weight = random_vector((size_t)OC * IC, 22, 0.1f);
+    const std::vector<float> dout = random_vector((size_t)N * OC, 23);
+    const std::vector<float> pre = random_vector((size_t)N * IC, 24, 3.0f);
+    const std::vector<float> dweight0 = random_vector((size_t)OC * IC, 25), dbias0 = random_vector(OC, 26);
+    std::vector<float> dweight = dweight0, dbias = dbias0;
+    std::vector<float> plain((size_t)N * IC, 0.0f), dinp((size_t)N * IC, 0.0f);
+    matmul_backward(plain.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, IC,
+                    OC);
     gelu_backward(dinp.data(), pre.data(), plain.data(), plain.size());
 
     floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_dout = upload(dout), *d_pre = upload(pre);
@@ -196,11 +203,12 @@ bool check_backward_versions(int N, int IC, int OC) {
         matmul_set_epilogue_fusion(version == 3);
         matmul_backward(d_dinp, d_dweight, d_dbias, scratch, d_dout, d_inp, d_weight, N, IC, OC, 0, d_pre);
         matmul_set_epilogue_fusion(true);
-        const std::string name = version == 2 ? "backward+dgelu v2 separate passes" : "backward+dgelu v3 DGELU";
+        const std::string name =
+            version == 2 ? "backward+dgelu v2 separate passes" : "backward+dgelu v3 DGELU";
         ok &= report_check((name + ": dinp").c_str(), relative_error(download(d_dinp, dinp.size()), dinp),
                            CHECK_TOLERANCE);
-        ok &= report_check((name + ": dweight").c_str(), relative_error(download(d_dweight, dweight.size()), dweight),
-                           CHECK_TOLERANCE);
+        ok &= report_check((name + ": dweight").c_str(),
+                           relative_error(download(d_dweight, dweight.size()), dweight), CHECK_TOLERANCE);
         ok &= report_check((name + ": dbias").c_str(), relative_error(download(d_dbias, dbias.size()), dbias),
                            CHECK_TOLERANCE);
         for (floatX* p : {d_dinp, d_dweight, d_dbias}) CUDA_CHECK(cudaFree(p));
@@ -251,8 +259,8 @@ void time_layer(const Shape& s, int N, double ceiling_tflops, double copy_gbs) {
         report_flops(name("fwd v3 BIAS epilogue"), fused, flops, ceiling_tflops);
     }
     floatX* db = s.has_bias ? dbias : nullptr;
-    const double backward = time_median_ms(
-        [&] { matmul_backward(dinp, dweight, db, scratch, dout, inp, weight, N, IC, OC, 0); });
+    const double backward =
+        time_median_ms([&] { matmul_backward(dinp, dweight, db, scratch, dout, inp, weight, N, IC, OC, 0); });
     report_flops(name("bwd (shipped)"), backward, 2 * flops, ceiling_tflops);
     if (s.has_bias) {
         const double bgrad = time_median_ms([&] { matmul_bias_gradient(dbias, scratch, dout, N, OC, 0); });
@@ -268,8 +276,8 @@ void time_layer(const Shape& s, int N, double ceiling_tflops, double copy_gbs) {
 void time_gelu_fusion(int N, int C, double ceiling_tflops) {
     const int H = 4 * C;
     floatX *inp, *weight, *bias, *out, *pre, *dout, *dinp, *fcproj_weight;
-    const size_t sizes[] = {(size_t)N * C, (size_t)H * C, (size_t)H, (size_t)N * H, (size_t)N * H, (size_t)N * C,
-                            (size_t)N * H, (size_t)C * H};
+    const size_t sizes[] = {(size_t)N * C, (size_t)H * C, (size_t)H,     (size_t)N * H,
+                            (size_t)N * H, (size_t)N * C, (size_t)N * H, (size_t)C * H};
     floatX** buffers[] = {&inp, &weight, &bias, &out, &pre, &dout, &dinp, &fcproj_weight};
     for (int i = 0; i < 8; i++) {
         CUDA_CHECK(cudaMalloc(buffers[i], sizes[i] * sizeof(floatX)));
@@ -281,7 +289,8 @@ void time_gelu_fusion(int N, int C, double ceiling_tflops) {
         snprintf(label, sizeof label, "N=%d fc %s", N, what);
         report_flops(label, ms, flops, ceiling_tflops);
     };
-    const double fwd_separate = time_median_ms([&] { fc_gelu_separate(out, pre, inp, weight, bias, N, C, H); });
+    const double fwd_separate =
+        time_median_ms([&] { fc_gelu_separate(out, pre, inp, weight, bias, N, C, H); });
     const double fwd_bias_fused = time_median_ms([&] {
         matmul_forward(pre, inp, weight, bias, N, C, H, 0);
         gelu_forward(out, pre, (size_t)N * H, 0);
@@ -290,17 +299,19 @@ void time_gelu_fusion(int N, int C, double ceiling_tflops) {
     report("fwd+gelu v2 3 passes", fwd_separate);
     report("fwd+gelu BIAS epi + gelu pass", fwd_bias_fused);
     report("fwd+gelu v3 GELU_AUX_BIAS", fwd_fused);
-    printf("  fusing bias and GELU into the epilogue saves %.3f ms of %.3f (%.0f%%)\n", fwd_separate - fwd_fused,
-           fwd_separate, 100.0 * (fwd_separate - fwd_fused) / fwd_separate);
+    printf("  fusing bias and GELU into the epilogue saves %.3f ms of %.3f (%.0f%%)\n",
+           fwd_separate - fwd_fused, fwd_separate, 100.0 * (fwd_separate - fwd_fused) / fwd_separate);
 
-    const double bwd_separate = time_median_ms([&] { dinp_dgelu_separate(dinp, dout, fcproj_weight, pre, N, H, C); });
-    const double bwd_fused = time_median_ms([&] { dinp_dgelu_fused(dinp, dout, fcproj_weight, pre, N, H, C); });
+    const double bwd_separate =
+        time_median_ms([&] { dinp_dgelu_separate(dinp, dout, fcproj_weight, pre, N, H, C); });
+    const double bwd_fused =
+        time_median_ms([&] { dinp_dgelu_fused(dinp, dout, fcproj_weight, pre, N, H, C); });
     snprintf(label, sizeof label, "N=%d fcproj dinp+dgelu v2 2 passes", N);
     report_flops(label, bwd_separate, flops, ceiling_tflops);
     snprintf(label, sizeof label, "N=%d fcproj dinp+dgelu v3 DGELU", N);
     report_flops(label, bwd_fused, flops, ceiling_tflops);
-    printf("  fusing the GELU gradient into the epilogue saves %.3f ms of %.3f (%.0f%%)\n", bwd_separate - bwd_fused,
-           bwd_separate, 100.0 * (bwd_separate - bwd_fused) / bwd_separate);
+    printf("  fusing the GELU gradient into the epilogue saves %.3f ms of %.3f (%.0f%%)\n",
+           bwd_separate - bwd_fused, bwd_separate, 100.0 * (bwd_separate - bwd_fused) / bwd_separate);
     for (floatX** p : buffers) CUDA_CHECK(cudaFree(*p));
 }
 
@@ -316,7 +327,8 @@ int main() {
 
     if (BENCH_ON_GPU) {
         const double copy_gbs = measure_copy_bandwidth_gbs();
-        printf("bf16 GEMM ceiling (cuBLASLt, 8192^3): %.1f TFLOP/s; copy bandwidth %.1f GB/s\n", ceiling, copy_gbs);
+        printf("bf16 GEMM ceiling (cuBLASLt, 8192^3): %.1f TFLOP/s; copy bandwidth %.1f GB/s\n", ceiling,
+               copy_gbs);
         const int C = 768, Vp = 50304;
         const Shape shapes[] = {{"qkv 768->2304", C, 3 * C, true},
                                 {"attproj 768->768", C, C, true},

@@ -14,7 +14,9 @@ namespace {
 constexpr size_t kLength = 74 * 480 + 5;
 
 // Random inputs over [-5, 5]: GELU's linear, curved and flat parts all occur.
-std::vector<float> gelu_inputs(size_t n, unsigned seed) { return round_to_floatX(random_floats(n, seed, -5.0f, 5.0f)); }
+std::vector<float> gelu_inputs(size_t n, unsigned seed) {
+    return round_to_floatX(random_floats(n, seed, -5.0f, 5.0f));
+}
 
 std::vector<float> reference_forward(const std::vector<float>& x) {
     std::vector<float> y(x.size());
@@ -128,7 +130,8 @@ TEST(gelu_is_deterministic) {
 TEST(gelu_index_arithmetic_is_64_bit) {
     const size_t n = (size_t)64 * 1024 * 4 * 1600 * 4;  // 1.7e9 elements: 2^31 passed in bytes and more
     const unsigned block = (unsigned)((n / 8 - 1) / GELU_BLOCK_SIZE), thread = GELU_BLOCK_SIZE - 1;
-    CHECK(gelu_first_element(block, GELU_BLOCK_SIZE, thread, 8) == ((size_t)block * GELU_BLOCK_SIZE + thread) * 8);
+    CHECK(gelu_first_element(block, GELU_BLOCK_SIZE, thread, 8) ==
+          ((size_t)block * GELU_BLOCK_SIZE + thread) * 8);
     CHECK(gelu_first_element(block, GELU_BLOCK_SIZE, thread, 8) + 8 >= n);
     CHECK(gelu_first_element(4000000000u, 1024, 1023, 8) == (4000000000ull * 1024 + 1023) * 8);
 }

@@ -50,8 +50,8 @@ std::vector<float> reference_gelu(const std::vector<float>& x) {
 
 // Runs the forward, fused or in separate passes, and checks out (and pre_gelu).
 void check_forward(const Layer& l, bool with_bias, bool with_gelu, bool fused) {
-    const std::string what = std::string("forward") + (with_bias ? " +bias" : "") + (with_gelu ? " +gelu" : "") +
-                             (fused ? " (fused)" : " (separate passes)");
+    const std::string what = std::string("forward") + (with_bias ? " +bias" : "") +
+                             (with_gelu ? " +gelu" : "") + (fused ? " (fused)" : " (separate passes)");
     matmul_set_epilogue_fusion(fused);
     const size_t out_size = (size_t)l.N * l.OC;
     floatX* d_out = device_poisoned<floatX>(out_size);
@@ -60,8 +60,10 @@ void check_forward(const Layer& l, bool with_bias, bool with_gelu, bool fused) {
     CUDA_CHECK(cudaGetLastError());
     const std::vector<float> pre_ref = reference_forward(l, with_bias);
     if (with_gelu) {
-        CHECK_CLOSE(host_floats_of(d_pre, out_size), pre_ref, KERNEL_TOLERANCE, (what + ": pre_gelu").c_str());
-        CHECK_CLOSE(host_floats_of(d_out, out_size), reference_gelu(pre_ref), KERNEL_TOLERANCE, (what + ": out").c_str());
+        CHECK_CLOSE(host_floats_of(d_pre, out_size), pre_ref, KERNEL_TOLERANCE,
+                    (what + ": pre_gelu").c_str());
+        CHECK_CLOSE(host_floats_of(d_out, out_size), reference_gelu(pre_ref), KERNEL_TOLERANCE,
+                    (what + ": out").c_str());
         CUDA_CHECK(cudaFree(d_pre));
     } else {
         CHECK_CLOSE(host_floats_of(d_out, out_size), pre_ref, KERNEL_TOLERANCE, what.c_str());
@@ -103,8 +105,8 @@ struct Backward {
     Backward& operator=(const Backward&) = delete;
 
     void run(bool with_dbias, bool with_gelu) {
-        matmul_backward(d_dinp, d_dweight, with_dbias ? d_dbias : nullptr, d_scratch, d_dout, l.d_inp, l.d_weight,
-                        l.N, l.IC, l.OC, 0, with_gelu ? d_pre_gelu : nullptr);
+        matmul_backward(d_dinp, d_dweight, with_dbias ? d_dbias : nullptr, d_scratch, d_dout, l.d_inp,
+                        l.d_weight, l.N, l.IC, l.OC, 0, with_gelu ? d_pre_gelu : nullptr);
         CUDA_CHECK(cudaGetLastError());
     }
     // Reference results: dinp from zero (then times gelu'(pre_gelu)), dweight and dbias from their
@@ -114,8 +116,8 @@ struct Backward {
         std::vector<float> plain((size_t)l.N * l.IC, 0.0f);
         *dweight = dweight0;
         *dbias = dbias0;
-        matmul_backward(plain.data(), dweight->data(), dbias->data(), dout.data(), l.inp.data(), l.weight.data(),
-                        l.N, l.IC, l.OC);
+        matmul_backward(plain.data(), dweight->data(), dbias->data(), dout.data(), l.inp.data(),
+                        l.weight.data(), l.N, l.IC, l.OC);
         if (with_gelu) {
             dinp->assign(plain.size(), 0.0f);
             gelu_backward(dinp->data(), pre_gelu.data(), plain.data(), plain.size());
@@ -126,14 +128,15 @@ struct Backward {
 };
 
 void check_backward(const Layer& l, bool with_dbias, bool with_gelu, bool fused, unsigned seed) {
-    const std::string what = std::string("backward") + (with_dbias ? " +dbias" : "") + (with_gelu ? " +dgelu" : "") +
-                             (fused ? " (fused)" : " (separate passes)");
+    const std::string what = std::string("backward") + (with_dbias ? " +dbias" : "") +
+                             (with_gelu ? " +dgelu" : "") + (fused ? " (fused)" : " (separate passes)");
     matmul_set_epilogue_fusion(fused);
     Backward b(l, seed);
     b.run(with_dbias, with_gelu);
     std::vector<float> dinp_ref, dweight_ref, dbias_ref;
     b.reference(with_gelu, &dinp_ref, &dweight_ref, &dbias_ref);
-    CHECK_CLOSE(host_floats_of(b.d_dinp, dinp_ref.size()), dinp_ref, KERNEL_TOLERANCE, (what + ": dinp").c_str());
+    CHECK_CLOSE(host_floats_of(b.d_dinp, dinp_ref.size()), dinp_ref, KERNEL_TOLERANCE,
+                (what + ": dinp").c_str());
     CHECK_CLOSE(host_floats_of(b.d_dweight, dweight_ref.size()), dweight_ref, KERNEL_TOLERANCE,
                 (what + ": dweight").c_str());
     const std::vector<float> dbias = host_floats_of(b.d_dbias, l.OC);
