@@ -234,38 +234,44 @@ inline int encoder_group_positions(const int* tokens, int n, void* host_scratch,
     return total;
 }
 
-// Adds dout into the dwte rows of the batch's tokens and into dwpe[0..T), deterministically.
-// tokens_host: the B·T token ids (the same as the device copy the forward used). scratch: device
-// memory of encoder_backward_scratch_bytes(B, T); host_scratch: host memory of
-// encoder_backward_host_scratch_bytes(B, T), 16-byte aligned (malloc, cudaMallocHost). If host_scratch is pinned, the upload is asynchronous:
-// do not call again before the stream has passed this call (the trainer synchronises every step).
-inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens_host, int B, int T,
-                             int C, void* scratch, void* host_scratch, cudaStream_t stream) {
-    encoder_check("encoder_backward", B, T, C, {dwte, dwpe, dout, scratch});
-    const int n = B * T;
-    int split = 0;
-    const int total = encoder_group_positions(tokens_host, n, host_scratch, &split);
-    const size_t upload = encoder_positions_bytes(B, T) + (size_t)total * sizeof(EncoderTokenGroup);
-    CUDA_CHECK(cudaMemcpyAsync(scratch, host_scratch, upload, cudaMemcpyHostToDevice, stream));
+// The backward's kernels, once the grouping of encoder_group_positions (`groups` of them, the first
+// `split_groups` split over position groups) is in the device scratch.
+inline void encoder_backward_launch(floatX* dwte, floatX* dwpe, const floatX* dout, int B, int T, int C,
+                                    const void* scratch, int groups, int split_groups, cudaStream_t stream) {
     const int* sorted_positions = static_cast<const int*>(scratch);
-    const EncoderTokenGroup* groups =
+    const EncoderTokenGroup* token_groups =
         reinterpret_cast<const EncoderTokenGroup*>(static_cast<const char*>(scratch) + encoder_positions_bytes(B, T));
-
-    // Frequent tokens first (split over position groups), then one position group per token.
     const int vecs = C / ENCODER_X128;
     const int lanes = std::min(ceil_div(vecs, 32) * 32, ENCODER_MAX_LANES);
-    if (split > 0) {
+    // Frequent tokens first (split over position groups), then one position group per token.
+    if (split_groups > 0) {
         const int shared = (ENCODER_SPLIT_GROUPS - 1) * ENCODER_X128 * lanes * (int)sizeof(float);
-        LAUNCH(encoder_backward_wte_kernel, split, dim3(lanes, ENCODER_SPLIT_GROUPS), shared, stream, dwte, dout,
-               sorted_positions, groups, C);
+        LAUNCH(encoder_backward_wte_kernel, split_groups, dim3(lanes, ENCODER_SPLIT_GROUPS), shared, stream, dwte,
+               dout, sorted_positions, token_groups, C);
         CUDA_CHECK(cudaGetLastError());
     }
-    if (total > split) {
-        LAUNCH(encoder_backward_wte_kernel, total - split, dim3(lanes, 1), 0, stream, dwte, dout, sorted_positions,
-               groups + split, C);
+    if (groups > split_groups) {
+        LAUNCH(encoder_backward_wte_kernel, groups - split_groups, dim3(lanes, 1), 0, stream, dwte, dout,
+               sorted_positions, token_groups + split_groups, C);
         CUDA_CHECK(cudaGetLastError());
     }
     const int threads = 256;
     LAUNCH(encoder_backward_wpe_kernel, ceil_div(T * vecs, threads), threads, 0, stream, dwpe, dout, B, T, C);
     CUDA_CHECK(cudaGetLastError());
+}
+
+// Adds dout into the dwte rows of the batch's tokens and into dwpe[0..T), deterministically.
+// tokens_host: the B·T token ids (the same as the device copy the forward used). scratch: device
+// memory of encoder_backward_scratch_bytes(B, T); host_scratch: host memory of
+// encoder_backward_host_scratch_bytes(B, T), 16-byte aligned (malloc, cudaMallocHost). If
+// host_scratch is pinned, the upload is asynchronous: do not call again before the stream has
+// passed this call (the trainer synchronises every step).
+inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens_host, int B, int T,
+                             int C, void* scratch, void* host_scratch, cudaStream_t stream) {
+    encoder_check("encoder_backward", B, T, C, {dwte, dwpe, dout, scratch, host_scratch});
+    int split_groups = 0;
+    const int groups = encoder_group_positions(tokens_host, B * T, host_scratch, &split_groups);
+    const size_t upload = encoder_positions_bytes(B, T) + (size_t)groups * sizeof(EncoderTokenGroup);
+    CUDA_CHECK(cudaMemcpyAsync(scratch, host_scratch, upload, cudaMemcpyHostToDevice, stream));
+    encoder_backward_launch(dwte, dwpe, dout, B, T, C, scratch, groups, split_groups, stream);
 }

@@ -262,13 +262,16 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
 
     for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
         const size_t offset = layernorm_row_offset(row, C);
-        Packed128<floatX> d[VECS], x[VECS];
+        // All of the row's loads first (dinp too, although it is needed only at the end), so that
+        // their latencies overlap.
+        Packed128<floatX> d[VECS], x[VECS], dx[VECS];
 #pragma unroll
         for (int i = 0; i < VECS; i++) {
             const int v = lane + 32 * i;
             if (v >= vecs) break;
             d[i] = load128cs(dout + offset + v * LAYERNORM_X128);
             x[i] = load128cs(inp + offset + v * LAYERNORM_X128);
+            dx[i] = load128(dinp + offset + v * LAYERNORM_X128);
         }
         const float row_mean = mean[row], row_rstd = rstd[row];
 
@@ -295,18 +298,17 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
             const int v = lane + 32 * i;
             if (v >= vecs) break;
             const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
-            Packed128<floatX> dx = load128(dinp + offset + v * LAYERNORM_X128);
             float dw[LAYERNORM_X128], db[LAYERNORM_X128];
 #pragma unroll
             for (int k = 0; k < LAYERNORM_X128; k++) {
                 const float dk = to_float(d[i][k]);
                 const float xhat = (to_float(x[i][k]) - row_mean) * row_rstd;
                 const float g = dk * to_float(w[k]);
-                dx[k] = from_float<floatX>(to_float(dx[k]) + row_rstd * (g - mean_g - xhat * mean_gx));
+                dx[i][k] = from_float<floatX>(to_float(dx[i][k]) + row_rstd * (g - mean_g - xhat * mean_gx));
                 dw[k] = dk * xhat;
                 db[k] = dk;
             }
-            store128(dinp + offset + v * LAYERNORM_X128, dx);
+            store128(dinp + offset + v * LAYERNORM_X128, dx[i]);
             layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
         }
     }
@@ -480,6 +482,14 @@ struct LayernormBackwardPlan {
     int warps, shared_bytes, blocks;
 };
 inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
+    // The trainer asks for the same shape every layer and step: remember the last answer, since the
+    // device queries below cost microseconds, as much as a small kernel.
+    thread_local int cached_device = -1, cached_N = -1, cached_C = -1;
+    thread_local LayernormBackwardPlan cached{};
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (device == cached_device && N == cached_N && C == cached_C) return cached;
+
     LayernormBackwardPlan plan{};
     switch (layernorm_vecs_per_lane(C)) {
         case 1: plan.kernel = layernorm_backward_kernel<1>; break;
@@ -492,8 +502,7 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
         case 16: plan.kernel = layernorm_backward_kernel<16>; break;
         default: plan.kernel = layernorm_backward_wide_kernel;
     }
-    int device = 0, sms = 1, max_shared = 48 * 1024;
-    CUDA_CHECK(cudaGetDevice(&device));
+    int sms = 1, max_shared = 48 * 1024;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     const int slice_bytes = 2 * C * (int)sizeof(float);
@@ -513,6 +522,7 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     blocks_per_sm = std::max(blocks_per_sm, 1);
 #endif
     plan.blocks = std::max(1, std::min(sms * blocks_per_sm, ceil_div(N, plan.warps)));
+    cached_device = device, cached_N = N, cached_C = C, cached = plan;
     return plan;
 }
 

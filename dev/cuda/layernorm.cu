@@ -1,0 +1,358 @@
+// LayerNorm kernels from naive to the shipped ones (kernels/layernorm.h), each checked against the
+// CPU reference (cpu/layernorm.h in double) and then, on a GPU, timed at GPT-2 124M's shape
+// (N = B·T = 16·1024 rows, C = 768) against the device's copy bandwidth.
+//
+//   forward            1 naive: one thread per row, three scalar passes over the row in memory
+//                      2 one block per row: scalar loads spread over the block, block reductions
+//                      3 one warp per row, 128-bit loads, the row re-read from cache in each pass
+//                        (the shipped kernel for rows too long for registers)
+//                      4 shipped: one warp per row, the row held in registers (one read, one write)
+//   residual forward   1 residual_forward, then LayerNorm reading the residual back from memory
+//                      2 shipped: fused, the residual stored and normalised from registers
+//   backward           1 naive: one thread per row for dinp, one thread per channel for dweight/dbias
+//                      2 one warp per row re-reading the row, per-block partial parameter sums
+//                      3 shipped: as 2 with the row in registers
+//
+// Build and run: make dev/bin/cuda_layernorm && ./dev/bin/cuda_layernorm  (on a GPU)
+//                make build/dev/cuda/layernorm_emu && ./build/dev/cuda/layernorm_emu  (emulated check)
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cpu/layernorm.h"
+#include "dev/cuda/bench.h"
+#include "kernels/layernorm.h"
+
+#include <random>
+
+// ------------------------------------------------------------------------------------------------
+// Version 1: one thread per row, scalar, every pass over the row in memory.
+__global__ void layernorm_forward_naive_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                               const floatX* weight, const floatX* bias, int N, int C) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    const floatX* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += to_float(x[c]);
+    const float m = sum / C;
+    float squares = 0.0f;
+    for (int c = 0; c < C; c++) squares += (to_float(x[c]) - m) * (to_float(x[c]) - m);
+    const float s = rsqrtf(squares / C + LAYERNORM_EPS);
+    for (int c = 0; c < C; c++)
+        out[(size_t)row * C + c] = from_float<floatX>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    mean[row] = m;
+    rstd[row] = s;
+}
+
+// Version 2: one block per row; threads take channels threadIdx.x, +blockDim.x, ...
+__global__ void layernorm_forward_block_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+                                               const floatX* weight, const floatX* bias, int N, int C) {
+    const int row = blockIdx.x;
+    const floatX* x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sum += to_float(x[c]);
+    const float m = block_reduce_sum(sum) / C;
+    float squares = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) squares += (to_float(x[c]) - m) * (to_float(x[c]) - m);
+    const float s = rsqrtf(block_reduce_sum(squares) / C + LAYERNORM_EPS);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        out[(size_t)row * C + c] = from_float<floatX>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    if (threadIdx.x == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// Backward version 1: dinp with one thread per row (two passes over the row) ...
+__global__ void layernorm_backward_naive_rows_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+                                                     const floatX* weight, const float* mean, const float* rstd,
+                                                     int N, int C) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    const size_t offset = (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int c = 0; c < C; c++) {
+        const float g = to_float(dout[offset + c]) * to_float(weight[c]);
+        sum_g += g;
+        sum_gx += g * (to_float(inp[offset + c]) - m) * s;
+    }
+    const float mean_g = sum_g / C, mean_gx = sum_gx / C;
+    for (int c = 0; c < C; c++) {
+        const float g = to_float(dout[offset + c]) * to_float(weight[c]);
+        const float xhat = (to_float(inp[offset + c]) - m) * s;
+        dinp[offset + c] = from_float<floatX>(to_float(dinp[offset + c]) + s * (g - mean_g - xhat * mean_gx));
+    }
+}
+// ... and dweight, dbias with one thread per channel walking every row in order.
+__global__ void layernorm_backward_naive_params_kernel(floatX* dweight, floatX* dbias, const floatX* dout,
+                                                       const floatX* inp, const float* mean, const float* rstd,
+                                                       int N, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float dw = 0.0f, db = 0.0f;
+    for (int row = 0; row < N; row++) {
+        const float d = to_float(dout[(size_t)row * C + c]);
+        dw += d * (to_float(inp[(size_t)row * C + c]) - mean[row]) * rstd[row];
+        db += d;
+    }
+    dweight[c] = from_float<floatX>(to_float(dweight[c]) + dw);
+    dbias[c] = from_float<floatX>(to_float(dbias[c]) + db);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Harness
+
+namespace {
+
+std::vector<float> random_vector(size_t n, unsigned seed, float lo, float hi) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+float host_round(float x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __bfloat162float(__float2bfloat16(x));
+#endif
+}
+std::vector<float> rounded(std::vector<float> v) {
+    for (float& x : v) x = host_round(x);
+    return v;
+}
+floatX* upload(const std::vector<float>& v) {
+    std::vector<floatX> x(v.size());
+    for (size_t i = 0; i < v.size(); i++) x[i] = (floatX)v[i];
+    floatX* d = nullptr;
+    CUDA_CHECK(cudaMalloc(&d, x.size() * sizeof(floatX)));
+    CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    return d;
+}
+std::vector<float> download(const floatX* d, size_t n) {
+    std::vector<floatX> x(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(x.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    return std::vector<float>(x.begin(), x.end());
+}
+float* device_floats(size_t n) {
+    float* d = nullptr;
+    CUDA_CHECK(cudaMalloc(&d, n * sizeof(float)));
+    CUDA_CHECK(cudaMemset(d, 0xff, n * sizeof(float)));
+    return d;
+}
+void poison(floatX* d, size_t n) { CUDA_CHECK(cudaMemset(d, 0xff, n * sizeof(floatX))); }
+double rel_error(const std::vector<float>& out, const std::vector<double>& ref) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        diff += (out[i] - ref[i]) * (out[i] - ref[i]);
+        norm += ref[i] * ref[i];
+    }
+    return std::isfinite(diff) ? std::sqrt(diff / norm) : INFINITY;
+}
+#ifdef ENABLE_FP32
+constexpr double TOLERANCE = 1e-5;
+#else
+constexpr double TOLERANCE = 1e-2;
+#endif
+
+// All tensors of one problem, on the host (rounded to floatX) and on the device.
+struct Problem {
+    int N, C;
+    std::vector<float> inp, other, weight, bias, dout, dinp0, dweight0, dbias0;
+    floatX *d_inp, *d_other, *d_weight, *d_bias, *d_out, *d_residual, *d_dout, *d_dinp, *d_dweight, *d_dbias;
+    float *d_mean, *d_rstd;
+    void* d_scratch;
+    Problem(int rows, int channels) : N(rows), C(channels) {
+        const size_t n = (size_t)N * C;
+        inp = rounded(random_vector(n, 1, -1.0f, 3.0f));
+        other = rounded(random_vector(n, 2, -1.0f, 1.0f));
+        weight = rounded(random_vector(C, 3, 0.5f, 1.5f));
+        bias = rounded(random_vector(C, 4, -1.0f, 1.0f));
+        dout = random_vector(n, 5, -1.0f, 1.0f);
+        for (size_t i = 0; i < n; i++) dout[i] = host_round(dout[i] + 0.5f * (inp[i] - 1.0f));
+        dinp0 = rounded(random_vector(n, 6, -0.1f, 0.1f));
+        dweight0 = rounded(random_vector(C, 7, -1.0f, 1.0f));
+        dbias0 = rounded(random_vector(C, 8, -1.0f, 1.0f));
+        d_inp = upload(inp), d_other = upload(other), d_weight = upload(weight), d_bias = upload(bias);
+        d_dout = upload(dout), d_dinp = upload(dinp0), d_dweight = upload(dweight0), d_dbias = upload(dbias0);
+        d_out = upload(std::vector<float>(n)), d_residual = upload(std::vector<float>(n));
+        d_mean = device_floats(N), d_rstd = device_floats(N);
+        CUDA_CHECK(cudaMalloc(&d_scratch, layernorm_backward_scratch_bytes(N, C)));
+    }
+    ~Problem() {
+        for (void* p : {(void*)d_inp, (void*)d_other, (void*)d_weight, (void*)d_bias, (void*)d_out, (void*)d_residual,
+                        (void*)d_dout, (void*)d_dinp, (void*)d_dweight, (void*)d_dbias, (void*)d_mean, (void*)d_rstd,
+                        d_scratch})
+            CUDA_CHECK(cudaFree(p));
+    }
+    void reset_gradients() {
+        CUDA_CHECK(cudaFree(d_dinp));
+        CUDA_CHECK(cudaFree(d_dweight));
+        CUDA_CHECK(cudaFree(d_dbias));
+        d_dinp = upload(dinp0), d_dweight = upload(dweight0), d_dbias = upload(dbias0);
+    }
+};
+
+struct Reference {
+    std::vector<double> out, mean, rstd, residual, fused_out, dinp, dweight, dbias;
+};
+Reference reference(const Problem& p) {
+    const size_t n = (size_t)p.N * p.C;
+    Reference r;
+    const std::vector<double> x(p.inp.begin(), p.inp.end()), w(p.weight.begin(), p.weight.end()),
+        b(p.bias.begin(), p.bias.end());
+    r.out.resize(n), r.mean.resize(p.N), r.rstd.resize(p.N);
+    layernorm_forward(r.out.data(), r.mean.data(), r.rstd.data(), x.data(), w.data(), b.data(), p.N, p.C);
+    r.residual.resize(n), r.fused_out.resize(n);
+    for (size_t i = 0; i < n; i++) r.residual[i] = host_round(p.inp[i] + p.other[i]);
+    std::vector<double> unused_mean(p.N), unused_rstd(p.N);
+    layernorm_forward(r.fused_out.data(), unused_mean.data(), unused_rstd.data(), r.residual.data(), w.data(),
+                      b.data(), p.N, p.C);
+    r.dinp.assign(p.dinp0.begin(), p.dinp0.end());
+    r.dweight.assign(p.dweight0.begin(), p.dweight0.end());
+    r.dbias.assign(p.dbias0.begin(), p.dbias0.end());
+    const std::vector<double> d(p.dout.begin(), p.dout.end());
+    layernorm_backward(r.dinp.data(), r.dweight.data(), r.dbias.data(), d.data(), x.data(), w.data(), r.mean.data(),
+                       r.rstd.data(), p.N, p.C);
+    return r;
+}
+
+bool all_passed = true;
+void check(const std::string& name, double error) { all_passed &= report_check(name.c_str(), error, TOLERANCE); }
+void time_it(const std::string& name, const std::function<void()>& run, double bytes, double ceiling) {
+    if (!BENCH_ON_GPU) return;
+    report_bandwidth(name.c_str(), time_median_ms(run), bytes, ceiling);
+}
+
+// The forward versions on one problem: (name, launch) pairs.
+std::vector<std::pair<std::string, std::function<void()>>> forward_versions(Problem& p) {
+    const int N = p.N, C = p.C;
+    return {
+        {"forward 1 naive (thread per row)",
+         [&p, N, C] {
+             LAUNCH(layernorm_forward_naive_kernel, ceil_div(N, 128), 128, 0, 0, p.d_out, p.d_mean, p.d_rstd, p.d_inp,
+                    p.d_weight, p.d_bias, N, C);
+         }},
+        {"forward 2 block per row",
+         [&p, N, C] {
+             LAUNCH(layernorm_forward_block_kernel, N, 256, 0, 0, p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_weight,
+                    p.d_bias, N, C);
+         }},
+        {"forward 3 warp per row, re-read",
+         [&p, N, C] {
+             LAUNCH(layernorm_forward_wide_kernel, ceil_div(N, LAYERNORM_FORWARD_THREADS / 32),
+                    LAYERNORM_FORWARD_THREADS, 0, 0, p.d_out, p.d_mean, p.d_rstd, nullptr, p.d_inp, nullptr,
+                    p.d_weight, p.d_bias, N, C);
+         }},
+        {"forward 4 shipped (row in registers)",
+         [&p, N, C] { layernorm_forward(p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_weight, p.d_bias, N, C, 0); }},
+    };
+}
+std::vector<std::pair<std::string, std::function<void()>>> fused_versions(Problem& p) {
+    const int N = p.N, C = p.C;
+    return {
+        {"residual fwd 1 residual_forward + LN",
+         [&p, N, C] {
+             residual_forward(p.d_residual, p.d_inp, p.d_other, (size_t)N * C, 0);
+             layernorm_forward(p.d_out, p.d_mean, p.d_rstd, p.d_residual, p.d_weight, p.d_bias, N, C, 0);
+         }},
+        {"residual fwd 2 shipped (fused)",
+         [&p, N, C] {
+             residual_layernorm_forward(p.d_residual, p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_other, p.d_weight,
+                                        p.d_bias, N, C, 0);
+         }},
+    };
+}
+std::vector<std::pair<std::string, std::function<void()>>> backward_versions(Problem& p) {
+    const int N = p.N, C = p.C;
+    return {
+        {"backward 1 naive (rows, then channels)",
+         [&p, N, C] {
+             LAUNCH(layernorm_backward_naive_rows_kernel, ceil_div(N, 128), 128, 0, 0, p.d_dinp, p.d_dout, p.d_inp,
+                    p.d_weight, p.d_mean, p.d_rstd, N, C);
+             LAUNCH(layernorm_backward_naive_params_kernel, ceil_div(C, 128), 128, 0, 0, p.d_dweight, p.d_dbias,
+                    p.d_dout, p.d_inp, p.d_mean, p.d_rstd, N, C);
+         }},
+        {"backward 2 warp per row, re-read",
+         [&p, N, C] {
+             // The shipped two-kernel scheme with the wide (re-reading) row kernel.
+             const LayernormBackwardPlan plan = layernorm_backward_plan(N, C);
+             if (plan.shared_bytes > 48 * 1024)
+                 CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_wide_kernel,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, plan.shared_bytes));
+             LAUNCH(layernorm_backward_wide_kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, 0, p.d_dinp,
+                    (float*)p.d_scratch, p.d_dout, p.d_inp, p.d_weight, p.d_mean, p.d_rstd, N, C);
+             LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, 0, p.d_dweight,
+                    p.d_dbias, (const float*)p.d_scratch, plan.blocks, C);
+         }},
+        {"backward 3 shipped (row in registers)",
+         [&p, N, C] {
+             layernorm_backward(p.d_dinp, p.d_dweight, p.d_dbias, p.d_scratch, p.d_dout, p.d_inp, p.d_weight,
+                                p.d_mean, p.d_rstd, N, C, 0);
+         }},
+    };
+}
+
+void run(int N, int C, double ceiling) {
+    printf("-- N=%d C=%d\n", N, C);
+    Problem p(N, C);
+    const Reference ref = reference(p);
+    const size_t n = (size_t)N * C;
+    const double S = sizeof(floatX);
+    const std::string shape = " (N=" + std::to_string(N) + " C=" + std::to_string(C) + ")";
+
+    for (auto& [name, launch] : forward_versions(p)) {
+        poison(p.d_out, n);
+        launch();
+        CUDA_CHECK(cudaGetLastError());
+        check(name + shape, rel_error(download(p.d_out, n), ref.out));
+        time_it(name, launch, 2.0 * n * S + 8.0 * N, ceiling);
+    }
+    for (auto& [name, launch] : fused_versions(p)) {
+        poison(p.d_out, n);
+        poison(p.d_residual, n);
+        launch();
+        CUDA_CHECK(cudaGetLastError());
+        check(name + " residual" + shape, rel_error(download(p.d_residual, n), ref.residual));
+        check(name + " out" + shape, rel_error(download(p.d_out, n), ref.fused_out));
+        time_it(name, launch, 4.0 * n * S + 8.0 * N, ceiling);
+    }
+    // Backward from the reference statistics of inp.
+    const std::vector<float> mean(ref.mean.begin(), ref.mean.end()), rstd(ref.rstd.begin(), ref.rstd.end());
+    CUDA_CHECK(cudaMemcpy(p.d_mean, mean.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(p.d_rstd, rstd.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    const double partial_bytes = 2.0 * 2 * C * 4 * layernorm_backward_plan(N, C).blocks;
+    for (auto& [name, launch] : backward_versions(p)) {
+        p.reset_gradients();
+        launch();
+        CUDA_CHECK(cudaGetLastError());
+        check(name + " dinp" + shape, rel_error(download(p.d_dinp, n), ref.dinp));
+        check(name + " dweight" + shape, rel_error(download(p.d_dweight, C), ref.dweight));
+        check(name + " dbias" + shape, rel_error(download(p.d_dbias, C), ref.dbias));
+        // Timed runs keep adding into the gradients: harmless for timing.
+        time_it(name, launch, 4.0 * n * S + 8.0 * N + partial_bytes, ceiling);
+    }
+}
+
+}  // namespace
+
+int main() {
+    double ceiling = 0;
+    if (BENCH_ON_GPU) {
+        print_device_header();
+        ceiling = measure_copy_bandwidth_gbs();
+        printf("copy bandwidth %.1f GB/s (bytes read + written)\n", ceiling);
+        run(16 * 1024, 768, ceiling);   // GPT-2 124M, B=16, T=1024
+        run(8 * 1024, 1600, ceiling);   // GPT-2 1.5B, B=8
+    } else {
+        run(2 * 37, 768, ceiling);
+        run(37, 160, ceiling);
+    }
+    printf(all_passed ? "all versions match the reference\n" : "SOME VERSIONS FAILED\n");
+    return all_passed ? 0 : 1;
+}
