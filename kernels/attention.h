@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kThreads)
     stage_rows(q_s, HS, q_g + q0 * stride, stride, kRows, T - q0, HS);
 
     float o[kRowsPerWarp][kDims] = {}, row_max[kRowsPerWarp], row_sum[kRowsPerWarp];
+    ATTENTION_UNROLL
     for (int r = 0; r < kRowsPerWarp; r++) row_max[r] = -INFINITY, row_sum[r] = 0.0f;
     const int last_row = min(q0 + kRows, T) - 1;
     for (int k0 = 0; k0 <= last_row; k0 += kTile) {
@@ -115,6 +116,7 @@ __global__ void __launch_bounds__(kThreads)
         stage_rows(k_s, HS + 1, q_g + C + k0 * stride, stride, kTile, T - k0, HS);
         stage_rows(v_s, HS, q_g + 2 * C + k0 * stride, stride, kTile, T - k0, HS);
         __syncthreads();
+        ATTENTION_UNROLL
         for (int r = 0; r < kRowsPerWarp; r++) {
             const int row = warp * kRowsPerWarp + r, t = q0 + row;
             if (t >= T || k0 > t) continue;  // the same for the whole warp
@@ -127,16 +129,17 @@ __global__ void __launch_bounds__(kThreads)
             row_max[r] = new_max;
             p_s[warp * 32 + lane] = p;
             __syncwarp();
+            ATTENTION_UNROLL
             for (int i = 0; i < kDims; i++) {
                 const int d = lane + 32 * i;
-                if (d >= HS) break;
-                float acc = o[r][i] * correction;
-                for (int j = 0; j < kTile; j++) acc = fmaf(p_s[warp * 32 + j], v_s[j * HS + d], acc);
-                o[r][i] = acc;
+                o[r][i] *= correction;
+                if (d < HS)
+                    for (int j = 0; j < kTile; j++) o[r][i] = fmaf(p_s[warp * 32 + j], v_s[j * HS + d], o[r][i]);
             }
             __syncwarp();  // p_s is rewritten for the next row
         }
     }
+    ATTENTION_UNROLL
     for (int r = 0; r < kRowsPerWarp; r++) {
         const int t = q0 + warp * kRowsPerWarp + r;
         if (t >= T) continue;
@@ -186,6 +189,7 @@ __global__ void __launch_bounds__(kThreads)
             d_s[threadIdx.x] = q < T ? d_g[q] : 0.0f;
         }
         __syncthreads();
+        ATTENTION_UNROLL
         for (int r = 0; r < kRowsPerWarp; r++) {
             const int row = warp * kRowsPerWarp + r, key = k0 + row;
             if (key >= T) continue;  // the same for the whole warp
@@ -198,19 +202,19 @@ __global__ void __launch_bounds__(kThreads)
             p_s[warp * 32 + lane] = p;
             ds_s[warp * 32 + lane] = ds;
             __syncwarp();
+            ATTENTION_UNROLL
             for (int i = 0; i < kDims; i++) {
                 const int d = lane + 32 * i;
-                if (d >= HS) break;
-                float acc_v = dv[r][i], acc_k = dk[r][i];
-                for (int j = 0; j < kTile; j++) {
-                    acc_v = fmaf(p_s[warp * 32 + j], do_s[j * (HS + 1) + d], acc_v);
-                    acc_k = fmaf(ds_s[warp * 32 + j], q_s[j * (HS + 1) + d], acc_k);
-                }
-                dv[r][i] = acc_v, dk[r][i] = acc_k;
+                if (d < HS)
+                    for (int j = 0; j < kTile; j++) {
+                        dv[r][i] = fmaf(p_s[warp * 32 + j], do_s[j * (HS + 1) + d], dv[r][i]);
+                        dk[r][i] = fmaf(ds_s[warp * 32 + j], q_s[j * (HS + 1) + d], dk[r][i]);
+                    }
             }
             __syncwarp();
         }
     }
+    ATTENTION_UNROLL
     for (int r = 0; r < kRowsPerWarp; r++) {
         const int key = k0 + warp * kRowsPerWarp + r;
         if (key >= T) continue;
@@ -245,6 +249,7 @@ __global__ void __launch_bounds__(kThreads)
     stage_rows(q_s, HS, q_g + q0 * stride, stride, kRows, T - q0, HS);
     stage_rows(do_s, HS, dout + attention_out_index(b, q0, h, T, NH, HS), C, kRows, T - q0, HS);
     float row_lse[kRowsPerWarp], row_d[kRowsPerWarp];
+    ATTENTION_UNROLL
     for (int r = 0; r < kRowsPerWarp; r++) {
         const int t = q0 + warp * kRowsPerWarp + r;
         row_lse[r] = t < T ? lse[attention_lse_index(b, h, t, T, NH)] : 0.0f;
@@ -258,6 +263,7 @@ __global__ void __launch_bounds__(kThreads)
         stage_rows(k_s, HS + 1, q_g + C + k0 * stride, stride, kTile, T - k0, HS);
         stage_rows(v_s, HS + 1, q_g + 2 * C + k0 * stride, stride, kTile, T - k0, HS);
         __syncthreads();
+        ATTENTION_UNROLL
         for (int r = 0; r < kRowsPerWarp; r++) {
             const int row = warp * kRowsPerWarp + r, t = q0 + row;
             if (t >= T || k0 > t) continue;  // the same for the whole warp
@@ -269,16 +275,16 @@ __global__ void __launch_bounds__(kThreads)
             }
             ds_s[warp * 32 + lane] = ds;
             __syncwarp();
+            ATTENTION_UNROLL
             for (int i = 0; i < kDims; i++) {
                 const int d = lane + 32 * i;
-                if (d >= HS) break;
-                float acc = dq[r][i];
-                for (int j = 0; j < kTile; j++) acc = fmaf(ds_s[warp * 32 + j], k_s[j * (HS + 1) + d], acc);
-                dq[r][i] = acc;
+                if (d < HS)
+                    for (int j = 0; j < kTile; j++) dq[r][i] = fmaf(ds_s[warp * 32 + j], k_s[j * (HS + 1) + d], dq[r][i]);
             }
             __syncwarp();
         }
     }
+    ATTENTION_UNROLL
     for (int r = 0; r < kRowsPerWarp; r++) {
         const int t = q0 + warp * kRowsPerWarp + r;
         if (t >= T) continue;
@@ -297,25 +303,36 @@ inline size_t dkdv_shared_bytes(int HS) {
 inline size_t dq_shared_bytes(int HS) { return sizeof(float) * (2 * kRows * HS + 2 * kTile * (HS + 1) + 4 * 32); }
 }  // namespace attention_simple
 
-// D[b][h][t] = Σ_d dout·out over the head's channels (the backward's row correction), one thread
-// per (b, t, h); 128-bit loads when the head size allows.
+// D[b][h][t] = Σ_d dout·out over the head's channels (the backward's row correction).
+// Vectorised: one thread per 16-byte chunk of the (B·T, C) rows, the HS/kVec consecutive lanes of a
+// head summed with shuffles (HS/kVec a power of two up to 32). Other head sizes: one thread per row.
 template <typename Tio>
 __global__ void attention_row_dot_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T, int NH,
                                          int HS) {
+    constexpr int kVec = Packed128<Tio>::size;
+    const int lanes = HS / kVec;  // per head
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, chunks = (long long)B * T * NH * lanes;
+    float sum = 0.0f;
+    if (i < chunks) {  // no early return: the whole warp takes part in the shuffles below
+        const Packed128<Tio> x = load128cs(dout + i * kVec), y = load128cs(out + i * kVec);
+        for (int k = 0; k < kVec; k++) sum = fmaf(to_float(x[k]), to_float(y[k]), sum);
+    }
+    for (int offset = lanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (i < chunks && i % lanes == 0) {
+        const long long row = i / lanes;  // (b·T + t)·NH + h
+        const int h = (int)(row % NH), t = (int)(row / NH % T), b = (int)(row / NH / T);
+        row_dot[attention_lse_index(b, h, t, T, NH)] = sum;
+    }
+}
+template <typename Tio>
+__global__ void attention_row_dot_scalar_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T, int NH,
+                                                int HS) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // (b·T + t)·NH + h
     if (i >= (long long)B * T * NH) return;
     const int h = (int)(i % NH), t = (int)(i / NH % T), b = (int)(i / NH / T);
     const size_t at = attention_out_index(b, t, h, T, NH, HS);
     float sum = 0.0f;
-    constexpr int kVec = Packed128<Tio>::size;
-    if (HS % kVec == 0) {
-        for (int d = 0; d < HS; d += kVec) {
-            const Packed128<Tio> x = load128cs(dout + at + d), y = load128cs(out + at + d);
-            for (int k = 0; k < kVec; k++) sum = fmaf(to_float(x[k]), to_float(y[k]), sum);
-        }
-    } else {
-        for (int d = 0; d < HS; d++) sum = fmaf(to_float(dout[at + d]), to_float(out[at + d]), sum);
-    }
+    for (int d = 0; d < HS; d++) sum = fmaf(to_float(dout[at + d]), to_float(out[at + d]), sum);
     row_dot[attention_lse_index(b, h, t, T, NH)] = sum;
 }
 
@@ -341,7 +358,7 @@ template <int HS, bool kSwizzled>
 struct SmemTile {
     static constexpr int kChunks = HS / 8;  // 16-byte chunks per row
     static constexpr int kPitch = kSwizzled ? HS : HS + 8;
-    static constexpr int elements(int rows) { return rows * kPitch; }
+    __host__ __device__ static constexpr int elements(int rows) { return rows * kPitch; }
     static __device__ __forceinline__ int offset(int row, int col) {
         if constexpr (kSwizzled) return row * kPitch + swizzle_chunk<kChunks>(row, col / 8) * 8 + col % 8;
         else return row * kPitch + col;
@@ -1020,9 +1037,17 @@ void attention_forward_simple(Tio* out, float* lse, const Tio* qkv, int B, int T
 template <typename Tio>
 void attention_row_dot(float* row_dot, const Tio* dout, const Tio* out, int B, int T, int NH, int HS,
                        cudaStream_t stream) {
-    const long long n = (long long)B * T * NH;
-    LAUNCH(attention_row_dot_kernel<Tio>, (unsigned)((n + 255) / 256), 256, 0, stream, row_dot, dout, out, B, T, NH,
-           HS);
+    constexpr int kVec = Packed128<Tio>::size;
+    const int lanes = HS / kVec;
+    if (HS % kVec == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0) {
+        const long long threads = (long long)B * T * NH * lanes;
+        LAUNCH(attention_row_dot_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream, row_dot, dout, out,
+               B, T, NH, HS);
+    } else {
+        const long long threads = (long long)B * T * NH;
+        LAUNCH(attention_row_dot_scalar_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream, row_dot,
+               dout, out, B, T, NH, HS);
+    }
 }
 
 template <typename Tio, int kDims>
@@ -1087,9 +1112,9 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     attention_check_shape(B, T, NH, HS);
 #ifndef ENABLE_FP32
     using namespace attention_tc;
-    if (HS == 32) return attention_forward_tensor_cores<32, kMmaOnly>(out, lse, qkv, B, T, NH, stream);
-    if (HS == 64) return attention_forward_tensor_cores<64, kMmaOnly>(out, lse, qkv, B, T, NH, stream);
-    if (HS == 128) return attention_forward_tensor_cores<128, kMmaOnly>(out, lse, qkv, B, T, NH, stream);
+    if (HS == 32) return attention_forward_tensor_cores<32, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+    if (HS == 64) return attention_forward_tensor_cores<64, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+    if (HS == 128) return attention_forward_tensor_cores<128, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
 #endif
     attention_forward_simple(out, lse, qkv, B, T, NH, HS, stream);
 }
@@ -1102,13 +1127,13 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
 #ifndef ENABLE_FP32
     using namespace attention_tc;
     if (HS == 32)
-        return attention_backward_tensor_cores<32, kMmaOnly>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
+        return attention_backward_tensor_cores<32, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
                                                                      stream);
     if (HS == 64)
-        return attention_backward_tensor_cores<64, kMmaOnly>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
+        return attention_backward_tensor_cores<64, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
                                                                      stream);
     if (HS == 128)
-        return attention_backward_tensor_cores<128, kMmaOnly>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
+        return attention_backward_tensor_cores<128, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
                                                                       stream);
 #endif
     attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, HS, stream);
