@@ -1,0 +1,390 @@
+#!/usr/bin/env bash
+# The one-command GPU check, run on the lent GPU machine through the device tool (README.md, "Using a
+# lent GPU"), from the repository root:
+#     bash scripts/gpu_check.sh [PART...]      PART: tests emu bench train (default: all four)
+# It unpacks the bundle that scripts/gpu_bundle.sh made here (gpu_bundle/carry/gpu_bundle.tar.gz, or
+# GPU_BUNDLE=an archive or an unpacked folder), then
+#   setup  (always) sets LD_LIBRARY_PATH: the bundle's libraries, CUDA's toolkit, NCCL (the toolkit's
+#          or PyTorch's); prints date, commit, device, driver; checks that every program finds every
+#          library, that glibc and the CPU are new enough, and that OpenBLAS loads (one CPU step);
+#   tests  test/kernels/gpu_kernel_tests.sh: every nvcc-built kernel test, on the device;
+#   emu    test/emu/gpu_vs_emu.sh: the emulator's kernel suite on the device and emulated, same results;
+#   bench  every dev/bin/cuda_* benchmark: its checks, then its timings;
+#   train  train_gpt, when the bundle has it: a short GPT-2 124M run on the built-in dataset, and its
+#          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer).
+# Each part runs under its own time limit, inside a total budget that keeps the call within the
+# device tool's 10 minutes. Everything goes to stdout and to one report file, $OUT/gpu_report.txt
+# (gpu_bundle/gpu_report.txt where OUT is unset), which ends with the figures and a summary table.
+# Without a GPU the GPU parts say SKIPPED (no CUDA device) and setup still runs.
+# Exit status: 0 every check passed (or was SKIPPED for want of a GPU); 1 a check failed or timed out;
+# 2 nothing failed, but some part did not run (the time budget was spent).
+# Environment: GPU_CHECK_BUDGET_S (total seconds, default 540); GPU_CHECK_LIMIT_TESTS, _EMU, _BENCH,
+# _BENCH_EACH, _TRAIN (seconds per part); GPU_CHECK_BENCHES (which benchmarks, e.g. "matmul gelu");
+# GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run); GPU_CHECK_WORKDIR (where to unpack).
+set -uo pipefail
+script_dir=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$script_dir")
+t_start=$(date +%s)
+deadline=$((t_start + ${GPU_CHECK_BUDGET_S:-540}))
+limit_tests=${GPU_CHECK_LIMIT_TESTS:-150}
+limit_emu=${GPU_CHECK_LIMIT_EMU:-90}
+limit_bench=${GPU_CHECK_LIMIT_BENCH:-200}
+limit_bench_each=${GPU_CHECK_LIMIT_BENCH_EACH:-90}
+limit_train=${GPU_CHECK_LIMIT_TRAIN:-150}
+
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(tests emu bench train)
+for p in "${parts[@]}"; do
+    case $p in
+        tests | emu | bench | train) ;;
+        -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_check.sh: unknown part '$p' (parts: tests emu bench train)" >&2; exit 1 ;;
+    esac
+done
+wanted() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+
+# ---- the report: everything below goes to stdout and to the report file -------------------------
+report_dir=${OUT:-$repo/gpu_bundle}
+mkdir -p "$report_dir" || exit 1
+report=$report_dir/gpu_report.txt
+: >"$report"
+exec > >(tee -a "$report") 2>&1
+tee_pid=$!
+
+section() { printf '\n======== %s ========\n' "$*"; }
+elapsed() { echo $(($(date +%s) - t_start)); }
+
+summary=() figures=()
+failed=0 incomplete=0
+record() {  # part status seconds detail
+    summary+=("$(printf '%-34s %-8s %5ss  %s' "$1" "$2" "$3" "$4")")
+    case $2 in FAIL | TIMEOUT) failed=1 ;; "NOT RUN") incomplete=1 ;; esac
+}
+
+# run_checked NAME LIMIT CMD...: runs CMD under `timeout` (never past the budget), showing and keeping
+# its output (in $run_out), and sets run_status (PASS, FAIL, TIMEOUT, SKIPPED, NOT RUN), run_detail
+# and run_secs from its exit status and the PASS/FAIL/SKIPPED lines it printed. The caller records.
+run_out=$(mktemp)
+run_checked() {
+    local name=$1 limit=$2 left rc np nf ns t0
+    shift 2
+    left=$((deadline - $(date +%s) - 5))
+    : >"$run_out"
+    if [ $left -lt 10 ]; then
+        run_status="NOT RUN" run_detail="time budget spent" run_secs=0
+        echo "NOT RUN $name: the time budget is spent"
+        return
+    fi
+    [ "$limit" -gt $left ] && limit=$left
+    section "$name (limit ${limit} s, at +$(elapsed) s)"
+    echo "\$ $*"
+    t0=$(date +%s)
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$run_out"
+    rc=${PIPESTATUS[0]}
+    run_secs=$(($(date +%s) - t0))
+    np=$(grep -c '^PASS' "$run_out") nf=$(grep -c '^FAIL' "$run_out") ns=$(grep -c '^SKIPPED' "$run_out")
+    if [ $((np + nf + ns)) -gt 0 ]; then run_detail="$np passed, $nf failed, $ns skipped"; else run_detail="exit status $rc"; fi
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        run_status=TIMEOUT run_detail="$run_detail; killed after $limit s"
+    elif [ "$rc" -ne 0 ] || [ "$nf" -gt 0 ]; then
+        run_status=FAIL
+        [ $((np + nf + ns)) -gt 0 ] && [ "$rc" -ne 0 ] && run_detail="$run_detail; exit status $rc"
+    elif [ "$np" -eq 0 ] && [ "$ns" -gt 0 ]; then
+        run_status=SKIPPED
+    else
+        run_status=PASS
+    fi
+    echo "-- $name: $run_status ($run_detail) in $run_secs s"
+}
+run_part() { run_checked "$@"; record "$1" "$run_status" "$run_secs" "$run_detail"; }
+
+# ---- unpack the bundle --------------------------------------------------------------------------
+section "gpu_check.sh at $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+bundle_src=${GPU_BUNDLE:-}
+if [ -z "$bundle_src" ]; then
+    for c in "$repo/gpu_bundle/carry/gpu_bundle.tar.gz" "$repo/gpu_bundle/stage/gpu_bundle"; do
+        [ -e "$c" ] && { bundle_src=$c; break; }
+    done
+fi
+if [ -d "$bundle_src" ]; then
+    B=$(cd "$bundle_src" && pwd)
+elif [ -f "$bundle_src" ]; then
+    work=${GPU_CHECK_WORKDIR:-${TMPDIR:-/tmp}/gpu_check}
+    rm -rf "$work/gpu_bundle" && mkdir -p "$work" || exit 1
+    if ! tar -xzf "$bundle_src" -C "$work" 2>/dev/null; then   # no tar there: Python's tarfile
+        python3 -c 'import sys, tarfile
+t = tarfile.open(sys.argv[1])
+t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
+            "$bundle_src" "$work" || { echo "FAIL cannot unpack $bundle_src"; exit 1; }
+    fi
+    B=$work/gpu_bundle
+else
+    echo "FAIL no bundle: run 'bash scripts/gpu_bundle.sh' on the build machine and carry gpu_bundle/carry"
+    exit 1
+fi
+cd "$B" || exit 1
+manifest() { sed -n "s/^$1=//p" MANIFEST.txt 2>/dev/null; }
+echo "bundle: $bundle_src (unpacked in $B)"
+grep -E '^(commit|uncommitted|built_at|built_on|nvcc|gpu_arch|not_built)=' MANIFEST.txt | sed 's/^/  /'
+tree_commit=$(git -C "$repo" rev-parse HEAD 2>/dev/null)
+if [ -n "$tree_commit" ] && [ "$tree_commit" != "$(manifest commit)" ]; then
+    echo "  NOTE: this working tree is at $tree_commit; the bundle was built from $(manifest commit)"
+fi
+
+# ---- setup: machine, libraries ------------------------------------------------------------------
+section "machine"
+echo "host: $(uname -n), kernel $(uname -r)"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores"
+echo "memory: $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+glibc_here=$(ldd --version 2>/dev/null | head -n1 | awk '{ print $NF }')
+echo "glibc: $glibc_here"
+have_gpu=0
+if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    have_gpu=1
+    nvidia-smi -L
+    nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm,clocks.max.memory,power.limit \
+        --format=csv 2>/dev/null
+    nvidia-smi 2>/dev/null
+else
+    echo "gpu: none (nvidia-smi finds no CUDA device): the GPU parts are SKIPPED"
+fi
+nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+[ -n "$nvcc_bin" ] && echo "toolkit: $("$nvcc_bin" --version | tail -n 1)"
+
+section "libraries"
+setup_problems=0
+# Folders that may hold CUDA's libraries: the toolkit's, then PyTorch's pip packages (nvidia/*/lib).
+cuda_dirs=()
+for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-*; do
+    for sub in lib64 lib targets/x86_64-linux/lib; do [ -n "$d" ] && [ -d "$d/$sub" ] && cuda_dirs+=("$d/$sub"); done
+done
+while IFS= read -r sp; do
+    for d in "$sp"/nvidia/*/lib "$sp"/torch/lib; do [ -d "$d" ] && cuda_dirs+=("$d"); done
+done < <(python3 -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+nccl_module_dir=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+[ -n "$nccl_module_dir" ] && cuda_dirs=("$nccl_module_dir/lib" "${cuda_dirs[@]}")
+
+# find_library NAME: where the machine has it, "system" if the loader finds it without help.
+find_library() {
+    if ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$1 "; then echo system; return; fi
+    local d
+    for d in "${cuda_dirs[@]}"; do [ -e "$d/$1" ] && { echo "$d"; return; }; done
+}
+lib_path=$B/lib
+for name in $(printf '%s\n' $(manifest gpu_machine_libs) libcublas.so.13 libcublasLt.so.13 libnccl.so.2 | awk '!seen[$0]++'); do
+    where=$(find_library "$name")
+    needed=$([[ " $(manifest gpu_machine_libs) " == *" $name "* ]] && echo needed || echo "not needed by the bundle")
+    echo "  $name: ${where:-NOT FOUND} ($needed)"
+    if [ -z "$where" ] && [ "$needed" = needed ]; then setup_problems=$((setup_problems + 1)); fi
+    [ -n "$where" ] && [ "$where" != system ] && [[ ":$lib_path:" != *":$where:"* ]] && lib_path=$lib_path:$where
+done
+
+# Every ELF file of the bundle, and what ldd says it lacks with a given LD_LIBRARY_PATH.
+elves=()
+while IFS= read -r -d '' f; do
+    [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] && elves+=("$f")
+done < <(find . -type f -print0)
+missing_with() {
+    local f
+    for f in "${elves[@]}"; do
+        LD_LIBRARY_PATH=$1 ldd "$f" 2>&1 | grep -E 'not found' | sed "s|^|  ${f#./}: |"
+    done
+}
+base_path=${LD_LIBRARY_PATH:-}
+missing=$(missing_with "$lib_path${base_path:+:$base_path}")
+if [ -n "$missing" ] && [ -d "$B/lib/common" ]; then
+    echo "  the machine's own copies of common libraries are missing or too old; adding the bundle's lib/common:"
+    echo "$missing" | sed 's/^/  /'
+    lib_path=$lib_path:$B/lib/common
+    missing=$(missing_with "$lib_path${base_path:+:$base_path}")
+fi
+export LD_LIBRARY_PATH=$lib_path${base_path:+:$base_path}
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+if [ -n "$missing" ]; then
+    echo "FAIL libraries: some programs cannot load:"
+    echo "$missing"
+    setup_problems=$((setup_problems + 1))
+else
+    echo "PASS libraries: all ${#elves[@]} programs and libraries of the bundle find what they need"
+fi
+if [ -d "$B/mpi" ]; then   # MPI from the bundle, as a single process without mpirun (gpu_bundle.sh)
+    export OMPI_MCA_mca_base_component_path=$B/mpi/plugins PMIX_MCA_mca_base_component_path=$B/mpi/pmix_plugins
+    export OPAL_PKGDATADIR=$B/mpi/share/openmpi OMPI_MCA_ess_singleton_isolated=1
+    echo "MPI: the bundle's OpenMPI, single process (plugins in $B/mpi)"
+fi
+
+glibc_needed=$(manifest glibc_needed)
+[[ ":$lib_path:" == *":$B/lib/common:"* ]] && glibc_needed=$(manifest glibc_needed_with_common)
+if [ -n "$glibc_needed" ] && [ "$(printf '%s\n%s\n' "$glibc_needed" "$glibc_here" | sort -V | head -n1)" != "$glibc_needed" ]; then
+    echo "FAIL glibc: the bundle needs glibc $glibc_needed, this machine has $glibc_here"
+    setup_problems=$((setup_problems + 1))
+fi
+isa_needed=$(manifest cpu_isa_needed)
+if [ -n "$isa_needed" ] && [ "$isa_needed" != baseline ] && ! grep -qw "$isa_needed" /proc/cpuinfo; then
+    echo "FAIL cpu: programs of the bundle use $isa_needed instructions, which this CPU lacks (MANIFEST.txt names them)"
+    setup_problems=$((setup_problems + 1))
+fi
+if [ $setup_problems -gt 0 ]; then
+    record setup FAIL "$(elapsed)" "$setup_problems problems (see 'libraries')"
+else
+    record setup PASS "$(elapsed)" "libraries, glibc $glibc_here, cpu"
+fi
+
+# One step of the CPU reference trainer: OpenBLAS (dlopen()ed) and the dataset load here.
+if [ -x ./train_gpt_cpu ]; then
+    run_part cpu_reference_one_step 60 ./train_gpt_cpu -e custom:L2:C64:H4 -b 1 -t 64 -x 1 -v 0 -s 0
+fi
+
+gpu_part() {  # NAME: false (and records SKIPPED) when there is no GPU
+    [ $have_gpu -eq 1 ] && return 0
+    echo "SKIPPED $1 (no CUDA device)"
+    record "$1" SKIPPED 0 "no CUDA device"
+    return 1
+}
+
+# ---- tests: the kernel tests on the device ------------------------------------------------------
+if wanted tests && gpu_part kernel_tests; then
+    run_part kernel_tests "$limit_tests" bash test/kernels/gpu_kernel_tests.sh
+fi
+
+# ---- emu: the emulator's kernel suite, on the device and emulated -------------------------------
+if wanted emu && gpu_part gpu_vs_emu; then
+    run_part gpu_vs_emu "$limit_emu" env BUILD=build bash test/emu/gpu_vs_emu.sh
+fi
+
+# ---- bench: every benchmark: checks, then timings -----------------------------------------------
+if wanted bench && gpu_part benchmarks; then
+    bench_deadline=$(($(date +%s) + limit_bench))
+    found=0
+    for b in dev/bin/cuda_*; do
+        [ -x "$b" ] || continue
+        name=${b#dev/bin/cuda_}
+        if [ -n "${GPU_CHECK_BENCHES:-}" ] && [[ " $GPU_CHECK_BENCHES " != *" $name "* ]]; then continue; fi
+        found=1
+        left=$((bench_deadline - $(date +%s)))
+        if [ $left -lt 10 ]; then
+            record "bench $name" "NOT RUN" 0 "the benchmarks' $limit_bench s are spent"; continue
+        fi
+        run_checked "bench $name" $((left < limit_bench_each ? left : limit_bench_each)) "$b"
+        record "bench $name" "$run_status" "$run_secs" "$run_detail"
+        # The figures: lines with a rate or a share of a ceiling.
+        while IFS= read -r line; do figures+=("$name: $line"); done \
+            < <(grep -E 'GB/s|TFLOP/s|GFLOP/s|% of' "$run_out" | grep -vE '^(PASS|FAIL|SKIPPED)')
+    done
+    [ $found -eq 1 ] || { echo "SKIPPED benchmarks (none in the bundle)"; record benchmarks SKIPPED 0 "none in the bundle"; }
+fi
+
+# ---- train: train_gpt -------------------------------------------------------------------------------
+# HOOK: the trainer's checks on the GPU. Grow this section as train_gpt grows (resume, ZeRO, longer
+# runs, PyTorch as the reference and speed peer). Each check: run_checked with a limit, then record.
+
+# Step lines ("step 12/40 | loss 3.4567 | lr ... | norm ... | 123.4 ms | 54321 tok/s | MFU 45.6% | ...")
+# as "step loss ms tok/s mfu" rows.
+step_rows() {
+    awk -F' [|] ' '/^step [0-9]+\/[0-9]+ [|] loss / {
+        split($1, s, "[ /]"); split($2, l, " "); ms = tok = mfu = "n/a"
+        for (i = 3; i <= NF; i++) {
+            if ($i ~ / ms$/) { split($i, a, " "); ms = a[1] }
+            if ($i ~ / tok\/s$/) { split($i, a, " "); tok = a[1] }
+            if ($i ~ /^MFU /) { split($i, a, " "); mfu = a[2] }
+        }
+        print s[2], l[2], ms, tok, mfu }' "$1"
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "n/a" }'; }
+
+train_run() {  # the short GPT-2 124M job: speed, and the loss going down
+    local args=${GPU_CHECK_TRAIN_ARGS:-"-e d12 -b 16 -t 1024 -x 40 -v 20 -m 4 -s 40 -g 32"}
+    # shellcheck disable=SC2086 # the flags are words
+    run_checked "train_gpt GPT-2 124M" "$1" ./train_gpt $args
+    local rows=$(step_rows "$run_out")
+    if [ "$run_status" = PASS ]; then
+        local n first last
+        n=$(echo "$rows" | grep -c .)
+        first=$(echo "$rows" | awk 'NR == 1 { print $2 }') last=$(echo "$rows" | awk 'END { print $2 }')
+        if [ "$n" -eq 0 ]; then
+            run_status=FAIL run_detail="no step lines"
+        elif ! awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && a == a + 0 && b < a) }'; then
+            run_status=FAIL run_detail="loss did not go down: $first -> $last"
+        else
+            # Speed from the steps after the first three (start-up, autotuning).
+            local steady=$(echo "$rows" | awk 'NR > 3 || n <= 3 { print }' n="$n")
+            local ms=$(echo "$steady" | awk '{ print $3 }' | median) tok=$(echo "$steady" | awk '{ print $4 }' | median)
+            local mfu=$(echo "$rows" | awk 'END { print $5 }')
+            local val=$(grep -E '^val loss' "$run_out" | awk '{ printf "%s ", $3 }')
+            run_detail="$n steps, loss $first -> $last"
+            figures+=("train_gpt ($args): $n steps, loss $first -> $last, val loss ${val:-n/a}, median $ms ms/step, $tok tok/s, MFU $mfu")
+        fi
+    fi
+    record "train_gpt GPT-2 124M" "$run_status" "$run_secs" "$run_detail"
+}
+
+# The same few steps on one batch as the fp32 CPU reference: the GPU trainer's losses must follow
+# (bf16 storage: 1% at the first step, where only the forward pass differs; 3% over the steps).
+compare_first=0.01 compare_all=0.03
+train_compare() {
+    local args="-e d12 -b 4 -t 64 -x 6 -a 1 -v 0 -s 0" gpu_rows cpu_rows
+    # shellcheck disable=SC2086
+    run_checked "train_gpt vs train_gpt_cpu: train_gpt" "$1" ./train_gpt $args
+    local gpu_status=$run_status gpu_secs=$run_secs
+    gpu_rows=$(step_rows "$run_out")
+    # shellcheck disable=SC2086
+    run_checked "train_gpt vs train_gpt_cpu: train_gpt_cpu" "$1" ./train_gpt_cpu $args
+    local cpu_status=$run_status secs=$((gpu_secs + run_secs))
+    cpu_rows=$(step_rows "$run_out")
+    if [ "$gpu_status" != PASS ] || [ "$cpu_status" != PASS ]; then
+        record "train_gpt vs train_gpt_cpu" FAIL "$secs" "a run failed (train_gpt: $gpu_status, train_gpt_cpu: $cpu_status)"
+        return
+    fi
+    # Both runs' losses by step, side by side; the last line is the verdict.
+    local table
+    table=$(awk -v tf="$compare_first" -v ta="$compare_all" '
+        NR == FNR { gpu[$1] = $2; next }
+        $1 in gpu {
+            d = (gpu[$1] - $2) / $2; if (d < 0) d = -d
+            if (n++ == 0) print "step   train_gpt  train_gpt_cpu  relative difference"
+            printf "%4d  %10s  %13s  %.2e\n", $1, gpu[$1], $2, d
+            if ((n == 1 && d > tf) || d > ta || gpu[$1] != gpu[$1] + 0) bad++
+            if (d > worst) worst = d
+        }
+        END {
+            if (n == 0) print "FAIL no step appears in both runs"
+            else if (bad) printf "FAIL %d of %d steps differ by more than %g (first step %g); worst %.2e\n", bad, n, ta, tf, worst
+            else printf "PASS %d steps agree within %g (first step %g); worst %.2e\n", n, ta, tf, worst
+        }' <(echo "$gpu_rows") <(echo "$cpu_rows"))
+    echo "$table"
+    local verdict=$(echo "$table" | tail -n 1)
+    record "train_gpt vs train_gpt_cpu" "${verdict%% *}" "$secs" "${verdict#* }"
+}
+
+if wanted train && gpu_part train_gpt; then
+    if [ ! -x ./train_gpt ]; then
+        echo "SKIPPED train_gpt (not in the bundle: $(manifest not_built | grep -qw train_gpt && echo 'it failed to build' || echo 'no train_gpt.cu'))"
+        record train_gpt SKIPPED 0 "not in the bundle"
+    else
+        train_deadline=$(($(date +%s) + limit_train))
+        train_run $((limit_train * 2 / 3))
+        if [ -x ./train_gpt_cpu ]; then
+            left=$((train_deadline - $(date +%s)))
+            train_compare $((left / 2 > 10 ? left / 2 : 10))
+        fi
+    fi
+fi
+
+# ---- figures and summary ------------------------------------------------------------------------
+section "figures"
+if [ ${#figures[@]} -gt 0 ]; then printf '%s\n' "${figures[@]}"; else echo "(none)"; fi
+section "summary ($(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(elapsed) s)"
+device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1)
+echo "bundle $(manifest commit) built $(manifest built_at); device: ${device:-none}"
+[ $have_gpu -eq 1 ] || echo "no CUDA device here: the GPU parts are SKIPPED"
+printf '%-34s %-8s %6s  %s\n' part status time detail
+printf '%s\n' "${summary[@]}"
+status=0
+if [ $failed -eq 1 ]; then status=1; verdict=FAIL
+elif [ $incomplete -eq 1 ]; then status=2; verdict="INCOMPLETE (time budget spent)"
+else verdict=PASS; fi
+echo "gpu_check: $verdict; report: $report"
+rm -f "$run_out"
+exec >&- 2>&-
+wait "$tee_pid" 2>/dev/null
+exit $status
