@@ -65,9 +65,14 @@ inline uint64_t adamw_random_key(uint32_t seed, int step) {
 }
 
 // A parameter value as stored in the params array: stochastically rounded to bf16, exact in fp32.
-template <typename T> __device__ __forceinline__ T parameter_for_storage(float p, uint32_t random_bits);
-template <> __device__ __forceinline__ float parameter_for_storage<float>(float p, uint32_t) { return p; }
-template <> __device__ __forceinline__ __nv_bfloat16 parameter_for_storage<__nv_bfloat16>(float p, uint32_t bits) {
+template <typename T>
+__device__ __forceinline__ T parameter_for_storage(float p, uint32_t random_bits);
+template <>
+__device__ __forceinline__ float parameter_for_storage<float>(float p, uint32_t) {
+    return p;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 parameter_for_storage<__nv_bfloat16>(float p, uint32_t bits) {
     return stochastic_round_bf16(p, bits);
 }
 
@@ -117,12 +122,15 @@ __global__ void adamw_kernel(floatX* params, float* master, float* m, float* v, 
         load_group(grad, grads + first);
         load_group(mk, m + first);
         load_group(vk, v + first);
-        if (master != nullptr) load_group(p, master + first);
-        else load_group(p, params + first);
+        if (master != nullptr)
+            load_group(p, master + first);
+        else
+            load_group(p, params + first);
         floatX stored[kGroupSize];
         for (int k = 0; k < kGroupSize; k++) {
             p[k] = adamw_step(p[k], grad[k], mk[k], vk[k], s);
-            stored[k] = parameter_for_storage<floatX>(p[k], hash_random_bits(s.random_key, s.global_offset + first + k));
+            stored[k] = parameter_for_storage<floatX>(
+                p[k], hash_random_bits(s.random_key, s.global_offset + first + k));
         }
         store_group(m + first, mk);
         store_group(v + first, vk);
@@ -130,7 +138,8 @@ __global__ void adamw_kernel(floatX* params, float* master, float* m, float* v, 
         store_group_raw(params + first, stored);
     } else if (g == split.groups) {
         for (size_t i = 0; i < split.head; i++) adamw_element(params, master, m, v, grads, i, s);
-        for (size_t i = split.tail_start(); i < split.n; i++) adamw_element(params, master, m, v, grads, i, s);
+        for (size_t i = split.tail_start(); i < split.n; i++)
+            adamw_element(params, master, m, v, grads, i, s);
     }
 }
 
@@ -166,6 +175,7 @@ inline void adamw_update(floatX* params, float* master, float* m, float* v, cons
     if (vector)
         LAUNCH(adamw_kernel<true>, blocks, kAdamWBlockSize, 0, stream, params, master, m, v, grads, split, s);
     else
-        LAUNCH(adamw_kernel<false>, blocks, kAdamWBlockSize, 0, stream, params, master, m, v, grads, split, s);
+        LAUNCH(adamw_kernel<false>, blocks, kAdamWBlockSize, 0, stream, params, master, m, v, grads, split,
+               s);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -40,7 +40,8 @@ inline double classifier_bytes(int N, int Vp, bool write_dlogits) {
 // −inf and add exp(−inf) = 0. A thread's first vector finds running_max = −inf: exp(−inf) scales
 // the empty sum (0) to 0.
 template <int kCount>
-__device__ __forceinline__ void online_softmax_add(float& running_max, float& running_sum, const float x[kCount]) {
+__device__ __forceinline__ void online_softmax_add(float& running_max, float& running_sum,
+                                                   const float x[kCount]) {
     float vector_max = -INFINITY;
     for (int k = 0; k < kCount; k++) vector_max = fmaxf(vector_max, x[k]);
     const float new_max = fmaxf(running_max, vector_max);
@@ -52,8 +53,9 @@ __device__ __forceinline__ void online_softmax_add(float& running_max, float& ru
 
 // One block per row (blockIdx.x). Any block size that is a multiple of 32, up to 1024; the launch
 // bounds keep registers at 32 or fewer, so that two blocks of 1024 fit on an SM.
-__global__ void __launch_bounds__(1024, 2) fused_classifier_kernel(floatX* logits, float* losses, float dloss, const int* targets, int V,
-                                        int Vp, bool write_dlogits) {
+__global__ void __launch_bounds__(1024, 2)
+    fused_classifier_kernel(floatX* logits, float* losses, float dloss, const int* targets, int V, int Vp,
+                            bool write_dlogits) {
     constexpr int P = Packed128<floatX>::size;  // elements per 16-byte vector
     const int row = blockIdx.x;
     floatX* x = logits + classifier_row_offset(row, Vp);
@@ -107,12 +109,14 @@ inline int classifier_block_size(int Vp) {
 inline void fused_classifier(floatX* logits, float* losses, float dloss, const int* targets, int N, int V,
                              int Vp, bool write_dlogits, cudaStream_t stream) {
     if (V < 1 || V > Vp || Vp % 8 != 0 || N < 0 || (uintptr_t)logits % 16 != 0) {
-        fprintf(stderr, "fused_classifier: need 1 <= V <= Vp, Vp a multiple of 8, 16-byte aligned logits "
-                        "(N=%d V=%d Vp=%d)\n", N, V, Vp);
+        fprintf(stderr,
+                "fused_classifier: need 1 <= V <= Vp, Vp a multiple of 8, 16-byte aligned logits "
+                "(N=%d V=%d Vp=%d)\n",
+                N, V, Vp);
         exit(1);
     }
     if (N == 0) return;
-    LAUNCH(fused_classifier_kernel, N, classifier_block_size(Vp), 0, stream, logits, losses, dloss, targets, V,
-           Vp, write_dlogits);
+    LAUNCH(fused_classifier_kernel, N, classifier_block_size(Vp), 0, stream, logits, losses, dloss, targets,
+           V, Vp, write_dlogits);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -168,8 +168,8 @@ void cast_array(To* out, const From* in, size_t n, cudaStream_t stream) {
 inline void fill_array(floatX* out, float value, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     const ElementGroups split = split_into_groups(out, sizeof(floatX), n);
-    LAUNCH(fill_kernel<floatX>, blocks_for(split.threads(), kElementwiseBlockSize), kElementwiseBlockSize,
-           0, stream, out, value, split);
+    LAUNCH(fill_kernel<floatX>, blocks_for(split.threads(), kElementwiseBlockSize), kElementwiseBlockSize, 0,
+           stream, out, value, split);
     CUDA_CHECK(cudaGetLastError());
 }
 

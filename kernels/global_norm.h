@@ -60,7 +60,8 @@ __global__ void global_norm_final_kernel(float* out, const float* partial, int c
 }
 
 // *out += Σ grads[i]² over i < n. scratch: global_norm_scratch_bytes() bytes.
-inline void global_norm_squared(float* out, const floatX* grads, size_t n, void* scratch, cudaStream_t stream) {
+inline void global_norm_squared(float* out, const floatX* grads, size_t n, void* scratch,
+                                cudaStream_t stream) {
     if (n == 0) return;
     float* partial = static_cast<float*>(scratch);
     // Any alignment: the head brings the vector loads to a 16-byte boundary.
@@ -68,6 +69,7 @@ inline void global_norm_squared(float* out, const floatX* grads, size_t n, void*
     LAUNCH(global_norm_partial_kernel<true>, kGlobalNormBlocks, kGlobalNormBlockSize, 0, stream, partial,
            grads, split);
     CUDA_CHECK(cudaGetLastError());
-    LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, stream, out, partial, kGlobalNormBlocks);
+    LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, stream, out, partial,
+           kGlobalNormBlocks);
     CUDA_CHECK(cudaGetLastError());
 }

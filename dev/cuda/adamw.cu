@@ -36,12 +36,14 @@ __global__ void adamw_naive_master_kernel(float* master, float* m, float* v, con
 }
 __global__ void round_master_kernel(floatX* params, const float* master, size_t n, AdamWSettings s) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) params[i] = parameter_for_storage<floatX>(master[i], hash_random_bits(s.random_key, s.global_offset + i));
+    if (i < n)
+        params[i] =
+            parameter_for_storage<floatX>(master[i], hash_random_bits(s.random_key, s.global_offset + i));
 }
 
 // ---- version 2: fused, one element per thread
-__global__ void adamw_fused_scalar_kernel(floatX* params, float* master, float* m, float* v, const floatX* grads,
-                                          size_t n, AdamWSettings s) {
+__global__ void adamw_fused_scalar_kernel(floatX* params, float* master, float* m, float* v,
+                                          const floatX* grads, size_t n, AdamWSettings s) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) adamw_element(params, master, m, v, grads, i, s);
 }
@@ -94,7 +96,8 @@ void run_version(int version, Buffers& b, const Hyper& h, int step, bool with_ma
             LAUNCH(round_master_kernel, blocks, 256, 0, 0, b.params, b.master, b.n, s);
             break;
         case 2:
-            LAUNCH(adamw_fused_scalar_kernel, blocks, 256, 0, 0, b.params, b.master, b.m, b.v, b.grads, b.n, s);
+            LAUNCH(adamw_fused_scalar_kernel, blocks, 256, 0, 0, b.params, b.master, b.m, b.v, b.grads, b.n,
+                   s);
             break;
         case 3:
             adamw_update(b.params, with_master ? b.master : nullptr, b.m, b.v, b.grads, b.n, 0, h.lr, h.beta1,
@@ -151,11 +154,12 @@ bool check_versions(size_t n) {
     const Hyper h;
     const std::vector<float> master0 = random_vector(n, 1, -1.0f, 1.0f);
     std::vector<std::vector<float>> grads;
-    for (int step = 1; step <= 3; step++) grads.push_back(to_floats(to_floatX(random_vector(n, 10 + step, -2, 2))));
+    for (int step = 1; step <= 3; step++)
+        grads.push_back(to_floats(to_floatX(random_vector(n, 10 + step, -2, 2))));
     std::vector<float> ref = master0, ref_m(n, 0.0f), ref_v(n, 0.0f);
     for (int step = 1; step <= 3; step++)
-        adamw_update(ref.data(), ref_m.data(), ref_v.data(), grads[step - 1].data(), n, h.lr, h.beta1, h.beta2,
-                     h.eps, h.weight_decay, h.grad_scale, step);
+        adamw_update(ref.data(), ref_m.data(), ref_v.data(), grads[step - 1].data(), n, h.lr, h.beta1,
+                     h.beta2, h.eps, h.weight_decay, h.grad_scale, step);
 
     bool ok = true;
     std::vector<floatX> first_params;
@@ -175,15 +179,17 @@ bool check_versions(size_t n) {
         snprintf(name, sizeof name, "adamw %s master (n=%zu)", version_name(version), n);
         ok &= report_check(name, relative_error(download(b.master, n), ref), 1e-5);
         snprintf(name, sizeof name, "adamw %s m, v (n=%zu)", version_name(version), n);
-        ok &= report_check(name, std::max(relative_error(download(b.m, n), ref_m), relative_error(download(b.v, n), ref_v)),
-                           1e-5);
+        ok &= report_check(
+            name, std::max(relative_error(download(b.m, n), ref_m), relative_error(download(b.v, n), ref_v)),
+            1e-5);
         snprintf(name, sizeof name, "adamw %s params (n=%zu)", version_name(version), n);
         ok &= report_check(name, relative_error(to_floats(params), ref), TOLERANCE);
         if (version == 1) {
             first_params = params;
         } else {
             const bool same = memcmp(params.data(), first_params.data(), n * sizeof(floatX)) == 0;
-            printf("%s adamw %s params have version 1's bits\n", same ? "PASS" : "FAIL", version_name(version));
+            printf("%s adamw %s params have version 1's bits\n", same ? "PASS" : "FAIL",
+                   version_name(version));
             ok &= same;
         }
     }
@@ -205,8 +211,9 @@ void time_versions(size_t n) {
     for (int version = 1; version <= 3; version++)
         report_bandwidth(version_name(version), time_median_ms([&] { run_version(version, b, h, step++); }),
                          adamw_bytes(n, true), ceiling);
-    report_bandwidth("3 shipped, no master weights", time_median_ms([&] { run_version(3, b, h, step++, false); }),
-                     adamw_bytes(n, false), ceiling);
+    report_bandwidth("3 shipped, no master weights",
+                     time_median_ms([&] { run_version(3, b, h, step++, false); }), adamw_bytes(n, false),
+                     ceiling);
 }
 
 int main() {

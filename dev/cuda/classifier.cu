@@ -26,8 +26,9 @@ constexpr double TOLERANCE = 1e-2;
 #endif
 
 // ---- version 1: naive three-pass, fp32 probability buffer
-__global__ void classifier_naive_exp_kernel(float* exps, float* row_max_out, float* row_sum_out, float* losses,
-                                            const floatX* logits, const int* targets, int V, int Vp) {
+__global__ void classifier_naive_exp_kernel(float* exps, float* row_max_out, float* row_sum_out,
+                                            float* losses, const floatX* logits, const int* targets, int V,
+                                            int Vp) {
     const int row = blockIdx.x;
     const floatX* x = logits + classifier_row_offset(row, Vp);
     float* e = exps + classifier_row_offset(row, Vp);
@@ -57,8 +58,8 @@ __global__ void classifier_naive_gradient_kernel(floatX* dlogits, const float* e
 }
 
 // ---- version 2: online softmax in place, one element per thread per step
-__global__ void classifier_online_scalar_kernel(floatX* logits, float* losses, float dloss, const int* targets,
-                                                int V, int Vp) {
+__global__ void classifier_online_scalar_kernel(floatX* logits, float* losses, float dloss,
+                                                const int* targets, int V, int Vp) {
     const int row = blockIdx.x;
     floatX* x = logits + classifier_row_offset(row, Vp);
     const int target = targets[row];
@@ -74,7 +75,8 @@ __global__ void classifier_online_scalar_kernel(floatX* logits, float* losses, f
     const float logsumexp = row_max + logf(row_sum);
     if (threadIdx.x == 0) losses[row] = logsumexp - target_logit;
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-        const float d = j < V ? dloss * (__expf(to_float(x[j]) - logsumexp) - (j == target ? 1.0f : 0.0f)) : 0.0f;
+        const float d =
+            j < V ? dloss * (__expf(to_float(x[j]) - logsumexp) - (j == target ? 1.0f : 0.0f)) : 0.0f;
         x[j] = from_float<floatX>(d);
     }
 }
@@ -86,27 +88,27 @@ struct Problem {
     float* losses;
     const int* targets;
     float dloss;
-    float* exps;                 // version 1's N × Vp buffer
-    float *row_max, *row_sum;    // version 1's per-row values
+    float* exps;               // version 1's N × Vp buffer
+    float *row_max, *row_sum;  // version 1's per-row values
 };
 void run_version(int version, const Problem& p, int block_size = kClassifierBlockSize) {
     switch (version) {
         case 1:
-            LAUNCH(classifier_naive_exp_kernel, p.N, 1024, 0, 0, p.exps, p.row_max, p.row_sum, p.losses, p.logits,
-                   p.targets, p.V, p.Vp);
-            LAUNCH(classifier_naive_gradient_kernel, ceil_div((long long)p.N * p.Vp, 256), 256, 0, 0, p.logits,
-                   p.exps, p.row_sum, p.targets, p.dloss, p.N, p.V, p.Vp);
+            LAUNCH(classifier_naive_exp_kernel, p.N, 1024, 0, 0, p.exps, p.row_max, p.row_sum, p.losses,
+                   p.logits, p.targets, p.V, p.Vp);
+            LAUNCH(classifier_naive_gradient_kernel, ceil_div((long long)p.N * p.Vp, 256), 256, 0, 0,
+                   p.logits, p.exps, p.row_sum, p.targets, p.dloss, p.N, p.V, p.Vp);
             break;
         case 2:
-            LAUNCH(classifier_online_scalar_kernel, p.N, 1024, 0, 0, p.logits, p.losses, p.dloss, p.targets, p.V,
-                   p.Vp);
+            LAUNCH(classifier_online_scalar_kernel, p.N, 1024, 0, 0, p.logits, p.losses, p.dloss, p.targets,
+                   p.V, p.Vp);
             break;
         case 3:
             if (block_size == kClassifierBlockSize) {
                 fused_classifier(p.logits, p.losses, p.dloss, p.targets, p.N, p.V, p.Vp, true, 0);
             } else {
-                LAUNCH(fused_classifier_kernel, p.N, block_size, 0, 0, p.logits, p.losses, p.dloss, p.targets, p.V,
-                       p.Vp, true);
+                LAUNCH(fused_classifier_kernel, p.N, block_size, 0, 0, p.logits, p.losses, p.dloss, p.targets,
+                       p.V, p.Vp, true);
             }
             break;
     }
@@ -195,7 +197,8 @@ bool check_versions(int N, int V, int Vp) {
     const float dloss = 1.0f / N;
     std::vector<float> ref_losses(N), logsumexp(N), ref_dlogits((size_t)N * Vp, 0.0f);
     crossentropy_forward(ref_losses.data(), logsumexp.data(), c.logits.data(), c.targets.data(), N, V, Vp);
-    crossentropy_backward(ref_dlogits.data(), c.logits.data(), logsumexp.data(), c.targets.data(), dloss, N, V, Vp);
+    crossentropy_backward(ref_dlogits.data(), c.logits.data(), logsumexp.data(), c.targets.data(), dloss, N,
+                          V, Vp);
 
     std::vector<floatX> input(c.logits.size());
     for (size_t i = 0; i < input.size(); i++) input[i] = host_floatX(c.logits[i]);
@@ -213,9 +216,11 @@ bool check_versions(int N, int V, int Vp) {
         CUDA_CHECK(cudaMemcpy(raw.data(), d.logits, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < raw.size(); i++) dlogits[i] = host_float(raw[i]);
         char name[160];
-        snprintf(name, sizeof name, "classifier %s losses (N=%d V=%d Vp=%d)", version_name(version), N, V, Vp);
+        snprintf(name, sizeof name, "classifier %s losses (N=%d V=%d Vp=%d)", version_name(version), N, V,
+                 Vp);
         ok &= report_check(name, relative_error(losses, ref_losses), 1e-5);
-        snprintf(name, sizeof name, "classifier %s dlogits (N=%d V=%d Vp=%d)", version_name(version), N, V, Vp);
+        snprintf(name, sizeof name, "classifier %s dlogits (N=%d V=%d Vp=%d)", version_name(version), N, V,
+                 Vp);
         ok &= report_check(name, relative_error(dlogits, ref_dlogits), TOLERANCE);
     }
     return ok;
@@ -236,16 +241,18 @@ void time_versions(int N, int V, int Vp) {
     const Problem p = d.problem(N, V, Vp, 1.0f / N);
     const double bytes = classifier_bytes(N, Vp, true);
     for (int version = 1; version <= 3; version++)
-        report_bandwidth(version_name(version), time_median_ms([&] { run_version(version, p); }), bytes, ceiling);
+        report_bandwidth(version_name(version), time_median_ms([&] { run_version(version, p); }), bytes,
+                         ceiling);
     for (int block_size : {256, 512}) {
         char name[80];
         snprintf(name, sizeof name, "3 shipped kernel, block of %d", block_size);
         report_bandwidth(name, time_median_ms([&] { run_version(3, p, block_size); }), bytes, ceiling);
     }
     CUDA_CHECK(cudaMemcpy(d.logits, input.data(), input.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    const double forward_ms = time_median_ms(
-        [&] { fused_classifier(p.logits, p.losses, p.dloss, p.targets, N, V, Vp, false, 0); });
-    report_bandwidth("3 shipped, losses only (no dlogits)", forward_ms, classifier_bytes(N, Vp, false), ceiling);
+    const double forward_ms =
+        time_median_ms([&] { fused_classifier(p.logits, p.losses, p.dloss, p.targets, N, V, Vp, false, 0); });
+    report_bandwidth("3 shipped, losses only (no dlogits)", forward_ms, classifier_bytes(N, Vp, false),
+                     ceiling);
 }
 
 int main() {

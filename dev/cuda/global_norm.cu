@@ -32,8 +32,8 @@ void run_version(int version, float* out, const floatX* grads, size_t n, void* s
         case 2:
             LAUNCH(global_norm_partial_kernel<false>, kGlobalNormBlocks, kGlobalNormBlockSize, 0, 0,
                    static_cast<float*>(scratch), grads, split);
-            LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, 0, out, static_cast<float*>(scratch),
-                   kGlobalNormBlocks);
+            LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, 0, out,
+                   static_cast<float*>(scratch), kGlobalNormBlocks);
             break;
         case 3:
             global_norm_squared(out, grads, n, scratch, 0);
@@ -90,7 +90,8 @@ bool check_versions(size_t n) {
         ok &= report_check(name, std::fabs(results[0] - expected) / expected, 1e-5);
         if (version > 1) {
             const bool same = memcmp(&results[0], &results[1], sizeof(float)) == 0;
-            printf("%s global norm %s is bitwise reproducible\n", same ? "PASS" : "FAIL", version_name(version));
+            printf("%s global norm %s is bitwise reproducible\n", same ? "PASS" : "FAIL",
+                   version_name(version));
             ok &= same;
         }
     }
@@ -103,7 +104,8 @@ void time_versions(size_t n) {
     printf("n=%zu gradients\n", n);
     Data d(n, 4);
     for (int version = 1; version <= 3; version++)
-        report_bandwidth(version_name(version), time_median_ms([&] { run_version(version, d.out, d.grads, n, d.scratch); }),
+        report_bandwidth(version_name(version),
+                         time_median_ms([&] { run_version(version, d.out, d.grads, n, d.scratch); }),
                          (double)n * sizeof(floatX), ceiling);
 }
 

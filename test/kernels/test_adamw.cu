@@ -49,7 +49,8 @@ State from_device(const DeviceState& d, size_t n, bool with_master) {
 
 // Fresh parameters (with master weights: the fp32 master, and params its floatX rounding), m = v = 0.
 State initial_state(size_t n, bool with_master, unsigned seed) {
-    State s{n, {}, random_floats(n, seed), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), with_master};
+    State s{n,          {}, random_floats(n, seed), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f),
+            with_master};
     s.params = round_to_floatX(s.master);
     if (!with_master) s.master.clear();
     return s;
@@ -152,12 +153,13 @@ TEST(adamw_without_master_rounds_to_a_neighbour_each_step) {
         if (std::fabs(out[i] - ref_p[i]) > 1e-6 * std::fabs(ref_p[i])) outside++;
 #else
         if (!is_bf16_neighbour(out[i], ref_p[i])) outside++;  // fp32 last-bit differences may cross
-        drift += std::fabs(out[i]) - std::fabs(ref_p[i]);  // a bias toward or away from zero
+        drift += std::fabs(out[i]) - std::fabs(ref_p[i]);     // a bias toward or away from zero
         gaps += bf16_gap(ref_p[i]);
 #endif
     }
     CHECK_MSG(outside <= n / 1000, "%zu of %zu params are not a neighbour of the reference", outside, n);
-    CHECK_MSG(std::fabs(drift) <= 0.03 * gaps, "rounding drifts: mean error %.3g gaps", drift / (gaps + 1e-30));
+    CHECK_MSG(std::fabs(drift) <= 0.03 * gaps, "rounding drifts: mean error %.3g gaps",
+              drift / (gaps + 1e-30));
     CUDA_CHECK(cudaFree(d_grads));
     free_device(d);
 }
@@ -177,13 +179,15 @@ TEST(adamw_slices_match_the_whole_bitwise) {
                 gpu_step(whole, d_grads, n, 0, h, step);
                 adamw_update(parts.params, parts.master, parts.m, parts.v, d_grads, split, 0, h.lr, h.beta1,
                              h.beta2, h.eps, h.weight_decay, h.grad_scale, step, h.seed, 0);
-                adamw_update(parts.params + split, with_master ? parts.master + split : nullptr, parts.m + split,
-                             parts.v + split, d_grads + split, n - split, split, h.lr, h.beta1, h.beta2, h.eps,
-                             h.weight_decay, h.grad_scale, step, h.seed, 0);
+                adamw_update(parts.params + split, with_master ? parts.master + split : nullptr,
+                             parts.m + split, parts.v + split, d_grads + split, n - split, split, h.lr,
+                             h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, step, h.seed, 0);
             }
             const State a = from_device(whole, n, with_master), b = from_device(parts, n, with_master);
-            CHECK_MSG(bitwise_equal(a.params.data(), b.params.data(), n * 4), "params differ (split %zu)", split);
-            CHECK(bitwise_equal(a.m.data(), b.m.data(), n * 4) && bitwise_equal(a.v.data(), b.v.data(), n * 4));
+            CHECK_MSG(bitwise_equal(a.params.data(), b.params.data(), n * 4), "params differ (split %zu)",
+                      split);
+            CHECK(bitwise_equal(a.m.data(), b.m.data(), n * 4) &&
+                  bitwise_equal(a.v.data(), b.v.data(), n * 4));
             if (with_master) CHECK(bitwise_equal(a.master.data(), b.master.data(), n * 4));
             free_device(whole);
             free_device(parts);
@@ -211,9 +215,11 @@ TEST(adamw_unaligned_arrays_give_the_same_bits) {
                      h.beta2, h.eps, h.weight_decay, h.grad_scale, step, h.seed, 0);
     }
     const State a = from_device(aligned, n, true);
-    const std::vector<float> params = host_floats_of(shifted.params, n), master = host_copy_of(shifted.master, n);
+    const std::vector<float> params = host_floats_of(shifted.params, n),
+                             master = host_copy_of(shifted.master, n);
     const std::vector<float> m = host_copy_of(m_buffer + 1, n), v = host_copy_of(v_buffer + 1, n);
-    CHECK(bitwise_equal(a.params.data(), params.data(), n * 4) && bitwise_equal(a.master.data(), master.data(), n * 4));
+    CHECK(bitwise_equal(a.params.data(), params.data(), n * 4) &&
+          bitwise_equal(a.master.data(), master.data(), n * 4));
     CHECK(bitwise_equal(a.m.data(), m.data(), n * 4) && bitwise_equal(a.v.data(), v.data(), n * 4));
     CUDA_CHECK(cudaFree(m_buffer));
     CUDA_CHECK(cudaFree(v_buffer));
@@ -251,7 +257,8 @@ __global__ void stochastic_round_kernel(__nv_bfloat16* out, const float* x, cons
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = stochastic_round_bf16(x[i], bits[i]);
 }
-std::vector<float> stochastic_round_on_device(const std::vector<float>& x, const std::vector<uint32_t>& bits) {
+std::vector<float> stochastic_round_on_device(const std::vector<float>& x,
+                                              const std::vector<uint32_t>& bits) {
     float* d_x = device_copy_of(x);
     uint32_t* d_bits = device_copy_of(bits);
     __nv_bfloat16* d_out = device_poisoned<__nv_bfloat16>(x.size());
@@ -268,7 +275,8 @@ std::vector<float> stochastic_round_on_device(const std::vector<float>& x, const
 
 TEST(stochastic_rounding_keeps_representable_values) {
     std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, 3.0e38f, INFINITY, -INFINITY, 1e-40f};
-    for (float r : random_floats(4000, 13, -100.0f, 100.0f)) x.push_back(__bfloat162float(__float2bfloat16(r)));
+    for (float r : random_floats(4000, 13, -100.0f, 100.0f))
+        x.push_back(__bfloat162float(__float2bfloat16(r)));
     x[7] = __bfloat162float(__float2bfloat16(x[7]));  // a subnormal bf16
     x[4] = __bfloat162float(__float2bfloat16(x[4]));
     std::vector<uint32_t> bits(x.size());
@@ -281,7 +289,8 @@ TEST(stochastic_rounding_keeps_representable_values) {
 }
 
 TEST(stochastic_rounding_is_unbiased) {
-    const std::vector<float> values = {1.0f + 1.0f / 3 * (1.0f / 128), -3.14159265f, 1.0e-3f, 7.77e5f, -2.0e-20f};
+    const std::vector<float> values = {1.0f + 1.0f / 3 * (1.0f / 128), -3.14159265f, 1.0e-3f, 7.77e5f,
+                                       -2.0e-20f};
     for (float x : values) {
         // Every one of the 2^16 dithers once: the mean is x exactly (in double).
         std::vector<float> xs(65536, x);
@@ -302,8 +311,8 @@ TEST(stochastic_rounding_is_unbiased) {
         double sampled_sum = 0;
         for (float r : sampled) sampled_sum += r;
         const double tolerance = 6 * bf16_gap(x) * 0.5 / 256;
-        CHECK_MSG(std::fabs(sampled_sum / 65536 - x) <= tolerance, "mean of hashed roundings of %.9g off by %.3g",
-                  x, sampled_sum / 65536 - x);
+        CHECK_MSG(std::fabs(sampled_sum / 65536 - x) <= tolerance,
+                  "mean of hashed roundings of %.9g off by %.3g", x, sampled_sum / 65536 - x);
     }
 }
 

@@ -25,7 +25,8 @@ ClassifierCase make_case(int N, int V, int Vp, unsigned seed) {
     for (int n = 0; n < N; n++)
         for (int j = V; j < Vp; j++) c.logits[(size_t)n * Vp + j] = NAN;
     if (N > 1)
-        for (int j = 0; j < V; j++) c.logits[Vp + j] = host_from_floatX(host_to_floatX(c.logits[Vp + j] + 100.0f));
+        for (int j = 0; j < V; j++)
+            c.logits[Vp + j] = host_from_floatX(host_to_floatX(c.logits[Vp + j] + 100.0f));
     // Row 0's largest logit is the last real column (the partial vector at the end of the row).
     c.logits[V - 1] = 12.0f;
     c.targets[0] = V - 1;
@@ -34,13 +35,14 @@ ClassifierCase make_case(int N, int V, int Vp, unsigned seed) {
 }
 
 // The reference: losses and dlogits (N × Vp, zero in the padding) from cpu/crossentropy.h.
-void reference(const ClassifierCase& c, float dloss, std::vector<float>& losses, std::vector<float>& dlogits) {
+void reference(const ClassifierCase& c, float dloss, std::vector<float>& losses,
+               std::vector<float>& dlogits) {
     std::vector<float> logsumexp(c.N);
     losses.assign(c.N, 0.0f);
     dlogits.assign((size_t)c.N * c.Vp, 0.0f);
     crossentropy_forward(losses.data(), logsumexp.data(), c.logits.data(), c.targets.data(), c.N, c.V, c.Vp);
-    crossentropy_backward(dlogits.data(), c.logits.data(), logsumexp.data(), c.targets.data(), dloss, c.N, c.V,
-                          c.Vp);
+    crossentropy_backward(dlogits.data(), c.logits.data(), logsumexp.data(), c.targets.data(), dloss, c.N,
+                          c.V, c.Vp);
 }
 
 struct Result {

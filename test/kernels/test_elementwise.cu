@@ -11,10 +11,20 @@
 namespace {
 
 // Host conversions of one value, the reference for the casts (round to nearest even).
-template <typename T> T host_cast(float x);
-template <> float host_cast<float>(float x) { return x; }
-template <> __nv_bfloat16 host_cast<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <> __half host_cast<__half>(float x) { return __float2half(x); }
+template <typename T>
+T host_cast(float x);
+template <>
+float host_cast<float>(float x) {
+    return x;
+}
+template <>
+__nv_bfloat16 host_cast<__nv_bfloat16>(float x) {
+    return __float2bfloat16(x);
+}
+template <>
+__half host_cast<__half>(float x) {
+    return __float2half(x);
+}
 float host_value(float x) { return x; }
 float host_value(__nv_bfloat16 x) { return __bfloat162float(x); }
 float host_value(__half x) { return __half2float(x); }
@@ -45,7 +55,8 @@ template <typename To, typename From>
 void check_cast_shapes(unsigned seed) {
     for (size_t n : {(size_t)1, (size_t)7, (size_t)8, (size_t)37, (size_t)10007})
         for (size_t in_offset : {(size_t)0, (size_t)1, (size_t)3})
-            for (size_t out_offset : {(size_t)0, (size_t)3}) check_cast<To, From>(n, in_offset, out_offset, seed++);
+            for (size_t out_offset : {(size_t)0, (size_t)3})
+                check_cast<To, From>(n, in_offset, out_offset, seed++);
 }
 
 }  // namespace
