@@ -33,9 +33,9 @@
 #include "kernels/common.h"
 
 constexpr int ENCODER_X128 = Packed128<floatX>::size;  // floatX values per 128-bit vector
-constexpr int ENCODER_SPLIT_POSITIONS = 16;             // a token this frequent gets split groups
-constexpr int ENCODER_SPLIT_GROUPS = 8;                 // position groups of a split token's block
-constexpr int ENCODER_MAX_LANES = 128;                  // threads across a row's 128-bit vectors
+constexpr int ENCODER_SPLIT_POSITIONS = 16;            // a token this frequent gets split groups
+constexpr int ENCODER_SPLIT_GROUPS = 8;                // position groups of a split token's block
+constexpr int ENCODER_MAX_LANES = 128;                 // threads across a row's 128-bit vectors
 
 // Offset of row `row` of an (rows, C) tensor: 64-bit, since B·T·C and Vp·C can pass 2^31.
 __host__ __device__ inline size_t encoder_row_offset(size_t row, int C) { return row * (size_t)C; }
@@ -56,7 +56,8 @@ __global__ void encoder_forward_kernel(floatX* __restrict__ out, const int* __re
     const Packed128<floatX> position_row = load128(wpe + encoder_row_offset(t, C) + column);
     Packed128<floatX> sum;
 #pragma unroll
-    for (int k = 0; k < ENCODER_X128; k++) sum[k] = from_float<floatX>(to_float(token_row[k]) + to_float(position_row[k]));
+    for (int k = 0; k < ENCODER_X128; k++)
+        sum[k] = from_float<floatX>(to_float(token_row[k]) + to_float(position_row[k]));
     store128(out + encoder_row_offset(position, C) + column, sum);
 }
 
@@ -89,7 +90,8 @@ __global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const flo
         if (vec < vecs) {
 #pragma unroll 4
             for (int j = position_group; j < group.count; j += position_groups) {
-                const Packed128<floatX> d = load128(dout + encoder_row_offset(positions[j], C) + vec * ENCODER_X128);
+                const Packed128<floatX> d =
+                    load128(dout + encoder_row_offset(positions[j], C) + vec * ENCODER_X128);
 #pragma unroll
                 for (int k = 0; k < ENCODER_X128; k++) sum[k] += to_float(d[k]);
             }
@@ -102,7 +104,8 @@ __global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const flo
             __syncthreads();
             if (position_group == 0)
                 for (int g = 1; g < position_groups; g++)
-                    for (int k = 0; k < ENCODER_X128; k++) sum[k] += group_sums[((g - 1) * ENCODER_X128 + k) * lanes + lane];
+                    for (int k = 0; k < ENCODER_X128; k++)
+                        sum[k] += group_sums[((g - 1) * ENCODER_X128 + k) * lanes + lane];
             __syncthreads();  // the next slice of the row reuses group_sums
         }
         if (position_group == 0 && vec < vecs) {
@@ -147,7 +150,8 @@ inline const char* encoder_shape_error(int B, int T, int C, std::initializer_lis
         if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return "tensors must be 16-byte aligned";
     return nullptr;
 }
-inline void encoder_check(const char* function, int B, int T, int C, std::initializer_list<const void*> tensors) {
+inline void encoder_check(const char* function, int B, int T, int C,
+                          std::initializer_list<const void*> tensors) {
     const char* error = encoder_shape_error(B, T, C, tensors);
     if (error == nullptr) return;
     fprintf(stderr, "%s: B=%d, T=%d, C=%d: %s\n", function, B, T, C, error);
@@ -155,13 +159,13 @@ inline void encoder_check(const char* function, int B, int T, int C, std::initia
 }
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; tokens on the device.
-inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B, int T,
-                            int C, cudaStream_t stream) {
+inline void encoder_forward(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe, int B,
+                            int T, int C, cudaStream_t stream) {
     encoder_check("encoder_forward", B, T, C, {out, wte, wpe});
     const int threads = 256;
     const size_t vectors = (size_t)B * T * (C / ENCODER_X128);
-    LAUNCH(encoder_forward_kernel, (unsigned)((vectors + threads - 1) / threads), threads, 0, stream, out, tokens,
-           wte, wpe, B, T, C);
+    LAUNCH(encoder_forward_kernel, (unsigned)((vectors + threads - 1) / threads), threads, 0, stream, out,
+           tokens, wte, wpe, B, T, C);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -184,7 +188,7 @@ inline size_t encoder_backward_host_scratch_bytes(int B, int T) {
 inline int encoder_group_positions(const int* tokens, int n, void* host_scratch, int* split_groups) {
     int* sorted = static_cast<int*>(host_scratch);
     EncoderTokenGroup* groups = reinterpret_cast<EncoderTokenGroup*>(static_cast<char*>(host_scratch) +
-                                                                    ((size_t)n + 3) / 4 * 4 * sizeof(int));
+                                                                     ((size_t)n + 3) / 4 * 4 * sizeof(int));
     int* spare = reinterpret_cast<int*>(groups + n);
 
     int max_token = 0;
@@ -239,15 +243,15 @@ inline int encoder_group_positions(const int* tokens, int n, void* host_scratch,
 inline void encoder_backward_launch(floatX* dwte, floatX* dwpe, const floatX* dout, int B, int T, int C,
                                     const void* scratch, int groups, int split_groups, cudaStream_t stream) {
     const int* sorted_positions = static_cast<const int*>(scratch);
-    const EncoderTokenGroup* token_groups =
-        reinterpret_cast<const EncoderTokenGroup*>(static_cast<const char*>(scratch) + encoder_positions_bytes(B, T));
+    const EncoderTokenGroup* token_groups = reinterpret_cast<const EncoderTokenGroup*>(
+        static_cast<const char*>(scratch) + encoder_positions_bytes(B, T));
     const int vecs = C / ENCODER_X128;
     const int lanes = std::min(ceil_div(vecs, 32) * 32, ENCODER_MAX_LANES);
     // Frequent tokens first (split over position groups), then one position group per token.
     if (split_groups > 0) {
         const int shared = (ENCODER_SPLIT_GROUPS - 1) * ENCODER_X128 * lanes * (int)sizeof(float);
-        LAUNCH(encoder_backward_wte_kernel, split_groups, dim3(lanes, ENCODER_SPLIT_GROUPS), shared, stream, dwte,
-               dout, sorted_positions, token_groups, C);
+        LAUNCH(encoder_backward_wte_kernel, split_groups, dim3(lanes, ENCODER_SPLIT_GROUPS), shared, stream,
+               dwte, dout, sorted_positions, token_groups, C);
         CUDA_CHECK(cudaGetLastError());
     }
     if (groups > split_groups) {
@@ -266,8 +270,8 @@ inline void encoder_backward_launch(floatX* dwte, floatX* dwpe, const floatX* do
 // encoder_backward_host_scratch_bytes(B, T), 16-byte aligned (malloc, cudaMallocHost). If
 // host_scratch is pinned, the upload is asynchronous: do not call again before the stream has
 // passed this call (the trainer synchronises every step).
-inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens_host, int B, int T,
-                             int C, void* scratch, void* host_scratch, cudaStream_t stream) {
+inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* dout, const int* tokens_host, int B,
+                             int T, int C, void* scratch, void* host_scratch, cudaStream_t stream) {
     encoder_check("encoder_backward", B, T, C, {dwte, dwpe, dout, scratch, host_scratch});
     int split_groups = 0;
     const int groups = encoder_group_positions(tokens_host, B * T, host_scratch, &split_groups);

@@ -45,14 +45,14 @@
 constexpr float LAYERNORM_EPS = 1e-5f;
 constexpr int LAYERNORM_X128 = Packed128<floatX>::size;  // floatX values per 128-bit vector
 constexpr int LAYERNORM_FORWARD_THREADS = 256;           // 8 warps: 8 rows per block
-constexpr int LAYERNORM_BACKWARD_MAX_WARPS = 4;          // warps per block (fewer for very wide rows)
+constexpr int LAYERNORM_BACKWARD_MAX_WARPS = 8;          // warps per block (fewer for very wide rows)
 constexpr int LAYERNORM_MAX_VECS = 16;                   // longest row held in registers: 32·16 vectors
 
 // Offset of row `row` in an (N, C) tensor: 64-bit, since N·C passes 2^31 for large batches.
 __host__ __device__ inline size_t layernorm_row_offset(int row, int C) { return (size_t)row * (size_t)C; }
 
-// Number of 128-bit vectors a lane holds for a row of `vecs` vectors, rounded up to an
-// instantiated register-array length; 0 when the row is too long (the wide kernels take it).
+// Number of 128-bit vectors a lane holds for a row of C channels, rounded up to an instantiated
+// register-array length; 0 when the row is too long for registers (the wide kernels take it).
 inline int layernorm_vecs_per_lane(int C) {
     const int per_lane = ceil_div(C / LAYERNORM_X128, 32);
     for (int candidate : {1, 2, 3, 4, 6, 8, 12, 16})
@@ -60,7 +60,7 @@ inline int layernorm_vecs_per_lane(int C) {
     return 0;
 }
 
-// x·rstd-style normalisation of one element, written once so every kernel rounds the same way.
+// One output element: normalised, scaled and shifted; one definition for every forward kernel.
 __device__ __forceinline__ float layernorm_apply(float x, float mean, float rstd, float w, float b) {
     return (x - mean) * rstd * w + b;
 }
@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
             const Packed128<floatX> a = load128cs(inp1 + offset + v * LAYERNORM_X128);
             const Packed128<floatX> b = load128cs(inp2 + offset + v * LAYERNORM_X128);
 #pragma unroll
-            for (int k = 0; k < LAYERNORM_X128; k++) x[i][k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+            for (int k = 0; k < LAYERNORM_X128; k++)
+                x[i][k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
             store128(residual_out + offset + v * LAYERNORM_X128, x[i]);
         } else {
             x[i] = load128cs(inp1 + offset + v * LAYERNORM_X128);
@@ -137,8 +138,8 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
         Packed128<floatX> o;
 #pragma unroll
         for (int k = 0; k < LAYERNORM_X128; k++)
-            o[k] = from_float<floatX>(layernorm_apply(to_float(x[i][k]), row_mean, row_rstd, to_float(w[k]),
-                                                      to_float(b[k])));
+            o[k] = from_float<floatX>(
+                layernorm_apply(to_float(x[i][k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
         store128(out + offset + v * LAYERNORM_X128, o);
     }
     if (lane == 0 && mean != nullptr) mean[row] = row_mean;
@@ -149,10 +150,10 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
 // the second and third re-reading the row (the fused kernel re-reads the residual it just stored)
 // from cache. `residual_out` and `inp2` are nullptr for plain LayerNorm.
 __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
-    layernorm_forward_wide_kernel(floatX* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
-                                  floatX* residual_out, const floatX* inp1, const floatX* __restrict__ inp2,
-                                  const floatX* __restrict__ weight, const floatX* __restrict__ bias, int N,
-                                  int C) {
+    layernorm_forward_wide_kernel(floatX* __restrict__ out, float* __restrict__ mean,
+                                  float* __restrict__ rstd, floatX* residual_out, const floatX* inp1,
+                                  const floatX* __restrict__ inp2, const floatX* __restrict__ weight,
+                                  const floatX* __restrict__ bias, int N, int C) {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;
@@ -165,7 +166,8 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
         Packed128<floatX> x = load128(inp1 + offset + v * LAYERNORM_X128);
         if (inp2 != nullptr) {
             const Packed128<floatX> b = load128(inp2 + offset + v * LAYERNORM_X128);
-            for (int k = 0; k < LAYERNORM_X128; k++) x[k] = from_float<floatX>(to_float(x[k]) + to_float(b[k]));
+            for (int k = 0; k < LAYERNORM_X128; k++)
+                x[k] = from_float<floatX>(to_float(x[k]) + to_float(b[k]));
             store128(residual_out + offset + v * LAYERNORM_X128, x);  // re-read below by this lane
         }
         for (int k = 0; k < LAYERNORM_X128; k++) sum += to_float(x[k]);
@@ -186,7 +188,8 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
         const Packed128<floatX> b = load128(bias + v * LAYERNORM_X128);
         Packed128<floatX> o;
         for (int k = 0; k < LAYERNORM_X128; k++)
-            o[k] = from_float<floatX>(layernorm_apply(to_float(x[k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
+            o[k] = from_float<floatX>(
+                layernorm_apply(to_float(x[k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
         store128(out + offset + v * LAYERNORM_X128, o);
     }
     if (lane == 0 && mean != nullptr) mean[row] = row_mean;
@@ -214,7 +217,8 @@ __global__ void residual_forward_kernel(floatX* __restrict__ out, const floatX* 
 // Every lane adds its channels' dout·xhat and dout into its warp's slice of shared memory
 // (dweight part then dbias part, C floats each). 128-bit shared accesses, 8 or 4 channels at once.
 __device__ __forceinline__ void layernorm_accumulate_parameter_grads(float* warp_dweight, float* warp_dbias,
-                                                                     int channel, const float (&dw)[LAYERNORM_X128],
+                                                                     int channel,
+                                                                     const float (&dw)[LAYERNORM_X128],
                                                                      const float (&db)[LAYERNORM_X128]) {
 #pragma unroll
     for (int k = 0; k < LAYERNORM_X128; k += 4) {
@@ -230,11 +234,12 @@ __device__ __forceinline__ void layernorm_accumulate_parameter_grads(float* warp
 // Zeroes this warp's slice of 2C floats (only this warp uses it until the block's final sum), and
 // at the end writes the block's partial row: the sum over warps, in warp order, of every slice.
 __device__ __forceinline__ void layernorm_zero_warp_slice(float* warp_slice, int lane, int C) {
-    for (int c = lane * 4; c < 2 * C; c += 32 * 4) *reinterpret_cast<float4*>(warp_slice + c) = make_float4(0, 0, 0, 0);
+    for (int c = lane * 4; c < 2 * C; c += 32 * 4)
+        *reinterpret_cast<float4*>(warp_slice + c) = make_float4(0, 0, 0, 0);
     __syncwarp();  // lanes then add into channels other lanes zeroed
 }
-__device__ __forceinline__ void layernorm_write_block_partial(float* __restrict__ partials, const float* slices,
-                                                              int C) {
+__device__ __forceinline__ void layernorm_write_block_partial(float* __restrict__ partials,
+                                                              const float* slices, int C) {
     __syncthreads();
     const int warps = blockDim.x / 32;
     float* block_row = partials + (size_t)blockIdx.x * 2 * C;
@@ -422,10 +427,10 @@ inline void layernorm_forward_launch(floatX* out, float* mean, float* rstd, floa
     if (N == 0) return;
     const int blocks = ceil_div(N, LAYERNORM_FORWARD_THREADS / 32);
     const int threads = LAYERNORM_FORWARD_THREADS;
-#define LAYERNORM_FORWARD_CASE(V)                                                                             \
-    case V:                                                                                                   \
-        LAUNCH((layernorm_forward_kernel<V, FUSED>), blocks, threads, 0, stream, out, mean, rstd, residual_out, \
-               inp1, inp2, weight, bias, N, C);                                                               \
+#define LAYERNORM_FORWARD_CASE(V)                                                                 \
+    case V:                                                                                       \
+        LAUNCH((layernorm_forward_kernel<V, FUSED>), blocks, threads, 0, stream, out, mean, rstd, \
+               residual_out, inp1, inp2, weight, bias, N, C);                                     \
         break;
     switch (layernorm_vecs_per_lane(C)) {
         LAYERNORM_FORWARD_CASE(1)
@@ -469,16 +474,18 @@ inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size
     if (n == 0) return;
     const int threads = 256;
     const size_t vectors = (n + LAYERNORM_X128 - 1) / LAYERNORM_X128;
-    LAUNCH(residual_forward_kernel, (unsigned)((vectors + threads - 1) / threads), threads, 0, stream, out, a, b, n);
+    LAUNCH(residual_forward_kernel, (unsigned)((vectors + threads - 1) / threads), threads, 0, stream, out, a,
+           b, n);
     CUDA_CHECK(cudaGetLastError());
 }
 
 // The backward's launch shape for (N, C): the kernel, warps per block (as many as fit the shared
-// memory, at most 4), shared bytes, and the number of blocks: as many as run at once on the GPU
-// (a persistent grid: each block's partial row covers many rows), never more than there are rows.
+// memory, at most 8: bigger blocks leave fewer partial rows to sum), shared bytes, and the number
+// of blocks: as many as run at once on the GPU (a persistent grid: each block's partial row covers
+// many rows), never more than the rows need.
 struct LayernormBackwardPlan {
-    void (*kernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*, int,
-                   int);
+    void (*kernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*,
+                   int, int);
     int warps, shared_bytes, blocks;
 };
 inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
@@ -492,15 +499,32 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
 
     LayernormBackwardPlan plan{};
     switch (layernorm_vecs_per_lane(C)) {
-        case 1: plan.kernel = layernorm_backward_kernel<1>; break;
-        case 2: plan.kernel = layernorm_backward_kernel<2>; break;
-        case 3: plan.kernel = layernorm_backward_kernel<3>; break;
-        case 4: plan.kernel = layernorm_backward_kernel<4>; break;
-        case 6: plan.kernel = layernorm_backward_kernel<6>; break;
-        case 8: plan.kernel = layernorm_backward_kernel<8>; break;
-        case 12: plan.kernel = layernorm_backward_kernel<12>; break;
-        case 16: plan.kernel = layernorm_backward_kernel<16>; break;
-        default: plan.kernel = layernorm_backward_wide_kernel;
+        case 1:
+            plan.kernel = layernorm_backward_kernel<1>;
+            break;
+        case 2:
+            plan.kernel = layernorm_backward_kernel<2>;
+            break;
+        case 3:
+            plan.kernel = layernorm_backward_kernel<3>;
+            break;
+        case 4:
+            plan.kernel = layernorm_backward_kernel<4>;
+            break;
+        case 6:
+            plan.kernel = layernorm_backward_kernel<6>;
+            break;
+        case 8:
+            plan.kernel = layernorm_backward_kernel<8>;
+            break;
+        case 12:
+            plan.kernel = layernorm_backward_kernel<12>;
+            break;
+        case 16:
+            plan.kernel = layernorm_backward_kernel<16>;
+            break;
+        default:
+            plan.kernel = layernorm_backward_wide_kernel;
     }
     int sms = 1, max_shared = 48 * 1024;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -508,13 +532,14 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     const int slice_bytes = 2 * C * (int)sizeof(float);
     plan.warps = std::min(LAYERNORM_BACKWARD_MAX_WARPS, max_shared / slice_bytes);
     if (plan.warps < 1) {
-        fprintf(stderr, "layernorm_backward: C=%d needs %d bytes of shared memory per warp, more than %d\n", C,
-                slice_bytes, max_shared);
+        fprintf(stderr, "layernorm_backward: C=%d needs %d bytes of shared memory per warp, more than %d\n",
+                C, slice_bytes, max_shared);
         exit(EXIT_FAILURE);
     }
     plan.shared_bytes = plan.warps * slice_bytes;
     if (plan.shared_bytes > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.shared_bytes));
+        CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        plan.shared_bytes));
     int blocks_per_sm = 2;  // the emulator has no occupancy calculator; 2 exercises several blocks per "SM"
 #ifdef __CUDACC__
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, plan.kernel, 32 * plan.warps,
@@ -534,17 +559,51 @@ inline size_t layernorm_backward_scratch_bytes(int N, int C) {
 
 // Adds the gradients of LayerNorm into dinp (N, C), dweight (C) and dbias (C). `scratch` holds
 // layernorm_backward_scratch_bytes(N, C) bytes of device memory.
-inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* scratch, const floatX* dout,
-                               const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
-                               int N, int C, cudaStream_t stream) {
+inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* scratch,
+                               const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
+                               const float* rstd, int N, int C, cudaStream_t stream) {
     layernorm_check("layernorm_backward", N, C, {dinp, dweight, dbias, scratch, dout, inp, weight});
     if (N == 0) return;
     const LayernormBackwardPlan plan = layernorm_backward_plan(N, C);
     float* partials = static_cast<float*>(scratch);
-    LAUNCH(plan.kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, stream, dinp, partials, dout, inp, weight,
-           mean, rstd, N, C);
+    LAUNCH(plan.kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, stream, dinp, partials, dout, inp,
+           weight, mean, rstd, N, C);
     CUDA_CHECK(cudaGetLastError());
-    LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, stream, dweight, dbias,
-           partials, plan.blocks, C);
+    LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, stream, dweight,
+           dbias, partials, plan.blocks, C);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------------------------------------
+// Recompute (activation recomputation, train_gpt -r 2)
+
+// out = LayerNorm(inp) from the mean and rstd the forward saved: one 128-bit vector per thread, the
+// same layernorm_apply() as the forward kernels, so the result is bit for bit the forward's output.
+// Reads N·C·S + 8N bytes (plus weight and bias from cache), writes N·C·S.
+__global__ void layernorm_recompute_kernel(floatX* __restrict__ out, const floatX* __restrict__ inp,
+                                           const float* __restrict__ mean, const float* __restrict__ rstd,
+                                           const floatX* __restrict__ weight, const floatX* __restrict__ bias,
+                                           int N, int C) {
+    const int vecs_per_row = C / LAYERNORM_X128;
+    const size_t vector = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (vector >= (size_t)N * vecs_per_row) return;
+    const int row = (int)(vector / vecs_per_row), column = (int)(vector % vecs_per_row) * LAYERNORM_X128;
+    const size_t at = layernorm_row_offset(row, C) + column;
+    const Packed128<floatX> x = load128cs(inp + at);
+    const Packed128<floatX> w = load128(weight + column), b = load128(bias + column);
+    const float row_mean = mean[row], row_rstd = rstd[row];
+    Packed128<floatX> o;
+    for (int k = 0; k < LAYERNORM_X128; k++)
+        o[k] = from_float<floatX>(layernorm_apply(to_float(x[k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
+    store128(out + at, o);
+}
+
+inline void layernorm_recompute(floatX* out, const floatX* inp, const float* mean, const float* rstd,
+                                const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream) {
+    layernorm_check("layernorm_recompute", N, C, {out, inp, mean, rstd, weight, bias});
+    if (N == 0) return;
+    const size_t vectors = (size_t)N * (C / LAYERNORM_X128);
+    LAUNCH(layernorm_recompute_kernel, (unsigned)((vectors + 255) / 256), 256, 0, stream, out, inp, mean, rstd,
+           weight, bias, N, C);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -31,18 +31,19 @@
 // ------------------------------------------------------------------------------------------------
 // Version 1 kernels
 
-__global__ void encoder_forward_naive_kernel(floatX* out, const int* tokens, const floatX* wte, const floatX* wpe,
-                                             int B, int T, int C) {
+__global__ void encoder_forward_naive_kernel(floatX* out, const int* tokens, const floatX* wte,
+                                             const floatX* wpe, int B, int T, int C) {
     const size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (index >= (size_t)B * T * C) return;
     const size_t position = index / C;
     const int c = (int)(index % C), t = (int)(position % T);
-    out[index] = from_float<floatX>(to_float(wte[(size_t)tokens[position] * C + c]) + to_float(wpe[(size_t)t * C + c]));
+    out[index] = from_float<floatX>(to_float(wte[(size_t)tokens[position] * C + c]) +
+                                    to_float(wpe[(size_t)t * C + c]));
 }
 
 // One thread per element of dout, adding it into fp32 copies of the two rows it belongs to.
-__global__ void encoder_backward_atomic_kernel(float* dwte32, float* dwpe32, const floatX* dout, const int* tokens,
-                                               int B, int T, int C) {
+__global__ void encoder_backward_atomic_kernel(float* dwte32, float* dwpe32, const floatX* dout,
+                                               const int* tokens, int B, int T, int C) {
     const size_t index = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (index >= (size_t)B * T * C) return;
     const size_t position = index / C;
@@ -123,7 +124,9 @@ std::vector<int> make_tokens(int n, int V, bool zipf, unsigned seed) {
 }
 
 bool all_passed = true;
-void check(const std::string& name, double error) { all_passed &= report_check(name.c_str(), error, TOLERANCE); }
+void check(const std::string& name, double error) {
+    all_passed &= report_check(name.c_str(), error, TOLERANCE);
+}
 void time_it(const std::string& name, const std::function<void()>& run, double bytes, double ceiling) {
     if (BENCH_ON_GPU) report_bandwidth(name.c_str(), time_median_ms(run), bytes, ceiling);
 }
@@ -132,13 +135,15 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
     const int n = B * T;
     const std::vector<int> tokens = make_tokens(n, V, zipf, 1);
     const int distinct = (int)std::set<int>(tokens.begin(), tokens.end()).size();
-    printf("-- B=%d T=%d C=%d Vp=%d, %s tokens (%d distinct)\n", B, T, C, Vp, zipf ? "Zipf" : "uniform", distinct);
-    const std::vector<float> wte = random_vector((size_t)Vp * C, 2, -1, 1), wpe = random_vector((size_t)T * C, 3, -1, 1);
+    printf("-- B=%d T=%d C=%d Vp=%d, %s tokens (%d distinct)\n", B, T, C, Vp, zipf ? "Zipf" : "uniform",
+           distinct);
+    const std::vector<float> wte = random_vector((size_t)Vp * C, 2, -1, 1),
+                             wpe = random_vector((size_t)T * C, 3, -1, 1);
     const std::vector<float> dout = random_vector((size_t)n * C, 4, -1, 1);
     const std::vector<float> dwte0 = random_vector((size_t)Vp * C, 5, -0.1f, 0.1f);
     const std::vector<float> dwpe0 = random_vector((size_t)T * C, 6, -0.1f, 0.1f);
-    const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
-                              (zipf ? " Zipf)" : " uniform)");
+    const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                              " C=" + std::to_string(C) + (zipf ? " Zipf)" : " uniform)");
 
     // References.
     std::vector<double> out_ref((size_t)n * C);
@@ -154,10 +159,12 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
     int* d_tokens = nullptr;
     CUDA_CHECK(cudaMalloc(&d_tokens, n * sizeof(int)));
     CUDA_CHECK(cudaMemcpy(d_tokens, tokens.data(), n * sizeof(int), cudaMemcpyHostToDevice));
-    floatX *d_wte = upload_as<floatX>(wte), *d_wpe = upload_as<floatX>(wpe), *d_dout = upload_as<floatX>(dout);
-    floatX *d_out = upload_as<floatX>(std::vector<float>((size_t)n * C, NAN));
+    floatX *d_wte = upload_as<floatX>(wte), *d_wpe = upload_as<floatX>(wpe),
+           *d_dout = upload_as<floatX>(dout);
+    floatX* d_out = upload_as<floatX>(std::vector<float>((size_t)n * C, NAN));
     floatX *d_dwte = upload_as<floatX>(dwte0), *d_dwpe = upload_as<floatX>(dwpe0);
-    float *d_dwte32 = upload_as<float>(std::vector<float>((size_t)Vp * C)), *d_dwpe32 = upload_as<float>(std::vector<float>((size_t)T * C));
+    float *d_dwte32 = upload_as<float>(std::vector<float>((size_t)Vp * C)),
+          *d_dwpe32 = upload_as<float>(std::vector<float>((size_t)T * C));
     void* d_scratch = nullptr;
     CUDA_CHECK(cudaMalloc(&d_scratch, encoder_backward_scratch_bytes(B, T)));
     std::vector<int4> host_scratch(encoder_backward_host_scratch_bytes(B, T) / sizeof(int4) + 1);
@@ -167,10 +174,11 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
     const std::vector<std::pair<std::string, std::function<void()>>> forwards = {
         {"forward 1 naive (thread per element)",
          [&] {
-             LAUNCH(encoder_forward_naive_kernel, ceil_div((size_t)n * C, 256), 256, 0, 0, d_out, d_tokens, d_wte,
-                    d_wpe, B, T, C);
+             LAUNCH(encoder_forward_naive_kernel, ceil_div((size_t)n * C, 256), 256, 0, 0, d_out, d_tokens,
+                    d_wte, d_wpe, B, T, C);
          }},
-        {"forward 2 shipped (128-bit vectors)", [&] { encoder_forward(d_out, d_tokens, d_wte, d_wpe, B, T, C, 0); }},
+        {"forward 2 shipped (128-bit vectors)",
+         [&] { encoder_forward(d_out, d_tokens, d_wte, d_wpe, B, T, C, 0); }},
     };
     if (!zipf)
         for (const auto& [name, launch] : forwards) {
@@ -195,10 +203,12 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
          [&] {
              CUDA_CHECK(cudaMemsetAsync(d_dwte32, 0, (size_t)Vp * C * sizeof(float), 0));
              CUDA_CHECK(cudaMemsetAsync(d_dwpe32, 0, (size_t)T * C * sizeof(float), 0));
-             LAUNCH(encoder_backward_atomic_kernel, ceil_div((size_t)n * C, 256), 256, 0, 0, d_dwte32, d_dwpe32, d_dout,
-                    d_tokens, B, T, C);
-             LAUNCH(add_float_copy_kernel, ceil_div((size_t)Vp * C, 256), 256, 0, 0, d_dwte, d_dwte32, (size_t)Vp * C);
-             LAUNCH(add_float_copy_kernel, ceil_div((size_t)T * C, 256), 256, 0, 0, d_dwpe, d_dwpe32, (size_t)T * C);
+             LAUNCH(encoder_backward_atomic_kernel, ceil_div((size_t)n * C, 256), 256, 0, 0, d_dwte32,
+                    d_dwpe32, d_dout, d_tokens, B, T, C);
+             LAUNCH(add_float_copy_kernel, ceil_div((size_t)Vp * C, 256), 256, 0, 0, d_dwte, d_dwte32,
+                    (size_t)Vp * C);
+             LAUNCH(add_float_copy_kernel, ceil_div((size_t)T * C, 256), 256, 0, 0, d_dwpe, d_dwpe32,
+                    (size_t)T * C);
          }},
         {"backward 2 block per token (GPU only)",
          [&] { encoder_backward_launch(d_dwte, d_dwpe, d_dout, B, T, C, d_scratch, groups, 0, 0); }},
@@ -206,7 +216,8 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
          [&] { encoder_backward_launch(d_dwte, d_dwpe, d_dout, B, T, C, d_scratch, groups, split, 0); }},
         {"backward 3 shipped (whole call)",
          [&] {
-             encoder_backward(d_dwte, d_dwpe, d_dout, tokens.data(), B, T, C, d_scratch, host_scratch.data(), 0);
+             encoder_backward(d_dwte, d_dwpe, d_dout, tokens.data(), B, T, C, d_scratch, host_scratch.data(),
+                              0);
          }},
     };
     for (const auto& [name, launch] : backwards) {
@@ -222,9 +233,10 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
     if (BENCH_ON_GPU) {  // the host's share of the shipped call
         const auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < 20; i++) encoder_group_positions(tokens.data(), n, host_scratch.data(), &split);
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        printf("%-40s %9.3f ms on the host (%d groups, %d split)\n", "grouping positions by token", ms / 20, groups,
-               split);
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        printf("%-40s %9.3f ms on the host (%d groups, %d split)\n", "grouping positions by token", ms / 20,
+               groups, split);
     }
 
     for (void* p : {(void*)d_tokens, (void*)d_wte, (void*)d_wpe, (void*)d_dout, (void*)d_out, (void*)d_dwte,

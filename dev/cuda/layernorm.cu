@@ -18,14 +18,13 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "cpu/layernorm.h"
 #include "dev/cuda/bench.h"
 #include "kernels/layernorm.h"
-
-#include <random>
 
 // ------------------------------------------------------------------------------------------------
 // Version 1: one thread per row, scalar, every pass over the row in memory.
@@ -41,7 +40,8 @@ __global__ void layernorm_forward_naive_kernel(floatX* out, float* mean, float* 
     for (int c = 0; c < C; c++) squares += (to_float(x[c]) - m) * (to_float(x[c]) - m);
     const float s = rsqrtf(squares / C + LAYERNORM_EPS);
     for (int c = 0; c < C; c++)
-        out[(size_t)row * C + c] = from_float<floatX>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+        out[(size_t)row * C + c] =
+            from_float<floatX>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
     mean[row] = m;
     rstd[row] = s;
 }
@@ -58,7 +58,8 @@ __global__ void layernorm_forward_block_kernel(floatX* out, float* mean, float* 
     for (int c = threadIdx.x; c < C; c += blockDim.x) squares += (to_float(x[c]) - m) * (to_float(x[c]) - m);
     const float s = rsqrtf(block_reduce_sum(squares) / C + LAYERNORM_EPS);
     for (int c = threadIdx.x; c < C; c += blockDim.x)
-        out[(size_t)row * C + c] = from_float<floatX>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+        out[(size_t)row * C + c] =
+            from_float<floatX>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
     if (threadIdx.x == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -67,8 +68,8 @@ __global__ void layernorm_forward_block_kernel(floatX* out, float* mean, float* 
 
 // Backward version 1: dinp with one thread per row (two passes over the row) ...
 __global__ void layernorm_backward_naive_rows_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                                     const floatX* weight, const float* mean, const float* rstd,
-                                                     int N, int C) {
+                                                     const floatX* weight, const float* mean,
+                                                     const float* rstd, int N, int C) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N) return;
     const size_t offset = (size_t)row * C;
@@ -88,8 +89,8 @@ __global__ void layernorm_backward_naive_rows_kernel(floatX* dinp, const floatX*
 }
 // ... and dweight, dbias with one thread per channel walking every row in order.
 __global__ void layernorm_backward_naive_params_kernel(floatX* dweight, floatX* dbias, const floatX* dout,
-                                                       const floatX* inp, const float* mean, const float* rstd,
-                                                       int N, int C) {
+                                                       const floatX* inp, const float* mean,
+                                                       const float* rstd, int N, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float dw = 0.0f, db = 0.0f;
@@ -185,9 +186,9 @@ struct Problem {
         CUDA_CHECK(cudaMalloc(&d_scratch, layernorm_backward_scratch_bytes(N, C)));
     }
     ~Problem() {
-        for (void* p : {(void*)d_inp, (void*)d_other, (void*)d_weight, (void*)d_bias, (void*)d_out, (void*)d_residual,
-                        (void*)d_dout, (void*)d_dinp, (void*)d_dweight, (void*)d_dbias, (void*)d_mean, (void*)d_rstd,
-                        d_scratch})
+        for (void* p : {(void*)d_inp, (void*)d_other, (void*)d_weight, (void*)d_bias, (void*)d_out,
+                        (void*)d_residual, (void*)d_dout, (void*)d_dinp, (void*)d_dweight, (void*)d_dbias,
+                        (void*)d_mean, (void*)d_rstd, d_scratch})
             CUDA_CHECK(cudaFree(p));
     }
     void reset_gradients() {
@@ -217,13 +218,15 @@ Reference reference(const Problem& p) {
     r.dweight.assign(p.dweight0.begin(), p.dweight0.end());
     r.dbias.assign(p.dbias0.begin(), p.dbias0.end());
     const std::vector<double> d(p.dout.begin(), p.dout.end());
-    layernorm_backward(r.dinp.data(), r.dweight.data(), r.dbias.data(), d.data(), x.data(), w.data(), r.mean.data(),
-                       r.rstd.data(), p.N, p.C);
+    layernorm_backward(r.dinp.data(), r.dweight.data(), r.dbias.data(), d.data(), x.data(), w.data(),
+                       r.mean.data(), r.rstd.data(), p.N, p.C);
     return r;
 }
 
 bool all_passed = true;
-void check(const std::string& name, double error) { all_passed &= report_check(name.c_str(), error, TOLERANCE); }
+void check(const std::string& name, double error) {
+    all_passed &= report_check(name.c_str(), error, TOLERANCE);
+}
 void time_it(const std::string& name, const std::function<void()>& run, double bytes, double ceiling) {
     if (!BENCH_ON_GPU) return;
     report_bandwidth(name.c_str(), time_median_ms(run), bytes, ceiling);
@@ -235,13 +238,13 @@ std::vector<std::pair<std::string, std::function<void()>>> forward_versions(Prob
     return {
         {"forward 1 naive (thread per row)",
          [&p, N, C] {
-             LAUNCH(layernorm_forward_naive_kernel, ceil_div(N, 128), 128, 0, 0, p.d_out, p.d_mean, p.d_rstd, p.d_inp,
-                    p.d_weight, p.d_bias, N, C);
+             LAUNCH(layernorm_forward_naive_kernel, ceil_div(N, 128), 128, 0, 0, p.d_out, p.d_mean, p.d_rstd,
+                    p.d_inp, p.d_weight, p.d_bias, N, C);
          }},
         {"forward 2 block per row",
          [&p, N, C] {
-             LAUNCH(layernorm_forward_block_kernel, N, 256, 0, 0, p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_weight,
-                    p.d_bias, N, C);
+             LAUNCH(layernorm_forward_block_kernel, N, 256, 0, 0, p.d_out, p.d_mean, p.d_rstd, p.d_inp,
+                    p.d_weight, p.d_bias, N, C);
          }},
         {"forward 3 warp per row, re-read",
          [&p, N, C] {
@@ -250,7 +253,9 @@ std::vector<std::pair<std::string, std::function<void()>>> forward_versions(Prob
                     p.d_weight, p.d_bias, N, C);
          }},
         {"forward 4 shipped (row in registers)",
-         [&p, N, C] { layernorm_forward(p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_weight, p.d_bias, N, C, 0); }},
+         [&p, N, C] {
+             layernorm_forward(p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_weight, p.d_bias, N, C, 0);
+         }},
     };
 }
 std::vector<std::pair<std::string, std::function<void()>>> fused_versions(Problem& p) {
@@ -263,8 +268,8 @@ std::vector<std::pair<std::string, std::function<void()>>> fused_versions(Proble
          }},
         {"residual fwd 2 shipped (fused)",
          [&p, N, C] {
-             residual_layernorm_forward(p.d_residual, p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_other, p.d_weight,
-                                        p.d_bias, N, C, 0);
+             residual_layernorm_forward(p.d_residual, p.d_out, p.d_mean, p.d_rstd, p.d_inp, p.d_other,
+                                        p.d_weight, p.d_bias, N, C, 0);
          }},
     };
 }
@@ -273,10 +278,10 @@ std::vector<std::pair<std::string, std::function<void()>>> backward_versions(Pro
     return {
         {"backward 1 naive (rows, then channels)",
          [&p, N, C] {
-             LAUNCH(layernorm_backward_naive_rows_kernel, ceil_div(N, 128), 128, 0, 0, p.d_dinp, p.d_dout, p.d_inp,
-                    p.d_weight, p.d_mean, p.d_rstd, N, C);
-             LAUNCH(layernorm_backward_naive_params_kernel, ceil_div(C, 128), 128, 0, 0, p.d_dweight, p.d_dbias,
-                    p.d_dout, p.d_inp, p.d_mean, p.d_rstd, N, C);
+             LAUNCH(layernorm_backward_naive_rows_kernel, ceil_div(N, 128), 128, 0, 0, p.d_dinp, p.d_dout,
+                    p.d_inp, p.d_weight, p.d_mean, p.d_rstd, N, C);
+             LAUNCH(layernorm_backward_naive_params_kernel, ceil_div(C, 128), 128, 0, 0, p.d_dweight,
+                    p.d_dbias, p.d_dout, p.d_inp, p.d_mean, p.d_rstd, N, C);
          }},
         {"backward 2 warp per row, re-read",
          [&p, N, C] {
@@ -284,11 +289,12 @@ std::vector<std::pair<std::string, std::function<void()>>> backward_versions(Pro
              const LayernormBackwardPlan plan = layernorm_backward_plan(N, C);
              if (plan.shared_bytes > 48 * 1024)
                  CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_wide_kernel,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, plan.shared_bytes));
-             LAUNCH(layernorm_backward_wide_kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, 0, p.d_dinp,
-                    (float*)p.d_scratch, p.d_dout, p.d_inp, p.d_weight, p.d_mean, p.d_rstd, N, C);
-             LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, 0, p.d_dweight,
-                    p.d_dbias, (const float*)p.d_scratch, plan.blocks, C);
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 plan.shared_bytes));
+             LAUNCH(layernorm_backward_wide_kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, 0,
+                    p.d_dinp, (float*)p.d_scratch, p.d_dout, p.d_inp, p.d_weight, p.d_mean, p.d_rstd, N, C);
+             LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, 0,
+                    p.d_dweight, p.d_dbias, (const float*)p.d_scratch, plan.blocks, C);
          }},
         {"backward 3 shipped (row in registers)",
          [&p, N, C] {
@@ -347,8 +353,8 @@ int main() {
         print_device_header();
         ceiling = measure_copy_bandwidth_gbs();
         printf("copy bandwidth %.1f GB/s (bytes read + written)\n", ceiling);
-        run(16 * 1024, 768, ceiling);   // GPT-2 124M, B=16, T=1024
-        run(8 * 1024, 1600, ceiling);   // GPT-2 1.5B, B=8
+        run(16 * 1024, 768, ceiling);  // GPT-2 124M, B=16, T=1024
+        run(8 * 1024, 1600, ceiling);  // GPT-2 1.5B, B=8
     } else {
         run(2 * 37, 768, ceiling);
         run(37, 160, ceiling);

@@ -36,7 +36,8 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 // Rows [0, rows) of a (rows, C) table as floats, and the same rows of another table.
 std::vector<float> rows_of(const std::vector<float>& table, const std::vector<int>& rows, int C) {
     std::vector<float> out;
-    for (int r : rows) out.insert(out.end(), table.begin() + (size_t)r * C, table.begin() + (size_t)(r + 1) * C);
+    for (int r : rows)
+        out.insert(out.end(), table.begin() + (size_t)r * C, table.begin() + (size_t)(r + 1) * C);
     return out;
 }
 template <typename T>
@@ -47,9 +48,9 @@ std::vector<float> rows_of(const std::vector<T>& table, const std::vector<int>& 
 }  // namespace
 
 TEST(encoder_forward_matches_reference) {
-    for (const EncoderProblem& p : {EncoderProblem(4, 37, 768, 1000, 1024, 0.0, 1),
-                                    EncoderProblem(2, 257, 160, 50257, 50304, 0.0, 2),
-                                    EncoderProblem(3, 5, 32, 50, 64, 0.0, 3)}) {
+    for (const EncoderProblem& p :
+         {EncoderProblem(4, 37, 768, 1000, 1024, 0.0, 1), EncoderProblem(2, 257, 160, 50257, 50304, 0.0, 2),
+          EncoderProblem(3, 5, 32, 50, 64, 0.0, 3)}) {
         const size_t n = p.positions() * p.C;
         std::vector<float> ref(n);
         encoder_forward(ref.data(), p.tokens.data(), p.wte.data(), p.wpe.data(), p.B, p.T, p.C);
@@ -61,9 +62,10 @@ TEST(encoder_forward_matches_reference) {
         floatX* d_out = device_poisoned<floatX>(n);
         encoder_forward(d_out, d_tokens, d_wte, d_wpe, p.B, p.T, p.C, 0);
         const std::vector<float> out = host_floats_of(d_out, n);
-        CHECK_MSG(bitwise_equal(out.data(), ref.data(), n * sizeof(float)), "B=%d T=%d C=%d: out differs", p.B, p.T,
-                  p.C);
-        for (void* ptr : {(void*)d_tokens, (void*)d_wte, (void*)d_wpe, (void*)d_out}) CUDA_CHECK(cudaFree(ptr));
+        CHECK_MSG(bitwise_equal(out.data(), ref.data(), n * sizeof(float)), "B=%d T=%d C=%d: out differs",
+                  p.B, p.T, p.C);
+        for (void* ptr : {(void*)d_tokens, (void*)d_wte, (void*)d_wpe, (void*)d_out})
+            CUDA_CHECK(cudaFree(ptr));
     }
 }
 
@@ -116,7 +118,8 @@ BackwardResult device_backward(const EncoderProblem& p, const std::vector<float>
     floatX* d_dout = device_floatX(dout);
     void* d_scratch = device_poisoned<unsigned char>(encoder_backward_scratch_bytes(p.B, p.T));
     std::vector<unsigned char> host_scratch(encoder_backward_host_scratch_bytes(p.B, p.T), 0xff);
-    encoder_backward(d_dwte, d_dwpe, d_dout, p.tokens.data(), p.B, p.T, p.C, d_scratch, host_scratch.data(), 0);
+    encoder_backward(d_dwte, d_dwpe, d_dout, p.tokens.data(), p.B, p.T, p.C, d_scratch, host_scratch.data(),
+                     0);
     BackwardResult result{host_floats_of(d_dwte, dwte0.size()), host_floats_of(d_dwpe, dwpe0.size())};
     for (void* ptr : {(void*)d_dwte, (void*)d_dwpe, (void*)d_dout, d_scratch}) CUDA_CHECK(cudaFree(ptr));
     return result;
@@ -127,7 +130,8 @@ void check_backward(const EncoderProblem& p) {
     const std::vector<float> dwte0 = round_to_floatX(random_floats((size_t)p.Vp * p.C, 11, -0.1f, 0.1f));
     const std::vector<float> dwpe0 = round_to_floatX(random_floats((size_t)p.maxT * p.C, 12, -0.1f, 0.1f));
     std::vector<double> ref_dwte = to_double(dwte0), ref_dwpe = to_double(dwpe0);
-    encoder_backward(ref_dwte.data(), ref_dwpe.data(), to_double(dout).data(), p.tokens.data(), p.B, p.T, p.C);
+    encoder_backward(ref_dwte.data(), ref_dwpe.data(), to_double(dout).data(), p.tokens.data(), p.B, p.T,
+                     p.C);
 
     const BackwardResult got = device_backward(p, dout, dwte0, dwpe0);
     const std::string what = tst::format("B=%d T=%d C=%d", p.B, p.T, p.C);

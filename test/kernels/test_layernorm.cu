@@ -12,7 +12,9 @@
 namespace {
 
 std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
-std::vector<float> to_float_vector(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> to_float_vector(const std::vector<double>& v) {
+    return std::vector<float>(v.begin(), v.end());
+}
 
 // The row lengths tested: the main GPT-2 shapes, small ones, one just below each register-array
 // length (the last vectors of the row are padding), and one too long for registers.
@@ -65,7 +67,8 @@ TEST(layernorm_forward_matches_reference) {
         CHECK_CLOSE(host_floats_of(d_out, n), ref.out, KERNEL_TOLERANCE, ("out " + what).c_str());
         CHECK_CLOSE(host_copy_of(d_mean, p.N), ref.mean, 1e-5, ("mean " + what).c_str());
         CHECK_CLOSE(host_copy_of(d_rstd, p.N), ref.rstd, 1e-5, ("rstd " + what).c_str());
-        for (void* ptr : {(void*)d_inp, (void*)d_weight, (void*)d_bias, (void*)d_out, (void*)d_mean, (void*)d_rstd})
+        for (void* ptr :
+             {(void*)d_inp, (void*)d_weight, (void*)d_bias, (void*)d_out, (void*)d_mean, (void*)d_rstd})
             CUDA_CHECK(cudaFree(ptr));
     }
 }
@@ -100,7 +103,8 @@ TEST(residual_layernorm_forward_matches_reference) {
         floatX* d_out = device_poisoned<floatX>(n);
         float* d_mean = device_poisoned<float>(p.N);
         float* d_rstd = device_poisoned<float>(p.N);
-        residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_inp1, d_inp2, d_weight, d_bias, p.N, C, 0);
+        residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_inp1, d_inp2, d_weight, d_bias, p.N,
+                                   C, 0);
 
         const std::vector<float> got_residual = host_floats_of(d_residual, n);
         CHECK_MSG(bitwise_equal(got_residual.data(), residual.data(), n * sizeof(float)),
@@ -119,7 +123,8 @@ TEST(residual_layernorm_forward_matches_reference) {
 TEST(residual_forward_matches_reference) {
     // n not a multiple of a 128-bit vector: the last elements take the scalar tail.
     for (size_t n : {(size_t)37 * 160, (size_t)37 * 160 + 5, (size_t)3}) {
-        const std::vector<float> a = round_to_floatX(random_floats(n, 11)), b = round_to_floatX(random_floats(n, 12));
+        const std::vector<float> a = round_to_floatX(random_floats(n, 11)),
+                                 b = round_to_floatX(random_floats(n, 12));
         std::vector<float> ref(n);
         residual_forward(ref.data(), a.data(), b.data(), n);
         ref = round_to_floatX(ref);
@@ -169,16 +174,19 @@ BackwardResult device_backward(const BackwardProblem& p) {
     float* d_rstd = device_copy_of(p.rstd);
     const size_t scratch_bytes = layernorm_backward_scratch_bytes(p.N, p.C);
     void* d_scratch = device_poisoned<unsigned char>(scratch_bytes);
-    layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, p.N, p.C, 0);
-    BackwardResult result{host_floats_of(d_dinp, n), host_floats_of(d_dweight, p.C), host_floats_of(d_dbias, p.C)};
-    for (void* ptr : {(void*)d_dinp, (void*)d_dweight, (void*)d_dbias, (void*)d_dout, (void*)d_inp, (void*)d_weight,
-                      (void*)d_mean, (void*)d_rstd, d_scratch})
+    layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, p.N,
+                       p.C, 0);
+    BackwardResult result{host_floats_of(d_dinp, n), host_floats_of(d_dweight, p.C),
+                          host_floats_of(d_dbias, p.C)};
+    for (void* ptr : {(void*)d_dinp, (void*)d_dweight, (void*)d_dbias, (void*)d_dout, (void*)d_inp,
+                      (void*)d_weight, (void*)d_mean, (void*)d_rstd, d_scratch})
         CUDA_CHECK(cudaFree(ptr));
     return result;
 }
 
 BackwardResult reference_backward(const BackwardProblem& p) {
-    std::vector<double> dinp = to_double(p.dinp0), dweight = to_double(p.dweight0), dbias = to_double(p.dbias0);
+    std::vector<double> dinp = to_double(p.dinp0), dweight = to_double(p.dweight0),
+                        dbias = to_double(p.dbias0);
     const std::vector<double> dout = to_double(p.dout), inp = to_double(p.inp), weight = to_double(p.weight);
     const std::vector<double> mean = to_double(p.mean), rstd = to_double(p.rstd);
     layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
