@@ -551,7 +551,8 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     return plan;
 }
 
-// Device scratch layernorm_backward needs: one fp32 row of 2C partial sums per block.
+// Device scratch layernorm_backward needs: one fp32 row of 2C partial sums per block. Enough for
+// any call with the same C and at most N rows (the block count never grows as N shrinks).
 inline size_t layernorm_backward_scratch_bytes(int N, int C) {
     layernorm_check("layernorm_backward_scratch_bytes", N, C, {});
     return (size_t)layernorm_backward_plan(N, C).blocks * 2 * C * sizeof(float);
