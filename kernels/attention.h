@@ -83,7 +83,8 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int n) {
 // Stages `rows` rows of HS values (row r at src + r·stride) as floats with a row pitch of `pitch`;
 // rows at or past `valid` become zeros.
 template <typename Tio>
-__device__ void stage_rows(float* dst, int pitch, const Tio* src, size_t stride, int rows, int valid, int HS) {
+__device__ void stage_rows(float* dst, int pitch, const Tio* src, size_t stride, int rows, int valid,
+                           int HS) {
     for (int i = threadIdx.x; i < rows * HS; i += blockDim.x) {
         const int r = i / HS, d = i % HS;
         dst[r * pitch + d] = r < valid ? to_float(src[r * stride + d]) : 0.0f;
@@ -134,7 +135,8 @@ __global__ void __launch_bounds__(kThreads)
                 const int d = lane + 32 * i;
                 o[r][i] *= correction;
                 if (d < HS)
-                    for (int j = 0; j < kTile; j++) o[r][i] = fmaf(p_s[warp * 32 + j], v_s[j * HS + d], o[r][i]);
+                    for (int j = 0; j < kTile; j++)
+                        o[r][i] = fmaf(p_s[warp * 32 + j], v_s[j * HS + d], o[r][i]);
             }
             __syncwarp();  // p_s is rewritten for the next row
         }
@@ -279,7 +281,8 @@ __global__ void __launch_bounds__(kThreads)
             for (int i = 0; i < kDims; i++) {
                 const int d = lane + 32 * i;
                 if (d < HS)
-                    for (int j = 0; j < kTile; j++) dq[r][i] = fmaf(ds_s[warp * 32 + j], k_s[j * (HS + 1) + d], dq[r][i]);
+                    for (int j = 0; j < kTile; j++)
+                        dq[r][i] = fmaf(ds_s[warp * 32 + j], k_s[j * (HS + 1) + d], dq[r][i]);
             }
             __syncwarp();
         }
@@ -296,22 +299,27 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-inline size_t forward_shared_bytes(int HS) { return sizeof(float) * (kRows * HS + kTile * (2 * HS + 1) + 4 * 32); }
+inline size_t forward_shared_bytes(int HS) {
+    return sizeof(float) * (kRows * HS + kTile * (2 * HS + 1) + 4 * 32);
+}
 inline size_t dkdv_shared_bytes(int HS) {
     return sizeof(float) * (2 * kRows * HS + 2 * kTile * (HS + 1) + 2 * kTile + 2 * 4 * 32);
 }
-inline size_t dq_shared_bytes(int HS) { return sizeof(float) * (2 * kRows * HS + 2 * kTile * (HS + 1) + 4 * 32); }
+inline size_t dq_shared_bytes(int HS) {
+    return sizeof(float) * (2 * kRows * HS + 2 * kTile * (HS + 1) + 4 * 32);
+}
 }  // namespace attention_simple
 
 // D[b][h][t] = Σ_d dout·out over the head's channels (the backward's row correction).
 // Vectorised: one thread per 16-byte chunk of the (B·T, C) rows, the HS/kVec consecutive lanes of a
 // head summed with shuffles (HS/kVec a power of two up to 32). Other head sizes: one thread per row.
 template <typename Tio>
-__global__ void attention_row_dot_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T, int NH,
-                                         int HS) {
+__global__ void attention_row_dot_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T,
+                                         int NH, int HS) {
     constexpr int kVec = Packed128<Tio>::size;
     const int lanes = HS / kVec;  // per head
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, chunks = (long long)B * T * NH * lanes;
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x,
+                    chunks = (long long)B * T * NH * lanes;
     float sum = 0.0f;
     if (i < chunks) {  // no early return: the whole warp takes part in the shuffles below
         const Packed128<Tio> x = load128cs(dout + i * kVec), y = load128cs(out + i * kVec);
@@ -325,8 +333,8 @@ __global__ void attention_row_dot_kernel(float* row_dot, const Tio* dout, const 
     }
 }
 template <typename Tio>
-__global__ void attention_row_dot_scalar_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T, int NH,
-                                                int HS) {
+__global__ void attention_row_dot_scalar_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T,
+                                                int NH, int HS) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // (b·T + t)·NH + h
     if (i >= (long long)B * T * NH) return;
     const int h = (int)(i % NH), t = (int)(i / NH % T), b = (int)(i / NH / T);
@@ -360,8 +368,10 @@ struct SmemTile {
     static constexpr int kPitch = kSwizzled ? HS : HS + 8;
     __host__ __device__ static constexpr int elements(int rows) { return rows * kPitch; }
     static __device__ __forceinline__ int offset(int row, int col) {
-        if constexpr (kSwizzled) return row * kPitch + swizzle_chunk<kChunks>(row, col / 8) * 8 + col % 8;
-        else return row * kPitch + col;
+        if constexpr (kSwizzled)
+            return row * kPitch + swizzle_chunk<kChunks>(row, col / 8) * 8 + col % 8;
+        else
+            return row * kPitch + col;
     }
 };
 
@@ -400,7 +410,8 @@ __device__ __forceinline__ uint32_t pack_floats(float lo, float hi) {
 // Copies kRows rows of HS bf16 (row r at src + r·stride) into a tile; rows at or past `valid`
 // become zeros (so that padding keys and queries are finite and contribute nothing).
 template <class Tile, int kRows, bool kAsync>
-__device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, size_t stride, int valid, CpAsyncQueue& copies) {
+__device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, size_t stride, int valid,
+                                          CpAsyncQueue& copies) {
     constexpr int kPerThread = kRows * Tile::kChunks / kThreads;
     static_assert(kPerThread * kThreads == kRows * Tile::kChunks, "tile chunks must split evenly");
     ATTENTION_UNROLL
@@ -413,8 +424,10 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* src, size_t st
             cp_async_16_or_zero(copies, to, from, ok);
         } else {
             Packed128<bf16> v;
-            if (ok) v = load128(from);
-            else memset((void*)&v, 0, sizeof v);
+            if (ok)
+                v = load128(from);
+            else
+                memset((void*)&v, 0, sizeof v);
             store128(to, v);
         }
     }
@@ -424,8 +437,10 @@ template <int kRows, bool kAsync>
 __device__ __forceinline__ void load_floats(float* dst, const float* src, int valid, CpAsyncQueue& copies) {
     const int i = threadIdx.x;
     if (i >= kRows) return;
-    if constexpr (kAsync) cp_async_4_or_zero(copies, dst + i, i < valid ? src + i : src, i < valid);
-    else dst[i] = i < valid ? src[i] : 0.0f;
+    if constexpr (kAsync)
+        cp_async_4_or_zero(copies, dst + i, i < valid ? src + i : src, i < valid);
+    else
+        dst[i] = i < valid ? src[i] : 0.0f;
 }
 
 // ---- mma operand fragments from a shared-memory tile (layouts: kernels/mma.h; group = lane/4,
@@ -450,7 +465,7 @@ __device__ __forceinline__ void load_a(uint32_t a[4], const bf16* tile, int row0
 template <class Tile, bool kLdmatrix>
 __device__ __forceinline__ void load_b_from_rows(uint32_t b[2][2], const bf16* tile, int n0, int k0) {
     const int lane = threadIdx.x % 32;
-    if constexpr (kLdmatrix) {  // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+    if constexpr (kLdmatrix) {  // matrices (n, k): (0-7, 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15)
         const int m = lane / 8, r = lane % 8;
         uint32_t x[4];
         ldmatrix_x4(x, tile + Tile::offset(n0 + (m >> 1) * 8 + r, k0 + (m & 1) * 8));
@@ -468,7 +483,7 @@ __device__ __forceinline__ void load_b_from_rows(uint32_t b[2][2], const bf16* t
 template <class Tile, bool kLdmatrix>
 __device__ __forceinline__ void load_b_from_columns(uint32_t b[2][2], const bf16* tile, int k0, int n0) {
     const int lane = threadIdx.x % 32;
-    if constexpr (kLdmatrix) {  // matrices: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
+    if constexpr (kLdmatrix) {  // matrices (k, n): (0-7, 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)
         const int m = lane / 8, r = lane % 8;
         uint32_t x[4];
         ldmatrix_x4_trans(x, tile + Tile::offset(k0 + (m & 1) * 8 + r, n0 + (m >> 1) * 8));
@@ -499,8 +514,8 @@ __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint3
 // row0.. (row r at dst + r·stride), staged through the warp's own 16 rows of a shared tile so that
 // the global stores are 16 bytes wide; rows at or past `valid` are not written.
 template <class Tile, int HS>
-__device__ __forceinline__ void store_rows(bf16* dst, size_t stride, int valid, const float acc[HS / 8][4], float scale,
-                                           bf16* tile, int tile_row0) {
+__device__ __forceinline__ void store_rows(bf16* dst, size_t stride, int valid, const float acc[HS / 8][4],
+                                           float scale, bf16* tile, int tile_row0) {
     const int lane = threadIdx.x % 32, group = lane / 4, pair = lane % 4;
     __syncwarp();  // every lane is done reading these rows
     ATTENTION_UNROLL
@@ -552,8 +567,8 @@ __global__ void __launch_bounds__(kThreads)
     CpAsyncQueue copies;
     auto load_kv = [&](int tile, int stage) {
         const int k0 = tile * kBlockK;
-        load_tile<Tile, kBlockK, kAsync>(k_tiles + stage * Tile::elements(kBlockK), q_g + C + k0 * stride, stride,
-                                         T - k0, copies);
+        load_tile<Tile, kBlockK, kAsync>(k_tiles + stage * Tile::elements(kBlockK), q_g + C + k0 * stride,
+                                         stride, T - k0, copies);
         load_tile<Tile, kBlockK, kAsync>(v_tiles + stage * Tile::elements(kBlockK), q_g + 2 * C + k0 * stride,
                                          stride, T - k0, copies);
     };
@@ -611,19 +626,21 @@ __global__ void __launch_bounds__(kThreads)
         // Causal mask (the diagonal tile only: key and query blocks start at the same index).
         if (diagonal) {
             ATTENTION_UNROLL
-            for (int n = 0; n < kKeyBlocks; n++)
+            for (int n = 0; n < kKeyBlocks; n++) {
                 ATTENTION_UNROLL
                 for (int i = 0; i < 4; i++) {
                     const int key = 8 * n + 2 * pair + (i & 1), row = warp * 16 + group + 8 * (i >> 1);
                     if (key > row) s[n][i] = -INFINITY;
                 }
+            }
         }
         // Online softmax: new row maxima (over the 4 lanes of a row), rescale what came before.
         float tile_max[2] = {-INFINITY, -INFINITY};
         ATTENTION_UNROLL
-        for (int n = 0; n < kKeyBlocks; n++)
+        for (int n = 0; n < kKeyBlocks; n++) {
             ATTENTION_UNROLL
             for (int i = 0; i < 4; i++) tile_max[i >> 1] = fmaxf(tile_max[i >> 1], s[n][i]);
+        }
         float base[2], correction[2];
         ATTENTION_UNROLL
         for (int r = 0; r < 2; r++) {
@@ -636,16 +653,18 @@ __global__ void __launch_bounds__(kThreads)
             row_sum[r] *= correction[r];
         }
         ATTENTION_UNROLL
-        for (int n = 0; n < kKeyBlocks; n++)
+        for (int n = 0; n < kKeyBlocks; n++) {
             ATTENTION_UNROLL
             for (int i = 0; i < 4; i++) {
                 s[n][i] = exp2f(fmaf(s[n][i], scale_log2, -base[i >> 1]));
                 row_sum[i >> 1] += s[n][i];
             }
+        }
         ATTENTION_UNROLL
-        for (int n = 0; n < HS / 8; n++)
+        for (int n = 0; n < HS / 8; n++) {
             ATTENTION_UNROLL
             for (int i = 0; i < 4; i++) o[n][i] *= correction[i >> 1];
+        }
 
         // O += P·V, the probabilities straight from the registers.
         ATTENTION_UNROLL
@@ -671,14 +690,17 @@ __global__ void __launch_bounds__(kThreads)
         row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
         inv_sum[r] = 1.0f / row_sum[r];
         const int t = q0 + warp * 16 + group + 8 * r;
-        if (pair == 0 && t < T) lse[attention_lse_index(b, h, t, T, NH)] = (row_max[r] + log2f(row_sum[r])) * kLn2;
+        if (pair == 0 && t < T)
+            lse[attention_lse_index(b, h, t, T, NH)] = (row_max[r] + log2f(row_sum[r])) * kLn2;
     }
     ATTENTION_UNROLL
-    for (int n = 0; n < HS / 8; n++)
+    for (int n = 0; n < HS / 8; n++) {
         ATTENTION_UNROLL
         for (int i = 0; i < 4; i++) o[n][i] *= inv_sum[i >> 1];
+    }
     const int row0 = q0 + warp * 16;
-    store_rows<Tile, HS>(out + attention_out_index(b, row0, h, T, NH, HS), C, T - row0, o, 1.0f, q_tile, warp * 16);
+    store_rows<Tile, HS>(out + attention_out_index(b, row0, h, T, NH, HS), C, T - row0, o, 1.0f, q_tile,
+                         warp * 16);
 }
 
 // ---- backward, dK and dV: block (key block, head, batch), 64 keys (16 per warp) against query
@@ -701,8 +723,8 @@ struct DkDvConfig {
 
 template <int HS, int kRecipe>
 __global__ void __launch_bounds__(kThreads)
-    backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* row_dot, const bf16* qkv,
-                         int T, int NH) {
+    backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* row_dot,
+                         const bf16* qkv, int T, int NH) {
     using Config = DkDvConfig<HS, kRecipe>;
     using Tile = typename Config::Tile;
     constexpr bool kLdm = Config::kLdmatrix, kAsync = Config::kAsync;
@@ -805,7 +827,7 @@ __global__ void __launch_bounds__(kThreads)
         // Pᵀ (into st) and dSᵀ (into dpt). Padding queries (≥ T) have zero Q, dO, lse and D, so
         // they add nothing; the causal mask zeroes queries before the key.
         ATTENTION_UNROLL
-        for (int n = 0; n < kQueryBlocks; n++)
+        for (int n = 0; n < kQueryBlocks; n++) {
             ATTENTION_UNROLL
             for (int i = 0; i < 4; i++) {
                 const int col = 8 * n + 2 * pair + (i & 1), query = q0 + col;
@@ -815,6 +837,7 @@ __global__ void __launch_bounds__(kThreads)
                 st[n][i] = p;
                 dpt[n][i] = p * (dpt[n][i] - d_t[col]);
             }
+        }
         // dV += Pᵀ·dO and dK += dSᵀ·Q over this tile's queries.
         ATTENTION_UNROLL
         for (int j = 0; j < kQueryBlocks / 2; j++) {
@@ -837,10 +860,10 @@ __global__ void __launch_bounds__(kThreads)
 
     // The warp's own K and V rows (read only by this warp) stage its dK and dV rows.
     const int row0 = k0 + warp * 16;
-    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 1, h, T, NH, HS), stride, T - row0, dk, scale, k_tile,
-                         warp * 16);
-    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 2, h, T, NH, HS), stride, T - row0, dv, 1.0f, v_tile,
-                         warp * 16);
+    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 1, h, T, NH, HS), stride, T - row0, dk, scale,
+                         k_tile, warp * 16);
+    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 2, h, T, NH, HS), stride, T - row0, dv, 1.0f,
+                         v_tile, warp * 16);
 }
 
 // ---- backward, dQ: block (query block, head, batch), 64 queries (16 per warp) against key tiles of
@@ -859,8 +882,8 @@ struct DqConfig {
 
 template <int HS, int kRecipe>
 __global__ void __launch_bounds__(kThreads)
-    backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* row_dot, const bf16* qkv, int T,
-                       int NH) {
+    backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* row_dot, const bf16* qkv,
+                       int T, int NH) {
     using Config = DqConfig<HS, kRecipe>;
     using Tile = typename Config::Tile;
     constexpr bool kLdm = Config::kLdmatrix, kAsync = Config::kAsync;
@@ -880,14 +903,15 @@ __global__ void __launch_bounds__(kThreads)
     CpAsyncQueue copies;
     auto load_kv = [&](int tile, int stage) {
         const int k0 = tile * kBlockK;
-        load_tile<Tile, kBlockK, kAsync>(k_tiles + stage * Tile::elements(kBlockK), q_g + C + k0 * stride, stride,
-                                         T - k0, copies);
+        load_tile<Tile, kBlockK, kAsync>(k_tiles + stage * Tile::elements(kBlockK), q_g + C + k0 * stride,
+                                         stride, T - k0, copies);
         load_tile<Tile, kBlockK, kAsync>(v_tiles + stage * Tile::elements(kBlockK), q_g + 2 * C + k0 * stride,
                                          stride, T - k0, copies);
     };
 
     load_tile<Tile, kBlockQ, kAsync>(q_tile, q_g + q0 * stride, stride, T - q0, copies);
-    load_tile<Tile, kBlockQ, kAsync>(do_tile, dout + attention_out_index(b, q0, h, T, NH, HS), C, T - q0, copies);
+    load_tile<Tile, kBlockQ, kAsync>(do_tile, dout + attention_out_index(b, q0, h, T, NH, HS), C, T - q0,
+                                     copies);
     load_kv(0, 0);
     if constexpr (kAsync) cp_async_wait_all(copies);
     __syncthreads();
@@ -949,7 +973,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         // dS (into dp); keys past T lie after every real row, so the causal mask covers them.
         ATTENTION_UNROLL
-        for (int n = 0; n < kKeyBlocks; n++)
+        for (int n = 0; n < kKeyBlocks; n++) {
             ATTENTION_UNROLL
             for (int i = 0; i < 4; i++) {
                 const int key = k0 + 8 * n + 2 * pair + (i & 1), row = q0 + warp * 16 + group + 8 * (i >> 1);
@@ -957,6 +981,7 @@ __global__ void __launch_bounds__(kThreads)
                 if (near_diagonal && key > row) p = 0.0f;
                 dp[n][i] = p * (dp[n][i] - row_d[i >> 1]);
             }
+        }
         // dQ += dS·K.
         ATTENTION_UNROLL
         for (int j = 0; j < kKeyBlocks / 2; j++) {
@@ -973,8 +998,8 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     const int row0 = q0 + warp * 16;
-    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 0, h, T, NH, HS), stride, T - row0, dq, scale, q_tile,
-                         warp * 16);
+    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 0, h, T, NH, HS), stride, T - row0, dq, scale,
+                         q_tile, warp * 16);
 }
 
 }  // namespace attention_tc
@@ -1004,8 +1029,8 @@ inline bool attention_uses_tensor_cores(int HS) {
 
 inline void attention_check_shape(int B, int T, int NH, int HS) {
     if (B < 1 || T < 1 || NH < 1 || !attention_supports_head_size(HS) || B > 65535 || NH > 65535) {
-        fprintf(stderr, "attention: unsupported shape B=%d T=%d NH=%d HS=%d (head size 1..%d)\n", B, T, NH, HS,
-                attention_simple::kMaxHeadSize);
+        fprintf(stderr, "attention: unsupported shape B=%d T=%d NH=%d HS=%d (head size 1..%d)\n", B, T, NH,
+                HS, attention_simple::kMaxHeadSize);
         exit(1);
     }
 }
@@ -1023,15 +1048,20 @@ void attention_forward_simple_launch(Tio* out, float* lse, const Tio* qkv, int B
     using namespace attention_simple;
     const size_t smem = forward_shared_bytes(HS);
     attention_allow_shared_bytes(forward_kernel<Tio, kDims>, smem);
-    LAUNCH((forward_kernel<Tio, kDims>), dim3(ceil_div(T, kRows), NH, B), kThreads, smem, stream, out, lse, qkv, T,
-           NH, HS, 1.0f / sqrtf((float)HS));
+    LAUNCH((forward_kernel<Tio, kDims>), dim3(ceil_div(T, kRows), NH, B), kThreads, smem, stream, out, lse,
+           qkv, T, NH, HS, 1.0f / sqrtf((float)HS));
 }
 template <typename Tio>
-void attention_forward_simple(Tio* out, float* lse, const Tio* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
-    if (HS <= 32) attention_forward_simple_launch<Tio, 1>(out, lse, qkv, B, T, NH, HS, stream);
-    else if (HS <= 64) attention_forward_simple_launch<Tio, 2>(out, lse, qkv, B, T, NH, HS, stream);
-    else if (HS <= 128) attention_forward_simple_launch<Tio, 4>(out, lse, qkv, B, T, NH, HS, stream);
-    else attention_forward_simple_launch<Tio, 8>(out, lse, qkv, B, T, NH, HS, stream);
+void attention_forward_simple(Tio* out, float* lse, const Tio* qkv, int B, int T, int NH, int HS,
+                              cudaStream_t stream) {
+    if (HS <= 32)
+        attention_forward_simple_launch<Tio, 1>(out, lse, qkv, B, T, NH, HS, stream);
+    else if (HS <= 64)
+        attention_forward_simple_launch<Tio, 2>(out, lse, qkv, B, T, NH, HS, stream);
+    else if (HS <= 128)
+        attention_forward_simple_launch<Tio, 4>(out, lse, qkv, B, T, NH, HS, stream);
+    else
+        attention_forward_simple_launch<Tio, 8>(out, lse, qkv, B, T, NH, HS, stream);
 }
 
 template <typename Tio>
@@ -1041,12 +1071,12 @@ void attention_row_dot(float* row_dot, const Tio* dout, const Tio* out, int B, i
     const int lanes = HS / kVec;
     if (HS % kVec == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0) {
         const long long threads = (long long)B * T * NH * lanes;
-        LAUNCH(attention_row_dot_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream, row_dot, dout, out,
-               B, T, NH, HS);
+        LAUNCH(attention_row_dot_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream, row_dot,
+               dout, out, B, T, NH, HS);
     } else {
         const long long threads = (long long)B * T * NH;
-        LAUNCH(attention_row_dot_scalar_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream, row_dot,
-               dout, out, B, T, NH, HS);
+        LAUNCH(attention_row_dot_scalar_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream,
+               row_dot, dout, out, B, T, NH, HS);
     }
 }
 
@@ -1060,48 +1090,54 @@ void attention_backward_simple_launch(Tio* dqkv, const float* row_dot, const Tio
     attention_allow_shared_bytes(backward_dq_kernel<Tio, kDims>, dq_shared_bytes(HS));
     LAUNCH((backward_dkdv_kernel<Tio, kDims>), grid, kThreads, dkdv_shared_bytes(HS), stream, dqkv, dout, lse,
            row_dot, qkv, T, NH, HS, scale);
-    LAUNCH((backward_dq_kernel<Tio, kDims>), grid, kThreads, dq_shared_bytes(HS), stream, dqkv, dout, lse, row_dot,
-           qkv, T, NH, HS, scale);
+    LAUNCH((backward_dq_kernel<Tio, kDims>), grid, kThreads, dq_shared_bytes(HS), stream, dqkv, dout, lse,
+           row_dot, qkv, T, NH, HS, scale);
 }
 template <typename Tio>
 void attention_backward_simple(Tio* dqkv, void* scratch, const Tio* dout, const Tio* out, const float* lse,
                                const Tio* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
     float* row_dot = static_cast<float*>(scratch);
     attention_row_dot(row_dot, dout, out, B, T, NH, HS, stream);
-    if (HS <= 32) attention_backward_simple_launch<Tio, 1>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
-    else if (HS <= 64) attention_backward_simple_launch<Tio, 2>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
-    else if (HS <= 128) attention_backward_simple_launch<Tio, 4>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
-    else attention_backward_simple_launch<Tio, 8>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
+    if (HS <= 32)
+        attention_backward_simple_launch<Tio, 1>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
+    else if (HS <= 64)
+        attention_backward_simple_launch<Tio, 2>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
+    else if (HS <= 128)
+        attention_backward_simple_launch<Tio, 4>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
+    else
+        attention_backward_simple_launch<Tio, 8>(dqkv, row_dot, dout, lse, qkv, B, T, NH, HS, stream);
 }
 
 // ---- the tensor-core path (bf16, HS 32/64/128), kRecipe as attention_tc::Recipe
 template <int HS, int kRecipe>
-void attention_forward_tensor_cores(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
-                                    cudaStream_t stream) {
+void attention_forward_tensor_cores(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
+                                    int NH, cudaStream_t stream) {
     using namespace attention_tc;
     using Config = ForwardConfig<HS, kRecipe>;
-    static const bool once = (attention_allow_shared_bytes(forward_kernel<HS, kRecipe>, Config::shared_bytes()), true);
+    static const bool once =
+        (attention_allow_shared_bytes(forward_kernel<HS, kRecipe>, Config::shared_bytes()), true);
     (void)once;
-    LAUNCH((forward_kernel<HS, kRecipe>), dim3(ceil_div(T, Config::kBlockQ), NH, B), kThreads, Config::shared_bytes(),
-           stream, out, lse, qkv, T, NH);
+    LAUNCH((forward_kernel<HS, kRecipe>), dim3(ceil_div(T, Config::kBlockQ), NH, B), kThreads,
+           Config::shared_bytes(), stream, out, lse, qkv, T, NH);
 }
 
 template <int HS, int kRecipe>
 void attention_backward_tensor_cores(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
-                                     const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv, int B,
-                                     int T, int NH, cudaStream_t stream) {
+                                     const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv,
+                                     int B, int T, int NH, cudaStream_t stream) {
     using namespace attention_tc;
     using DkDv = DkDvConfig<HS, kRecipe>;
     using Dq = DqConfig<HS, kRecipe>;
-    static const bool once = (attention_allow_shared_bytes(backward_dkdv_kernel<HS, kRecipe>, DkDv::shared_bytes()),
-                              attention_allow_shared_bytes(backward_dq_kernel<HS, kRecipe>, Dq::shared_bytes()), true);
+    static const bool once =
+        (attention_allow_shared_bytes(backward_dkdv_kernel<HS, kRecipe>, DkDv::shared_bytes()),
+         attention_allow_shared_bytes(backward_dq_kernel<HS, kRecipe>, Dq::shared_bytes()), true);
     (void)once;
     float* row_dot = static_cast<float*>(scratch);
     attention_row_dot(row_dot, dout, out, B, T, NH, HS, stream);
     LAUNCH((backward_dkdv_kernel<HS, kRecipe>), dim3(ceil_div(T, DkDv::kBlockK), NH, B), kThreads,
            DkDv::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH);
-    LAUNCH((backward_dq_kernel<HS, kRecipe>), dim3(ceil_div(T, Dq::kBlockQ), NH, B), kThreads, Dq::shared_bytes(),
-           stream, dqkv, dout, lse, row_dot, qkv, T, NH);
+    LAUNCH((backward_dq_kernel<HS, kRecipe>), dim3(ceil_div(T, Dq::kBlockQ), NH, B), kThreads,
+           Dq::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH);
 }
 
 // ---- what the trainer calls
@@ -1112,29 +1148,33 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     attention_check_shape(B, T, NH, HS);
 #ifndef ENABLE_FP32
     using namespace attention_tc;
-    if (HS == 32) return attention_forward_tensor_cores<32, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
-    if (HS == 64) return attention_forward_tensor_cores<64, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
-    if (HS == 128) return attention_forward_tensor_cores<128, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+    if (HS == 32)
+        return attention_forward_tensor_cores<32, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+    if (HS == 64)
+        return attention_forward_tensor_cores<64, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+    if (HS == 128)
+        return attention_forward_tensor_cores<128, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
 #endif
     attention_forward_simple(out, lse, qkv, B, T, NH, HS, stream);
 }
 
 // dqkv (B,T,3C) overwritten with dQ, dK, dV; scratch: attention_backward_scratch_bytes() bytes.
 // Deterministic: every value is summed by one thread in a fixed order.
-inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* out, const float* lse,
-                               const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* out,
+                               const float* lse, const floatX* qkv, int B, int T, int NH, int HS,
+                               cudaStream_t stream) {
     attention_check_shape(B, T, NH, HS);
 #ifndef ENABLE_FP32
     using namespace attention_tc;
     if (HS == 32)
-        return attention_backward_tensor_cores<32, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
-                                                                     stream);
+        return attention_backward_tensor_cores<32, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T,
+                                                                     NH, stream);
     if (HS == 64)
-        return attention_backward_tensor_cores<64, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
-                                                                     stream);
+        return attention_backward_tensor_cores<64, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T,
+                                                                     NH, stream);
     if (HS == 128)
-        return attention_backward_tensor_cores<128, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T, NH,
-                                                                      stream);
+        return attention_backward_tensor_cores<128, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B,
+                                                                      T, NH, stream);
 #endif
     attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, HS, stream);
 }

@@ -52,15 +52,15 @@ struct CpAsyncQueue {
         int bytes, src_bytes;
     };
     std::vector<Copy> uncommitted;
-    std::deque<std::vector<Copy>> committed;  // oldest group first
+    std::deque<std::vector<Copy> > committed;  // oldest group first
     // Copies never waited for never land: on a GPU they would land at some unknown time, which no
     // correct kernel can rely on.
 };
 namespace emu {
 inline void issue_cp_async(CpAsyncQueue& queue, void* dst, const void* src, int bytes, int src_bytes) {
     if ((uintptr_t)dst % bytes != 0 || (src_bytes > 0 && (uintptr_t)src % bytes != 0)) {
-        fprintf(stderr, "emu: cp.async of %d bytes with a misaligned address (dst %p, src %p)\n", bytes,
-                dst, src);
+        fprintf(stderr, "emu: cp.async of %d bytes with a misaligned address (dst %p, src %p)\n", bytes, dst,
+                src);
         abort();
     }
     memset(dst, 0xff, bytes);  // undefined until a wait: poison
@@ -80,7 +80,8 @@ __device__ __forceinline__ void cp_async_16(CpAsyncQueue& queue, void* smem_dst,
 #ifdef __CUDACC__
     (void)queue;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(cp_async_shared_address(smem_dst)),
-                 "l"(gmem_src) : "memory");
+                 "l"(gmem_src)
+                 : "memory");
 #else
     emu::issue_cp_async(queue, smem_dst, gmem_src, 16, 16);
 #endif
@@ -91,7 +92,8 @@ __device__ __forceinline__ void cp_async_16_or_zero(CpAsyncQueue& queue, void* s
 #ifdef __CUDACC__
     (void)queue;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cp_async_shared_address(smem_dst)),
-                 "l"(gmem_src), "r"(valid ? 16 : 0) : "memory");
+                 "l"(gmem_src), "r"(valid ? 16 : 0)
+                 : "memory");
 #else
     emu::issue_cp_async(queue, smem_dst, gmem_src, 16, valid ? 16 : 0);
 #endif
@@ -102,7 +104,8 @@ __device__ __forceinline__ void cp_async_4_or_zero(CpAsyncQueue& queue, void* sm
 #ifdef __CUDACC__
     (void)queue;
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(cp_async_shared_address(smem_dst)),
-                 "l"(gmem_src), "r"(valid ? 4 : 0) : "memory");
+                 "l"(gmem_src), "r"(valid ? 4 : 0)
+                 : "memory");
 #else
     emu::issue_cp_async(queue, smem_dst, gmem_src, 4, valid ? 4 : 0);
 #endif

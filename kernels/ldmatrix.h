@@ -70,8 +70,8 @@ inline void combine_ldmatrix(void* const lane_data[32], unsigned group) {
         }
         if (lane >= 8 * first.count) continue;  // this lane's address is not used
         if ((uintptr_t)l.row_address % 16 != 0) {
-            fprintf(stderr, "emu: ldmatrix row address %p of lane %d is not 16-byte aligned\n",
-                    l.row_address, lane);
+            fprintf(stderr, "emu: ldmatrix row address %p of lane %d is not 16-byte aligned\n", l.row_address,
+                    lane);
             abort();
         }
         memcpy(m[lane / 8][lane % 8], l.row_address, 16);
@@ -103,7 +103,8 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 __device__ __forceinline__ void ldmatrix_x1(uint32_t r[1], const void* row_address) {
 #ifdef __CUDACC__
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r[0]) : "r"(shared_address(row_address)));
+                 : "=r"(r[0])
+                 : "r"(shared_address(row_address)));
 #else
     emu::ldmatrix(r, row_address, 1, false);
 #endif
@@ -111,7 +112,8 @@ __device__ __forceinline__ void ldmatrix_x1(uint32_t r[1], const void* row_addre
 __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void* row_address) {
 #ifdef __CUDACC__
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(shared_address(row_address)));
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(shared_address(row_address)));
 #else
     emu::ldmatrix(r, row_address, 2, false);
 #endif
@@ -119,7 +121,8 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t r[2], const void* row_addre
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* row_address) {
 #ifdef __CUDACC__
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row_address)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row_address)));
 #else
     emu::ldmatrix(r, row_address, 4, false);
 #endif
@@ -127,7 +130,8 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* row_addre
 __device__ __forceinline__ void ldmatrix_x1_trans(uint32_t r[1], const void* row_address) {
 #ifdef __CUDACC__
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r[0]) : "r"(shared_address(row_address)));
+                 : "=r"(r[0])
+                 : "r"(shared_address(row_address)));
 #else
     emu::ldmatrix(r, row_address, 1, true);
 #endif
@@ -135,7 +139,8 @@ __device__ __forceinline__ void ldmatrix_x1_trans(uint32_t r[1], const void* row
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t r[2], const void* row_address) {
 #ifdef __CUDACC__
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(shared_address(row_address)));
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(shared_address(row_address)));
 #else
     emu::ldmatrix(r, row_address, 2, true);
 #endif
@@ -143,7 +148,8 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t r[2], const void* row
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* row_address) {
 #ifdef __CUDACC__
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_address(row_address)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row_address)));
 #else
     emu::ldmatrix(r, row_address, 4, true);
 #endif

@@ -80,10 +80,18 @@ Results naive_reference(const Shape& s, const std::vector<float>& qkv, const std
     const int B = s.B, T = s.T, NH = s.NH, HS = s.HS;
     const double scale = 1.0 / std::sqrt((double)HS);
     std::vector<double> out(s.out_size(), 0.0), lse(s.lse_size(), 0.0), dqkv(s.qkv_size(), 0.0);
-    auto Q = [&](int b, int t, int h, int d) { return (double)qkv[attention_qkv_index(b, t, 0, h, T, NH, HS) + d]; };
-    auto K = [&](int b, int t, int h, int d) { return (double)qkv[attention_qkv_index(b, t, 1, h, T, NH, HS) + d]; };
-    auto V = [&](int b, int t, int h, int d) { return (double)qkv[attention_qkv_index(b, t, 2, h, T, NH, HS) + d]; };
-    auto dO = [&](int b, int t, int h, int d) { return (double)dout[attention_out_index(b, t, h, T, NH, HS) + d]; };
+    auto Q = [&](int b, int t, int h, int d) {
+        return (double)qkv[attention_qkv_index(b, t, 0, h, T, NH, HS) + d];
+    };
+    auto K = [&](int b, int t, int h, int d) {
+        return (double)qkv[attention_qkv_index(b, t, 1, h, T, NH, HS) + d];
+    };
+    auto V = [&](int b, int t, int h, int d) {
+        return (double)qkv[attention_qkv_index(b, t, 2, h, T, NH, HS) + d];
+    };
+    auto dO = [&](int b, int t, int h, int d) {
+        return (double)dout[attention_out_index(b, t, h, T, NH, HS) + d];
+    };
     std::vector<double> P((size_t)T * T), dS((size_t)T * T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -112,7 +120,8 @@ Results naive_reference(const Shape& s, const std::vector<float>& qkv, const std
                     dS[(size_t)i * T + j] = dp;
                     D += P[(size_t)i * T + j] * dp;
                 }
-                for (int j = 0; j <= i; j++) dS[(size_t)i * T + j] = P[(size_t)i * T + j] * (dS[(size_t)i * T + j] - D);
+                for (int j = 0; j <= i; j++)
+                    dS[(size_t)i * T + j] = P[(size_t)i * T + j] * (dS[(size_t)i * T + j] - D);
             }
             for (int i = 0; i < T; i++)
                 for (int j = 0; j <= i; j++) {
@@ -134,7 +143,8 @@ Results naive_reference(const Shape& s, const std::vector<float>& qkv, const std
 void check_against(const Results& got, const Results& ref, const char* reference, const Shape& s) {
     char what[160];
     auto name = [&](const char* tensor) {
-        snprintf(what, sizeof what, "%s vs %s (B=%d T=%d NH=%d HS=%d)", tensor, reference, s.B, s.T, s.NH, s.HS);
+        snprintf(what, sizeof what, "%s vs %s (B=%d T=%d NH=%d HS=%d)", tensor, reference, s.B, s.T, s.NH,
+                 s.HS);
         return what;
     };
     CHECK_CLOSE(got.out, ref.out, KERNEL_TOLERANCE, name("out"));
@@ -191,18 +201,18 @@ TEST(attention_hs128) {
     check_shape({2, 257, 5, 128}, 303);
 }
 // A head size off the tensor-core list (GPT-3 2.7B has 80): the CUDA-core path.
-TEST(attention_hs80_general_path) {
-    check_shape({2, 37, 5, 80}, 401, /*check_determinism=*/true);
-}
+TEST(attention_hs80_general_path) { check_shape({2, 37, 5, 80}, 401, /*check_determinism=*/true); }
 
 TEST(attention_head_sizes_and_scratch) {
-    CHECK(attention_supports_head_size(32) && attention_supports_head_size(64) && attention_supports_head_size(128));
+    CHECK(attention_supports_head_size(32) && attention_supports_head_size(64) &&
+          attention_supports_head_size(128));
     CHECK(attention_supports_head_size(80) && attention_supports_head_size(256));
     CHECK(!attention_supports_head_size(0) && !attention_supports_head_size(257));
 #ifdef ENABLE_FP32
     CHECK(!attention_uses_tensor_cores(64));
 #else
-    CHECK(attention_uses_tensor_cores(32) && attention_uses_tensor_cores(64) && attention_uses_tensor_cores(128));
+    CHECK(attention_uses_tensor_cores(32) && attention_uses_tensor_cores(64) &&
+          attention_uses_tensor_cores(128));
     CHECK(!attention_uses_tensor_cores(80));
 #endif
     CHECK(attention_backward_scratch_bytes(8, 1024, 12, 64) >= (size_t)8 * 12 * 1024 * sizeof(float));
@@ -213,12 +223,14 @@ TEST(attention_head_sizes_and_scratch) {
 TEST(attention_index_arithmetic_is_64_bit) {
     const int B = 200, T = 2048, NH = 48, HS = 128;
     const unsigned long long C = (unsigned long long)NH * HS;
-    const unsigned long long last_v = ((unsigned long long)(B - 1) * T + (T - 1)) * 3 * C + 2 * C + (NH - 1) * HS;
+    const unsigned long long last_v =
+        ((unsigned long long)(B - 1) * T + (T - 1)) * 3 * C + 2 * C + (NH - 1) * HS;
     CHECK(last_v > (1ull << 32));
     CHECK(attention_qkv_index(B - 1, T - 1, 2, NH - 1, T, NH, HS) == last_v);
     CHECK(attention_out_index(B - 1, T - 1, NH - 1, T, NH, HS) ==
           ((unsigned long long)(B - 1) * T + (T - 1)) * C + (NH - 1) * HS);
-    CHECK(attention_lse_index(B - 1, NH - 1, T - 1, T, NH) == ((unsigned long long)(B - 1) * NH + NH - 1) * T + T - 1);
+    CHECK(attention_lse_index(B - 1, NH - 1, T - 1, T, NH) ==
+          ((unsigned long long)(B - 1) * NH + NH - 1) * T + T - 1);
 }
 
 }  // namespace

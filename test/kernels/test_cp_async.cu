@@ -94,7 +94,7 @@ __global__ void group_order_kernel(uint32_t* out, const uint32_t* src) {
     snapshot(0);
     cp_async_wait_group<0>(copies);  // A and B complete
     snapshot(1);
-    cp_async_wait_all(copies);       // C committed and complete
+    cp_async_wait_all(copies);  // C committed and complete
     snapshot(2);
 }
 

@@ -67,14 +67,22 @@ void check_variant() {
 TEST(ldmatrix_layout_entries_match_ptx_isa) {
     // Entries read off the PTX ISA's figure of an 8x8 matrix fragment (row, column).
     LdmatrixIndex e;
-    e = ldmatrix_element(0, 0, false); CHECK(e.row == 0 && e.col == 0);
-    e = ldmatrix_element(0, 1, false); CHECK(e.row == 0 && e.col == 1);
-    e = ldmatrix_element(5, 0, false); CHECK(e.row == 1 && e.col == 2);
-    e = ldmatrix_element(5, 1, false); CHECK(e.row == 1 && e.col == 3);
-    e = ldmatrix_element(31, 1, false); CHECK(e.row == 7 && e.col == 7);
-    e = ldmatrix_element(5, 0, true); CHECK(e.row == 2 && e.col == 1);
-    e = ldmatrix_element(5, 1, true); CHECK(e.row == 3 && e.col == 1);
-    e = ldmatrix_element(30, 0, true); CHECK(e.row == 4 && e.col == 7);
+    e = ldmatrix_element(0, 0, false);
+    CHECK(e.row == 0 && e.col == 0);
+    e = ldmatrix_element(0, 1, false);
+    CHECK(e.row == 0 && e.col == 1);
+    e = ldmatrix_element(5, 0, false);
+    CHECK(e.row == 1 && e.col == 2);
+    e = ldmatrix_element(5, 1, false);
+    CHECK(e.row == 1 && e.col == 3);
+    e = ldmatrix_element(31, 1, false);
+    CHECK(e.row == 7 && e.col == 7);
+    e = ldmatrix_element(5, 0, true);
+    CHECK(e.row == 2 && e.col == 1);
+    e = ldmatrix_element(5, 1, true);
+    CHECK(e.row == 3 && e.col == 1);
+    e = ldmatrix_element(30, 0, true);
+    CHECK(e.row == 4 && e.col == 7);
     // Each of the 64 elements goes to exactly one (lane, half), in both variants.
     for (int trans = 0; trans < 2; trans++) {
         std::vector<int> seen(64, 0);

@@ -1,0 +1,412 @@
+// Causal self-attention from naive to the shipped flash attention (kernels/attention.h), forward and
+// backward, each checked against the CPU reference (cpu/attention.h, lse in double) and then, on a
+// GPU, timed at GPT-2 124M's shape (B=8, NH=12, HS=64, T=1024) in TFLOP/s and as a share of the bf16
+// GEMM rate measured in the same run. FLOPs are counted for the causal half: forward 2·2·B·NH·T²·HS/2,
+// backward 2.5x that (what the kernels execute beyond it, tile edges and the separate dQ pass,
+// counts as overhead).
+//
+//   1 naive: the T×T scores, probabilities and their gradients in global memory, one thread per
+//     element of each product (dev only: B·NH·T² floats twice, 800 MB at this shape)
+//   2 tiled online softmax on CUDA cores in fp32 (the shipped kernel of the fp32 build and of head
+//     sizes without a tensor-core kernel)
+//   3 tensor cores: mma.sync m16n8k16, fragments by 32-bit loads from padded shared memory
+//   4 + ldmatrix (x4, x4.trans) from XOR-swizzled shared memory
+//   5 shipped: + cp.async tile loads, double-buffered (the next tile streams in during this one)
+// Versions 3-5 exist in the bf16 build only.
+//
+// Build and run: make dev/bin/cuda_attention && ./dev/bin/cuda_attention  (on a GPU)
+//                make build/dev/cuda/attention_emu && ./build/dev/cuda/attention_emu  (emulated check)
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "dev/cuda/bench.h"
+#include "dev/cuda/gemm_ceiling.h"
+#include "kernels/attention.h"
+
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// Version 1: naive. att (B, NH, T, T) fp32 holds the scores, then the probabilities; datt the
+// gradient of the probabilities, then of the scores.
+__global__ void naive_scores_kernel(float* att, const floatX* qkv, int B, int T, int NH, int HS,
+                                    float scale) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // ((b·NH + h)·T + t)·T + t2
+    if (i >= (size_t)B * NH * T * T) return;
+    const int t2 = (int)(i % T), t = (int)(i / T % T), h = (int)(i / T / T % NH), b = (int)(i / T / T / NH);
+    if (t2 > t) {
+        att[i] = -INFINITY;
+        return;
+    }
+    const floatX* q = qkv + attention_qkv_index(b, t, 0, h, T, NH, HS);
+    const floatX* k = qkv + attention_qkv_index(b, t2, 1, h, T, NH, HS);
+    float dot = 0.0f;
+    for (int d = 0; d < HS; d++) dot += to_float(q[d]) * to_float(k[d]);
+    att[i] = scale * dot;
+}
+// One thread per row: softmax in place, and lse.
+__global__ void naive_softmax_kernel(float* att, float* lse, int B, int T, int NH) {
+    const size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // (b·NH + h)·T + t
+    if (row >= (size_t)B * NH * T) return;
+    float* a = att + row * T;
+    const int t = (int)(row % T);
+    float m = -INFINITY, sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++) m = fmaxf(m, a[t2]);
+    for (int t2 = 0; t2 <= t; t2++) sum += expf(a[t2] - m);
+    for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? expf(a[t2] - m) / sum : 0.0f;
+    lse[row] = m + logf(sum);  // (B, NH, T): the same order as the rows
+}
+// One thread per output element: out[b][t][h·HS + d] = Σ_t2 att · v.
+__global__ void naive_out_kernel(floatX* out, const float* att, const floatX* qkv, int B, int T, int NH,
+                                 int HS) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // ((b·T + t)·NH + h)·HS + d
+    if (i >= (size_t)B * T * NH * HS) return;
+    const int d = (int)(i % HS), h = (int)(i / HS % NH), t = (int)(i / HS / NH % T),
+              b = (int)(i / HS / NH / T);
+    const float* a = att + attention_lse_index(b, h, t, T, NH) * T;
+    float sum = 0.0f;
+    for (int t2 = 0; t2 <= t; t2++)
+        sum += a[t2] * to_float(qkv[attention_qkv_index(b, t2, 2, h, T, NH, HS) + d]);
+    out[i] = from_float<floatX>(sum);
+}
+// datt = dout·vᵀ (causal part).
+__global__ void naive_datt_kernel(float* datt, const floatX* dout, const floatX* qkv, int B, int T, int NH,
+                                  int HS) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * NH * T * T) return;
+    const int t2 = (int)(i % T), t = (int)(i / T % T), h = (int)(i / T / T % NH), b = (int)(i / T / T / NH);
+    if (t2 > t) {
+        datt[i] = 0.0f;
+        return;
+    }
+    const floatX* g = dout + attention_out_index(b, t, h, T, NH, HS);
+    const floatX* v = qkv + attention_qkv_index(b, t2, 2, h, T, NH, HS);
+    float dot = 0.0f;
+    for (int d = 0; d < HS; d++) dot += to_float(g[d]) * to_float(v[d]);
+    datt[i] = dot;
+}
+// One thread per row: datt becomes dscore = att ⊙ (datt − Σ att·datt) · scale.
+__global__ void naive_softmax_backward_kernel(float* datt, const float* att, int B, int T, int NH,
+                                              float scale) {
+    const size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= (size_t)B * NH * T) return;
+    float* g = datt + row * T;
+    const float* a = att + row * T;
+    float dot = 0.0f;
+    for (int t2 = 0; t2 < T; t2++) dot += a[t2] * g[t2];
+    for (int t2 = 0; t2 < T; t2++) g[t2] = a[t2] * (g[t2] - dot) * scale;
+}
+// One thread per element of dq, dk and dv (dqkv overwritten).
+__global__ void naive_dqkv_kernel(floatX* dqkv, const float* att, const float* dscore, const floatX* dout,
+                                  const floatX* qkv, int B, int T, int NH, int HS) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;  // (((b·T + t)·3 + part)·NH + h)·HS + d
+    if (i >= (size_t)B * T * 3 * NH * HS) return;
+    const int d = (int)(i % HS), h = (int)(i / HS % NH), part = (int)(i / HS / NH % 3);
+    const int t = (int)(i / HS / NH / 3 % T), b = (int)(i / HS / NH / 3 / T);
+    const size_t head = attention_lse_index(b, h, 0, T, NH) * T;  // (b, h) square of att
+    float sum = 0.0f;
+    if (part == 0) {  // dq[t] = Σ_t2 dscore[t][t2] k[t2]
+        for (int t2 = 0; t2 <= t; t2++)
+            sum += dscore[head + (size_t)t * T + t2] *
+                   to_float(qkv[attention_qkv_index(b, t2, 1, h, T, NH, HS) + d]);
+    } else if (part == 1) {  // dk[t] = Σ_t1 dscore[t1][t] q[t1]
+        for (int t1 = t; t1 < T; t1++)
+            sum += dscore[head + (size_t)t1 * T + t] *
+                   to_float(qkv[attention_qkv_index(b, t1, 0, h, T, NH, HS) + d]);
+    } else {  // dv[t] = Σ_t1 att[t1][t] dout[t1]
+        for (int t1 = t; t1 < T; t1++)
+            sum +=
+                att[head + (size_t)t1 * T + t] * to_float(dout[attention_out_index(b, t1, h, T, NH, HS) + d]);
+    }
+    dqkv[i] = from_float<floatX>(sum);
+}
+
+// ------------------------------------------------------------------------------------------------
+struct Problem {
+    int B = 0, T = 0, NH = 0, HS = 0;
+    size_t qkv_n = 0, out_n = 0, lse_n = 0, att_n = 0;
+    std::vector<float> qkv, dout;  // rounded to floatX
+    floatX *d_qkv = nullptr, *d_dout = nullptr, *d_out = nullptr, *d_dqkv = nullptr;
+    float *d_lse = nullptr, *d_att = nullptr, *d_datt = nullptr;  // att, datt: version 1 only
+    void* d_scratch = nullptr;
+};
+
+// Host conversions between float and floatX (round to nearest even, as on the device).
+floatX to_storage(float x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __float2bfloat16(x);
+#endif
+}
+float from_storage(floatX x) {
+#ifdef ENABLE_FP32
+    return x;
+#else
+    return __bfloat162float(x);
+#endif
+}
+std::vector<float> rounded_random(size_t n, unsigned seed, float lo, float hi) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = from_storage(to_storage(dist(rng)));
+    return v;
+}
+template <typename T>
+T* device_alloc(size_t n) {
+    T* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T) + 16));
+    return p;
+}
+floatX* upload(const std::vector<float>& v) {
+    std::vector<floatX> x(v.size());
+    for (size_t i = 0; i < v.size(); i++) x[i] = to_storage(v[i]);
+    floatX* d = device_alloc<floatX>(x.size());
+    CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    return d;
+}
+template <typename T>  // floatX or float
+std::vector<float> download(const T* d, size_t n) {
+    std::vector<T> x(n);
+    CUDA_CHECK(cudaMemcpy(x.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = from_storage(x[i]);
+    return v;
+}
+
+Problem make_problem(int B, int T, int NH, int HS, bool naive_buffers) {
+    Problem p;
+    p.B = B, p.T = T, p.NH = NH, p.HS = HS;
+    p.qkv_n = (size_t)B * T * 3 * NH * HS, p.out_n = (size_t)B * T * NH * HS, p.lse_n = (size_t)B * NH * T;
+    p.att_n = naive_buffers ? (size_t)B * NH * T * T : 0;
+    p.qkv = rounded_random(p.qkv_n, 1, -2.0f, 2.0f);
+    p.dout = rounded_random(p.out_n, 2, -1.0f, 1.0f);
+    p.d_qkv = upload(p.qkv);
+    p.d_dout = upload(p.dout);
+    p.d_out = device_alloc<floatX>(p.out_n);
+    p.d_dqkv = device_alloc<floatX>(p.qkv_n);
+    p.d_lse = device_alloc<float>(p.lse_n);
+    p.d_att = naive_buffers ? device_alloc<float>(p.att_n) : nullptr;
+    p.d_datt = naive_buffers ? device_alloc<float>(p.att_n) : nullptr;
+    CUDA_CHECK(cudaMalloc(&p.d_scratch, attention_backward_scratch_bytes(B, T, NH, HS)));
+    return p;
+}
+void free_problem(Problem& p) {
+    for (void* ptr : {(void*)p.d_qkv, (void*)p.d_dout, (void*)p.d_out, (void*)p.d_dqkv, (void*)p.d_lse,
+                      (void*)p.d_att, (void*)p.d_datt, p.d_scratch})
+        if (ptr) CUDA_CHECK(cudaFree(ptr));
+}
+
+struct Reference {
+    std::vector<float> out, lse, dqkv;
+};
+Reference reference(const Problem& p) {
+    const int B = p.B, T = p.T, NH = p.NH, HS = p.HS, C = NH * HS;
+    Reference r;
+    r.out.assign(p.out_n, 0.0f);
+    r.dqkv.assign(p.qkv_n, 0.0f);
+    std::vector<float> att((size_t)B * NH * T * T);
+    attention_forward(r.out.data(), att.data(), p.qkv.data(), B, T, C, NH);
+    attention_backward(r.dqkv.data(), p.dout.data(), p.qkv.data(), att.data(), B, T, C, NH);
+    r.lse.resize(p.lse_n);
+    const double scale = 1.0 / std::sqrt((double)HS);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            std::vector<double> s(T);
+            for (int t = 0; t < T; t++) {
+                const float* q = &p.qkv[attention_qkv_index(b, t, 0, h, T, NH, HS)];
+                double m = -INFINITY, sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = &p.qkv[attention_qkv_index(b, t2, 1, h, T, NH, HS)];
+                    double dot = 0;
+                    for (int d = 0; d < HS; d++) dot += (double)q[d] * k[d];
+                    s[t2] = scale * dot;
+                    m = std::max(m, s[t2]);
+                }
+                for (int t2 = 0; t2 <= t; t2++) sum += std::exp(s[t2] - m);
+                r.lse[attention_lse_index(b, h, t, T, NH)] = (float)(m + std::log(sum));
+            }
+        }
+    return r;
+}
+
+double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
+        norm += (double)ref[i] * ref[i];
+    }
+    return std::isfinite(diff) ? std::sqrt(diff / (norm > 0 ? norm : 1.0)) : INFINITY;
+}
+// One of q (0), k (1), v (2) out of a (B, T, 3C) tensor.
+std::vector<float> part_of(const std::vector<float>& qkv, const Problem& p, int part) {
+    std::vector<float> out;
+    out.reserve(p.out_n);
+    for (int b = 0; b < p.B; b++)
+        for (int t = 0; t < p.T; t++) {
+            const size_t at = attention_qkv_index(b, t, part, 0, p.T, p.NH, p.HS);
+            out.insert(out.end(), qkv.begin() + at, qkv.begin() + at + (size_t)p.NH * p.HS);
+        }
+    return out;
+}
+#ifdef ENABLE_FP32
+constexpr double TOLERANCE = 1e-5;
+#else
+constexpr double TOLERANCE = 1e-2;
+#endif
+
+// ------------------------------------------------------------------------------------------------
+struct Version {
+    std::string name;
+    std::function<void(Problem&)> forward, backward;
+};
+
+void naive_forward(Problem& p) {
+    const size_t squares = p.att_n, rows = p.lse_n, outs = p.out_n;
+    LAUNCH(naive_scores_kernel, (unsigned)((squares + 255) / 256), 256, 0, 0, p.d_att, p.d_qkv, p.B, p.T,
+           p.NH, p.HS, 1.0f / sqrtf((float)p.HS));
+    LAUNCH(naive_softmax_kernel, (unsigned)((rows + 255) / 256), 256, 0, 0, p.d_att, p.d_lse, p.B, p.T, p.NH);
+    LAUNCH(naive_out_kernel, (unsigned)((outs + 255) / 256), 256, 0, 0, p.d_out, p.d_att, p.d_qkv, p.B, p.T,
+           p.NH, p.HS);
+}
+void naive_backward(Problem& p) {  // needs att from naive_forward
+    const size_t squares = p.att_n, rows = p.lse_n;
+    LAUNCH(naive_datt_kernel, (unsigned)((squares + 255) / 256), 256, 0, 0, p.d_datt, p.d_dout, p.d_qkv, p.B,
+           p.T, p.NH, p.HS);
+    LAUNCH(naive_softmax_backward_kernel, (unsigned)((rows + 255) / 256), 256, 0, 0, p.d_datt, p.d_att, p.B,
+           p.T, p.NH, 1.0f / sqrtf((float)p.HS));
+    LAUNCH(naive_dqkv_kernel, (unsigned)((p.qkv_n + 255) / 256), 256, 0, 0, p.d_dqkv, p.d_att, p.d_datt,
+           p.d_dout, p.d_qkv, p.B, p.T, p.NH, p.HS);
+}
+
+#ifndef ENABLE_FP32
+template <int kRecipe>
+void tensor_core_forward(Problem& p) {
+    switch (p.HS) {
+        case 32:
+            return attention_forward_tensor_cores<32, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+        case 64:
+            return attention_forward_tensor_cores<64, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+        case 128:
+            return attention_forward_tensor_cores<128, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+    }
+    fprintf(stderr, "no tensor-core kernel for HS=%d\n", p.HS);
+    exit(1);
+}
+template <int kRecipe>
+void tensor_core_backward(Problem& p) {
+    switch (p.HS) {
+        case 32:
+            return attention_backward_tensor_cores<32, kRecipe>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out,
+                                                                p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+        case 64:
+            return attention_backward_tensor_cores<64, kRecipe>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out,
+                                                                p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+        case 128:
+            return attention_backward_tensor_cores<128, kRecipe>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out,
+                                                                 p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+    }
+    fprintf(stderr, "no tensor-core kernel for HS=%d\n", p.HS);
+    exit(1);
+}
+#endif
+
+std::vector<Version> versions() {
+    std::vector<Version> v = {
+        {"1 naive T*T", naive_forward, naive_backward},
+        {"2 tiled online softmax, fp32 cores",
+         [](Problem& p) { attention_forward_simple(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.HS, 0); },
+         [](Problem& p) {
+             attention_backward_simple(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
+                                       p.NH, p.HS, 0);
+         }},
+    };
+#ifndef ENABLE_FP32
+    using namespace attention_tc;
+    v.push_back({"3 tensor cores (mma.sync)", tensor_core_forward<kMmaOnly>, tensor_core_backward<kMmaOnly>});
+    v.push_back({"4 + ldmatrix, swizzle", tensor_core_forward<kLdmatrixSwizzle>,
+                 tensor_core_backward<kLdmatrixSwizzle>});
+#endif
+#ifdef ENABLE_FP32
+    const char* shipped = "shipped (version 2 in the fp32 build)";
+#else
+    const char* shipped = "5 shipped: + cp.async pipeline";
+#endif
+    v.push_back({shipped,
+                 [](Problem& p) { attention_forward(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.HS, 0); },
+                 [](Problem& p) {
+                     attention_backward(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
+                                        p.NH, p.HS, 0);
+                 }});
+    return v;
+}
+
+bool all_passed = true;
+
+// Checks every version (or only the shipped one) at one shape, then times it on a GPU.
+void run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
+    printf("-- B=%d T=%d NH=%d HS=%d\n", B, T, NH, HS);
+    std::vector<Version> list = versions();
+    if (!all_versions) list.erase(list.begin(), list.end() - 1);
+    Problem p = make_problem(B, T, NH, HS, all_versions);
+    const Reference ref = reference(p);
+    const double forward_flops = 2.0 * 2.0 * B * NH * (double)T * T * HS / 2.0,
+                 backward_flops = 2.5 * forward_flops;
+    const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                              " NH=" + std::to_string(NH) + " HS=" + std::to_string(HS) + ")";
+    for (Version& v : list) {
+        CUDA_CHECK(cudaMemset(p.d_out, 0xff, p.out_n * sizeof(floatX)));
+        CUDA_CHECK(cudaMemset(p.d_lse, 0xff, p.lse_n * sizeof(float)));
+        CUDA_CHECK(cudaMemset(p.d_dqkv, 0xff, p.qkv_n * sizeof(floatX)));
+        v.forward(p);
+        CUDA_CHECK(cudaGetLastError());
+        v.backward(p);  // from this version's own out and lse
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaDeviceSynchronize());
+        all_passed &= report_check((v.name + " out" + shape).c_str(),
+                                   rel_error(download(p.d_out, p.out_n), ref.out), TOLERANCE);
+        all_passed &= report_check((v.name + " lse" + shape).c_str(),
+                                   rel_error(download(p.d_lse, p.lse_n), ref.lse), TOLERANCE);
+        const std::vector<float> dqkv = download(p.d_dqkv, p.qkv_n);
+        const char* names[3] = {" dq", " dk", " dv"};
+        for (int part = 0; part < 3; part++)
+            all_passed &=
+                report_check((v.name + names[part] + shape).c_str(),
+                             rel_error(part_of(dqkv, p, part), part_of(ref.dqkv, p, part)), TOLERANCE);
+        if (!BENCH_ON_GPU) continue;
+        report_flops(("fwd  " + v.name).c_str(), time_median_ms([&] { v.forward(p); }), forward_flops,
+                     gemm_tflops);
+        report_flops(("bwd  " + v.name).c_str(), time_median_ms([&] { v.backward(p); }), backward_flops,
+                     gemm_tflops);
+        report_flops(("both " + v.name).c_str(), time_median_ms([&] { v.forward(p), v.backward(p); }),
+                     forward_flops + backward_flops, gemm_tflops);
+    }
+    free_problem(p);
+}
+
+}  // namespace
+
+int main() {
+    double gemm_tflops = 0;
+    if (BENCH_ON_GPU) {
+        print_device_header();
+        gemm_tflops = measure_bf16_gemm_tflops();
+        printf("bf16 GEMM rate (cuBLASLt, 8192^3): %.1f TFLOP/s\n", gemm_tflops);
+        run(8, 1024, 12, 64, true, gemm_tflops);   // GPT-2 124M: the target shape
+        run(8, 1024, 24, 32, false, gemm_tflops);  // head size 32 (the quickstart model's)
+        run(8, 1024, 8, 128, false, gemm_tflops);  // head size 128 (large GPT-3 configurations)
+        run(4, 2048, 12, 64, false, gemm_tflops);  // longer sequences
+    } else {
+        run(2, 80, 2, 64, true, gemm_tflops);  // two query blocks, the second partial
+        run(2, 130, 2, 32, true, gemm_tflops);
+        run(1, 100, 2, 128, true, gemm_tflops);
+    }
+    printf(all_passed ? "all versions match the reference\n" : "SOME VERSIONS FAILED\n");
+    return all_passed ? 0 : 1;
+}
