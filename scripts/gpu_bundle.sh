@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds every CUDA program for the lent GPU and packs it, with everything it needs on a bare GPU
 # machine, into one archive for the device tool to carry:
-#     gpu_bundle/carry/gpu_bundle.tar.gz   (and MANIFEST.txt beside it: what is inside, and why)
+#     gpu_bundle/carry/gpu_bundle.tar.xz   (and MANIFEST.txt beside it: what is inside, and why)
 # scripts/gpu_check.sh, run on the GPU machine, unpacks it and runs the GPU tests and benchmarks.
 # README.md ("Using a lent GPU") has the device-tool call.
 #
@@ -57,7 +57,7 @@ root=gpu_bundle              # everything of this script lives here (ignored by 
 build=$root/build            # make's BUILD for the bundle build; BIN is $build/bin
 stage=$root/stage/gpu_bundle # the bundle's tree, as it is packed
 carry=$root/carry            # what the device tool carries
-archive=$carry/gpu_bundle.tar.gz
+archive=$carry/gpu_bundle.tar.xz
 log=$root/build.log
 travel_limit=$((64 * 1024 * 1024))
 
@@ -199,9 +199,12 @@ if ls "$stage"/lib/libmpi.so* >/dev/null 2>&1; then
         readelf -d "$plugin" 2>/dev/null | grep NEEDED | grep -qE "$fabric_re" && continue
         cp "$plugin" "$stage/mpi/plugins/"
     done
-    pmix_dir=$(dirname "$(readlink -f "$(ldd "$stage/lib/libmpi.so"* "$stage"/mpi/plugins/*.so |
-        awk '$1 ~ /^libpmix\.so/ && $3 ~ /^\// { print $3; exit }')")" 2>/dev/null)/pmix2/lib/pmix
-    [ -d "$pmix_dir" ] && cp "$pmix_dir"/*.so "$stage/mpi/pmix_plugins/"
+    # PMIx's own plugins lie near its library (Debian: <libdir>/pmix2/lib/pmix/pmix_mca_*.so).
+    libpmix=$(ldd "$stage"/mpi/plugins/*.so | awk '$1 ~ /^libpmix\.so/ && $3 ~ /^\// { print $3; exit }')
+    if [ -n "$libpmix" ]; then
+        find "$(dirname "$(readlink -f "$libpmix")")" -maxdepth 2 -name 'pmix_mca_*.so' \
+            -exec cp {} "$stage/mpi/pmix_plugins/" \;
+    fi
     [ -d "$pkgdatadir" ] && cp -r "$pkgdatadir" "$stage/mpi/share/"
     bundle_libraries_of "$stage"/mpi/plugins/*.so "$stage"/mpi/pmix_plugins/*.so
 fi
@@ -289,7 +292,7 @@ manifest=$stage/MANIFEST.txt
 
 phase "packing $archive"
 rm -f "$archive.tmp"
-tar -C "$root/stage" --owner=0 --group=0 --numeric-owner -cf - gpu_bundle | gzip -6 >"$archive.tmp" &&
+tar -C "$root/stage" --owner=0 --group=0 --numeric-owner -cf - gpu_bundle | xz -T"$JOBS" -6 >"$archive.tmp" &&
     mv "$archive.tmp" "$archive" || die "packing failed"
 cp "$manifest" "$carry/MANIFEST.txt"
 

@@ -2,7 +2,7 @@
 # The one-command GPU check, run on the lent GPU machine through the device tool (README.md, "Using a
 # lent GPU"), from the repository root:
 #     bash scripts/gpu_check.sh [PART...]      PART: tests emu bench train (default: all four)
-# It unpacks the bundle that scripts/gpu_bundle.sh made here (gpu_bundle/carry/gpu_bundle.tar.gz, or
+# It unpacks the bundle that scripts/gpu_bundle.sh made here (gpu_bundle/carry/gpu_bundle.tar.xz, or
 # GPU_BUNDLE=an archive or an unpacked folder), then
 #   setup  (always) sets LD_LIBRARY_PATH: the bundle's libraries, CUDA's toolkit, NCCL (the toolkit's
 #          or PyTorch's); prints date, commit, device, driver; checks that every program finds every
@@ -20,7 +20,8 @@
 # 2 nothing failed, but some part did not run (the time budget was spent).
 # Environment: GPU_CHECK_BUDGET_S (total seconds, default 540); GPU_CHECK_LIMIT_TESTS, _EMU, _BENCH,
 # _BENCH_EACH, _TRAIN (seconds per part); GPU_CHECK_BENCHES (which benchmarks, e.g. "matmul gelu");
-# GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run); GPU_CHECK_WORKDIR (where to unpack).
+# GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run), GPU_CHECK_COMPARE_ARGS (flags of the runs
+# compared with train_gpt_cpu); GPU_CHECK_WORKDIR (where to unpack).
 set -uo pipefail
 script_dir=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$script_dir")
@@ -102,7 +103,7 @@ run_part() { run_checked "$@"; record "$1" "$run_status" "$run_secs" "$run_detai
 section "gpu_check.sh at $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 bundle_src=${GPU_BUNDLE:-}
 if [ -z "$bundle_src" ]; then
-    for c in "$repo/gpu_bundle/carry/gpu_bundle.tar.gz" "$repo/gpu_bundle/stage/gpu_bundle"; do
+    for c in "$repo/gpu_bundle/carry/gpu_bundle.tar.xz" "$repo/gpu_bundle/stage/gpu_bundle"; do
         [ -e "$c" ] && { bundle_src=$c; break; }
     done
 fi
@@ -111,7 +112,7 @@ if [ -d "$bundle_src" ]; then
 elif [ -f "$bundle_src" ]; then
     work=${GPU_CHECK_WORKDIR:-${TMPDIR:-/tmp}/gpu_check}
     rm -rf "$work/gpu_bundle" && mkdir -p "$work" || exit 1
-    if ! tar -xzf "$bundle_src" -C "$work" 2>/dev/null; then   # no tar there: Python's tarfile
+    if ! tar -xJf "$bundle_src" -C "$work" 2>/dev/null; then   # no xz there: Python's tarfile
         python3 -c 'import sys, tarfile
 t = tarfile.open(sys.argv[1])
 t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
@@ -292,11 +293,20 @@ step_rows() {
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "n/a" }'; }
 
+# train_gpt falls back to the CPU where CUDA fails: on this machine that is a failure.
+on_the_gpu() {
+    if [ "$run_status" = PASS ] && ! grep -q '^compute: CUDA' "$run_out"; then
+        run_status=FAIL run_detail="it did not run on the GPU: $(grep -m1 -E '^(compute:|train_gpt: no CUDA)' "$run_out")"
+        echo "FAIL $run_detail"
+    fi
+}
+
 train_run() {  # the short GPT-2 124M job: speed, and the loss going down
     local args=${GPU_CHECK_TRAIN_ARGS:-"-e d12 -b 16 -t 1024 -x 40 -v 20 -m 4 -s 40 -g 32"}
     # shellcheck disable=SC2086 # the flags are words
     run_checked "train_gpt GPT-2 124M" "$1" ./train_gpt $args
     local rows=$(step_rows "$run_out")
+    on_the_gpu
     if [ "$run_status" = PASS ]; then
         local n first last
         n=$(echo "$rows" | grep -c .)
@@ -310,7 +320,7 @@ train_run() {  # the short GPT-2 124M job: speed, and the loss going down
             local steady=$(echo "$rows" | awk 'NR > 3 || n <= 3 { print }' n="$n")
             local ms=$(echo "$steady" | awk '{ print $3 }' | median) tok=$(echo "$steady" | awk '{ print $4 }' | median)
             local mfu=$(echo "$rows" | awk 'END { print $5 }')
-            local val=$(grep -E '^val loss' "$run_out" | awk '{ printf "%s ", $3 }')
+            local val=$(grep -E '^val loss' "$run_out" | awk '{ v = v (NR > 1 ? " " : "") $3 } END { print v }')
             run_detail="$n steps, loss $first -> $last"
             figures+=("train_gpt ($args): $n steps, loss $first -> $last, val loss ${val:-n/a}, median $ms ms/step, $tok tok/s, MFU $mfu")
         fi
@@ -322,9 +332,12 @@ train_run() {  # the short GPT-2 124M job: speed, and the loss going down
 # (bf16 storage: 1% at the first step, where only the forward pass differs; 3% over the steps).
 compare_first=0.01 compare_all=0.03
 train_compare() {
-    local args="-e d12 -b 4 -t 64 -x 6 -a 1 -v 0 -s 0" gpu_rows cpu_rows
+    # Every flag of the schedule given: the two trainers' defaults differ.
+    local args=${GPU_CHECK_COMPARE_ARGS:-"-e d12 -b 4 -t 64 -x 4 -a 1 -v 0 -s 0 -l 6e-4 -u 20 -q 0.1 -c 0.1 -k cosine --seed 42"}
+    local gpu_rows cpu_rows
     # shellcheck disable=SC2086
     run_checked "train_gpt vs train_gpt_cpu: train_gpt" "$1" ./train_gpt $args
+    on_the_gpu
     local gpu_status=$run_status gpu_secs=$run_secs
     gpu_rows=$(step_rows "$run_out")
     # shellcheck disable=SC2086
