@@ -15,6 +15,10 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 std::vector<float> to_float_vector(const std::vector<double>& v) {
     return std::vector<float>(v.begin(), v.end());
 }
+bool bitwise_equal_floatX(const floatX* a, const floatX* b, size_t n) {
+    const std::vector<floatX> x = host_copy_of(a, n), y = host_copy_of(b, n);
+    return bitwise_equal(x.data(), y.data(), n * sizeof(floatX));
+}
 
 // The row lengths tested: the main GPT-2 shapes, small ones, one just below each register-array
 // length (the last vectors of the row are padding), and one too long for registers.
@@ -256,5 +260,38 @@ TEST(layernorm_backward_scratch_size) {
         const size_t bytes = layernorm_backward_scratch_bytes(N, 768);
         const size_t row = 2 * 768 * sizeof(float);
         CHECK(bytes >= row && bytes % row == 0 && bytes / row <= (size_t)N);
+    }
+}
+
+TEST(layernorm_recompute_reproduces_forward_bitwise) {
+    // layernorm_recompute (train_gpt -r 2) rebuilds the forward's output from the saved statistics:
+    // it must give the same bits, for plain and fused forwards.
+    for (int C : {768, 160}) {
+        const Problem p(37, C, 700 + C);
+        const size_t n = (size_t)p.N * C;
+        const std::vector<float> other = round_to_floatX(random_floats(n, 800 + C));
+        floatX* d_inp = device_floatX(p.inp);
+        floatX* d_other = device_floatX(other);
+        floatX* d_weight = device_floatX(p.weight);
+        floatX* d_bias = device_floatX(p.bias);
+        floatX* d_residual = device_poisoned<floatX>(n);
+        floatX* d_out = device_poisoned<floatX>(n);
+        floatX* d_again = device_poisoned<floatX>(n);
+        float* d_mean = device_poisoned<float>(p.N);
+        float* d_rstd = device_poisoned<float>(p.N);
+
+        layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_weight, d_bias, p.N, C, 0);
+        layernorm_recompute(d_again, d_inp, d_mean, d_rstd, d_weight, d_bias, p.N, C, 0);
+        CHECK_MSG(bitwise_equal_floatX(d_out, d_again, n),
+                  "C=%d: recomputed LayerNorm differs from the forward", C);
+
+        residual_layernorm_forward(d_residual, d_out, d_mean, d_rstd, d_inp, d_other, d_weight, d_bias, p.N,
+                                   C, 0);
+        CUDA_CHECK(cudaMemset(d_again, 0xff, n * sizeof(floatX)));
+        layernorm_recompute(d_again, d_residual, d_mean, d_rstd, d_weight, d_bias, p.N, C, 0);
+        CHECK_MSG(bitwise_equal_floatX(d_out, d_again, n), "C=%d: recomputed fused LayerNorm differs", C);
+        for (void* ptr : {(void*)d_inp, (void*)d_other, (void*)d_weight, (void*)d_bias, (void*)d_residual,
+                          (void*)d_out, (void*)d_again, (void*)d_mean, (void*)d_rstd})
+            CUDA_CHECK(cudaFree(ptr));
     }
 }
