@@ -66,6 +66,7 @@ t_start=$(date +%s)
 phase() { printf '== %s (at +%s s)\n' "$*" $(($(date +%s) - t_start)); }
 die() { printf 'gpu_bundle.sh: %s\n' "$*" >&2; exit 1; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+is_elf() { [ -f "$1" ] && [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
 
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "no nvcc here: cannot build CUDA programs"
 mkdir -p "$root" "$carry"
@@ -128,7 +129,11 @@ rm -rf "$root/stage" && mkdir -p "$stage/lib/common"
 # Programs, without debug info (symbols stay, for readable backtraces).
 for p in "${built[@]}"; do
     mkdir -p "$stage/$(dirname "$p")"
-    strip --strip-debug -o "$stage/$p" "$(target_of "$p")" || die "strip failed on $p"
+    if is_elf "$(target_of "$p")"; then
+        strip --strip-debug -o "$stage/$p" "$(target_of "$p")" || die "strip failed on $p"
+    else
+        cp "$(target_of "$p")" "$stage/$p"
+    fi
 done
 
 # The scripts gpu_check.sh runs, as they were when these programs were built.
@@ -152,7 +157,6 @@ cuda_re='^lib(cuda|cudart|cublas|cublasLt|nccl|nvidia-[a-z-]+|nvrtc|nvJitLink|cu
 common_re='^(libstdc\+\+|libgcc_s|libz|liblzma|libzstd|libbz2|libcrypto|libssl|libpcre2-8|libudev|libsystemd|libselinux|libtinfo|libuuid|libexpat|libffi|libcap|libacl|libattr)\.so'
 fabric_re='lib(fabric|ucp|ucs|uct|ucm|ibverbs|rdmacm|psm|psm2|psm_infinipath|infinipath|oshmem|nl-3|nl-route-3)\.so'
 
-is_elf() { [ -f "$1" ] && [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
 cuda_needed=()
 
 # Copies into the bundle every library that ldd resolves for the given ELF files (ldd lists the
@@ -226,12 +230,13 @@ for f in "${all_elves[@]}"; do
 done
 
 # CPU instructions beyond x86-64's baseline in our own programs (not in libraries: OpenBLAS picks its
-# kernels at run time). ymm registers mean AVX/AVX2, zmm or mask registers AVX-512.
+# kernels at run time). zmm, mask or vector registers 16-31 mean AVX-512; a VEX instruction (v...) on
+# xmm/ymm registers means AVX or AVX2. (The default build's -march=native programs show avx512f here.)
 isa_of() {
     local asm
     asm=$(objdump -d --no-show-raw-insn -j .text "$1" 2>/dev/null)
-    if grep -qE '%zmm|%k[1-7]' <<<"$asm"; then echo avx512f
-    elif grep -q '%ymm' <<<"$asm"; then echo avx
+    if grep -qE '%zmm|%k[1-7]|%[xy]mm(1[6-9]|2[0-9]|3[01])\b' <<<"$asm"; then echo avx512f
+    elif grep -qP '\tv[a-z0-9]+\s.*%[xy]mm' <<<"$asm"; then echo avx
     else echo baseline; fi
 }
 isa_needed=baseline
