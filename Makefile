@@ -95,7 +95,7 @@ endif
 # The GPU model against the CPU reference (test/trainer/test_gpu_model.cu), bf16 and fp32, emulated.
 ifneq ($(CUDA_INCLUDE),)
   GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(BUILD)/test/trainer/fp32/test_gpu_model
-  TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
+  TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh test/trainer/test_restart_after_kill.sh
   $(BUILD)/test/trainer/test_gpu_model.emu.o $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o

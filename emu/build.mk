@@ -5,7 +5,8 @@
 # CUDA's headers: beside nvcc, or the default install. Empty when there are none.
 CUDA_INCLUDE ?= $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard \
                   $(dir $(NVCC))../include/cuda_runtime.h /usr/local/cuda/include/cuda_runtime.h)))
-EMU_CXXFLAGS := -x c++ -isystem $(CUDA_INCLUDE) -include emu/cuda_emu.h
+# -Wno-unknown-pragmas: "#pragma unroll" is for nvcc; g++ ignores it.
+EMU_CXXFLAGS := -x c++ -isystem $(CUDA_INCLUDE) -include emu/cuda_emu.h -Wno-unknown-pragmas
 EMU_OBJS     := $(addprefix $(BUILD)/emu/, fiber.o block_runner.o warp_ops.o grid_launch.o \
                   cuda_runtime_host.o)
 EMU_LIBS     :=

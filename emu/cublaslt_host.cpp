@@ -62,6 +62,7 @@ struct Preference {
     uint32_t search_mode;
     uint64_t max_workspace_bytes;
     uint64_t impl_mask;
+    uint32_t min_alignment[4];  // A, B, C, D bytes: accepted and kept; host memory has no such rules
 };
 
 static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "Layout must fit the opaque blob");
@@ -435,7 +436,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
     if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
     *pref = new cublasLtMatmulPreferenceOpaque_t{};
-    new (*pref) Preference{0, 0, ~0ull};
+    new (*pref) Preference{0, 0, ~0ull, {256, 256, 256, 256}};
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -454,6 +455,14 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
         case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
             return read_attribute(buf, size, &p->max_workspace_bytes, "PREF_MAX_WORKSPACE_BYTES");
         case CUBLASLT_MATMUL_PREF_IMPL_MASK: return read_attribute(buf, size, &p->impl_mask, "PREF_IMPL_MASK");
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+            return read_attribute(buf, size, &p->min_alignment[0], "PREF_MIN_ALIGNMENT_A_BYTES");
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+            return read_attribute(buf, size, &p->min_alignment[1], "PREF_MIN_ALIGNMENT_B_BYTES");
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+            return read_attribute(buf, size, &p->min_alignment[2], "PREF_MIN_ALIGNMENT_C_BYTES");
+        case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+            return read_attribute(buf, size, &p->min_alignment[3], "PREF_MIN_ALIGNMENT_D_BYTES");
         default: return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matmul preference attribute %d not supported", (int)attr);
     }
 }

@@ -77,7 +77,7 @@ __device__ __forceinline__ __nv_bfloat16 parameter_for_storage<__nv_bfloat16>(fl
 }
 
 // The per-call constants of the update.
-struct AdamWSettings {
+struct AdamWKernelArgs {
     float learning_rate, beta1, beta2, eps, weight_decay, grad_scale;
     float m_correction, v_correction;  // 1 − β1^step, 1 − β2^step
     uint64_t random_key;               // adamw_random_key(seed, step)
@@ -85,7 +85,7 @@ struct AdamWSettings {
 };
 
 // One element's update: m and v in place, returns the new parameter. Written as cpu/adamw.h does.
-__device__ __forceinline__ float adamw_step(float p, float grad, float& m, float& v, const AdamWSettings& s) {
+__device__ __forceinline__ float adamw_step(float p, float grad, float& m, float& v, const AdamWKernelArgs& s) {
     const float g = s.grad_scale * grad;
     m = s.beta1 * m + (1.0f - s.beta1) * g;
     v = s.beta2 * v + (1.0f - s.beta2) * g * g;
@@ -95,7 +95,7 @@ __device__ __forceinline__ float adamw_step(float p, float grad, float& m, float
 
 // Element i of the slice, one at a time (head, tail, and unaligned slices).
 __device__ __forceinline__ void adamw_element(floatX* params, float* master, float* m, float* v,
-                                              const floatX* grads, size_t i, const AdamWSettings& s) {
+                                              const floatX* grads, size_t i, const AdamWKernelArgs& s) {
     const float p_old = master != nullptr ? master[i] : to_float(params[i]);
     float mi = m[i], vi = v[i];
     const float p = adamw_step(p_old, to_float(grads[i]), mi, vi, s);
@@ -110,7 +110,7 @@ __device__ __forceinline__ void adamw_element(floatX* params, float* master, flo
 // head and the tail.
 template <bool kVector>
 __global__ void adamw_kernel(floatX* params, float* master, float* m, float* v, const floatX* grads,
-                             ElementGroups split, AdamWSettings s) {
+                             ElementGroups split, AdamWKernelArgs s) {
     const size_t g = global_thread_index();
     if (g < split.groups) {
         const size_t first = split.group_start(g);
@@ -156,7 +156,7 @@ inline void adamw_update(floatX* params, float* master, float* m, float* v, cons
         exit(1);
     }
     if (n == 0) return;
-    AdamWSettings s;
+    AdamWKernelArgs s;
     s.learning_rate = learning_rate;
     s.beta1 = beta1;
     s.beta2 = beta2;

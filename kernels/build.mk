@@ -47,10 +47,10 @@ ifneq ($(NVCC),)
 NVCC_HOST_FLAGS := -Xcompiler -fopenmp
 $(BUILD)/%.cuda.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_HOST_FLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(NVCC_HOST_FLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 $(BUILD)/%.cuda.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_HOST_FLAGS) -x cu -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(NVCC_HOST_FLAGS) -MMD -MP -MF $(@:.o=.d) -x cu -c $< -o $@
 
 ifneq ($(SAN),1)
 # The CPU reference's gemm() for nvcc programs: the same source, built without -march=native so the

@@ -601,7 +601,7 @@ __global__ void layernorm_recompute_kernel(floatX* __restrict__ out, const float
 
 inline void layernorm_recompute(floatX* out, const floatX* inp, const float* mean, const float* rstd,
                                 const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream) {
-    layernorm_check("layernorm_recompute", N, C, {out, inp, mean, rstd, weight, bias});
+    layernorm_check("layernorm_recompute", N, C, {out, inp, weight, bias});  // mean, rstd: scalar loads
     if (N == 0) return;
     const size_t vectors = (size_t)N * (C / LAYERNORM_X128);
     LAUNCH(layernorm_recompute_kernel, (unsigned)((vectors + 255) / 256), 256, 0, stream, out, inp, mean, rstd,

@@ -292,9 +292,7 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
         const uint64_t workspace_bytes = MATMUL_WORKSPACE_BYTES;
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
             preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
-#ifdef __CUDACC__
-        // The heuristic assumes 256-byte aligned matrices unless told otherwise. (The emulator's
-        // stand-in has no alignment rules and does not take these attributes.)
+        // The heuristic assumes 256-byte aligned matrices unless told otherwise.
         const uint32_t alignments[4] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_d,
                                         (uint32_t)key.align_d};
         const cublasLtMatmulPreferenceAttributes_t which[4] = {
@@ -303,7 +301,6 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
         for (int i = 0; i < 4; i++)
             CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i],
                                                               sizeof(alignments[i])));
-#endif
         cublasLtMatmulHeuristicResult_t result;
         int returned = 0;
         const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(

@@ -26,7 +26,7 @@ constexpr double TOLERANCE = 1e-2;
 
 // ---- version 1: two kernels
 __global__ void adamw_naive_master_kernel(float* master, float* m, float* v, const floatX* grads, size_t n,
-                                          AdamWSettings s) {
+                                          AdamWKernelArgs s) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float mi = m[i], vi = v[i];
@@ -34,7 +34,7 @@ __global__ void adamw_naive_master_kernel(float* master, float* m, float* v, con
     m[i] = mi;
     v[i] = vi;
 }
-__global__ void round_master_kernel(floatX* params, const float* master, size_t n, AdamWSettings s) {
+__global__ void round_master_kernel(floatX* params, const float* master, size_t n, AdamWKernelArgs s) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         params[i] =
@@ -43,7 +43,7 @@ __global__ void round_master_kernel(floatX* params, const float* master, size_t 
 
 // ---- version 2: fused, one element per thread
 __global__ void adamw_fused_scalar_kernel(floatX* params, float* master, float* m, float* v,
-                                          const floatX* grads, size_t n, AdamWSettings s) {
+                                          const floatX* grads, size_t n, AdamWKernelArgs s) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) adamw_element(params, master, m, v, grads, i, s);
 }
@@ -52,8 +52,8 @@ struct Hyper {
     float lr = 6e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f, grad_scale = 0.8f;
     uint32_t seed = 42;
 };
-AdamWSettings settings_of(const Hyper& h, int step) {
-    AdamWSettings s;
+AdamWKernelArgs settings_of(const Hyper& h, int step) {
+    AdamWKernelArgs s;
     s.learning_rate = h.lr;
     s.beta1 = h.beta1;
     s.beta2 = h.beta2;
@@ -88,7 +88,7 @@ struct Buffers {
 };
 
 void run_version(int version, Buffers& b, const Hyper& h, int step, bool with_master = true) {
-    const AdamWSettings s = settings_of(h, step);
+    const AdamWKernelArgs s = settings_of(h, step);
     const unsigned blocks = (unsigned)((b.n + 255) / 256);
     switch (version) {
         case 1:
