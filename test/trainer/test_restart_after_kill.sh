@@ -25,7 +25,8 @@ for attempt in $(seq 1 40); do
   [ $kills -ge 3 ] && break
   sleep "0.$((RANDOM % 9 + 1))"
   kill -0 $supervisor 2>/dev/null || break
-  if pkill -KILL -f "train_gpt_emu .*$work/killed" 2>/dev/null; then kills=$((kills + 1)); sleep 0.5; fi
+  # Only the trainer: its command line starts with its path (the supervisor's starts with bash).
+  if pkill -KILL -f "^$trainer .*$work/killed" 2>/dev/null; then kills=$((kills + 1)); sleep 0.5; fi
 done
 wait $supervisor
 status=$?
