@@ -350,7 +350,6 @@ __global__ void attention_row_dot_scalar_kernel(float* row_dot, const Tio* dout,
 namespace attention_tc {
 typedef __nv_bfloat16 bf16;
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr int kRowsPerWarp = 16;  // the m of m16n8k16
 
 // The ideas, cumulative, for dev/cuda/attention.cu; the trainer uses kCpAsyncPipeline.
 enum Recipe : int {
