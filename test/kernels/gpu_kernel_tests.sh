@@ -11,7 +11,7 @@ found=0
 for t in build/test/kernels/cuda/test_*; do
   [ -x "$t" ] || continue
   found=1
-  "$t" 2>&1 | sed "s|^\(PASS\|FAIL\|SKIPPED\) |\1 gpu:$(basename "$t"):|"
+  timeout "${GPU_TEST_TIMEOUT:-120}" "$t" 2>&1 | sed -E "s#^(PASS|FAIL|SKIPPED) #\1 gpu:$(basename "$t"):#"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
 [ $found -eq 1 ] || echo "SKIPPED gpu_kernel_tests (no nvcc-built kernel tests in build/test/kernels/cuda: run make)"
