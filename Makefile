@@ -64,12 +64,16 @@ $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(BUILD)/cpu/cpu_train_model.o $(
 # CPU trainer under that name, saying in one line that it was built without CUDA. ./train_gpt_emu (and
 # train_gpt_emu_fp32) is train_gpt.cu built through the emulator (emu/): the real kernels on the CPU,
 # for the tests. Both link the CPU model too: train_gpt falls back to it when there is no device.
+# Data parallelism (dist/): ranks over MPI, and NCCL (the real one under nvcc, the stand-in over MPI in
+# the emulated build).
 TRAINER_HOST_OBJS := $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
+DIST_OBJS := $(BUILD)/dist/mpi_ranks.o
+$(DIST_OBJS): CXXFLAGS += $(MPI_CXXFLAGS) $(STAND_INS_CXXFLAGS)
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)
     PROGRAMS += $(BIN)/train_gpt
-    $(BIN)/train_gpt: $(BUILD)/train_gpt.cuda.o $(TRAINER_HOST_OBJS)
-	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(HOST_LIBS)
+    $(BIN)/train_gpt: $(BUILD)/train_gpt.cuda.o $(TRAINER_HOST_OBJS) $(DIST_OBJS)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
   endif
 else
   PROGRAMS += $(BIN)/train_gpt
@@ -81,7 +85,7 @@ else
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 endif
 ifneq ($(CUDA_INCLUDE),)
-  TRAINER_EMU_OBJS := $(EMU_OBJS) $(sort $(EMU_STAND_IN_OBJS) $(TRAINER_HOST_OBJS))
+  TRAINER_EMU_OBJS := $(EMU_OBJS) $(sort $(EMU_STAND_IN_OBJS) $(TRAINER_HOST_OBJS)) $(DIST_OBJS)
   PROGRAMS += $(BIN)/train_gpt_emu $(BIN)/train_gpt_emu_fp32
   $(BUILD)/train_gpt.emu.o $(BUILD)/train_gpt.fp32.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BIN)/train_gpt_emu: $(BUILD)/train_gpt.emu.o $(TRAINER_EMU_OBJS)

@@ -5,9 +5,13 @@
 // file is the GPU model behind its interface, read top to bottom:
 //   1. the buffers: parameters, gradients, optimizer state, activations, scratch — all allocated once
 //   2. forward: embeddings, L transformer blocks, final LayerNorm, logits, loss
-//   3. backward: the same steps in reverse
-//   4. update: gradient norm and AdamW
-//   5. main(): picks the device (or the CPU when there is none) and runs the loop
+//   3. backward: the same steps in reverse; with several ranks, each layer's gradients are averaged
+//      across ranks (NCCL, on a stream of their own) while the layers below are still computed
+//   4. update: gradient norm and AdamW; under ZeRO-1 (-z 1) each rank updates its shard and the
+//      ranks all-gather the new weights
+//   5. main(): ranks from MPI, the device (or the CPU when there is none), then the loop
+// Data parallelism: `mpirun -np N ./train_gpt` runs N ranks, one GPU each; see host/param_buckets.h for
+// how parameters are grouped into buckets and sharded.
 // Built by nvcc it is ./train_gpt; built through the emulator (emu/) it is ./train_gpt_emu, which runs
 // the same kernels on the CPU for the tests.
 #include <algorithm>
@@ -18,8 +22,12 @@
 #include <string>
 #include <vector>
 
+#include <nccl.h>
+
 #include "cpu/cpu_train_model.h"
+#include "dist/mpi_ranks.h"
 #include "host/errors.h"
+#include "host/param_buckets.h"
 #include "host/train_loop.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -123,9 +131,31 @@ static double device_peak_flops(const cudaDeviceProp& prop) {
     return 0;
 }
 
+// The NCCL type of floatX.
+#ifdef ENABLE_FP32
+constexpr ncclDataType_t NCCL_FLOATX = ncclFloat32;
+#else
+constexpr ncclDataType_t NCCL_FLOATX = ncclBfloat16;
+#endif
+#define NCCL_CHECK(call) nccl_check((call), #call, __FILE__, __LINE__)
+inline void nccl_check(ncclResult_t result, const char* what, const char* file, int line) {
+    if (result == ncclSuccess) return;
+    fprintf(stderr, "NCCL error %s at %s:%d: %s\n", ncclGetErrorString(result), file, line, what);
+    exit(2);
+}
+
+// This rank among the data-parallel ranks: the host group (MPI) and the NCCL communicator (null with
+// one rank).
+struct DataParallel {
+    RankGroup* ranks;
+    ncclComm_t nccl = nullptr;
+    int rank() const { return ranks ? ranks->rank : 0; }
+    int num_ranks() const { return ranks ? ranks->num_ranks : 1; }
+};
+
 class GPUModel : public TrainModel {
 public:
-    GPUModel(const GPTConfig& config, const TrainOptions& opt);
+    GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParallel dp = {nullptr});
     ~GPUModel() override;
 
     const GPTConfig& config() const override { return config_; }
@@ -147,19 +177,16 @@ public:
                              const std::vector<float>& v) override;
     void optimizer_state(std::vector<float>* master, std::vector<float>* m,
                          std::vector<float>* v) override;
+    bool optimizer_sharded() const override { return sharded_; }
     ModelMemory memory() const override { return memory_; }
     // The gradients, widened to fp32 (for tests and debugging).
     std::vector<float> gradients();
 
 private:
-    // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb) in params or grads.
-    floatX* tensor(floatX* base, int t, int l = 0) const {
-        const bool per_layer = t >= LN1W && t <= FCPROJB;
-        const size_t layer_size = per_layer ? layout_.size[t] / config_.num_layers : 0;
-        return base + layout_.offset[t] + l * layer_size;
-    }
-    floatX* p(int t, int l = 0) const { return tensor(params_, t, l); }
-    floatX* g(int t, int l = 0) const { return tensor(grads_, t, l); }
+    // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb) in params or grads, which
+    // are in bucket order (host/param_buckets.h).
+    floatX* p(int t, int l = 0) const { return params_ + buckets_.device_offset(t, l); }
+    floatX* g(int t, int l = 0) const { return grads_ + buckets_.device_offset(t, l); }
     // Slice l of a per-layer activation of `width` values per position (slice 0 when not kept per layer).
     floatX* layer(floatX* base, int l, size_t width, bool per_layer = true) const {
         return base + (per_layer ? (size_t)l * max_N_ * width : 0);
@@ -169,10 +196,17 @@ private:
     void upload_tokens(const int* inputs, const int* targets, int B, int T);
     void run_forward(int B, int T);
     float run_classifier(bool write_dlogits, float loss_scale);
-    void run_backward();
+    void run_backward(bool communicate);
+    void average_gradients(int bucket);
+    void finish_gradient_communication();
 
     GPTConfig config_;
-    ParamLayout layout_;
+    DataParallel dp_;
+    ParamBuckets buckets_;            // device order of parameters and gradients
+    bool sharded_;                    // ZeRO-1: this rank keeps optimizer state for its shard only
+    std::vector<OwnedRun> owned_;     // the parameters this rank updates
+    cudaStream_t comm_stream_ = nullptr;
+    cudaEvent_t gradients_ready_ = nullptr, communication_done_ = nullptr;
     int max_B_, max_T_;
     size_t max_N_;
     int recompute_;
@@ -187,7 +221,7 @@ private:
     floatX* params_ = nullptr;   // working weights, param_layout order
     floatX* grads_ = nullptr;
     float* master_ = nullptr;    // fp32 master weights (null with -w 0 or in the fp32 build)
-    float *adam_m_ = nullptr, *adam_v_ = nullptr;
+    float *adam_m_ = nullptr, *adam_v_ = nullptr;  // state order: this rank's shard, or all
     Activations act_{};
     int* inputs_dev_ = nullptr;  // (N) token ids of the current micro-batch
     int* targets_dev_ = nullptr;
@@ -201,9 +235,16 @@ private:
     std::vector<float> losses_host_;
 };
 
-GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt)
-    : config_(config), layout_(param_layout(config)), max_B_(opt.batch_size), max_T_(opt.seq_len),
-      max_N_((size_t)opt.batch_size * opt.seq_len), recompute_(opt.recompute), seed_(opt.seed) {
+GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParallel dp)
+    : config_(config), dp_(dp),
+      buckets_(make_param_buckets(config, dp.num_ranks())),
+      sharded_(opt.zero_stage == 1 && dp.num_ranks() > 1),
+      owned_(owned_runs(buckets_, dp.rank(), sharded_)), max_B_(opt.batch_size),
+      max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len), recompute_(opt.recompute),
+      seed_(opt.seed) {
+    if (opt.zero_stage > 1)
+        fail("-z (--zero-stage): stage %d is not implemented; use 0 (all-reduce) or 1 (sharded "
+             "optimizer state)", opt.zero_stage);
 #ifdef ENABLE_FP32
     use_master_ = false;  // the working weights are fp32 already
 #else
@@ -222,21 +263,28 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt)
     device_name_ = prop.name;
     peak_flops_ = device_peak_flops(prop);
     CUDA_CHECK(cudaStreamCreate(&stream_));
+    CUDA_CHECK(cudaStreamCreate(&comm_stream_));
+    CUDA_CHECK(cudaEventCreateWithFlags(&gradients_ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
     matmul_setup(opt.tf32 != 0);
 
-    // Parameters, gradients, master weights and AdamW moments.
-    const size_t P = layout_.total, N = max_N_;
+    // Parameters and gradients (bucket order, padded), and this rank's master weights and AdamW
+    // moments: 12 bytes per parameter, divided by the ranks under ZeRO-1.
+    const size_t P = buckets_.total, S = sharded_ ? buckets_.shard_size() : P, N = max_N_;
     arena_.request(&params_, P);
     arena_.request(&grads_, P);
     memory_.parameters = P * sizeof(floatX);
     memory_.gradients = P * sizeof(floatX);
     if (use_master_) {
-        arena_.request(&master_, P);
-        memory_.master_weights = P * sizeof(float);
+        arena_.request(&master_, S);
+        memory_.master_weights = S * sizeof(float);
     }
-    arena_.request(&adam_m_, P);
-    arena_.request(&adam_v_, P);
-    memory_.optimizer_state = 2 * P * sizeof(float);
+    arena_.request(&adam_m_, S);
+    arena_.request(&adam_v_, S);
+    memory_.optimizer_state = 2 * S * sizeof(float);
+    // A ring all-reduce, or a reduce-scatter plus an all-gather, sends 2·(R−1)/R of the buffer.
+    const int R = dp_.num_ranks();
+    memory_.network_bytes_per_step = R > 1 ? 2 * (R - 1) * (P / R) * sizeof(floatX) : 0;
     const size_t before_activations = arena_.bytes();
 
     // Activations (see struct Activations for what -r changes).
@@ -288,9 +336,10 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt)
              memory_.activations / 1073741824.0, prop.name, free_bytes / 1073741824.0);
     arena_.allocate("the model");
     encoder_host_scratch_ = malloc(encoder_backward_host_scratch_bytes(max_B_, max_T_));
+    CUDA_CHECK(cudaMemsetAsync(params_, 0, P * sizeof(floatX), stream_));  // padding stays zero
     CUDA_CHECK(cudaMemsetAsync(grads_, 0, P * sizeof(floatX), stream_));
-    CUDA_CHECK(cudaMemsetAsync(adam_m_, 0, P * sizeof(float), stream_));
-    CUDA_CHECK(cudaMemsetAsync(adam_v_, 0, P * sizeof(float), stream_));
+    CUDA_CHECK(cudaMemsetAsync(adam_m_, 0, S * sizeof(float), stream_));
+    CUDA_CHECK(cudaMemsetAsync(adam_v_, 0, S * sizeof(float), stream_));
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
     CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, N * Vp * sizeof(floatX), stream_));
@@ -299,12 +348,20 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt)
 GPUModel::~GPUModel() {
     free(encoder_host_scratch_);
     matmul_teardown();
+    if (gradients_ready_) cudaEventDestroy(gradients_ready_);
+    if (communication_done_) cudaEventDestroy(communication_done_);
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (stream_) cudaStreamDestroy(stream_);
 }
 
 std::string GPUModel::description() const {
-    return strprintf("CUDA on %s, %s storage%s, fp32 AdamW state, recompute -r %d", device_name_.c_str(),
-                     PRECISION_NAME, use_master_ ? " with fp32 master weights" : "", recompute_);
+    const std::string parallel =
+        dp_.num_ranks() == 1 ? ""
+        : sharded_           ? strprintf(", ZeRO-1 over %d ranks (AdamW state sharded)", dp_.num_ranks())
+                             : strprintf(", gradients all-reduced over %d ranks", dp_.num_ranks());
+    return strprintf("CUDA on %s, %s storage%s, fp32 AdamW state, recompute -r %d%s",
+                     device_name_.c_str(), PRECISION_NAME,
+                     use_master_ ? " with fp32 master weights" : "", recompute_, parallel.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -411,7 +468,7 @@ void GPUModel::logits_at(int t, float* out) {
 // 3. Backward
 
 void GPUModel::zero_grad() {
-    CUDA_CHECK(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(floatX), stream_));
+    CUDA_CHECK(cudaMemsetAsync(grads_, 0, buckets_.total * sizeof(floatX), stream_));
 }
 
 float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T,
@@ -419,18 +476,43 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
     upload_tokens(inputs, targets, B, T);
     run_forward(B, T);
     const float loss = run_classifier(true, loss_scale);
-    run_backward();
-    // Data parallelism hooks in here: on the last micro-step the gradients are final and are reduced
-    // across ranks; earlier micro-steps only accumulate locally.
-    (void)last_micro_step;
+    // Only the last micro-step's gradients are final, and only they are averaged across ranks;
+    // earlier micro-steps accumulate locally.
+    const bool communicate = last_micro_step && dp_.num_ranks() > 1;
+    run_backward(communicate);
+    if (communicate) finish_gradient_communication();
     return loss;
+}
+
+// Averages one bucket's gradients across ranks on the communication stream, once the main stream
+// has computed them: all of them (-z 0), or under ZeRO-1 only this rank's chunk (a reduce-scatter,
+// in place: the chunk's place in the bucket receives the average).
+void GPUModel::average_gradients(int bucket) {
+    const ParamBucket& b = buckets_.buckets[bucket];
+    CUDA_CHECK(cudaEventRecord(gradients_ready_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, gradients_ready_, 0));
+    floatX* grads = grads_ + b.offset;
+    if (sharded_) {
+        const size_t chunk = buckets_.chunk(bucket);
+        NCCL_CHECK(ncclReduceScatter(grads, grads + dp_.rank() * chunk, chunk, NCCL_FLOATX, ncclAvg,
+                                     dp_.nccl, comm_stream_));
+    } else {
+        NCCL_CHECK(ncclAllReduce(grads, grads, b.length, NCCL_FLOATX, ncclAvg, dp_.nccl, comm_stream_));
+    }
+}
+
+// The main stream goes on only once every bucket has been averaged.
+void GPUModel::finish_gradient_communication() {
+    CUDA_CHECK(cudaEventRecord(communication_done_, comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, communication_done_, 0));
 }
 
 // Gradients flow back through the same steps. dresidual holds d(loss)/d(residual stream); each
 // branch reads it and its first LayerNorm adds the branch's contribution back into it. Matmul and
 // attention backward overwrite their input gradients; every parameter gradient is added into, so
-// micro-steps accumulate.
-void GPUModel::run_backward() {
+// micro-steps accumulate. With `communicate`, each bucket is averaged across ranks as soon as its
+// gradients are final: the final LayerNorm's first, then each layer's, the embeddings' last.
+void GPUModel::run_backward(bool communicate) {
     const int B = B_, T = T_, N = B * T, L = config_.num_layers, C = config_.channels;
     const int NH = config_.num_heads, HS = C / NH, Vp = config_.padded_vocab_size;
     const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
@@ -442,6 +524,7 @@ void GPUModel::run_backward() {
     CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), s));
     layernorm_backward(a.dresidual, g(LNFW), g(LNFB), scratch_, a.dln,
                        layer(a.residual3, L - 1, C), p(LNFW), a.lnf_mean, a.lnf_rstd, N, C, s);
+    if (communicate) average_gradients(buckets_.final_norm_bucket());
 
     for (int l = L - 1; l >= 0; l--) {
         const floatX* x = l == 0 ? a.encoded : layer(a.residual3, l - 1, C);
@@ -476,33 +559,57 @@ void GPUModel::run_backward() {
         matmul_backward(a.dln, g(QKVW, l), g(QKVB, l), scratch_, a.dqkv, ln1, p(QKVW, l), N, C, 3 * C, s);
         layernorm_backward(a.dresidual, g(LN1W, l), g(LN1B, l), scratch_, a.dln, x, p(LN1W, l),
                            ln1_mean, ln1_rstd, N, C, s);
+        if (communicate) average_gradients(buckets_.layer_bucket(l));
     }
     encoder_backward(g(WTE), g(WPE), a.dresidual, inputs_host_.data(), B, T, C, scratch_,
                      encoder_host_scratch_, s);
+    if (communicate) average_gradients(buckets_.embedding_bucket());
 }
 
 // ------------------------------------------------------------------------------------------------
 // 4. Update
 
+// Under ZeRO-1 each rank holds the averaged gradients of its chunks only: the squared norms of the
+// chunks, summed over ranks. Otherwise every rank has all of them. (Padding holds zeros.)
 double GPUModel::grad_norm() {
     CUDA_CHECK(cudaMemsetAsync(norm_dev_, 0, sizeof(float), stream_));
-    global_norm_squared(norm_dev_, grads_, layout_.total, scratch_, stream_);
+    if (sharded_) {
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            const size_t chunk = buckets_.chunk(b);
+            global_norm_squared(norm_dev_, grads_ + buckets_.buckets[b].offset + dp_.rank() * chunk,
+                                chunk, scratch_, stream_);
+        }
+        NCCL_CHECK(ncclAllReduce(norm_dev_, norm_dev_, 1, ncclFloat32, ncclSum, dp_.nccl, stream_));
+    } else {
+        global_norm_squared(norm_dev_, grads_, buckets_.total, scratch_, stream_);
+    }
     float norm_squared = 0;
     CUDA_CHECK(cudaMemcpyAsync(&norm_squared, norm_dev_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return std::sqrt((double)norm_squared);
 }
 
-// AdamW tensor by tensor: weight decay only on the weight matrices. The stochastic rounding of the
-// bf16 weights draws from a stream that depends on the run's seed and the step, so runs and resumed
-// runs are reproducible.
+// AdamW on the parameters this rank owns, run by run (each inside one tensor: weight decay only on
+// the weight matrices). The stochastic rounding of the bf16 weights draws from a stream that depends
+// on the run's seed, the step and each parameter's index in the model, so runs, resumed runs and
+// runs on other numbers of ranks round alike. Under ZeRO-1 the ranks then all-gather the weights.
 void GPUModel::update(const AdamWSettings& s, int step) {
     const uint32_t seed = (uint32_t)(seed_ * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)step * 0x85EBCA6Bu;
-    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-        const size_t at = layout_.offset[t];
-        adamw_update(params_ + at, master_ ? master_ + at : nullptr, adam_m_ + at, adam_v_ + at,
-                     grads_ + at, layout_.size[t], at, s.learning_rate, s.beta1, s.beta2, s.eps,
-                     is_weight_matrix(t) ? s.weight_decay : 0.0f, s.grad_scale, step, seed, stream_);
+    for (const OwnedRun& run : owned_)
+        adamw_update(params_ + run.device_offset, master_ ? master_ + run.state_offset : nullptr,
+                     adam_m_ + run.state_offset, adam_v_ + run.state_offset,
+                     grads_ + run.device_offset, run.length, run.layout_offset, s.learning_rate,
+                     s.beta1, s.beta2, s.eps, is_weight_matrix(run.tensor) ? s.weight_decay : 0.0f,
+                     s.grad_scale, step, seed, stream_);
+    if (sharded_) {
+        NCCL_CHECK(ncclGroupStart());
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            floatX* bucket = params_ + buckets_.buckets[b].offset;
+            const size_t chunk = buckets_.chunk(b);
+            NCCL_CHECK(ncclAllGather(bucket + dp_.rank() * chunk, bucket, chunk, NCCL_FLOATX, dp_.nccl,
+                                     stream_));
+        }
+        NCCL_CHECK(ncclGroupEnd());
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -535,24 +642,37 @@ static std::vector<float> download(const T* device, size_t n, cudaStream_t strea
     return std::vector<float>(staged.begin(), staged.end());
 }
 
+// Host vectors are in ParamLayout order; the device's are in bucket order (weights, gradients) or
+// in this rank's state order (master weights, moments: host/param_buckets.h).
 void GPUModel::set_working_weights(const std::vector<float>& weights) {
-    upload(params_, weights, stream_);
-    if (master_) upload(master_, weights, stream_);
+    upload(params_, to_device_order(buckets_, weights), stream_);
+    if (master_) upload(master_, gather_shard(buckets_, dp_.rank(), sharded_, weights), stream_);
 }
-std::vector<float> GPUModel::working_weights() { return download(params_, layout_.total, stream_); }
-std::vector<float> GPUModel::gradients() { return download(grads_, layout_.total, stream_); }
+std::vector<float> GPUModel::working_weights() {
+    return to_layout_order(buckets_, download(params_, buckets_.total, stream_));
+}
+std::vector<float> GPUModel::gradients() {
+    return to_layout_order(buckets_, download(grads_, buckets_.total, stream_));
+}
 
 void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                    const std::vector<float>& v) {
-    if (master_) upload(master_, master, stream_);
-    upload(adam_m_, m, stream_);
-    upload(adam_v_, v, stream_);
+    if (master_) upload(master_, gather_shard(buckets_, dp_.rank(), sharded_, master), stream_);
+    upload(adam_m_, gather_shard(buckets_, dp_.rank(), sharded_, m), stream_);
+    upload(adam_v_, gather_shard(buckets_, dp_.rank(), sharded_, v), stream_);
 }
+// What this rank's state file stores: its shard (state order) under ZeRO-1, else the whole model's
+// state in ParamLayout order.
 void GPUModel::optimizer_state(std::vector<float>* master, std::vector<float>* m,
                                std::vector<float>* v) {
-    *master = master_ ? download(master_, layout_.total, stream_) : working_weights();
-    *m = download(adam_m_, layout_.total, stream_);
-    *v = download(adam_v_, layout_.total, stream_);
+    const size_t S = sharded_ ? buckets_.shard_size() : buckets_.total;
+    auto in_file_order = [&](std::vector<float> state) {
+        return sharded_ ? state : to_layout_order(buckets_, state);
+    };
+    *master = master_ ? in_file_order(download(master_, S, stream_))
+                      : in_file_order(gather_shard(buckets_, dp_.rank(), sharded_, working_weights()));
+    *m = in_file_order(download(adam_m_, S, stream_));
+    *v = in_file_order(download(adam_v_, S, stream_));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -576,38 +696,49 @@ static TrainOptions gpu_defaults() {
     return o;
 }
 
-// Ranks in this launch according to the MPI launcher's environment (OpenMPI, or PMI under srun).
-static int launcher_ranks() {
-    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
-        if (const char* value = getenv(name)) return atoi(value);
-    return 1;
-}
-
 #ifndef TRAIN_GPT_NO_MAIN  // the model tests include this file for GPUModel
+// Ranks from the MPI launcher (one without), one GPU per rank on each node, an NCCL communicator when
+// there are several; then the shared training loop. Without a CUDA device a single rank trains on the
+// CPU instead.
 int main(int argc, char** argv) {
-    if (launcher_ranks() > 1) {
-        fprintf(stderr, "error: launched as %d ranks, but this build of train_gpt trains on one GPU "
-                        "only: run it without mpirun/srun\n", launcher_ranks());
+    TrainerSpec spec;
+    std::unique_ptr<RankGroup> ranks;
+    DataParallel dp{nullptr};
+    try {
+        if (launched_by_mpi()) ranks = make_mpi_rank_group();
+        spec.ranks = ranks.get();
+        dp.ranks = ranks.get();
+        int devices = 0;
+        const cudaError_t err = cudaGetDeviceCount(&devices);
+        if (err != cudaSuccess || devices == 0) {
+            if (dp.num_ranks() > 1)
+                fail("rank %d: no CUDA device (%s); a run of %d ranks needs one GPU per rank",
+                     dp.rank(), err != cudaSuccess ? cudaGetErrorName(err) : "none found",
+                     dp.num_ranks());
+            printf("train_gpt: no CUDA device (%s), so training runs on the CPU with the fp32 "
+                   "reference model\n",
+                   err != cudaSuccess ? cudaGetErrorName(err) : "cudaGetDeviceCount found 0");
+            spec.defaults = cpu_trainer_defaults();
+            spec.create_model = create_cpu_train_model;
+            return run_training(argc, argv, spec);
+        }
+        CUDA_CHECK(cudaSetDevice(ranks ? ranks->local_rank % devices : 0));
+        if (dp.num_ranks() > 1) dp.nccl = make_nccl_communicator(*ranks);
+    } catch (const InputError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+        if (ranks && ranks->num_ranks > 1) ranks->abort_all(1);
         return 1;
     }
-    TrainerSpec spec;
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    if (err != cudaSuccess || devices == 0) {
-        printf("train_gpt: no CUDA device (%s), so training runs on the CPU with the fp32 reference "
-               "model\n", err != cudaSuccess ? cudaGetErrorName(err) : "cudaGetDeviceCount found 0");
-        spec.defaults = cpu_trainer_defaults();
-        spec.create_model = create_cpu_train_model;
-        return run_training(argc, argv, spec);
-    }
-    CUDA_CHECK(cudaSetDevice(0));
     spec.defaults = gpu_defaults();
-    spec.create_model = [](const GPTConfig& config, const TrainOptions& opt) {
-        return std::unique_ptr<TrainModel>(new GPUModel(config, opt));
+    spec.create_model = [dp](const GPTConfig& config, const TrainOptions& opt) {
+        return std::unique_ptr<TrainModel>(new GPUModel(config, opt, dp));
     };
-    spec.report_ignored_flags = [](const TrainOptions& opt) {
-        if (opt.zero_stage) printf("note: -z (ZeRO) needs several ranks; with one it has no effect\n");
+    spec.report_ignored_flags = [dp](const TrainOptions& opt) {
+        if (opt.zero_stage && dp.num_ranks() == 1)
+            printf("note: -z (ZeRO) shards across ranks; with one rank it has no effect\n");
     };
-    return run_training(argc, argv, spec);
+    const int status = run_training(argc, argv, spec);
+    if (dp.nccl) ncclCommDestroy(dp.nccl);
+    return status;
 }
 #endif

@@ -59,6 +59,8 @@ void prune_checkpoints(const std::string& dir, int keep, int num_ranks) {
     for (size_t i = 0; i + keep < steps.size(); i++) {
         remove(checkpoint_done_path(dir, steps[i]).c_str());
         remove(checkpoint_model_path(dir, steps[i]).c_str());
-        for (int r = 0; r < num_ranks; r++) remove(checkpoint_state_path(dir, steps[i], r).c_str());
+        // Every rank's state file, also those of a run that had more ranks before it resumed.
+        for (int r = 0; r < num_ranks || path_exists(checkpoint_state_path(dir, steps[i], r)); r++)
+            remove(checkpoint_state_path(dir, steps[i], r).c_str());
     }
 }

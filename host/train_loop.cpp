@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "host/metrics_log.h"
 #include "host/model_descriptor.h"
 #include "host/model_file.h"
+#include "host/param_buckets.h"
 #include "host/rng.h"
 #include "host/sampling.h"
 #include "host/training_state.h"
@@ -89,20 +91,25 @@ static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, 
 // A data loader over this rank's slices; an error in its shards also names the flag.
 static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::string& pattern, int B,
                                                int T, const GPTConfig& config, bool shuffle,
-                                               uint64_t seed, const RankInfo& ranks) {
+                                               uint64_t seed, const RankGroup& ranks) {
     try {
         return std::make_unique<DataLoader>(pattern, B, T, ranks.rank, ranks.num_ranks,
                                             config.vocab_size, shuffle, seed);
     } catch (const InputError& e) { fail("%s: %s", flag, e.what()); }
 }
 
+// Every rank writes its own state file (its ZeRO-1 shard, or the whole optimizer state); rank 0 also
+// writes the model file, and marks the checkpoint done once every rank has finished writing.
 static void save_checkpoint(const std::string& dir, int keep, TrainModel& model,
-                            TrainingState state, const RankInfo& ranks) {
+                            TrainingState state, RankGroup& ranks) {
     model.optimizer_state(&state.params, &state.adam_m, &state.adam_v);
+    state.sharded = model.optimizer_sharded();
+    const std::vector<float> weights = model.working_weights();
     if (ranks.rank == 0)
-        write_model_file(checkpoint_model_path(dir, state.step), model.config(),
-                         model.working_weights().data(), model.working_weight_type());
+        write_model_file(checkpoint_model_path(dir, state.step), model.config(), weights.data(),
+                         model.working_weight_type());
     write_training_state(checkpoint_state_path(dir, state.step, ranks.rank), state);
+    ranks.barrier();
     if (ranks.rank == 0) {
         mark_checkpoint_done(dir, state.step);
         prune_checkpoints(dir, keep, ranks.num_ranks);
@@ -115,15 +122,75 @@ static void print_memory_report(const ModelMemory& mem) {
            "optimizer state %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
            mem.parameters / MiB, mem.gradients / MiB, mem.master_weights / MiB,
            mem.optimizer_state / MiB, mem.activations / MiB, mem.total() / MiB);
+    if (mem.network_bytes_per_step > 0)
+        printf("network: %.1f MiB sent per step by each rank\n", mem.network_bytes_per_step / MiB);
+}
+
+// A fingerprint of the command line, so that ranks started differently stop before training.
+static uint64_t command_line_fingerprint(int argc, char** argv) {
+    uint64_t hash = FNV_OFFSET;
+    for (int i = 1; i < argc; i++) hash = fnv1a64(argv[i], strlen(argv[i]) + 1, hash);
+    return hash;
+}
+// A fingerprint of the data files each rank found: names and sizes.
+static uint64_t data_fingerprint(const DataLoader& loader) {
+    uint64_t hash = FNV_OFFSET;
+    for (const std::string& file : loader.files()) {
+        const uint64_t size = file_size(file);
+        hash = fnv1a64(file.c_str(), file.size() + 1, hash);
+        hash = fnv1a64(&size, sizeof size, hash);
+    }
+    return hash;
+}
+
+// The optimizer state of checkpoint `step` as the whole model's (ParamLayout order), whatever number
+// of ranks wrote it: a ZeRO-1 checkpoint of R ranks is R shards, put back together here, so a run can
+// resume on more or fewer ranks. `first` is rank 0's state, already read.
+static void read_whole_optimizer_state(const std::string& dir, long long step,
+                                       const TrainingState& first, std::vector<float>* master,
+                                       std::vector<float>* m, std::vector<float>* v) {
+    if (!first.sharded) {
+        *master = first.params, *m = first.adam_m, *v = first.adam_v;
+        return;
+    }
+    const GPTConfig& config = first.shape.config;
+    const int saved_ranks = first.shape.num_ranks;
+    const ParamBuckets buckets = make_param_buckets(config, saved_ranks);
+    const size_t total = param_layout(config).total;
+    master->assign(total, 0.0f), m->assign(total, 0.0f), v->assign(total, 0.0f);
+    for (int r = 0; r < saved_ranks; r++) {
+        const std::string path = checkpoint_state_path(dir, step, r);
+        const TrainingState shard = r == 0 ? first : read_training_state(path);
+        if (!shard.sharded || shard.rank != r || shard.shape.num_ranks != saved_ranks ||
+            shard.params.size() != buckets.shard_size())
+            fail("%s: not shard %d of %d of this checkpoint", path.c_str(), r, saved_ranks);
+        scatter_shard(buckets, r, true, shard.params, master);
+        scatter_shard(buckets, r, true, shard.adam_m, m);
+        scatter_shard(buckets, r, true, shard.adam_v, v);
+    }
+}
+
+// The loader position of a run saved on `saved_ranks` ranks, for this run's ranks: a chunk holds
+// B·T tokens per rank, so the same token offset is a different chunk count.
+static LoaderPosition position_for_ranks(LoaderPosition p, int saved_ranks, int ranks,
+                                         const std::string& path) {
+    if (saved_ranks == ranks) return p;
+    if (p.chunk_step * saved_ranks % ranks != 0)
+        fail("%s: saved on %d ranks at a point that %d ranks cannot continue from; resume on %d "
+             "ranks", path.c_str(), saved_ranks, ranks, saved_ranks);
+    p.chunk_step = p.chunk_step * saved_ranks / ranks;
+    return p;
 }
 
 static int train(int argc, char** argv, const TrainerSpec& spec) {
-    const RankInfo& ranks = spec.ranks;
+    RankGroup single_rank;
+    RankGroup& ranks = spec.ranks ? *spec.ranks : single_rank;
     const bool main_rank = ranks.rank == 0;
 
     // ---- flags ----
     TrainOptions opt = spec.defaults;
     if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return 0;
+    ranks.check_same(command_line_fingerprint(argc, argv), "the command line");
 
     // ---- setup: model shape, data, resume point; all checked before anything is written ----
     GPTConfig config;
@@ -149,6 +216,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     if (opt.val_every > 0)
         val_loader = open_loader("-j (--val-data)", opt.val_data, B, T, config, false, opt.seed,
                                  ranks);
+    ranks.check_same(data_fingerprint(*train_loader), "the training data files (-i)");
     const int max_steps =
         opt.max_steps > 0
             ? opt.max_steps
@@ -162,19 +230,24 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
     // -y 1 resumes from the newest complete checkpoint, or starts afresh when there is none yet (as
     // llm.c does), so a supervisor can restart a run with the same command line every time.
+    // A checkpoint is complete once its DONE marker exists: rank 0 writes it after every rank's
+    // state file is in place, whatever the number of ranks that wrote them. Every rank reads rank 0's
+    // file for the run's progress (the same on all ranks) and all shards for the optimizer state.
     TrainingState resumed;
     ModelFile resumed_weights;
+    std::vector<float> resumed_master, resumed_m, resumed_v;
     const std::vector<long long> checkpoints =
-        opt.resume ? complete_checkpoints(opt.output_dir, ranks.num_ranks)
-                   : std::vector<long long>();
+        opt.resume ? complete_checkpoints(opt.output_dir, 1) : std::vector<long long>();
     const bool resuming = !checkpoints.empty();
     if (resuming) {
-        const std::string path =
-            checkpoint_state_path(opt.output_dir, checkpoints.back(), ranks.rank);
+        const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), 0);
         resumed = read_training_state(path);
         check_same_run(resumed.shape, state.shape, path);
         resumed_weights = read_model_file(checkpoint_model_path(opt.output_dir, checkpoints.back()));
-        train_loader->set_position(resumed.loader);
+        read_whole_optimizer_state(opt.output_dir, checkpoints.back(), resumed, &resumed_master,
+                                   &resumed_m, &resumed_v);
+        train_loader->set_position(
+            position_for_ranks(resumed.loader, resumed.shape.num_ranks, ranks.num_ranks, path));
         state.step = resumed.step;
         state.sample_rng_state = resumed.sample_rng_state;
         state.loss_detector = resumed.loss_detector;
@@ -184,7 +257,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     std::unique_ptr<TrainModel> model = spec.create_model(config, opt);
     if (resuming) {
         model->set_working_weights(resumed_weights.params);
-        model->set_optimizer_state(resumed.params, resumed.adam_m, resumed.adam_v);
+        model->set_optimizer_state(resumed_master, resumed_m, resumed_v);
     } else if (from_descriptor) {
         std::vector<float> weights(param_layout(config).total);
         gpt_init_params(config, opt.seed, weights.data());
@@ -194,7 +267,9 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     }
     model_file = ModelFile();
     resumed_weights = ModelFile();
+    const int resumed_ranks = resumed.shape.num_ranks;
     resumed = TrainingState();
+    resumed_master = resumed_m = resumed_v = std::vector<float>();
 
     DecodeTable decode_table;
     bool can_sample = main_rank && opt.sample_every > 0 && path_exists(opt.tokenizer);
@@ -212,6 +287,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         printf("model: %s (%s), %zu parameters\n", opt.model.c_str(),
                describe_config(config).c_str(), param_layout(config).total);
         printf("compute: %s\n", model->description().c_str());
+        if (ranks.num_ranks > 1) printf("ranks: %s\n", ranks.description().c_str());
         print_memory_report(model->memory());
         printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d ranks), %d steps, %s "
                "schedule, lr %.2e\n",
@@ -220,7 +296,11 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         printf("data: %zu training shard(s) from '%s'%s\n", train_loader->files().size(),
                opt.train_data.c_str(), opt.shuffle ? ", shuffled" : "");
         if (resuming)
-            printf("resumed from step %lld in %s\n", (long long)state.step, opt.output_dir.c_str());
+            printf("resumed from step %lld in %s%s\n", (long long)state.step, opt.output_dir.c_str(),
+                   resumed_ranks != ranks.num_ranks
+                       ? strprintf(" (saved on %d ranks, now %d: optimizer state re-sharded)",
+                                   resumed_ranks, ranks.num_ranks).c_str()
+                       : "");
         if (opt.resume && !resuming)
             printf("note: no complete checkpoint in %s yet, so training starts from step 0\n",
                    opt.output_dir.c_str());
@@ -245,14 +325,14 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     if (!resuming && val_loader) {  // the untrained model's validation loss, as a baseline
         StepMetrics m;
         m.has_val = true;
-        m.val_loss = validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets);
+        m.val_loss = ranks.mean(validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets));
         if (main_rank) printf("val loss %.4f\n", m.val_loss);
         if (metrics) metrics->write(m);
     }
     for (int step = (int)state.step + 1; step <= last_step; step++) {
         const auto start = std::chrono::steady_clock::now();
-        const double loss = accumulate_gradients(*model, *train_loader, accum_steps,
-                                                 opt.overfit_single_batch, B, T, inputs, targets);
+        const double loss = ranks.mean(accumulate_gradients(
+            *model, *train_loader, accum_steps, opt.overfit_single_batch, B, T, inputs, targets));
         const double norm = model->grad_norm();
         AdamWSettings adamw;
         adamw.learning_rate = (float)learning_rate_at(schedule, step - 1);
@@ -302,7 +382,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         if (val_loader && (step % opt.val_every == 0 || step == last_step)) {
             m.has_val = true;
             m.val_loss =
-                validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets);
+                ranks.mean(validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets));
             if (main_rank) printf("val loss %.4f\n", m.val_loss);
         }
         if (metrics) metrics->write(m);
@@ -332,6 +412,8 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     return 0;
 }
 
+// An error ends the run. With several ranks it may be this rank's alone (a file missing on its node),
+// and the others would wait for it in their next collective: end them all.
 int run_training(int argc, char** argv, const TrainerSpec& spec) {
     try {
         return train(argc, argv, spec);
@@ -340,5 +422,6 @@ int run_training(int argc, char** argv, const TrainerSpec& spec) {
     } catch (const std::bad_alloc&) {
         fprintf(stderr, "error: out of memory (try a smaller model, -b or -t)\n");
     }
+    if (spec.ranks && spec.ranks->num_ranks > 1) spec.ranks->abort_all(1);
     return 1;
 }

@@ -11,18 +11,13 @@
 #include <functional>
 #include <memory>
 
+#include "host/ranks.h"
 #include "host/train_flags.h"
 #include "host/train_model.h"
 
-// This process's place among the ranks of a data-parallel run (one rank without MPI).
-struct RankInfo {
-    int rank = 0;
-    int num_ranks = 1;
-};
-
 struct TrainerSpec {
     TrainOptions defaults;  // the trainer's defaults, before flags
-    RankInfo ranks;
+    RankGroup* ranks = nullptr;  // this process's place among the ranks (nullptr: a single rank)
     // Creates the model for micro-batches of B = opt.batch_size sequences of T = opt.seq_len tokens.
     // Throws InputError when it cannot (e.g. it would not fit in memory, naming what to lower).
     std::function<std::unique_ptr<TrainModel>(const GPTConfig&, const TrainOptions&)> create_model;

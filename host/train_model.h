@@ -26,6 +26,7 @@ struct AdamWSettings {
 // Bytes a model holds, for the start-up report. activations counts everything sized by B and T.
 struct ModelMemory {
     size_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0, activations = 0;
+    size_t network_bytes_per_step = 0;  // what one rank sends per optimizer step (0 with one rank)
     size_t total() const {
         return parameters + gradients + master_weights + optimizer_state + activations;
     }
@@ -63,10 +64,14 @@ public:
     virtual WeightType working_weight_type() const = 0;
     virtual void set_working_weights(const std::vector<float>& weights) = 0;  // also the master copy
     virtual std::vector<float> working_weights() = 0;
+    // In: the whole model's master weights and moments (ParamLayout order); a sharded model keeps
+    // its own shard. Out: what this rank holds: the whole model's, or with optimizer_sharded() its
+    // ZeRO-1 shard in shard order (host/param_buckets.h), which is what its state file stores.
     virtual void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                      const std::vector<float>& v) = 0;
     virtual void optimizer_state(std::vector<float>* master, std::vector<float>* m,
                                  std::vector<float>* v) = 0;
+    virtual bool optimizer_sharded() const { return false; }
 
     virtual ModelMemory memory() const = 0;
 };

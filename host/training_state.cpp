@@ -46,7 +46,7 @@ static std::vector<Piece> fixed_pieces(TrainingState& s) {
             {&s.sample_rng_state, 8},
             {&s.loss_detector, sizeof(OutlierDetector)},
             {&s.norm_detector, sizeof(OutlierDetector)},
-            {&s.optimizer_offset, 8}};
+            {&s.sharded, 8}};
 }
 static size_t fixed_bytes() {
     TrainingState probe;
@@ -119,7 +119,9 @@ TrainingState read_training_state(const std::string& path) {
         at += lengths[i] * 4;
     }
     validate_config(s.shape.config, path + " config");
-    if (s.params.size() != param_layout(s.shape.config).total)
+    if (s.params.size() != s.adam_m.size() || s.params.size() != s.adam_v.size())
+        fail("%s: master weights and AdamW moments differ in length", path.c_str());
+    if (!s.sharded && s.params.size() != param_layout(s.shape.config).total)
         fail("%s: holds %zu parameters, its config (%s) has %zu", path.c_str(), s.params.size(),
              describe_config(s.shape.config).c_str(), param_layout(s.shape.config).total);
     return s;
@@ -140,7 +142,6 @@ void check_same_run(const RunShape& saved, const RunShape& now, const std::strin
         {"-b (batch size)", saved.batch_size, now.batch_size},
         {"-t (sequence length)", saved.seq_len, now.seq_len},
         {"-d (total batch)", saved.total_batch, now.total_batch},
-        {"number of ranks", saved.num_ranks, now.num_ranks},
         {"--shuffle", saved.shuffle, now.shuffle},
         {"--seed", (long long)saved.data_seed, (long long)now.data_seed},
     };

@@ -25,7 +25,7 @@ static TrainingState sample_state() {
     s.step = 1234567890123ll;
     s.loader = {3, 1, 42};
     s.sample_rng_state = 0x0123456789ABCDEFull;
-    s.optimizer_offset = 0;
+    s.sharded = 0;
     for (int i = 0; i < 130; i++) s.loss_detector.update(i * 0.5);
     for (int i = 0; i < 7; i++) s.norm_detector.update(i);
     const size_t n = param_layout(s.shape.config).total;
