@@ -100,6 +100,14 @@ endif
 ifneq ($(CUDA_INCLUDE),)
   GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(BUILD)/test/trainer/fp32/test_gpu_model
   TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh test/trainer/test_restart_after_kill.sh
+  # Data parallelism: the emulated trainer as several MPI ranks (test/dist/).
+  ifneq ($(MPI_LIBS),)
+    TESTS += $(BUILD)/test/dist/test_data_parallel test/dist/test_rank_failures.sh
+    $(BUILD)/test/dist/test_data_parallel: $(BUILD)/test/dist/test_data_parallel.o $(HOST_OBJS) \
+                                           $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+  endif
   $(BUILD)/test/trainer/test_gpu_model.emu.o $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o

@@ -1,0 +1,140 @@
+// Data parallelism end to end: the emulated CUDA trainer (train_gpt_emu_fp32: the real kernels, the
+// NCCL stand-in over MPI) run as 1, 2, 3 and 4 MPI ranks (oversubscribed) on the same global batch
+// gives the same per-step losses and final weights as one rank, with all-reduce (-z 0) and ZeRO-1
+// (-z 1), with and without accumulation, and with a parameter count that the ranks do not divide.
+// Checkpoints written by 2 ranks resume bitwise on 2, and on 1 and 4 within 1e-6.
+// Ranks sum the gradients in another order than one rank's accumulation, so the fp32 results differ
+// in the last bits; AdamW divides each update by its gradient's own size, so for elements whose
+// gradient is near zero (the key biases' is exactly zero in exact arithmetic) those bits decide the
+// update's sign. The learning rate (2e-4, weights of ~0.02) keeps that noise below 1e-6 of the
+// weights after a few steps while each step still moves them by ~1%: a wrong update would show.
+#include <cstdlib>
+#include <sstream>
+
+#include "host/checkpoint.h"
+#include "host/file_io.h"
+#include "host/model_file.h"
+#include "host/rng.h"
+#include "test/host/host_test_util.h"
+
+namespace {
+
+// 134,912 parameters: divisible by 2 and 4, not by 3.
+const char* MODEL = "custom:L2:C64:H2:V512:T32";
+
+std::string trainer() {
+    const char* bin = getenv("BIN");
+    return std::string(bin && *bin ? bin : ".") + "/train_gpt_emu_fp32";
+}
+
+const std::string& data_file() {
+    static std::string path;
+    if (path.empty()) {
+        path = tst::make_temp_dir() + "/train.bin";
+        Rng rng(9);
+        std::vector<uint16_t> tokens(20000);
+        for (uint16_t& t : tokens) t = (uint16_t)rng.below(512);
+        write_shard(path, tokens);
+    }
+    return path;
+}
+
+// Runs the trainer on `ranks` MPI ranks (a plain process for 0) with `flags`; returns its output.
+std::string run(int ranks, const std::string& flags) {
+    const std::string launcher =
+        ranks == 0 ? "" : "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
+    // One OpenMP thread per rank; OpenMPI's own leaks would fail a sanitized run (see test_nccl.sh).
+    const std::string command = "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + launcher +
+                                trainer() + " -e " + MODEL + " -i " + data_file() +
+                                " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 " + flags;
+    std::string out;
+    const int status = tst::run_command(command, &out);
+    CHECK_MSG(status == 0, "exit %d from: %s\n%s", status, command.c_str(), out.c_str());
+    return out;
+}
+
+// The per-step losses of a run's metrics log.
+std::vector<double> losses(const std::string& dir) {
+    std::vector<unsigned char> bytes = read_all(metrics_log_path(dir));
+    std::istringstream lines(std::string(bytes.begin(), bytes.end()));
+    std::vector<double> out;
+    std::string line;
+    while (std::getline(lines, line)) {
+        const size_t at = line.find("\"loss\":");
+        if (at != std::string::npos) out.push_back(atof(line.c_str() + at + 7));
+    }
+    return out;
+}
+
+void check_same_run(const std::string& dir, const std::string& reference_dir, int step, double tolerance,
+                    const char* what) {
+    const std::vector<double> a = losses(dir), b = losses(reference_dir);
+    CHECK_MSG(a.size() == b.size() && !a.empty(), "%s: %zu vs %zu logged steps", what, a.size(), b.size());
+    for (size_t i = 0; i < a.size(); i++)
+        CHECK_MSG(std::fabs(a[i] - b[i]) <= tolerance * std::fabs(b[i]) + 1e-6,  // + the log's 6 decimals
+                  "%s: step %zu loss %.6f vs %.6f with one rank", what, i + 1, a[i], b[i]);
+    const ModelFile x = read_model_file(checkpoint_model_path(dir, step));
+    const ModelFile y = read_model_file(checkpoint_model_path(reference_dir, step));
+    const double err = tst::rel_l2_error(x.params.data(), y.params.data(), y.params.size());
+    printf("  %s: weights differ from one rank's by %.2g\n", what, err);
+    CHECK_MSG(err <= tolerance, "%s: final weights differ from one rank's by %.3g (> %.3g)", what, err,
+              tolerance);
+}
+
+std::string out_dir() { return tst::make_temp_dir() + "/out"; }
+
+}  // namespace
+
+// -d 256 = 4 micro-batches of 2x32: one rank accumulates 4, two ranks 2 each, four ranks none.
+TEST(ranks_match_one_rank_with_allreduce_and_zero1) {
+    const std::string flags = "-d 256 -x 4 -o ";
+    const std::string one = out_dir();
+    run(0, flags + one);
+    struct Case {
+        int ranks, zero;
+    } cases[] = {{1, 1}, {2, 0}, {2, 1}, {4, 0}, {4, 1}};
+    for (const Case& c : cases) {
+        const std::string dir = out_dir();
+        run(c.ranks, flags + dir + " -z " + std::to_string(c.zero));
+        const std::string what = "mpirun -np " + std::to_string(c.ranks) + " -z " + std::to_string(c.zero);
+        check_same_run(dir, one, 4, 1e-6, what.c_str());
+    }
+}
+
+// 134,912 parameters over 3 ranks: the ZeRO-1 shards are padded.
+TEST(zero1_with_a_parameter_count_the_ranks_do_not_divide) {
+    const std::string flags = "-d 384 -x 3 -o ";
+    const std::string one = out_dir(), three = out_dir();
+    run(0, flags + one);
+    run(3, flags + three + " -z 1");
+    check_same_run(three, one, 3, 1e-6, "mpirun -np 3 -z 1");
+}
+
+// A ZeRO-1 checkpoint of 2 ranks (two shards) resumes on 2 ranks bit for bit, and on 1 and 4 ranks
+// (re-sharded) within 1e-6 of the uninterrupted run.
+TEST(zero1_checkpoint_resumes_on_other_rank_counts) {
+    const std::string flags = "-d 256 -x 4 -z 1 -n 2 -y 1 -o ";
+    const std::string straight = out_dir();
+    run(2, flags + straight);
+    for (int ranks : {2, 1, 4}) {
+        const std::string dir = out_dir();
+        run(2, flags + dir + " --stop-at 2");
+        CHECK(path_exists(checkpoint_state_path(dir, 2, 1)));  // one shard per rank
+        const std::string log = run(ranks, flags + dir);
+        CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
+        if (ranks == 2) {
+            for (const std::string& file :
+                 {checkpoint_model_path(dir, 4), checkpoint_state_path(dir, 4, 0),
+                  checkpoint_state_path(dir, 4, 1)}) {
+                const std::string name = file.substr(file.rfind('/') + 1);
+                CHECK_MSG(read_all(file) == read_all(straight + "/" + name), "%s differs after resuming",
+                          name.c_str());
+            }
+        } else {
+            CHECK(log.find("re-sharded") != std::string::npos);
+            const std::string what = "resumed on " + std::to_string(ranks) + " rank(s)";
+            check_same_run(dir, straight, 4, 1e-6, what.c_str());
+        }
+    }
+}
