@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Failures of a multi-rank run end every rank, with a clear error, within 60 s, never a hang:
+#   - ranks started with different command lines (here: another learning rate on rank 1);
+#   - an error on one rank only (here: rank 1's training data is missing), which would leave the
+#     others waiting in a collective;
+#   - a rank killed (SIGKILL) in the middle of training.
+# Uses the emulated trainer (train_gpt_emu_fp32) as 2 MPI ranks.
+set -u
+trainer="${BIN:-.}/train_gpt_emu_fp32"
+if [ ! -x "$trainer" ] || ! command -v mpirun >/dev/null; then
+  echo "SKIPPED rank_failures (needs mpirun and $trainer)"
+  exit 0
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"  # OpenMPI's leaks: see test_nccl.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Tokens below 64 for a tiny model.
+write_shard() {  # 1024-byte header (magic 20240520, version 1, n) then n uint16 tokens
+  local n=4000
+  { printf '\x88\xd8\x34\x01\x01\x00\x00\x00'; printf "$(printf '\\x%02x\\x%02x' $((n & 255)) $((n >> 8)))\\x00\\x00"
+    head -c 1012 /dev/zero
+    for ((i = 0; i < n; i++)); do printf "\\x$(printf %02x $(( (i * 37 + i / 7) % 64 )))\\x00"; done
+  } >"$1"
+}
+write_shard "$work/train.bin"
+flags=(-e custom:L1:C64:H2:V64:T16 -i "$work/train.bin" -b 2 -t 16 -v 0 -s 0)
+status=0
+
+# expect NAME WORDS... -- COMMAND...: the command must fail within 60 s, its output naming every word.
+expect_failure() {
+  local name="$1"; shift
+  local words=()
+  while [ "$1" != "--" ]; do words+=("$1"); shift; done
+  shift
+  local start=$SECONDS
+  timeout 90 "$@" >"$work/out" 2>&1
+  local rc=$? took=$((SECONDS - start))
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $took -gt 60 ]; then
+    echo "FAIL $name: exit status $rc after ${took}s (expected a failure within 60 s)"
+    sed 's/^/   | /' "$work/out" | tail -5
+    status=1
+    return
+  fi
+  for w in "${words[@]}"; do
+    if ! grep -q -- "$w" "$work/out"; then
+      echo "FAIL $name: the output lacks '$w'"
+      sed 's/^/   | /' "$work/out" | tail -5
+      status=1
+      return
+    fi
+  done
+  echo "PASS $name (${took}s)"
+}
+
+expect_failure ranks_with_different_command_lines "error: the 2 ranks disagree on the command line" -- \
+  mpirun --oversubscribe -np 1 "$trainer" "${flags[@]}" -x 5 -l 1e-3 : -np 1 "$trainer" "${flags[@]}" -x 5 -l 2e-3
+# Rank 1 looks for its data in a folder that exists only for rank 0: an error on one rank only.
+mkdir -p "$work/rank0" && cp "$work/train.bin" "$work/rank0/"
+expect_failure error_on_one_rank_ends_all "error: -i (--train-data)" "no file matches" -- \
+  mpirun --oversubscribe -np 2 bash -c 'cd "$0" && [ "$OMPI_COMM_WORLD_RANK" = 0 ] || cd /; exec "$@"' \
+  "$work/rank0" "$(realpath "$trainer")" -e custom:L1:C64:H2:V64:T16 -i rank0/train.bin -b 2 -t 16 -v 0 -s 0 -x 5
+
+# A rank killed mid-run: mpirun must end the job.
+start=$SECONDS
+timeout 90 mpirun --oversubscribe -np 2 "$trainer" "${flags[@]}" -x 100000 >"$work/kill.out" 2>&1 &
+job=$!
+for _ in $(seq 1 120); do grep -q '^step 2/' "$work/kill.out" && break; sleep 0.5; done
+victim=$(pgrep -n -f "^$trainer -e custom:L1:C64")
+kill -KILL "$victim" 2>/dev/null
+killed_at=$SECONDS
+wait $job
+rc=$?
+took=$((SECONDS - killed_at))
+if [ -z "$victim" ] || [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $took -gt 60 ]; then
+  echo "FAIL rank_killed_ends_the_job: exit status $rc, ${took}s after the kill (victim '${victim}')"
+  tail -5 "$work/kill.out" | sed 's/^/   | /'
+  status=1
+else
+  echo "PASS rank_killed_ends_the_job (ended ${took}s after the kill, status $rc)"
+fi
+exit $status
