@@ -4,14 +4,19 @@
 // OpenBLAS is loaded here with dlopen rather than linked, because it picks its kernels once, when
 // it is loaded, from the CPU's model number: on virtual machines that report a generic model (this
 // project's 2-core Sapphire Rapids machines do) it falls back to SSE3 "Prescott" kernels, about 4x
-// slower than its AVX-512 ones. Loading it ourselves lets us first set OPENBLAS_CORETYPE from the
-// CPU's feature flags (unless the user set it), which OpenBLAS reads at load time.
+// slower than its AVX-512 ones. Loading it ourselves lets us first set OPENBLAS_CORETYPE, which
+// OpenBLAS reads at load time, from the CPU's feature flags. An OPENBLAS_CORETYPE inherited from
+// the environment is not trusted: images set it for other machines (one sets Haswell, which on an
+// AVX-512 Zen 4 runs sgemm at 190 instead of 348 GFLOP/s). Only our own setting,
+// GPT_TRAINER_OPENBLAS_CORETYPE, overrides the choice; gemm_backend() says what was chosen, and
+// why.
 #include "cpu/gemm.h"
 
 #include <omp.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #ifdef HAVE_CBLAS
 #include <cblas.h>
@@ -40,18 +45,35 @@ struct OpenBlas {
     const char* (*corename)();
 };
 
-static const char* core_type_for_this_cpu() {
+// The kernels OpenBLAS is told to use, and why, for the start-up report.
+struct KernelChoice {
+    std::string core;  // "" lets OpenBLAS decide from the CPU's model
+    std::string reason;
+};
+static KernelChoice g_kernel_choice;
+
+static KernelChoice choose_kernels() {
+    const char* ours = getenv("GPT_TRAINER_OPENBLAS_CORETYPE");
+    if (ours && *ours) return {ours, "set by GPT_TRAINER_OPENBLAS_CORETYPE"};
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return "SkylakeX";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
-    return nullptr;  // let OpenBLAS decide
+        return {"SkylakeX", "chosen from the CPU's AVX-512"};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return {"Haswell", "chosen from the CPU's AVX2 and FMA"};
+    return {"", "OpenBLAS's choice: the CPU has neither AVX-512 nor AVX2"};
 }
 
 static OpenBlas load_openblas() {
-    const char* core = core_type_for_this_cpu();
-    if (core) setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/0);
+    g_kernel_choice = choose_kernels();
+    const char* inherited = getenv("OPENBLAS_CORETYPE");
+    if (inherited && *inherited && g_kernel_choice.core != inherited)
+        g_kernel_choice.reason += std::string("; OPENBLAS_CORETYPE=") + inherited +
+                                  " from the environment ignored";
+    if (g_kernel_choice.core.empty())
+        unsetenv("OPENBLAS_CORETYPE");
+    else
+        setenv("OPENBLAS_CORETYPE", g_kernel_choice.core.c_str(), /*overwrite=*/1);
     void* lib = dlopen(OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         fprintf(stderr, "error: cannot load OpenBLAS (%s): %s\n", OPENBLAS_LIBRARY, dlerror());
@@ -74,9 +96,10 @@ static const OpenBlas& openblas() {
 }
 
 const char* gemm_backend() {
-    static char name[128];
+    static char name[512];
     const char* core = openblas().corename ? openblas().corename() : "?";
-    snprintf(name, sizeof name, "OpenBLAS (%s kernels, %s)", core, OPENBLAS_LIBRARY);
+    snprintf(name, sizeof name, "OpenBLAS (%s kernels, %s; %s)", core,
+             g_kernel_choice.reason.c_str(), OPENBLAS_LIBRARY);
     return name;
 }
 

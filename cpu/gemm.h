@@ -15,7 +15,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
           const double* B, int ldb, double beta, double* C, int ldc);
 
-const char* gemm_backend();  // "OpenBLAS" or "plain loops"
+// "OpenBLAS (SkylakeX kernels, chosen from the CPU's AVX-512; <library>)" or "plain loops": the
+// kernels in use and why (the choice is cpu/gemm.cpp's; GPT_TRAINER_OPENBLAS_CORETYPE overrides it).
+const char* gemm_backend();
 
 struct GemmStats {
     double flops = 0;    // 2·M·N·K summed over calls
