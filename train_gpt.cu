@@ -720,6 +720,7 @@ int main(int argc, char** argv) {
                    err != cudaSuccess ? cudaGetErrorName(err) : "cudaGetDeviceCount found 0");
             spec.defaults = cpu_trainer_defaults();
             spec.create_model = create_cpu_train_model;
+            spec.host_memory_needed = cpu_train_model_memory;
             return run_training(argc, argv, spec);
         }
         CUDA_CHECK(cudaSetDevice(ranks ? ranks->local_rank % devices : 0));

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     TrainerSpec spec;
     spec.defaults = cpu_trainer_defaults();
     spec.create_model = create_cpu_train_model;
+    spec.host_memory_needed = cpu_train_model_memory;
     spec.report_ignored_flags = [](const TrainOptions& opt) {
         if (opt.zero_stage) printf("note: -z (ZeRO) has no effect in the single-process CPU trainer\n");
     };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "cpu/gemm.h"
 #include "cpu/gpt_cpu.h"
 #include "host/errors.h"
 
@@ -26,13 +27,24 @@ TrainOptions cpu_trainer_defaults() {
 
 namespace {
 
+ModelMemory model_memory(const GPTCpuMemory& cpu) {
+    ModelMemory mem;
+    mem.parameters = cpu.parameters;
+    mem.gradients = cpu.gradients;
+    mem.optimizer_state = cpu.optimizer_state;
+    mem.activations = cpu.activations;
+    return mem;
+}
+
 class CpuTrainModel : public TrainModel {
 public:
     CpuTrainModel(const GPTConfig& config, int B, int T) : model_(gpt_cpu_create(config, B, T)) {}
     ~CpuTrainModel() override { gpt_cpu_free(model_); }
 
     const GPTConfig& config() const override { return gpt_cpu_config(model_); }
-    std::string description() const override { return "CPU, fp32 (reference model)"; }
+    std::string description() const override {
+        return std::string("CPU, fp32 (reference model); GEMM: ") + gemm_backend();
+    }
 
     float forward(const int* inputs, const int* targets, int B, int T) override {
         return gpt_cpu_forward(model_, inputs, targets, B, T);
@@ -73,15 +85,7 @@ public:
         *v = gpt_cpu_adam_v(model_);
     }
 
-    ModelMemory memory() const override {
-        const GPTCpuMemory cpu = gpt_cpu_memory(model_);
-        ModelMemory mem;
-        mem.parameters = cpu.parameters;
-        mem.gradients = cpu.gradients;
-        mem.optimizer_state = cpu.optimizer_state;
-        mem.activations = cpu.activations;
-        return mem;
-    }
+    ModelMemory memory() const override { return model_memory(gpt_cpu_memory(model_)); }
 
 private:
     GPTCpu* model_;
@@ -93,4 +97,8 @@ std::unique_ptr<TrainModel> create_cpu_train_model(const GPTConfig& config, cons
     try {
         return std::make_unique<CpuTrainModel>(config, opt.batch_size, opt.seq_len);
     } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
+}
+
+ModelMemory cpu_train_model_memory(const GPTConfig& config, const TrainOptions& opt) {
+    return model_memory(gpt_cpu_memory_needed(config, opt.batch_size, opt.seq_len));
 }

@@ -13,3 +13,6 @@ TrainOptions cpu_trainer_defaults();
 
 // Throws InputError for an impossible shape.
 std::unique_ptr<TrainModel> create_cpu_train_model(const GPTConfig& config, const TrainOptions& opt);
+
+// What create_cpu_train_model will allocate, computed before it does (for the memory check).
+ModelMemory cpu_train_model_memory(const GPTConfig& config, const TrainOptions& opt);

@@ -37,3 +37,21 @@ GPTCpuMemory gpt_cpu_memory(const GPTCpu* model) {
     return {m.params.size() * sizeof(float), m.grads.size() * sizeof(float),
             (m.adam_m.size() + m.adam_v.size()) * sizeof(float), m.activation_bytes()};
 }
+
+GPTCpuMemory gpt_cpu_memory_needed(const GPTConfig& c, int B, int T) {
+    // The buffers GPTModel's constructor sizes (cpu/gpt_model.h), by their shapes.
+    const size_t P = param_layout(c).total, N = (size_t)B * T, L = c.num_layers, C = c.channels;
+    const size_t NH = c.num_heads, Vp = c.padded_vocab_size;
+    const size_t activations = N * C                  // encoded
+                               + 5 * L * N * C        // ln1, atty, residual2, ln2, residual3
+                               + 4 * L * N            // LayerNorm means and rstds
+                               + L * N * 3 * C        // qkv
+                               + L * B * NH * T * T   // att
+                               + 2 * L * N * 4 * C    // fch, fch_gelu
+                               + N * C + 4 * N        // lnf, lnf stats, logsumexp, losses
+                               + N * Vp               // logits
+                               + 5 * N * C            // branch, dresidual, dln, datty, dlnf
+                               + N * 3 * C + 2 * N * 4 * C  // dqkv, dfch, dfch_gelu
+                               + N * Vp;              // dlogits
+    return {P * sizeof(float), P * sizeof(float), 2 * P * sizeof(float), activations * sizeof(float)};
+}

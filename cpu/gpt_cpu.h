@@ -45,3 +45,6 @@ struct GPTCpuMemory {
     size_t parameters, gradients, optimizer_state, activations;
 };
 GPTCpuMemory gpt_cpu_memory(const GPTCpu* model);
+// What gpt_cpu_create(config, B, T) will allocate, computed without allocating it (for the memory
+// check before a run starts); equal to gpt_cpu_memory() of the created model.
+GPTCpuMemory gpt_cpu_memory_needed(const GPTConfig& config, int B, int T);

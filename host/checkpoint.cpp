@@ -53,10 +53,11 @@ std::vector<long long> complete_checkpoints(const std::string& dir, int num_rank
     return complete;
 }
 
-void prune_checkpoints(const std::string& dir, int keep, int num_ranks) {
+void prune_checkpoints(const std::string& dir, int keep, int num_ranks, int major_every) {
     if (keep <= 0) return;
     std::vector<long long> steps = complete_checkpoints(dir, num_ranks);
     for (size_t i = 0; i + keep < steps.size(); i++) {
+        if (major_every > 0 && steps[i] % major_every == 0) continue;  // a major checkpoint (-nm)
         remove(checkpoint_done_path(dir, steps[i]).c_str());
         remove(checkpoint_model_path(dir, steps[i]).c_str());
         // Every rank's state file, also those of a run that had more ranks before it resumed.

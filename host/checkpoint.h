@@ -21,6 +21,7 @@ void mark_checkpoint_done(const std::string& dir, long long step);
 // Steps of the complete checkpoints in dir, oldest first (none if dir does not exist).
 std::vector<long long> complete_checkpoints(const std::string& dir, int num_ranks);
 
-// Deletes every checkpoint but the newest `keep` complete ones (keep ≤ 0: delete nothing). The DONE
-// marker goes first, so a crash midway never leaves a checkpoint that looks complete but is not.
-void prune_checkpoints(const std::string& dir, int keep, int num_ranks);
+// Deletes every checkpoint but the newest `keep` complete ones (keep ≤ 0: delete nothing) and the
+// major ones, whose step is a multiple of major_every (llm.c's -nm; 0: none). The DONE marker goes
+// first, so a crash midway never leaves a checkpoint that looks complete but is not.
+void prune_checkpoints(const std::string& dir, int keep, int num_ranks, int major_every = 0);

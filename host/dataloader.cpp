@@ -25,9 +25,12 @@ static std::vector<std::string> expand_glob(const std::string& pattern) {
 // Number of tokens in a shard, after checking its header and exact size.
 static int64_t checked_token_count(const std::string& path) {
     std::vector<int32_t> h = read_header(path);
-    if (h[0] != TOKEN_SHARD_MAGIC)
+    if (h[0] != TOKEN_SHARD_MAGIC) {
+        if (const char* kind = file_kind_of_magic(h[0]))
+            fail("%s: is %s, not a token shard", path.c_str(), kind);
         fail("%s: not a token shard (magic %d, expected %d)", path.c_str(), h[0],
              TOKEN_SHARD_MAGIC);
+    }
     if (h[1] != TOKEN_SHARD_VERSION)
         fail("%s: unsupported token shard version %d (expected %d)", path.c_str(), h[1],
              TOKEN_SHARD_VERSION);

@@ -15,9 +15,12 @@ const std::string& DecodeTable::decode(int token) const {
 DecodeTable read_decode_table(const std::string& path) {
     const char* name = path.c_str();
     std::vector<int32_t> header = read_header(path);
-    if (header[0] != DECODE_TABLE_MAGIC)
+    if (header[0] != DECODE_TABLE_MAGIC) {
+        if (const char* kind = file_kind_of_magic(header[0]))
+            fail("%s: is %s, not a tokenizer decode table", name, kind);
         fail("%s: not a tokenizer decode table (magic %d, expected %d)", name, header[0],
              DECODE_TABLE_MAGIC);
+    }
     if (header[1] != 1 && header[1] != DECODE_TABLE_VERSION)
         fail("%s: decode table version %d (expected 1 or %d)", name, header[1], DECODE_TABLE_VERSION);
     const int vocab_size = header[2];

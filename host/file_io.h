@@ -21,7 +21,12 @@ public:
 private:
     std::string path_, temp_path_;
     FILE* file_ = nullptr;
+    int slot_ = -1;  // where remove_temporary_files_now() finds temp_path_ (-1: not registered)
 };
+
+// Removes the temporary files of the AtomicFiles now open. Async-signal-safe: for a signal handler
+// about to end the process at once (host/interrupts.h), so that no half-written file stays behind.
+void remove_temporary_files_now();
 
 // Size of a file in bytes; throws InputError naming it if it cannot be opened.
 uint64_t file_size(const std::string& path);

@@ -20,3 +20,22 @@ constexpr int DECODE_TABLE_MAGIC = 20240328;
 constexpr int DECODE_TABLE_VERSION = 2;
 constexpr int GPT2_EOT_TOKEN = 50256;
 constexpr int GPT2_VOCAB_SIZE = 50257;
+
+// llm.c's multiple-choice eval file (HellaSwag): [0] magic, [1] version, [2] number of examples,
+// [3] the longest example in bytes; then the examples (host/hellaswag.h).
+constexpr int EVAL_FILE_MAGIC = 20240522;
+constexpr int EVAL_FILE_VERSION = 1;
+
+// What a file is, from the first int32 of its header, for messages such as "x.bin is a token shard,
+// not a model file"; nullptr when the magic is none of the formats above. Our training-state files
+// start with the bytes "GPTS".
+inline const char* file_kind_of_magic(int magic) {
+    switch (magic) {
+        case TOKEN_SHARD_MAGIC: return "a token shard";
+        case MODEL_FILE_MAGIC: return "a model file";
+        case DECODE_TABLE_MAGIC: return "a tokenizer decode table";
+        case EVAL_FILE_MAGIC: return "an eval file (HellaSwag)";
+        case 0x53545047: return "a training state file";  // "GPTS", little-endian
+    }
+    return nullptr;
+}

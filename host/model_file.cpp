@@ -56,8 +56,11 @@ void write_model_file(const std::string& path, const GPTConfig& c, const float* 
 
 ModelFile read_model_file(const std::string& path) {
     std::vector<int32_t> h = read_header(path);
-    if (h[0] != MODEL_FILE_MAGIC)
+    if (h[0] != MODEL_FILE_MAGIC) {
+        if (const char* kind = file_kind_of_magic(h[0]))
+            fail("%s: is %s, not a model file", path.c_str(), kind);
         fail("%s: not a model file (magic %d, expected %d)", path.c_str(), h[0], MODEL_FILE_MAGIC);
+    }
     if (h[1] != MODEL_FILE_VERSION_FP32 && h[1] != MODEL_FILE_VERSION_BF16)
         fail("%s: unsupported model file version %d (expected %d for fp32 or %d for bf16)",
              path.c_str(), h[1], MODEL_FILE_VERSION_FP32, MODEL_FILE_VERSION_BF16);

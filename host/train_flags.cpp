@@ -37,15 +37,21 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-j", "--val-data", Kind::STRING, FIELD(val_data), 0, 0, "validation token shards (glob)"},
         {"-e", "--model", Kind::STRING, FIELD(model), 0, 0,
          "model file (llm.c .bin) or descriptor: d12 d24 d36 d48, gpt2:dN, gpt3:cN, "
-         "custom:L2:C64:H4:V512:T64"},
+         "custom:L2:C128:H4 (L layers, C channels, H heads; optional :V vocab, :T max length)"},
         {"-o", "--output-dir", Kind::STRING, FIELD(output_dir), 0, 0,
          "output folder for checkpoints and metrics.jsonl (empty: write nothing)"},
         {"-n", "--checkpoint-every", Kind::INT, FIELD(checkpoint_every), 0, INT_MAX,
          "checkpoint every N steps (0: only at the end; needs -o)"},
         {"-nk", "--checkpoints-keep", Kind::INT, FIELD(checkpoints_keep), 0, INT_MAX,
          "keep only the newest N checkpoints (0: keep all)"},
+        {"-nm", "--major-checkpoint-every", Kind::INT, FIELD(major_checkpoint_every), 0, INT_MAX,
+         "checkpoints at multiples of N steps are never pruned by -nk (0: none)"},
         {"-y", "--resume", Kind::INT, FIELD(resume), 0, 1,
-         "1: resume from the newest complete checkpoint in -o (or start afresh if none)"},
+         "1: resume from the newest complete checkpoint in -o (or start afresh if none); "
+         "0: -o must not hold another run"},
+        {"", "--accept-changes", Kind::INT, FIELD(accept_changes), 0, 1,
+         "1: resume even though -x -l -k -u -q -c -sl -sg -i -a -f or -w differ from the saved "
+         "run's (they bend it)"},
         {"-b", "--batch-size", Kind::INT, FIELD(batch_size), 1, 1 << 20,
          "micro-batch size B (sequences)"},
         {"-t", "--seq-len", Kind::INT, FIELD(seq_len), 1, 1 << 20, "sequence length T (tokens)"},
@@ -76,7 +82,11 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-g", "--gen-tokens", Kind::INT, FIELD(gen_tokens), 1, 1 << 20,
          "tokens to generate per sample"},
         {"-h", "--hellaswag", Kind::INT, FIELD(hellaswag), 0, 1,
-         "1: HellaSwag evaluation, as llm.c's -h (needs its eval file; skipped when absent)"},
+         "1: HellaSwag accuracy at each validation, as llm.c's -h (skipped when its file is absent)"},
+        {"", "--hellaswag-file", Kind::STRING, FIELD(hellaswag_file), 0, 0,
+         "llm.c's HellaSwag eval file for -h 1 (llm.c's dev/data/hellaswag.py writes it)"},
+        {"", "--log-every", Kind::INT, FIELD(log_every), 1, INT_MAX,
+         "print the step line every N steps (and the first, the last and validation steps)"},
         {"-a", "--overfit-single-batch", Kind::INT, FIELD(overfit_single_batch), 0, 1,
          "1: train on the first batch only (a debugging check)"},
         {"", "--seed", Kind::U64, FIELD(seed), 0, 0,
@@ -91,6 +101,23 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
         {"-w", "--fp32-master", Kind::INT, FIELD(fp32_master), -1, 1,
          "keep fp32 master weights: 1 yes, 0 no, -1 trainer's choice (CUDA trainer)"},
+        // llm.c's remaining flags, so its command lines run or say what to do instead.
+        {"-lg", "--log-gpu-every", Kind::INT, FIELD(log_gpu_every), -1, INT_MAX,
+         "llm.c's GPU stats log: not built in; a note says how to watch the GPU (-1: off)"},
+        {"-ge", "--gelu-fusion", Kind::INT, FIELD(gelu_fusion), -1, 2,
+         "llm.c's GELU fusion choice: fixed in this trainer, any value runs (-1: not given)"},
+        {"-pn", "--num-processes", Kind::INT, FIELD(num_processes), 0, 1 << 20,
+         "llm.c multi-node: number of ranks; must match what mpirun/srun started (0: not given)"},
+        {"-pr", "--process-rank", Kind::INT, FIELD(process_rank), -1, 1 << 20,
+         "llm.c multi-node: this rank's number; the launcher sets it (-1: not given)"},
+        {"-pg", "--gpus-per-node", Kind::INT, FIELD(gpus_per_node), 0, 1 << 10,
+         "llm.c multi-node: GPUs per node; each rank takes its local rank's GPU (0: not given)"},
+        {"-pi", "--init-method", Kind::STRING, FIELD(init_method), 0, 0,
+         "llm.c multi-node start-up: only mpi (start the ranks with mpirun or srun)"},
+        {"-ps", "--server-ip", Kind::STRING, FIELD(server_ip), 0, 0,
+         "llm.c's server for -pi tcp: not supported (use mpirun or srun)"},
+        {"-pf", "--fs-path", Kind::STRING, FIELD(fs_path), 0, 0,
+         "llm.c's shared folder for -pi fs: not supported (use mpirun or srun)"},
     };
 #undef FIELD
 }
@@ -100,17 +127,24 @@ std::string flag_name(const Flag& f) {
     return *f.short_name ? strprintf("%s (%s)", f.short_name, f.long_name) : f.long_name;
 }
 
-std::string default_text(const Flag& f) {
+// The field's value as text; numbers exactly as parsing would read them back.
+std::string value_text(const Flag& f) {
     const char* base = (const char*)f.target;
     switch (f.kind) {
         case Kind::INT: return std::to_string(*(const int*)base);
         case Kind::LONG: return std::to_string(*(const long long*)base);
         case Kind::U64: return std::to_string(*(const uint64_t*)base);
-        case Kind::DOUBLE: return strprintf("%g", *(const double*)base);
-        case Kind::STRING: return "'" + *(const std::string*)base + "'";
+        case Kind::DOUBLE: return strprintf("%.17g", *(const double*)base);
+        case Kind::STRING: return *(const std::string*)base;
         case Kind::SCHEDULE: return schedule_name(*(const ScheduleKind*)base);
     }
     return "";
+}
+
+std::string default_text(const Flag& f) {
+    if (f.kind == Kind::STRING) return "'" + value_text(f) + "'";
+    if (f.kind == Kind::DOUBLE) return strprintf("%g", *(const double*)f.target);
+    return value_text(f);
 }
 
 // Stores text into the flag's field after checking it is a well-formed value in range.
@@ -176,6 +210,13 @@ std::string train_flags_help(const char* program, const TrainOptions& defaults) 
     return text;
 }
 
+std::vector<FlagValue> train_flag_values(const TrainOptions& options) {
+    TrainOptions copy = options;
+    std::vector<FlagValue> values;
+    for (const Flag& f : flag_table(copy)) values.push_back({f.short_name, f.long_name, value_text(f)});
+    return values;
+}
+
 FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* options) {
     const TrainOptions defaults = *options;
     const std::vector<Flag> flags = flag_table(*options);
@@ -222,6 +263,43 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
         fail("-y (--resume): resuming needs the output folder to resume from (-o)");
     if (o->checkpoint_every > 0 && o->output_dir.empty())
         fail("-n (--checkpoint-every): checkpoints need an output folder (-o)");
+    check_llmc_launch_flags(*o, num_ranks);
+}
+
+// llm.c can start its ranks itself (-pi tcp or fs, with -pn ranks, -pr this rank); here the MPI
+// launcher starts them, so those flags may only repeat what the launcher did.
+void check_llmc_launch_flags(const TrainOptions& o, int num_ranks) {
+    const char* launch = "start the ranks with mpirun -np N or srun";
+    if (o.init_method != "mpi")
+        fail("-pi (--init-method): '%s' is not supported: %s, which this trainer reads, and drop "
+             "-pi, -ps and -pf", o.init_method.c_str(), launch);
+    if (!o.server_ip.empty())
+        fail("-ps (--server-ip): only llm.c's -pi tcp uses it, which is not supported: %s and drop "
+             "-ps", launch);
+    if (!o.fs_path.empty())
+        fail("-pf (--fs-path): only llm.c's -pi fs uses it, which is not supported: %s and drop "
+             "-pf", launch);
+    if (o.num_processes > 0 && o.num_processes != num_ranks)
+        fail("-pn (--num-processes): %d, but %d rank(s) were started: the launcher decides; %s "
+             "(mpirun -np %d ...) or drop -pn", o.num_processes, num_ranks, launch,
+             o.num_processes);
+    if (o.process_rank > 0 || (o.process_rank == 0 && num_ranks > 1))
+        fail("-pr (--process-rank): each rank's number comes from the launcher (mpirun or srun); "
+             "drop -pr");
+}
+
+std::vector<std::string> llmc_flag_notes(const TrainOptions& o) {
+    std::vector<std::string> notes;
+    if (o.log_gpu_every != -1)
+        notes.push_back("-lg: GPU stats logging is not built in; watch the GPU with "
+                        "`nvidia-smi dmon -s pum` beside the run");
+    if (o.gelu_fusion != -1)
+        notes.push_back(strprintf("-ge %d has no effect: GELU's forward is always its own pass (so "
+                                  "that -r recompute gives the same bits) and its backward is "
+                                  "always fused into the GEMM epilogue", o.gelu_fusion));
+    if (o.gpus_per_node > 0)
+        notes.push_back("-pg has no effect: each rank takes the GPU of its local rank on its node");
+    return notes;
 }
 
 int grad_accum_steps(const TrainOptions& o, int num_ranks) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "host/gpt_config.h"
 #include "host/lr_schedule.h"
@@ -40,6 +41,8 @@ struct TrainOptions {
     int gen_tokens = 64;           // -g
     int overfit_single_batch = 0;  // -a
     int hellaswag = 0;             // -h (llm.c's HellaSwag evaluation; --help shows the help)
+    std::string hellaswag_file = "dev/data/hellaswag/hellaswag_val.bin";  // where llm.c writes it
+    int log_every = 1;             // --log-every: print the step line every N steps
     // data order and initialisation
     uint64_t seed = 42;  // --seed: weights, shuffling, sampling
     int shuffle = 0;     // --shuffle: shuffled (1) or sequential (0) data order
@@ -48,6 +51,19 @@ struct TrainOptions {
     int recompute = 1;     // -r
     int tf32 = 1;          // -f
     int fp32_master = -1;  // -w (-1 = the trainer decides)
+    // resuming
+    int accept_changes = 0;  // --accept-changes: resume even where the settings bend the run
+    int major_checkpoint_every = 0;  // -nm: checkpoints at multiples of N survive -nk pruning
+    // llm.c flags accepted for its command lines (see --help): -lg -ge take effect as notes, the
+    // multi-node ones must agree with how the ranks were launched (mpirun / srun).
+    int log_gpu_every = -1;       // -lg
+    int gelu_fusion = -1;         // -ge
+    int num_processes = 0;        // -pn (0 = not given)
+    int process_rank = -1;        // -pr (-1 = not given)
+    int gpus_per_node = 0;        // -pg (0 = not given)
+    std::string init_method = "mpi";  // -pi
+    std::string server_ip;        // -ps
+    std::string fs_path;          // -pf
 };
 
 enum class FlagsResult { RUN, HELP_SHOWN };
@@ -56,6 +72,15 @@ enum class FlagsResult { RUN, HELP_SHOWN };
 // HELP_SHOWN for -h/--help; throws InputError for anything invalid in a single flag.
 FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* options);
 
+// Every flag's value in *options, in the help's order: for the run's record (run.json) and for
+// comparing a resumed run's settings with the saved ones.
+struct FlagValue {
+    std::string short_name;  // "-b", or "" for long-only flags
+    std::string long_name;   // "--batch-size"
+    std::string value;       // "8" (numbers as parsing reads them back)
+};
+std::vector<FlagValue> train_flag_values(const TrainOptions& options);
+
 // The help text (flags, long names, meaning, current defaults).
 std::string train_flags_help(const char* program, const TrainOptions& defaults);
 
@@ -63,6 +88,14 @@ std::string train_flags_help(const char* program, const TrainOptions& defaults);
 // when -1). Throws InputError naming the flags, e.g. "-d 1000 is not a multiple of B·T·ranks =
 // 256".
 void validate_train_options(TrainOptions* options, const GPTConfig& config, int num_ranks);
+
+// Refuses llm.c's multi-node flags where they disagree with how the ranks were started, or ask for a
+// start-up this trainer does not have (-pi tcp/fs); called by validate_train_options.
+void check_llmc_launch_flags(const TrainOptions& options, int num_ranks);
+
+// One-line notes for the start-up report about llm.c flags that were given but change nothing here
+// (-lg, -ge, -pg), each saying why or what to do instead.
+std::vector<std::string> llmc_flag_notes(const TrainOptions& options);
 
 // Gradient-accumulation micro-steps per step: total_batch / (B·T·ranks), after validation.
 int grad_accum_steps(const TrainOptions& options, int num_ranks);

@@ -16,12 +16,17 @@
 #include "host/errors.h"
 #include "host/file_io.h"
 #include "host/gpt_init.h"
+#include "host/hellaswag.h"
+#include "host/interrupts.h"
 #include "host/lr_schedule.h"
+#include "host/memory_check.h"
 #include "host/metrics_log.h"
 #include "host/model_descriptor.h"
 #include "host/model_file.h"
 #include "host/param_buckets.h"
 #include "host/rng.h"
+#include "host/run_folder.h"
+#include "host/run_report.h"
 #include "host/sampling.h"
 #include "host/training_state.h"
 
@@ -100,7 +105,7 @@ static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::stri
 
 // Every rank writes its own state file (its ZeRO-1 shard, or the whole optimizer state); rank 0 also
 // writes the model file, and marks the checkpoint done once every rank has finished writing.
-static void save_checkpoint(const std::string& dir, int keep, TrainModel& model,
+static void save_checkpoint(const std::string& dir, int keep, int major_every, TrainModel& model,
                             TrainingState state, RankGroup& ranks) {
     model.optimizer_state(&state.params, &state.adam_m, &state.adam_v);
     state.sharded = model.optimizer_sharded();
@@ -112,7 +117,8 @@ static void save_checkpoint(const std::string& dir, int keep, TrainModel& model,
     ranks.barrier();
     if (ranks.rank == 0) {
         mark_checkpoint_done(dir, state.step);
-        prune_checkpoints(dir, keep, ranks.num_ranks);
+        prune_checkpoints(dir, keep, ranks.num_ranks, major_every);
+        announce_checkpoint(dir, state.step, ranks.num_ranks);
     }
 }
 
@@ -191,6 +197,8 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     TrainOptions opt = spec.defaults;
     if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return 0;
     ranks.check_same(command_line_fingerprint(argc, argv), "the command line");
+    install_interrupt_handlers(main_rank);
+    const DataChoice data_choice = choose_data_paths(&opt, spec.defaults);
 
     // ---- setup: model shape, data, resume point; all checked before anything is written ----
     GPTConfig config;
@@ -203,7 +211,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         if (!path_exists(opt.model))
             fail("-e (--model): '%s' is neither a model descriptor nor an existing file",
                  opt.model.c_str());
-        model_file = read_model_file(opt.model);
+        model_file = with_flag("-e (--model)", [&] { return read_model_file(opt.model); });
         config = model_file.config;
     }
     validate_train_options(&opt, config, ranks.num_ranks);
@@ -213,7 +221,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     std::unique_ptr<DataLoader> train_loader = open_loader(
         "-i (--train-data)", opt.train_data, B, T, config, opt.shuffle, opt.seed, ranks);
     std::unique_ptr<DataLoader> val_loader;
-    if (opt.val_every > 0)
+    if (opt.val_every > 0 && !opt.val_data.empty())
         val_loader = open_loader("-j (--val-data)", opt.val_data, B, T, config, false, opt.seed,
                                  ranks);
     ranks.check_same(data_fingerprint(*train_loader), "the training data files (-i)");
@@ -254,6 +262,11 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         state.norm_detector = resumed.norm_detector;
     }
 
+    check_output_folder(opt, resuming, state.step, last_step, run_settings(opt, max_steps),
+                        main_rank);
+    check_host_memory(spec.host_memory_needed ? spec.host_memory_needed(config, opt) : ModelMemory(),
+                      config, opt, resuming, !from_descriptor);
+    const HellaSwagEval hellaswag(opt, config.vocab_size);
     std::unique_ptr<TrainModel> model = spec.create_model(config, opt);
     if (resuming) {
         model->set_working_weights(resumed_weights.params);
@@ -273,18 +286,24 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
 
     DecodeTable decode_table;
     bool can_sample = main_rank && opt.sample_every > 0 && path_exists(opt.tokenizer);
-    if (can_sample) decode_table = read_decode_table(opt.tokenizer);
+    if (can_sample)
+        decode_table = with_flag("--tokenizer", [&] { return read_decode_table(opt.tokenizer); });
 
     std::unique_ptr<MetricsLog> metrics;
     if (!opt.output_dir.empty() && main_rank) {
-        make_directory(opt.output_dir);
+        prepare_output_folder(
+            opt, resuming,
+            make_run_record(argc, argv, opt, max_steps, config, train_loader->files(),
+                            val_loader ? val_loader->files() : std::vector<std::string>(),
+                            ranks.num_ranks, resuming ? state.step : 0));
         if (resuming) truncate_metrics_log(metrics_log_path(opt.output_dir), state.step);
         metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
     }
 
     // ---- report ----
     if (main_rank) {
-        printf("model: %s (%s), %zu parameters\n", opt.model.c_str(),
+        printf("model: %s (%s), %zu parameters\n",
+               model_source_text(opt, resuming, state.step).c_str(),
                describe_config(config).c_str(), param_layout(config).total);
         printf("compute: %s\n", model->description().c_str());
         if (ranks.num_ranks > 1) printf("ranks: %s\n", ranks.description().c_str());
@@ -293,8 +312,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
                "schedule, lr %.2e\n",
                B, T, opt.total_batch, accum_steps, ranks.num_ranks, max_steps,
                schedule_name(opt.schedule), opt.learning_rate);
-        printf("data: %zu training shard(s) from '%s'%s\n", train_loader->files().size(),
-               opt.train_data.c_str(), opt.shuffle ? ", shuffled" : "");
+        print_data_report(data_choice, opt, *train_loader, max_steps, accum_steps, ranks.num_ranks);
         if (resuming)
             printf("resumed from step %lld in %s%s\n", (long long)state.step, opt.output_dir.c_str(),
                    resumed_ranks != ranks.num_ranks
@@ -307,9 +325,8 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         if (opt.sample_every > 0 && !can_sample)
             printf("note: no decode table at '%s', so no samples are printed\n",
                    opt.tokenizer.c_str());
-        if (opt.hellaswag)
-            printf("note: -h 1 (HellaSwag evaluation) is skipped: this trainer has no HellaSwag "
-                   "eval yet\n");
+        if (!hellaswag.note().empty()) printf("%s\n", hellaswag.note().c_str());
+        for (const std::string& note : llmc_flag_notes(opt)) printf("note: %s\n", note.c_str());
         if (spec.report_ignored_flags) spec.report_ignored_flags(opt);
         fflush(stdout);
     }
@@ -322,6 +339,8 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     const double step_flops = training_flops_per_token(config, T) * (double)opt.total_batch;
     double total_ms = 0;
     int timed_steps = 0;
+    RunClock clock = make_run_clock(opt, max_steps, last_step);
+    const auto baseline_start = std::chrono::steady_clock::now();
     if (!resuming && val_loader) {  // the untrained model's validation loss, as a baseline
         StepMetrics m;
         m.has_val = true;
@@ -329,7 +348,13 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         if (main_rank) printf("val loss %.4f\n", m.val_loss);
         if (metrics) metrics->write(m);
     }
-    for (int step = (int)state.step + 1; step <= last_step; step++) {
+    if (!resuming && hellaswag.active()) {
+        const std::string result = hellaswag.run(*model, T);
+        if (main_rank) printf("%s\n", result.c_str());
+    }
+    if (!resuming && (val_loader || hellaswag.active())) clock.validation.add(ms_since(baseline_start));
+    const int first_step = (int)state.step + 1;
+    for (int step = first_step; step <= last_step; step++) {
         const auto start = std::chrono::steady_clock::now();
         const double loss = ranks.mean(accumulate_gradients(
             *model, *train_loader, accum_steps, opt.overfit_single_batch, B, T, inputs, targets));
@@ -370,35 +395,53 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         m.norm = norm;
         m.ms = ms;
         m.tokens_per_s = opt.total_batch / (ms / 1000.0);
-        const double eta_s = (max_steps - step) * total_ms / timed_steps / 1000.0;
+        clock.add_step(ms);
+        const double eta_s = clock.eta_seconds(step);
         const double peak = model->peak_flops() * ranks.num_ranks;
         const std::string mfu =
             peak > 0 ? strprintf("%.1f%%", 100.0 * step_flops / (ms / 1000.0) / peak) : "n/a";
-        if (main_rank)
+        if (main_rank && step_is_logged(opt, step, first_step, last_step))
             printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | "
                    "ETA %s\n",
                    step, max_steps, loss, m.lr, norm, ms, m.tokens_per_s, mfu.c_str(),
                    eta_text(eta_s).c_str());
+        const auto eval_start = std::chrono::steady_clock::now();
         if (val_loader && (step % opt.val_every == 0 || step == last_step)) {
             m.has_val = true;
             m.val_loss =
                 ranks.mean(validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets));
             if (main_rank) printf("val loss %.4f\n", m.val_loss);
         }
+        if (hellaswag.active() && validates_at(opt, step, last_step)) {
+            const std::string result = hellaswag.run(*model, T);
+            if (main_rank) printf("%s\n", result.c_str());
+        }
+        if (validates_at(opt, step, last_step)) clock.validation.add(ms_since(eval_start));
         if (metrics) metrics->write(m);
         // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps
         // whether or not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
-        if (can_sample && (step % opt.sample_every == 0 || step == max_steps))
+        if (can_sample && (step % opt.sample_every == 0 || step == max_steps)) {
+            const auto sample_start = std::chrono::steady_clock::now();
             print_sample(*model, decode_table, sample_rng, opt.gen_tokens, T);
+            clock.sampling.add(ms_since(sample_start));
+        }
         fflush(stdout);
 
         state.step = step;
+        // SIGINT / SIGTERM: finish this step with a checkpoint, then stop (host/interrupts.h).
+        // stop_requested() is asked once per step, where all ranks must agree.
+        const bool stopping = stop_requested() && step < last_step;
         if (!opt.output_dir.empty() &&
-            ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == last_step)) {
+            ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == last_step ||
+             stopping)) {
+            const auto save_start = std::chrono::steady_clock::now();
             state.loader = train_loader->position();
             state.sample_rng_state = sample_rng.state;
-            save_checkpoint(opt.output_dir, opt.checkpoints_keep, *model, state, ranks);
+            save_checkpoint(opt.output_dir, opt.checkpoints_keep, opt.major_checkpoint_every,
+                            *model, state, ranks);
+            clock.checkpoint.add(ms_since(save_start));
         }
+        if (stopping) return finish_interrupted_run(step, opt.output_dir, main_rank);
     }
 
     // ---- teardown ----

@@ -23,9 +23,14 @@ struct TrainerSpec {
     std::function<std::unique_ptr<TrainModel>(const GPTConfig&, const TrainOptions&)> create_model;
     // Optional: a note printed in the start-up report about flags the trainer ignores.
     std::function<void(const TrainOptions&)> report_ignored_flags;
+    // Optional: the host memory create_model will allocate, computed without allocating, so that a
+    // run that cannot fit stops with one error first (host/memory_check.h). Unset: the model's
+    // host memory is not counted (a GPU model checks its device memory itself).
+    std::function<ModelMemory(const GPTConfig&, const TrainOptions&)> host_memory_needed;
 };
 
-// Parses argv, trains, and returns the process exit status (0, or 1 after an "error:" line).
+// Parses argv, trains, and returns the process exit status (0, 1 after an "error:" line, or 128 +
+// the signal's number after SIGINT or SIGTERM stopped the run, host/interrupts.h).
 int run_training(int argc, char** argv, const TrainerSpec& spec);
 
 // Training FLOPs per token of the forward and backward pass: 6 per parameter (a multiply-add forward,

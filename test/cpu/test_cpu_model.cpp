@@ -241,6 +241,16 @@ TEST(api_reports_memory_and_rejects_misuse) {
     CHECK(mem.parameters == total * 4 && mem.gradients == total * 4 &&
           mem.optimizer_state == total * 8);
     CHECK(mem.activations >= (size_t)B * T * c.padded_vocab_size * 4);  // at least the logits
+    // What the memory check computes before allocating is what was allocated.
+    for (int b : {1, B})
+        for (int t : {1, T}) {
+            GPTCpu* other = gpt_cpu_create(c, b, t);
+            const GPTCpuMemory made = gpt_cpu_memory(other), planned = gpt_cpu_memory_needed(c, b, t);
+            CHECK(made.parameters == planned.parameters && made.gradients == planned.gradients &&
+                  made.optimizer_state == planned.optimizer_state &&
+                  made.activations == planned.activations);
+            gpt_cpu_free(other);
+        }
     // gpt_cpu_grad_norm is the L2 norm of the gradient buffer.
     std::vector<float>& grads = gpt_cpu_grads(model);
     double sq = 0;
