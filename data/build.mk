@@ -3,7 +3,8 @@
 TOKENIZER_OBJS := $(addprefix $(BUILD)/data/, gpt2_vocab.o pretokenize.o gpt2_tokenizer.o \
                     read_file.o pinned_vocab.o parallel_encode.o progress.o dataset.o \
                     token_shard.o rdata_reader.o janeausten.o) \
-                  $(BUILD)/host/errors.o $(BUILD)/host/file_io.o $(BUILD)/host/decode_table.o
+                  $(BUILD)/host/errors.o $(BUILD)/host/file_io.o $(BUILD)/host/decode_table.o \
+                  $(BUILD)/host/repository.o
 TOKENIZER_LIBS := -lpcre2-8 -lz -lcrypto
 
 PROGRAMS += $(BIN)/data/prepare

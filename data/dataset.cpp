@@ -97,13 +97,23 @@ static void write_split(const std::vector<uint16_t>& stream, size_t begin, size_
 std::vector<std::string> write_dataset(const Gpt2Tokenizer& tokenizer,
                                        const std::vector<Document>& documents,
                                        const std::string& prefix, double val_fraction,
-                                       size_t shard_tokens) {
+                                       size_t shard_tokens, DatasetSplit* split) {
     std::vector<size_t> document_starts;
     std::vector<uint16_t> stream = encode_with_eot(tokenizer, documents, &document_starts);
     size_t val_begin = validation_start(document_starts, stream.size(), val_fraction);
     if (val_begin == 0 || (val_fraction > 0 && val_begin == stream.size()))
         fail("%s: %zu tokens are too few to split into train and validation", prefix.c_str(),
              stream.size());
+    if (split) {
+        *split = DatasetSplit();
+        split->total_tokens = stream.size();
+        split->val_tokens = stream.size() - val_begin;
+        const auto first = std::find(document_starts.begin(), document_starts.end(), val_begin);
+        if (val_begin < stream.size() && first != document_starts.end()) {
+            split->val_documents = (size_t)(document_starts.end() - first);
+            split->first_val_document = documents[first - document_starts.begin()].name;
+        }
+    }
     std::vector<std::string> written;
     if (val_begin < stream.size())
         write_split(stream, val_begin, stream.size(), prefix, "val", shard_tokens, &written);

@@ -30,10 +30,17 @@ std::vector<uint16_t> encode_with_eot(const Gpt2Tokenizer& tokenizer,
 size_t validation_start(const std::vector<size_t>& document_starts, size_t total_tokens,
                         double val_fraction);
 
+// How the stream was split, for data/prepare to say how validation was chosen.
+struct DatasetSplit {
+    size_t total_tokens = 0, val_tokens = 0;
+    size_t val_documents = 0;        // whole documents at the end (0 when split by tokens)
+    std::string first_val_document;  // the name of the first of them
+};
+
 // Encodes the documents, splits them and writes PREFIX_train.bin and PREFIX_val.bin, or with
 // shard_tokens > 0 PREFIX_train_000000.bin, ... of at most shard_tokens tokens each. No validation
-// file when val_fraction is 0. Returns the paths written.
+// file when val_fraction is 0. Returns the paths written; *split (if given) says how it split.
 std::vector<std::string> write_dataset(const Gpt2Tokenizer& tokenizer,
                                        const std::vector<Document>& documents,
                                        const std::string& prefix, double val_fraction,
-                                       size_t shard_tokens);
+                                       size_t shard_tokens, DatasetSplit* split = nullptr);

@@ -1,6 +1,8 @@
 // data/prepare: GPT-2 tokens for training. Encodes text files into llm.c token shards, decodes a
 // shard back to text, writes the decode table the trainers sample with, and builds the built-in
-// Jane Austen dataset. Run it from the repository root; `data/prepare --help` lists the commands.
+// Jane Austen dataset. Its default paths (the vocabulary, the built-in dataset) are the
+// repository's, wherever it is run from; `data/prepare --help` lists the commands.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -18,8 +20,9 @@
 #include "host/errors.h"
 #include "host/file_io.h"
 #include "host/formats.h"
+#include "host/repository.h"
 
-static const char* const USAGE = R"(usage: data/prepare COMMAND [ARGS] [OPTIONS]   (run from the repository root)
+static const char* const USAGE = R"(usage: data/prepare COMMAND [ARGS] [OPTIONS]
 
 commands:
   encode FILE... -o OUT.bin     one shard holding, for each file in order, EOT then the file's tokens
@@ -29,7 +32,10 @@ commands:
                                 EOT before each document; the final documents (or, if that cannot
                                 come near F, the final F of the tokens) go to validation. Writes
                                 PREFIX_val.bin and PREFIX_train.bin, or with --shard-tokens numbered
-                                shards PREFIX_val_000000.bin, PREFIX_train_000000.bin, ...
+                                shards PREFIX_val_000000.bin, PREFIX_train_000000.bin, ... -o DIR/
+                                (or an existing folder) writes DIR/NAME_train.bin ..., NAME being
+                                the first input's name. Shards of PREFIX left by an earlier run with
+                                other settings are removed, and said so.
   decode-table [-o OUT.bin]     the llm.c tokenizer decode table (default data/gpt2_tokenizer.bin)
   janeausten                    builds the built-in dataset when it is missing (a quick no-op when
                                 present): data/janeausten/janeausten_{train,val}.bin and
@@ -72,8 +78,18 @@ static size_t parse_count(const char* flag, const std::string& text) {
     return (size_t)value;
 }
 
+// Where the default paths (data/...) are: "" when run from the repository root, else the
+// repository's folder (found from the executable's path) with a slash.
+static std::string repository_prefix() {
+    if (path_exists("data/prepare.cpp")) return "";
+    const std::string root = repository_root();
+    return root.empty() ? "" : root + "/";
+}
+
 static Arguments parse_arguments(int argc, char** argv) {
     Arguments args;
+    args.vocab_dir = repository_prefix() + DEFAULT_VOCAB_DIR;
+    args.rdata = repository_prefix() + JANEAUSTEN_RDATA;
     if (argc < 2) fail("no command given; see data/prepare --help");
     args.command = argv[1];
     for (int i = 2; i < argc; i++) {
@@ -129,14 +145,13 @@ static void write_gpt2_decode_table(const Gpt2Tokenizer& tokenizer, const std::s
 }
 
 // Runs a fetch script when a source file it provides is missing.
-static void fetch_if_missing(const std::string& path, const char* script) {
+static void fetch_if_missing(const std::string& path, const std::string& script) {
     if (path_exists(path)) return;
     if (!path_exists(script))
-        fail("%s: missing, and %s is not here to fetch it (run from the repository root)", path.c_str(),
-             script);
-    fprintf(stderr, "%s is missing: running %s\n", path.c_str(), script);
-    if (std::system((std::string("bash ") + script).c_str()) != 0)
-        fail("%s: failed, so %s is missing (see its messages above)", script, path.c_str());
+        fail("%s: missing, and %s is not here to fetch it", path.c_str(), script.c_str());
+    fprintf(stderr, "%s is missing: running %s\n", path.c_str(), script.c_str());
+    if (std::system(("bash '" + script + "'").c_str()) != 0)
+        fail("%s: failed, so %s is missing (see its messages above)", script.c_str(), path.c_str());
 }
 
 static int command_encode(const Arguments& args) {
@@ -165,43 +180,121 @@ static int command_decode(const Arguments& args) {
     return 0;
 }
 
+// The dataset command's -o: a prefix, or a folder (a trailing slash, or an existing directory),
+// in which the prefix is the first input's name ("my_texts/" -> "my_texts", "a/b.txt" -> "b").
+static std::string dataset_prefix(const Arguments& args) {
+    const std::string& output = args.output;
+    if (output.back() != '/' && !std::filesystem::is_directory(output)) return output;
+    std::filesystem::path input = args.positional[0];
+    while (input.has_parent_path() && !input.has_filename()) input = input.parent_path();
+    std::string name = input.stem().string();
+    if (name.empty() || name == "." || name == "..") name = "dataset";
+    std::string folder = output;
+    while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+    const std::string prefix = folder + "/" + name;
+    printf("-o %s is a folder: writing %s_train.bin and %s_val.bin (or numbered shards) there\n",
+           output.c_str(), prefix.c_str(), prefix.c_str());
+    return prefix;
+}
+
+// Removes the shards of `prefix` (PREFIX_{train,val}.bin, PREFIX_{train,val}_NNNNNN.bin) that this
+// run did not write: left by an earlier run with other settings, a glob over PREFIX_train_*.bin
+// would mix them in.
+static void remove_stale_shards(const std::string& prefix, const std::vector<std::string>& written) {
+    const std::filesystem::path base(prefix);
+    const std::string folder = base.has_parent_path() ? base.parent_path().string() : ".";
+    const std::string stem = base.filename().string();
+    std::vector<std::string> removed;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+        const std::string name = entry.path().filename().string();
+        bool ours = false;
+        for (const char* split : {"_train", "_val"}) {
+            const std::string head = stem + split;
+            if (name.compare(0, head.size(), head) != 0) continue;
+            const std::string rest = name.substr(head.size());
+            ours = ours || rest == ".bin" ||
+                   (rest.size() == 11 && rest[0] == '_' && rest.compare(7, 4, ".bin") == 0 &&
+                    rest.substr(1, 6).find_first_not_of("0123456789") == std::string::npos);
+        }
+        const std::string path = (base.has_parent_path() ? folder + "/" : "") + name;
+        if (ours && std::find(written.begin(), written.end(), path) == written.end() &&
+            std::filesystem::remove(entry.path(), error))
+            removed.push_back(name);
+    }
+    std::sort(removed.begin(), removed.end());
+    if (removed.empty()) return;
+    std::string names;
+    for (const std::string& name : removed) names += (names.empty() ? "" : ", ") + name;
+    printf("removed %zu stale shard(s) of %s from an earlier run with other settings: %s\n",
+           removed.size(), prefix.c_str(), names.c_str());
+}
+
+// One line on how the validation split was chosen.
+static void report_split(const DatasetSplit& split, double val_fraction) {
+    const double percent = 100.0 * split.val_tokens / split.total_tokens;
+    if (split.val_tokens == 0)
+        printf("validation: none (--val-fraction 0)\n");
+    else if (split.val_documents > 0)
+        printf("validation: the last %zu document(s), from %s: %zu tokens, %.1f%% of %zu (whole "
+               "documents nearest --val-fraction %g)\n",
+               split.val_documents, split.first_val_document.c_str(), split.val_tokens, percent,
+               split.total_tokens, val_fraction);
+    else
+        printf("validation: the last %zu tokens, %.1f%% of %zu: no run of whole final documents "
+               "comes near --val-fraction %g, so the last document is cut\n",
+               split.val_tokens, percent, split.total_tokens, val_fraction);
+}
+
 static int command_dataset(const Arguments& args) {
     expect(args, 1, SIZE_MAX, {"--output", "--vocab", "--val-fraction", "--shard-tokens"});
     if (args.output.empty()) fail("dataset: -o PREFIX is required");
     std::vector<Document> documents = read_documents(args.positional);
     Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    std::string folder = std::filesystem::path(args.output).parent_path().string();
+    const std::string prefix = dataset_prefix(args);
+    std::string folder = std::filesystem::path(prefix).parent_path().string();
     if (!folder.empty()) make_directory(folder);
-    for (const std::string& path :
-         write_dataset(tokenizer, documents, args.output, args.val_fraction, args.shard_tokens))
+    DatasetSplit split;
+    const std::vector<std::string> written =
+        write_dataset(tokenizer, documents, prefix, args.val_fraction, args.shard_tokens, &split);
+    for (const std::string& path : written)
         printf("wrote %s (%zu tokens)\n", path.c_str(), shard_token_count(path));
+    remove_stale_shards(prefix, written);
+    report_split(split, args.val_fraction);
     return 0;
 }
 
 static int command_decode_table(const Arguments& args) {
     expect(args, 0, 0, {"--output", "--vocab"});
     Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    write_gpt2_decode_table(tokenizer, args.output.empty() ? GPT2_DECODE_TABLE : args.output);
+    write_gpt2_decode_table(tokenizer, args.output.empty() ? repository_prefix() + GPT2_DECODE_TABLE
+                                                           : args.output);
     return 0;
 }
 
 static int command_janeausten(const Arguments& args) {
     expect(args, 0, 0, {"--vocab", "--rdata"});
-    const std::string train = std::string(JANEAUSTEN_PREFIX) + "_train.bin",
-                      val = std::string(JANEAUSTEN_PREFIX) + "_val.bin";
-    if (path_exists(train) && path_exists(val) && path_exists(GPT2_DECODE_TABLE)) {
-        printf("janeausten: up to date (%s, %s, %s)\n", train.c_str(), val.c_str(), GPT2_DECODE_TABLE);
+    // The built-in dataset lives in the repository, where the trainers' defaults look for it.
+    const std::string root = repository_prefix();
+    const std::string prefix = root + JANEAUSTEN_PREFIX, table = root + GPT2_DECODE_TABLE;
+    const std::string train = prefix + "_train.bin", val = prefix + "_val.bin";
+    if (path_exists(train) && path_exists(val) && path_exists(table)) {
+        printf("janeausten: up to date (%s, %s, %s)\n", train.c_str(), val.c_str(), table.c_str());
         return 0;
     }
-    if (!args.given.count("--vocab")) fetch_if_missing(args.vocab_dir + "/encoder.json", "data/fetch_vocab.sh");
-    if (!args.given.count("--rdata")) fetch_if_missing(args.rdata, "data/fetch_janeausten.sh");
+    if (!args.given.count("--vocab"))
+        fetch_if_missing(args.vocab_dir + "/encoder.json", root + "data/fetch_vocab.sh");
+    if (!args.given.count("--rdata"))
+        fetch_if_missing(args.rdata, root + "data/fetch_janeausten.sh");
     Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    if (!path_exists(GPT2_DECODE_TABLE)) write_gpt2_decode_table(tokenizer, GPT2_DECODE_TABLE);
+    if (!path_exists(table)) write_gpt2_decode_table(tokenizer, table);
     if (!path_exists(train) || !path_exists(val)) {
         std::vector<Document> novels = read_janeausten_novels(args.rdata);
-        make_directory(std::filesystem::path(JANEAUSTEN_PREFIX).parent_path().string());
-        for (const std::string& path : write_dataset(tokenizer, novels, JANEAUSTEN_PREFIX, 0.1, 0))
+        make_directory(std::filesystem::path(prefix).parent_path().string());
+        DatasetSplit split;
+        for (const std::string& path : write_dataset(tokenizer, novels, prefix, 0.1, 0, &split))
             printf("wrote %s (%zu tokens)\n", path.c_str(), shard_token_count(path));
+        report_split(split, 0.1);
     }
     return 0;
 }

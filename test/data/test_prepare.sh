@@ -125,6 +125,37 @@ else
   fail dataset_shards_sized_and_ordered "shards_ok=$shards_ok"
 fi
 
+# --- the dataset command's -o: a folder, a rerun with other settings, how validation was chosen -----
+mkdir -p "$work/texts/my_texts"
+for n in 1 2 3 4 5 6; do head -c 20000 "$work/novels/${n}_"*.txt >"$work/texts/my_texts/$n.txt"; done
+prepare_abs=$(realpath "$PREPARE")
+folder_log=$(cd "$work/texts" && "$prepare_abs" dataset my_texts/ -o out/ 2>&1)
+if [ -s "$work/texts/out/my_texts_train.bin" ] && [ -s "$work/texts/out/my_texts_val.bin" ] &&
+   [ ! -e "$work/texts/out/_train.bin" ] && [[ "$folder_log" == *"-o out/ is a folder"* ]] &&
+   [[ "$folder_log" == *"validation: the last 1 document(s), from my_texts/6.txt"* ]]; then
+  pass dataset_output_folder_with_trailing_slash
+else
+  fail dataset_output_folder_with_trailing_slash "$folder_log"
+fi
+# Rerun with numbered shards, then back: the other layout's files go, and that is said.
+"$PREPARE" dataset "$work/texts/my_texts" -o "$work/texts/out/my_texts" --shard-tokens 5000 >/dev/null
+rerun_log=$("$PREPARE" dataset "$work/texts/my_texts" -o "$work/texts/out/my_texts" --val-fraction 0.03 2>&1)
+left=$(ls "$work/texts/out")
+if [ "$left" = "$(printf 'my_texts_train.bin\nmy_texts_val.bin')" ] &&
+   [[ "$rerun_log" == *"removed "*" stale shard(s)"*"my_texts_train_000000.bin"* ]] &&
+   [[ "$rerun_log" == *"validation: the last "*" tokens"*"so the last document is cut"* ]]; then
+  pass dataset_rerun_removes_stale_shards_and_says_so
+else
+  fail dataset_rerun_removes_stale_shards_and_says_so "left: $left; log: $rerun_log"
+fi
+# Run from elsewhere, the default vocabulary is the repository's.
+if (cd "$work" && "$prepare_abs" encode "$work/novels/6_persuasion.txt" -o "$work/elsewhere.bin" >/dev/null) &&
+   cmp -s "$work/elsewhere.bin" "$work/persuasion.bin"; then
+  pass default_vocabulary_found_from_another_directory
+else
+  fail default_vocabulary_found_from_another_directory "encode outside the repository root failed or differs"
+fi
+
 # --- bad input: one-line error, non-zero exit, no output file (not even a temporary one) -----------
 # expect_error NAME OUTPUT_PATH WORD -- COMMAND...: the command fails, says WORD, leaves no OUTPUT_PATH*
 expect_error() {
