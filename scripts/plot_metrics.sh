@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
 # Renders a trainer's metrics log (metrics.jsonl: one JSON object per step, see host/metrics_log.h)
-# into a PNG chart with four panels: train and val loss, learning rate, gradient norm, tokens/s.
-#   usage: scripts/plot_metrics.sh OUT_DIR/metrics.jsonl [chart.png]   (default: next to the log)
+# into a PNG chart with four panels: train and val loss, learning rate, gradient norm, tokens/s,
+# titled with the run (its folder, and the model and steps from its run.json when there is one).
+#   usage: scripts/plot_metrics.sh RUN_DIR | RUN_DIR/metrics.jsonl [chart.png]
+#          (default chart: metrics.png beside the log)
 # Needs gnuplot (Debian's gnuplot-nox, installed by scripts/install_deps.sh). awk pulls the numbers
 # out of the log's flat objects; gnuplot draws them.
 set -euo pipefail
-log="${1:?usage: $0 metrics.jsonl [chart.png]}"
+usage="usage: $0 RUN_DIR | RUN_DIR/metrics.jsonl [chart.png]   (RUN_DIR: a trainer's -o folder)"
+case "${1:-}" in
+  -h|--help) echo "$usage"; exit 0 ;;
+  "") echo "$usage" >&2; exit 2 ;;
+esac
+[ $# -le 2 ] || { echo "$usage" >&2; exit 2; }
+log="$1"
+[ -d "$log" ] && log="${log%/}/metrics.jsonl"
 png="${2:-$(dirname "$log")/metrics.png}"
-[ -r "$log" ] || { echo "error: $log: cannot read the metrics log" >&2; exit 1; }
+[ -r "$log" ] || { echo "error: $log: cannot read the metrics log ($usage)" >&2; exit 1; }
 command -v gnuplot >/dev/null || { echo "error: gnuplot is not installed (bash scripts/install_deps.sh)" >&2; exit 1; }
+
+# The chart's title: the run's folder, with its model and steps when run.json says them.
+run_dir=$(cd "$(dirname "$log")" && pwd)
+title="run $run_dir"
+if [ -r "$run_dir/run.json" ]; then
+  setting() { sed -n "s/^ *\"$1\": \"\(.*\)\",\{0,1\}\$/\1/p" "$run_dir/run.json" | head -n1; }
+  model=$(setting --model) config=$(setting model_config) steps=$(setting --max-steps)
+  title="$title: $model ($config), $steps steps"
+fi
+title=${title//\'/}  # quotes would end gnuplot's string
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -32,7 +51,7 @@ tmp_png="$png.tmp.$$"
 gnuplot <<GNUPLOT
 set terminal png size 1200,900
 set output '$tmp_png'
-set multiplot layout 2,2 title 'training metrics: $(basename "$log")'
+set multiplot layout 2,2 title '$title'
 set grid
 set xlabel 'step'
 set title 'loss'
@@ -48,4 +67,4 @@ plot $(plot_or_empty tok_per_s 'tok/s' 'lines')
 unset multiplot
 GNUPLOT
 mv "$tmp_png" "$png"
-echo "wrote $png"
+echo "wrote $png: $title"

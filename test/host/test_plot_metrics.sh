@@ -41,4 +41,30 @@ if out=$(bash scripts/plot_metrics.sh "$dir/empty.jsonl" "$dir/empty.png" 2>&1) 
 else
   pass plot_metrics_rejects_a_log_without_losses
 fi
+# A run folder works as well as its log, and the chart is titled with the run (from its run.json).
+mkdir -p "$dir/run"
+cp "$dir/metrics.jsonl" "$dir/run/metrics.jsonl"
+printf '{\n  "model_config": "L=2 H=2 C=64",\n  "settings": {\n    "--model": "d6",\n    "--max-steps": "40"\n  }\n}\n' >"$dir/run/run.json"
+if out=$(bash scripts/plot_metrics.sh "$dir/run" 2>&1) && [ -s "$dir/run/metrics.png" ] &&
+   [[ "$out" == *"run $dir/run: d6 (L=2 H=2 C=64), 40 steps"* ]]; then
+  pass plot_metrics_takes_a_run_folder_and_titles_the_run
+else
+  fail plot_metrics_takes_a_run_folder_and_titles_the_run "$out"
+fi
+
+# Called wrong: the usage, exit status 2, no chart; --help: the usage, status 0.
+mkdir -p "$dir/empty"
+usage_ok=1
+for args in "" "a b c"; do
+  # shellcheck disable=SC2086
+  out=$(cd "$dir/empty" && bash "$OLDPWD/scripts/plot_metrics.sh" $args 2>&1)
+  status=$?
+  if [ $status -ne 2 ] || [[ "$out" != usage:*RUN_DIR* ]] || [ -n "$(ls -A "$dir/empty")" ]; then
+    usage_ok=0
+    echo "  '$args': status $status: $out"
+  fi
+done
+out=$(bash scripts/plot_metrics.sh --help 2>&1) && [[ "$out" == usage:*RUN_DIR* ]] || usage_ok=0
+[ $usage_ok = 1 ] && pass plot_metrics_usage_when_called_wrong ||
+  fail plot_metrics_usage_when_called_wrong "see above; --help: $out"
 exit $failed
