@@ -124,6 +124,16 @@ ifneq ($(CUDA_INCLUDE),)
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o
   $(BUILD)/test/trainer/fp32/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o
+  # The same tests built by nvcc, run on a GPU by test/kernels/gpu_kernel_tests.sh.
+  ifneq ($(NVCC),)
+    ifneq ($(SAN),1)
+      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_model
+      $(BUILD)/test/trainer/cuda/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.cuda.o \
+          $(BUILD)/test/test_main.cuda.o $(TRAINER_HOST_OBJS) $(DIST_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
+    endif
+  endif
   $(GPU_MODEL_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)

@@ -144,8 +144,8 @@ inline void nccl_check(ncclResult_t result, const char* what, const char* file, 
     exit(2);
 }
 
-// This rank among the data-parallel ranks: the host group (MPI) and the NCCL communicator (null with
-// one rank).
+// This rank among the data-parallel ranks: the host group (MPI) and the NCCL communicator (null
+// without an MPI launcher: then there is nothing to communicate).
 struct DataParallel {
     RankGroup* ranks;
     ncclComm_t nccl = nullptr;
@@ -238,7 +238,7 @@ private:
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParallel dp)
     : config_(config), dp_(dp),
       buckets_(make_param_buckets(config, dp.num_ranks())),
-      sharded_(opt.zero_stage == 1 && dp.num_ranks() > 1),
+      sharded_(opt.zero_stage == 1 && dp.nccl != nullptr),
       owned_(owned_runs(buckets_, dp.rank(), sharded_)), max_B_(opt.batch_size),
       max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len), recompute_(opt.recompute),
       seed_(opt.seed) {
@@ -284,7 +284,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParalle
     memory_.optimizer_state = 2 * S * sizeof(float);
     // A ring all-reduce, or a reduce-scatter plus an all-gather, sends 2·(R−1)/R of the buffer.
     const int R = dp_.num_ranks();
-    memory_.network_bytes_per_step = R > 1 ? 2 * (R - 1) * (P / R) * sizeof(floatX) : 0;
+    memory_.network_bytes_per_step = 2 * (R - 1) * (P / R) * sizeof(floatX);
     const size_t before_activations = arena_.bytes();
 
     // Activations (see struct Activations for what -r changes).
@@ -356,7 +356,7 @@ GPUModel::~GPUModel() {
 
 std::string GPUModel::description() const {
     const std::string parallel =
-        dp_.num_ranks() == 1 ? ""
+        !dp_.nccl ? ""
         : sharded_           ? strprintf(", ZeRO-1 over %d ranks (AdamW state sharded)", dp_.num_ranks())
                              : strprintf(", gradients all-reduced over %d ranks", dp_.num_ranks());
     return strprintf("CUDA on %s, %s storage%s, fp32 AdamW state, recompute -r %d%s",
@@ -478,7 +478,7 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
     const float loss = run_classifier(true, loss_scale);
     // Only the last micro-step's gradients are final, and only they are averaged across ranks;
     // earlier micro-steps accumulate locally.
-    const bool communicate = last_micro_step && dp_.num_ranks() > 1;
+    const bool communicate = last_micro_step && dp_.nccl != nullptr;
     run_backward(communicate);
     if (communicate) finish_gradient_communication();
     return loss;
@@ -724,7 +724,9 @@ int main(int argc, char** argv) {
             return run_training(argc, argv, spec);
         }
         CUDA_CHECK(cudaSetDevice(ranks ? ranks->local_rank % devices : 0));
-        if (dp.num_ranks() > 1) dp.nccl = make_nccl_communicator(*ranks);
+        // Under an MPI launcher NCCL is used even by a single rank (mpirun -np 1 exercises the
+        // communication path on one GPU).
+        if (ranks) dp.nccl = make_nccl_communicator(*ranks);
     } catch (const InputError& e) {
         fprintf(stderr, "error: %s\n", e.what());
         if (ranks && ranks->num_ranks > 1) ranks->abort_all(1);
