@@ -111,10 +111,18 @@ endif
 # The GPU model against the CPU reference (test/trainer/test_gpu_model.cu), bf16 and fp32, emulated.
 ifneq ($(CUDA_INCLUDE),)
   GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(BUILD)/test/trainer/fp32/test_gpu_model
-  TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh test/trainer/test_restart_after_kill.sh
-  # Data parallelism: the emulated trainer as several MPI ranks (test/dist/).
+  TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
+  # Data parallelism: the emulated trainer as several MPI ranks (test/dist/). The slowest whole-run
+  # tests (multi-rank equivalence, restarts after SIGKILL) run in the plain build only: they exercise
+  # processes and files more than memory safety, and the sanitized build would take minutes more.
+  ifneq ($(SAN),1)
+    TESTS += test/trainer/test_restart_after_kill.sh
+  endif
   ifneq ($(MPI_LIBS),)
-    TESTS += $(BUILD)/test/dist/test_data_parallel test/dist/test_rank_failures.sh
+    TESTS += test/dist/test_rank_failures.sh
+    ifneq ($(SAN),1)
+      TESTS += $(BUILD)/test/dist/test_data_parallel
+    endif
     $(BUILD)/test/dist/test_data_parallel: $(BUILD)/test/dist/test_data_parallel.o $(HOST_OBJS) \
                                            $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32
 	@mkdir -p $(dir $@)
