@@ -43,9 +43,12 @@ void install_interrupt_handlers(bool announce) {
 bool stop_requested() { return g_signal != 0; }
 int stop_signal() { return g_signal; }
 const char* stop_signal_name() {
-    return g_signal == SIGINT ? "SIGINT" : g_signal == SIGTERM ? "SIGTERM" : "no signal";
+    return g_signal == SIGINT    ? "SIGINT"
+           : g_signal == SIGTERM ? "SIGTERM"
+                                 : "a signal to another rank";
 }
-int interrupted_exit_status() { return 128 + g_signal; }
+// A rank stopped because another one was signalled ends as if it had received SIGTERM.
+int interrupted_exit_status() { return 128 + (g_signal ? g_signal : SIGTERM); }
 void reset_stop_request() { g_signal = 0; }
 
 int finish_interrupted_run(int step, const std::string& output_dir, bool print) {

@@ -5,7 +5,8 @@
 // temporary file of any checkpoint half written (host/file_io.h).
 //
 // With several ranks every rank must stop at the same step: the loop asks stop_requested() once per
-// step, and a multi-rank run combines the ranks' answers there (any rank asked -> all stop).
+// step and combines the ranks' answers there (any rank asked -> all stop), since a launcher may
+// signal one rank before the others.
 #pragma once
 #include <string>
 
@@ -15,12 +16,14 @@ void install_interrupt_handlers(bool announce);
 // Whether a signal has asked this process to stop (the loop calls it once per step).
 bool stop_requested();
 
-// The signal that asked (SIGINT, SIGTERM), 0 if none; its name ("SIGINT").
+// The signal that asked (SIGINT, SIGTERM), 0 if none (a rank stopping because another one was
+// asked); its name ("SIGINT").
 int stop_signal();
 const char* stop_signal_name();
 
 // The exit status of a run stopped by a signal: 128 + its number (130 for SIGINT, 143 for SIGTERM),
-// as a shell reports a process killed by it; scripts/supervise.sh restarts on it.
+// as a shell reports a process killed by it (143 on a rank that stopped with the others);
+// scripts/supervise.sh restarts on it.
 int interrupted_exit_status();
 
 // The end of a run stopped by a signal after step `step` (its checkpoint already written when

@@ -429,8 +429,8 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
 
         state.step = step;
         // SIGINT / SIGTERM: finish this step with a checkpoint, then stop (host/interrupts.h).
-        // stop_requested() is asked once per step, where all ranks must agree.
-        const bool stopping = stop_requested() && step < last_step;
+        // Every rank stops at the same step: as soon as any rank was asked to.
+        const bool stopping = ranks.mean(stop_requested() ? 1.0 : 0.0) > 0 && step < last_step;
         if (!opt.output_dir.empty() &&
             ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == last_step ||
              stopping)) {
