@@ -5,8 +5,9 @@
 #   usage: scripts/supervise.sh [--max-restarts N] [--wait SECONDS] [--] TRAINER FLAGS...
 # The command must name its output folder (-o DIR), its steps (-x N) and resume (-y 1), so that every
 # restart continues the same run. A trainer that exits with status 1 has refused its input (one
-# "error:" line): that repeats on every restart, so the supervisor stops there. Exit status: 0 when
-# the run is done, 1 when it gave up.
+# "error:" line): that repeats on every restart, so the supervisor stops there; one stopped by Ctrl-C
+# (status 130) is not restarted either. Exit status: 0 when the run is done, 1 when it gave up, 130
+# after Ctrl-C.
 set -u
 max_restarts=10 wait_s=5
 while [ $# -gt 0 ]; do
@@ -14,7 +15,7 @@ while [ $# -gt 0 ]; do
     --max-restarts) max_restarts="$2"; shift 2 ;;
     --wait) wait_s="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
   esac
 done
@@ -49,6 +50,12 @@ while true; do
   if [ $status -eq 1 ]; then
     echo "supervise.sh: the trainer refused its input (exit status 1); not restarting" >&2
     exit 1
+  fi
+  # 130: Ctrl-C. The trainer finished its step, saved a checkpoint and exited on purpose; this shell
+  # got the same SIGINT, but bash goes on when its child exits by itself, so stop here.
+  if [ $status -eq 130 ]; then
+    echo "supervise.sh: the trainer was interrupted (Ctrl-C) and saved its checkpoint; not restarting (the same command resumes)" >&2
+    exit 130
   fi
   if [ $status -eq 0 ]; then
     echo "supervise.sh: the trainer exited cleanly before step $steps (--stop-at?); not restarting"
