@@ -192,6 +192,13 @@ private:
         return base + (per_layer ? (size_t)l * max_N_ * width : 0);
     }
     float* layer(float* base, int l) const { return base + (size_t)l * max_N_; }
+    // Layer l's slices of every per-layer activation (slice 0 of those -r does not keep per layer).
+    struct LayerSlices {
+        const floatX* x;  // the layer's input: the embeddings, or the previous layer's residual3
+        floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+        float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
+    };
+    LayerSlices layer_slices(int l) const;
 
     void upload_tokens(const int* inputs, const int* targets, int B, int T);
     void run_forward(int B, int T);
@@ -385,48 +392,60 @@ void GPUModel::upload_tokens(const int* inputs, const int* targets, int B, int T
                                    stream_));
 }
 
+GPUModel::LayerSlices GPUModel::layer_slices(int l) const {
+    const Activations& a = act_;
+    const size_t C = config_.channels;
+    const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
+    return {l == 0 ? a.encoded : layer(a.residual3, l - 1, C),
+            layer(a.ln1, l, C, keep_ln),
+            layer(a.qkv, l, 3 * C),
+            layer(a.atty, l, C),
+            layer(a.residual2, l, C),
+            layer(a.ln2, l, C, keep_ln),
+            layer(a.fch, l, 4 * C),
+            layer(a.fch_gelu, l, 4 * C, keep_gelu),
+            layer(a.residual3, l, C),
+            layer(a.ln1_mean, l),
+            layer(a.ln1_rstd, l),
+            layer(a.ln2_mean, l),
+            layer(a.ln2_rstd, l),
+            a.att_lse + (size_t)l * max_N_ * config_.num_heads};
+}
+
 // x = wte[tokens] + wpe; each layer: x += attproj(attention(qkv(ln1(x)))); x += fcproj(gelu(fc(ln2(x))));
 // logits = lnf(x) · wteᵀ. Each residual add is fused with the LayerNorm that follows it.
 void GPUModel::run_forward(int B, int T) {
     const int N = B * T, L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
     const int HS = C / NH, Vp = config_.padded_vocab_size;
-    const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
     Activations& a = act_;
     cudaStream_t s = stream_;
 
     encoder_forward(a.encoded, inputs_dev_, p(WTE), p(WPE), B, T, C, s);
-    layernorm_forward(layer(a.ln1, 0, C, keep_ln), layer(a.ln1_mean, 0), layer(a.ln1_rstd, 0),
-                      a.encoded, p(LN1W, 0), p(LN1B, 0), N, C, s);
+    const LayerSlices first = layer_slices(0);
+    layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p(LN1W, 0), p(LN1B, 0),
+                      N, C, s);
     for (int l = 0; l < L; l++) {
-        const floatX* x = l == 0 ? a.encoded : layer(a.residual3, l - 1, C);
-        floatX* ln1 = layer(a.ln1, l, C, keep_ln);
-        floatX* qkv = layer(a.qkv, l, 3 * C);
-        floatX* atty = layer(a.atty, l, C);
-        floatX* residual2 = layer(a.residual2, l, C);
-        floatX* ln2 = layer(a.ln2, l, C, keep_ln);
-        floatX* fch = layer(a.fch, l, 4 * C);
-        floatX* fch_gelu = layer(a.fch_gelu, l, 4 * C, keep_gelu);
-        floatX* residual3 = layer(a.residual3, l, C);
-
+        const LayerSlices y = layer_slices(l);
         // Attention branch: residual2 = x + attproj(attention(qkv(ln1))), then ln2 of it.
-        matmul_forward(qkv, ln1, p(QKVW, l), p(QKVB, l), N, C, 3 * C, s);
-        attention_forward(atty, a.att_lse + (size_t)l * max_N_ * NH, qkv, B, T, NH, HS, s);
-        matmul_forward(a.branch, atty, p(ATTPROJW, l), p(ATTPROJB, l), N, C, C, s);
-        residual_layernorm_forward(residual2, ln2, layer(a.ln2_mean, l), layer(a.ln2_rstd, l), x,
-                                   a.branch, p(LN2W, l), p(LN2B, l), N, C, s);
+        matmul_forward(y.qkv, y.ln1, p(QKVW, l), p(QKVB, l), N, C, 3 * C, s);
+        attention_forward(y.atty, y.att_lse, y.qkv, B, T, NH, HS, s);
+        matmul_forward(a.branch, y.atty, p(ATTPROJW, l), p(ATTPROJB, l), N, C, C, s);
+        residual_layernorm_forward(y.residual2, y.ln2, y.ln2_mean, y.ln2_rstd, y.x, a.branch,
+                                   p(LN2W, l), p(LN2B, l), N, C, s);
         // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2))), then the next LayerNorm: the
         // next layer's ln1, or the final lnf. GELU is its own pass (not the GEMM's epilogue) so that
         // recomputing it in backward gives the very same bits.
-        matmul_forward(fch, ln2, p(FCW, l), p(FCB, l), N, C, 4 * C, s);
-        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
-        matmul_forward(a.branch, fch_gelu, p(FCPROJW, l), p(FCPROJB, l), N, 4 * C, C, s);
-        if (l + 1 < L)
-            residual_layernorm_forward(residual3, layer(a.ln1, l + 1, C, keep_ln),
-                                       layer(a.ln1_mean, l + 1), layer(a.ln1_rstd, l + 1), residual2,
-                                       a.branch, p(LN1W, l + 1), p(LN1B, l + 1), N, C, s);
-        else
-            residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, a.branch,
-                                       p(LNFW), p(LNFB), N, C, s);
+        matmul_forward(y.fch, y.ln2, p(FCW, l), p(FCB, l), N, C, 4 * C, s);
+        gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * C, s);
+        matmul_forward(a.branch, y.fch_gelu, p(FCPROJW, l), p(FCPROJB, l), N, 4 * C, C, s);
+        if (l + 1 < L) {
+            const LayerSlices next = layer_slices(l + 1);
+            residual_layernorm_forward(y.residual3, next.ln1, next.ln1_mean, next.ln1_rstd,
+                                       y.residual2, a.branch, p(LN1W, l + 1), p(LN1B, l + 1), N, C, s);
+        } else {
+            residual_layernorm_forward(y.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, y.residual2,
+                                       a.branch, p(LNFW), p(LNFB), N, C, s);
+        }
     }
     matmul_forward(a.logits, a.lnf, p(WTE), nullptr, N, C, Vp, s);
 }
@@ -527,38 +546,32 @@ void GPUModel::run_backward(bool communicate) {
     if (communicate) average_gradients(buckets_.final_norm_bucket());
 
     for (int l = L - 1; l >= 0; l--) {
-        const floatX* x = l == 0 ? a.encoded : layer(a.residual3, l - 1, C);
-        floatX* ln1 = layer(a.ln1, l, C, keep_ln);
-        floatX* qkv = layer(a.qkv, l, 3 * C);
-        floatX* atty = layer(a.atty, l, C);
-        floatX* residual2 = layer(a.residual2, l, C);
-        floatX* ln2 = layer(a.ln2, l, C, keep_ln);
-        floatX* fch = layer(a.fch, l, 4 * C);
-        floatX* fch_gelu = layer(a.fch_gelu, l, 4 * C, keep_gelu);
-        float *ln1_mean = layer(a.ln1_mean, l), *ln1_rstd = layer(a.ln1_rstd, l);
-        float *ln2_mean = layer(a.ln2_mean, l), *ln2_rstd = layer(a.ln2_rstd, l);
+        const LayerSlices y = layer_slices(l);
 
         // Recompute what -r did not keep, bit for bit as forward computed it.
-        if (!keep_gelu) gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
+        if (!keep_gelu) gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * C, s);
         if (!keep_ln)
-            layernorm_recompute(ln2, residual2, ln2_mean, ln2_rstd, p(LN2W, l), p(LN2B, l), N, C, s);
+            layernorm_recompute(y.ln2, y.residual2, y.ln2_mean, y.ln2_rstd, p(LN2W, l), p(LN2B, l), N,
+                                C, s);
 
         // MLP branch. fcproj's input gradient goes through GELU's derivative in the GEMM epilogue.
-        matmul_backward(a.dfch, g(FCPROJW, l), g(FCPROJB, l), scratch_, a.dresidual, fch_gelu,
-                        p(FCPROJW, l), N, 4 * C, C, s, fch);
-        matmul_backward(a.dln, g(FCW, l), g(FCB, l), scratch_, a.dfch, ln2, p(FCW, l), N, C, 4 * C, s);
-        layernorm_backward(a.dresidual, g(LN2W, l), g(LN2B, l), scratch_, a.dln, residual2,
-                           p(LN2W, l), ln2_mean, ln2_rstd, N, C, s);
+        matmul_backward(a.dfch, g(FCPROJW, l), g(FCPROJB, l), scratch_, a.dresidual, y.fch_gelu,
+                        p(FCPROJW, l), N, 4 * C, C, s, y.fch);
+        matmul_backward(a.dln, g(FCW, l), g(FCB, l), scratch_, a.dfch, y.ln2, p(FCW, l), N, C, 4 * C,
+                        s);
+        layernorm_backward(a.dresidual, g(LN2W, l), g(LN2B, l), scratch_, a.dln, y.residual2,
+                           p(LN2W, l), y.ln2_mean, y.ln2_rstd, N, C, s);
 
         // Attention branch.
-        matmul_backward(a.datty, g(ATTPROJW, l), g(ATTPROJB, l), scratch_, a.dresidual, atty,
+        matmul_backward(a.datty, g(ATTPROJW, l), g(ATTPROJB, l), scratch_, a.dresidual, y.atty,
                         p(ATTPROJW, l), N, C, C, s);
-        attention_backward(a.dqkv, scratch_, a.datty, atty, a.att_lse + (size_t)l * max_N_ * NH, qkv,
-                           B, T, NH, HS, s);
-        if (!keep_ln) layernorm_recompute(ln1, x, ln1_mean, ln1_rstd, p(LN1W, l), p(LN1B, l), N, C, s);
-        matmul_backward(a.dln, g(QKVW, l), g(QKVB, l), scratch_, a.dqkv, ln1, p(QKVW, l), N, C, 3 * C, s);
-        layernorm_backward(a.dresidual, g(LN1W, l), g(LN1B, l), scratch_, a.dln, x, p(LN1W, l),
-                           ln1_mean, ln1_rstd, N, C, s);
+        attention_backward(a.dqkv, scratch_, a.datty, y.atty, y.att_lse, y.qkv, B, T, NH, HS, s);
+        if (!keep_ln)
+            layernorm_recompute(y.ln1, y.x, y.ln1_mean, y.ln1_rstd, p(LN1W, l), p(LN1B, l), N, C, s);
+        matmul_backward(a.dln, g(QKVW, l), g(QKVB, l), scratch_, a.dqkv, y.ln1, p(QKVW, l), N, C,
+                        3 * C, s);
+        layernorm_backward(a.dresidual, g(LN1W, l), g(LN1B, l), scratch_, a.dln, y.x, p(LN1W, l),
+                           y.ln1_mean, y.ln1_rstd, N, C, s);
         if (communicate) average_gradients(buckets_.layer_bucket(l));
     }
     encoder_backward(g(WTE), g(WPE), a.dresidual, inputs_host_.data(), B, T, C, scratch_,
