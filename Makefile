@@ -147,6 +147,26 @@ ifneq ($(CUDA_INCLUDE),)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
 endif
 
+# The training-step benchmark (dev/bench_step.cu: GPUModel's whole step, then each op class alone):
+# built by nvcc it is the benchmark dev/bin/bench_step (run on a GPU by scripts/gpu_check.sh); built
+# through the emulator, a smoke test on a tiny model (test/trainer/test_bench_step_emu.sh).
+ifneq ($(CUDA_INCLUDE),)
+  PROGRAMS += $(BUILD)/dev/bench_step_emu
+  TESTS += test/trainer/test_bench_step_emu.sh
+  $(BUILD)/dev/bench_step.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
+  $(BUILD)/dev/bench_step_emu: $(BUILD)/dev/bench_step.emu.o $(TRAINER_EMU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+endif
+ifneq ($(NVCC),)
+  ifneq ($(SAN),1)
+    BENCHES += $(BIN)/dev/bin/bench_step
+    $(BIN)/dev/bin/bench_step: $(BUILD)/dev/bench_step.cuda.o $(TRAINER_HOST_OBJS) $(DIST_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
+  endif
+endif
+
 all: $(PROGRAMS) $(BENCHES)
 
 test: $(PROGRAMS) $(TESTS)

@@ -97,6 +97,7 @@ for f in test/kernels/test_*.cu; do [ -e "$f" ] && programs+=("build/test/kernel
 for f in test/trainer/test_*.cu; do [ -e "$f" ] && programs+=("build/test/trainer/cuda/$(basename "$f" .cu)"); done
 programs+=(build/test/emu_kernel_suite_cuda build/test/emu_kernel_suite)
 for f in dev/cuda/*.cu; do [ -e "$f" ] && programs+=("dev/bin/cuda_$(basename "$f" .cu)"); done
+[ -e dev/bench_step.cu ] && programs+=(dev/bin/bench_step)   # the training step split by op class
 [ -e train_gpt.cu ] && programs+=(train_gpt)
 programs+=(train_gpt_cpu)
 for p in ${BUNDLE_EXTRA:-}; do programs+=("$p"); done
@@ -137,9 +138,10 @@ for p in "${built[@]}"; do
     fi
 done
 
-# The scripts gpu_check.sh runs, as they were when these programs were built.
-for s in test/kernels/gpu_kernel_tests.sh test/emu/gpu_vs_emu.sh; do
-    mkdir -p "$stage/$(dirname "$s")" && cp "$s" "$stage/$s"
+# The scripts gpu_check.sh runs, as they were when these programs were built (dev/gpt2_torch.py: the
+# PyTorch reference and speed peer, run with the GPU machine's PyTorch).
+for s in test/kernels/gpu_kernel_tests.sh test/emu/gpu_vs_emu.sh dev/gpt2_torch.py; do
+    [ -e "$s" ] && mkdir -p "$stage/$(dirname "$s")" && cp "$s" "$stage/$s"
 done
 
 # The built-in dataset and the tokenizer's decode table, for train_gpt and train_gpt_cpu.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-command GPU check, run on the lent GPU machine through the device tool (README.md, "Using a
 # lent GPU"), from the repository root:
-#     bash scripts/gpu_check.sh [PART...]      PART: tests emu bench train (default: all four)
+#     bash scripts/gpu_check.sh [PART...]      PART: tests emu bench train peer (default: all five)
 # It unpacks the bundle that scripts/gpu_bundle.sh made here (gpu_bundle/carry/gpu_bundle.tar.xz, or
 # GPU_BUNDLE=an archive or an unpacked folder), then
 #   setup  (always) sets LD_LIBRARY_PATH: the bundle's libraries, CUDA's toolkit, NCCL (the toolkit's
@@ -11,7 +11,13 @@
 #   emu    test/emu/gpu_vs_emu.sh: the emulator's kernel suite on the device and emulated, same results;
 #   bench  every dev/bin/cuda_* benchmark: its checks, then its timings;
 #   train  train_gpt, when the bundle has it: a short GPT-2 124M run on the built-in dataset, and its
-#          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer).
+#          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer);
+#   peer   (HOOK too) dev/bin/bench_step: GPT-2 124M steps timed whole and split by op class; PyTorch
+#          (dev/gpt2_torch.py, the machine's torch) as the independent reference: train_gpt and
+#          PyTorch train the same weights on the same batches and their losses must agree; and as
+#          the speed peer: torch.compile + flash attention + fused AdamW, tokens/s beside ours.
+#          All parts together may spend the budget before this one: `bash scripts/gpu_check.sh peer`
+#          runs it alone in one call.
 # Each part runs under its own time limit, inside a total budget that keeps the call within the
 # device tool's 10 minutes. Everything goes to stdout and to one report file, $OUT/gpu_report.txt
 # (gpu_bundle/gpu_report.txt where OUT is unset), which ends with the figures and a summary table.
@@ -19,9 +25,11 @@
 # Exit status: 0 every check passed (or was SKIPPED for want of a GPU); 1 a check failed or timed out;
 # 2 nothing failed, but some part did not run (the time budget was spent).
 # Environment: GPU_CHECK_BUDGET_S (total seconds, default 540); GPU_CHECK_LIMIT_TESTS, _EMU, _BENCH,
-# _BENCH_EACH, _TRAIN (seconds per part); GPU_CHECK_BENCHES (which benchmarks, e.g. "matmul gelu");
+# _BENCH_EACH, _TRAIN, _PEER (seconds per part); GPU_CHECK_BENCHES (which benchmarks, e.g. "matmul gelu");
 # GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run), GPU_CHECK_COMPARE_ARGS (flags of the runs
-# compared with train_gpt_cpu); GPU_CHECK_WORKDIR (where to unpack).
+# compared with train_gpt_cpu); GPU_CHECK_PEER_ARGS (flags of the runs compared with PyTorch),
+# GPU_CHECK_PYTHON (the python with torch, default python3), GPU_CHECK_PEER_MODEL, _PEER_T, _PEER_B
+# (the peer part's model, T and first B: d12, 1024, 16); GPU_CHECK_WORKDIR (where to unpack).
 set -uo pipefail
 script_dir=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$script_dir")
@@ -32,14 +40,15 @@ limit_emu=${GPU_CHECK_LIMIT_EMU:-90}
 limit_bench=${GPU_CHECK_LIMIT_BENCH:-200}
 limit_bench_each=${GPU_CHECK_LIMIT_BENCH_EACH:-90}
 limit_train=${GPU_CHECK_LIMIT_TRAIN:-150}
+limit_peer=${GPU_CHECK_LIMIT_PEER:-330}
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(tests emu bench train)
+[ ${#parts[@]} -gt 0 ] || parts=(tests emu bench train peer)
 for p in "${parts[@]}"; do
     case $p in
-        tests | emu | bench | train) ;;
+        tests | emu | bench | train | peer) ;;
         -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "gpu_check.sh: unknown part '$p' (parts: tests emu bench train)" >&2; exit 1 ;;
+        *) echo "gpu_check.sh: unknown part '$p' (parts: tests emu bench train peer)" >&2; exit 1 ;;
     esac
 done
 wanted() { [[ " ${parts[*]} " == *" $1 "* ]]; }
@@ -379,6 +388,143 @@ if wanted train && gpu_part train_gpt; then
         if [ -x ./train_gpt_cpu ]; then
             left=$((train_deadline - $(date +%s)))
             train_compare $((left / 2 > 10 ? left / 2 : 10))
+        fi
+    fi
+fi
+
+# ---- peer (HOOK): the step split by op class, and PyTorch as reference and speed peer -----------
+# dev/bin/bench_step times GPT-2 124M steps of our model whole and op class by op class. PyTorch
+# (dev/gpt2_torch.py with this machine's torch) is then
+#   - the reference: train_gpt and PyTorch train the same weights (a model file train_gpt wrote) on
+#     the same batches (the built-in dataset, sequential order) with the same constant learning rate
+#     for 20 steps; every step's loss must agree: within 0.5% at step 1 (same weights, so only the
+#     forward pass's rounding differs) and 2% at every step (the updates' rounding differs too and
+#     compounds; train_gpt rounds weights, activations and gradients to bf16; dev/gpt2_torch.py says
+#     what was measured). PyTorch runs once in fp32 (the numerics we approximate) and once in bf16
+#     autocast (a mixed-precision peer);
+#   - the speed peer: torch.compile, bf16 autocast, flash attention, fused AdamW, at the largest batch
+#     that fits; its tokens/s beside ours at the same batch ("ours / PyTorch" in the figures).
+python_bin=${GPU_CHECK_PYTHON:-python3}
+# PyTorch runs with the machine's own library path: the bundle's libraries are not for it.
+torch_env=(env LD_LIBRARY_PATH="$base_path" "$python_bin")
+peer_data=data/janeausten/janeausten_train.bin
+# The model, T and B of the benchmarks (others for rehearsals on a small model).
+peer_model=${GPU_CHECK_PEER_MODEL:-d12} peer_seq_len=${GPU_CHECK_PEER_T:-1024} peer_batch=${GPU_CHECK_PEER_B:-16}
+ours_tps="" ours_batch="" torch_tps="" torch_batch=""
+
+# bench_step at batch $2 (more flags after it); its result line sets ours_tps and ours_batch.
+peer_bench_step() {
+    local limit=$1 batch=$2 name="bench_step $peer_model B=$2"
+    shift 2
+    [ $# -gt 0 ] && name="$name ($*)"
+    run_checked "$name" "$limit" ./dev/bin/bench_step --model "$peer_model" -b "$batch" -t "$peer_seq_len" \
+        -i "$peer_data" "$@"
+    record "$name" "$run_status" "$run_secs" "$run_detail"
+    local result
+    result=$(grep -m1 '^bench_step_result ' "$run_out")
+    if [ "$run_status" = PASS ] && [ -n "$result" ]; then
+        ours_batch=$batch ours_tps=$(echo "$result" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p')
+        figures+=("bench_step B=$batch: $(grep -m1 'median step' "$run_out" | sed 's/^ *//')")
+        local mfu_line
+        mfu_line=$(grep -m1 '^ *MFU ' "$run_out" | sed 's/^ *//')
+        [ -n "$mfu_line" ] && figures+=("bench_step B=$batch: $mfu_line")
+        while IFS= read -r line; do figures+=("bench_step B=$batch | $line"); done \
+            < <(sed -n '/^op class /,/^difference/p' "$run_out")
+    fi
+}
+
+peer_reference() {  # LIMIT: the three runs share it
+    local part_deadline=$(($(date +%s) + $1))
+    local args=${GPU_CHECK_PEER_ARGS:-"-b 4 -t 256 -x 20 -l 6e-4 -c 0.1"}
+    local dir left model secs=0 dtype
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_peer.XXXXXX")
+    # Initial weights in a file both read: a first step at learning rate 0 moves no weight (AdamW
+    # changes each by lr times its update), and the checkpoint it ends with holds them.
+    run_checked "peer: initial weights (train_gpt -x 1 -l 0)" 90 ./train_gpt -e "$peer_model" -b 4 -t 64 -x 1 -l 0 \
+        -k constant -v 0 -s 0 -i "$peer_data" -o "$dir/init"
+    on_the_gpu
+    model=$dir/init/model_00000001.bin
+    rm -f "$dir"/init/state_*  # 1.5 GB of optimizer state, not needed
+    if [ "$run_status" != PASS ] || [ ! -s "$model" ]; then
+        record "PyTorch reference" FAIL "$run_secs" "no initial model file ($run_detail)"
+        rm -rf "$dir"; return
+    fi
+    secs=$run_secs
+    left=$((part_deadline - $(date +%s)))
+    # shellcheck disable=SC2086 # the flags are words
+    run_checked "peer: train_gpt from those weights" $((left / 3 > 10 ? left / 3 : 10)) ./train_gpt -e "$model" \
+        $args -k constant -u 0 -v 0 -s 0 -i "$peer_data"
+    on_the_gpu
+    secs=$((secs + run_secs))
+    if [ "$run_status" != PASS ]; then
+        record "PyTorch reference" FAIL "$secs" "train_gpt failed ($run_detail)"
+        rm -rf "$dir"; return
+    fi
+    cp "$run_out" "$dir/train_gpt.log"
+    for dtype in fp32 bf16; do
+        left=$((part_deadline - $(date +%s)))
+        # shellcheck disable=SC2086
+        run_checked "peer: PyTorch reference ($dtype) vs train_gpt" $((left > 10 ? left : 10)) "${torch_env[@]}" \
+            dev/gpt2_torch.py --check -e "$model" $args -i "$peer_data" --dtype "$dtype" --compare "$dir/train_gpt.log"
+        local verdict
+        verdict=$(grep -E '^(PASS|FAIL) torch reference' "$run_out" | tail -n 1)
+        record "PyTorch reference $dtype vs train_gpt" "$run_status" "$((secs + run_secs))" "${verdict:-$run_detail}"
+        [ -n "$verdict" ] && figures+=("PyTorch $dtype vs train_gpt ($args, constant lr): ${verdict#* torch reference: }")
+        secs=0
+    done
+    rm -rf "$dir"
+}
+
+peer_torch_bench() {  # LIMIT
+    run_checked "peer: PyTorch speed (GPT-2 124M, torch.compile)" "$1" "${torch_env[@]}" dev/gpt2_torch.py --bench
+    local result
+    result=$(grep -m1 '^peer_result ' "$run_out")
+    if [ "$run_status" = PASS ] && [ -n "$result" ]; then
+        torch_batch=$(echo "$result" | sed -n 's/.* B=\([0-9]*\) .*/\1/p')
+        torch_tps=$(echo "$result" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p')
+        run_detail="B=$torch_batch, $torch_tps tok/s"
+        figures+=("PyTorch peer: $(grep -m1 '^median step' "$run_out")")
+        figures+=("PyTorch peer: $(grep -m1 '^PyTorch peer:' "$run_out" | sed 's/^PyTorch peer: //')")
+    fi
+    record "PyTorch speed peer" "$run_status" "$run_secs" "$run_detail"
+}
+
+if wanted peer && gpu_part peer; then
+    peer_deadline=$(($(date +%s) + limit_peer))
+    peer_left() { echo $((peer_deadline - $(date +%s))); }
+    if [ ! -x ./dev/bin/bench_step ]; then
+        echo "SKIPPED bench_step (not in the bundle)"
+        record bench_step SKIPPED 0 "not in the bundle"
+    else
+        peer_bench_step 90 "$peer_batch"
+    fi
+    ours_first_tps=$ours_tps
+    if ! "${torch_env[@]}" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+        echo "SKIPPED PyTorch reference and speed peer ('$python_bin' has no torch that sees the GPU)"
+        record "PyTorch reference and peer" SKIPPED 0 "no torch with CUDA in $python_bin"
+    elif [ ! -f dev/gpt2_torch.py ]; then
+        echo "SKIPPED PyTorch reference and speed peer (dev/gpt2_torch.py is not in the bundle)"
+        record "PyTorch reference and peer" SKIPPED 0 "dev/gpt2_torch.py not in the bundle"
+    else
+        if [ -x ./train_gpt ]; then
+            peer_reference $(( $(peer_left) / 3 < 120 ? $(peer_left) / 3 : 120 ))
+        else
+            record "PyTorch reference" SKIPPED 0 "no train_gpt in the bundle"
+        fi
+        peer_torch_bench $(( $(peer_left) - 30 > 30 ? $(peer_left) - 30 : 30 ))
+        # Ours at PyTorch's batch, when that is another: whole steps only.
+        if [ -n "$torch_batch" ] && [ "$torch_batch" != "$peer_batch" ] && [ -x ./dev/bin/bench_step ]; then
+            peer_bench_step $(( $(peer_left) > 20 ? $(peer_left) : 20 )) "$torch_batch" --whole-step-only
+        fi
+        if [ -n "$torch_tps" ]; then
+            if [ -n "$ours_tps" ] && [ "$ours_batch" = "$torch_batch" ]; then
+                figures+=("$(awk -v o="$ours_tps" -v t="$torch_tps" -v b="$torch_batch" 'BEGIN {
+                    printf "our tokens/s / PyTorch tokens/s (B=%d): %.0f / %.0f = %.2f", b, o, t, o / t }')")
+            fi
+            if [ -n "$ours_first_tps" ] && [ "$torch_batch" != "$peer_batch" ]; then
+                figures+=("$(awk -v o="$ours_first_tps" -v t="$torch_tps" -v a="$peer_batch" -v b="$torch_batch" 'BEGIN {
+                    printf "our tokens/s at B=%d / PyTorch tokens/s at B=%d: %.0f / %.0f = %.2f", a, b, o, t, o / t }')")
+            fi
         fi
     fi
 fi
