@@ -21,5 +21,7 @@ $(BUILD)/test/host/test_train_cpu: $(BUILD)/test/host/test_train_cpu.o $(HOST_OB
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
 TESTS += test/host/test_plot_metrics.sh
 # SIGTERM to one rank of two: all stop at the same step (the emulated trainer under mpirun; the
-# script skips where either is missing).
-TESTS += test/trainer/test_signal_one_rank.sh
+# script skips where either is missing). Plain build only, like the other multi-rank runs (time).
+ifneq ($(SAN),1)
+  TESTS += test/trainer/test_signal_one_rank.sh
+endif
