@@ -79,25 +79,44 @@ static Options parse_options(int argc, char** argv) {
         }
         if (i + 1 >= argc) fail("%s: missing value (see --help)", flag.c_str());
         const std::string value = argv[++i];
-        if (flag == "-e" || flag == "--model") o.model = value;
-        else if (flag == "-p" || flag == "--prompt") o.prompt = value, o.prompt_given = true;
-        else if (flag == "--prompt-tokens") o.prompt_tokens = value;
-        else if (flag == "-g" || flag == "--gen-tokens") o.gen_tokens = parse_long(flag, value, 1, 1 << 20);
-        else if (flag == "--top-k") o.top_k = parse_long(flag, value, 0, INT_MAX);
-        else if (flag == "--samples") o.samples = parse_long(flag, value, 1, 1 << 20);
-        else if (flag == "--seed") o.seed = (unsigned long long)parse_long(flag, value, 0, LONG_MAX);
-        else if (flag == "--tokenizer") o.tokenizer = value;
-        else if (flag == "--vocab") o.vocab = value;
-        else if (flag == "--eval") o.eval = value;
-        else if (flag == "-b" || flag == "--batch-size") o.batch_size = parse_long(flag, value, 1, 1 << 16);
-        else if (flag == "-t" || flag == "--seq-len") o.seq_len = parse_long(flag, value, 1, 1 << 20);
-        else if (flag == "-m" || flag == "--val-batches") o.val_batches = parse_long(flag, value, 0, INT_MAX);
-        else if (flag == "--temperature") {
+        const auto is = [&](const char* short_name, const char* long_name) {
+            return flag == long_name || (*short_name && flag == short_name);
+        };
+        if (is("-e", "--model")) {
+            o.model = value;
+        } else if (is("-p", "--prompt")) {
+            o.prompt = value;
+            o.prompt_given = true;
+        } else if (is("", "--prompt-tokens")) {
+            o.prompt_tokens = value;
+        } else if (is("-g", "--gen-tokens")) {
+            o.gen_tokens = parse_long(flag, value, 1, 1 << 20);
+        } else if (is("", "--top-k")) {
+            o.top_k = parse_long(flag, value, 0, INT_MAX);
+        } else if (is("", "--samples")) {
+            o.samples = parse_long(flag, value, 1, 1 << 20);
+        } else if (is("", "--seed")) {
+            o.seed = (unsigned long long)parse_long(flag, value, 0, LONG_MAX);
+        } else if (is("", "--tokenizer")) {
+            o.tokenizer = value;
+        } else if (is("", "--vocab")) {
+            o.vocab = value;
+        } else if (is("", "--eval")) {
+            o.eval = value;
+        } else if (is("-b", "--batch-size")) {
+            o.batch_size = parse_long(flag, value, 1, 1 << 16);
+        } else if (is("-t", "--seq-len")) {
+            o.seq_len = parse_long(flag, value, 1, 1 << 20);
+        } else if (is("-m", "--val-batches")) {
+            o.val_batches = parse_long(flag, value, 0, INT_MAX);
+        } else if (is("", "--temperature")) {
             char* end = nullptr;
             o.temperature = strtod(value.c_str(), &end);
             if (value.empty() || *end || !(o.temperature >= 0 && o.temperature <= 100))
                 fail("--temperature: '%s' is not a number from 0 to 100", value.c_str());
-        } else fail("unknown flag '%s' (see --help)", flag.c_str());
+        } else {
+            fail("unknown flag '%s' (see --help)", flag.c_str());
+        }
     }
     if (o.model.empty()) fail("-e (--model): no model given: a model file or a run's output folder");
     if (o.prompt_given && !o.prompt_tokens.empty())

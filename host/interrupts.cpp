@@ -21,7 +21,8 @@ static void say(const char* text) {
 static void on_signal(int signal_number) {
     if (g_signal != 0) {
         remove_temporary_files_now();
-        say("\nsecond signal: exiting now; the last complete checkpoint stays the one to resume from\n");
+        say("\nsecond signal: exiting now; the last complete checkpoint stays the one to resume "
+            "from\n");
         _exit(128 + signal_number);
     }
     g_signal = signal_number;

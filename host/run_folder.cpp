@@ -83,7 +83,8 @@ std::string FolderContents::describe() const {
                 steps += ", ...";
                 i = n - 1;
             }
-            steps += (i == 0 ? "" : i + 1 == n ? " and " : ", ") + std::to_string(checkpoint_steps[i]);
+            const char* separator = i == 0 ? "" : i + 1 == n ? " and " : ", ";
+            steps += separator + std::to_string(checkpoint_steps[i]);
         }
         parts.push_back(strprintf("checkpoint files of step%s %s", n == 1 ? "" : "s", steps.c_str()));
     }

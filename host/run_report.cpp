@@ -31,20 +31,21 @@ DataChoice choose_data_paths(TrainOptions* opt, const TrainOptions& defaults) {
     DataChoice choice;
     const bool train_given = opt->train_data != defaults.train_data;
     const bool val_given = opt->val_data != defaults.val_data;
-    for (std::string* path : {&opt->train_data, &opt->val_data, &opt->tokenizer,
-                              &opt->hellaswag_file}) {
-        const bool is_default = path == &opt->train_data  ? !train_given
-                                : path == &opt->val_data ? !val_given
-                                : path == &opt->tokenizer ? opt->tokenizer == defaults.tokenizer
-                                                           : opt->hellaswag_file ==
-                                                                 defaults.hellaswag_file;
-        if (!is_default) continue;
-        const std::string located = locate_default_path(*path);
-        if (located != *path)
+    struct PathFlag {
+        std::string* path;
+        bool left_at_default;
+    };
+    for (PathFlag f : {PathFlag{&opt->train_data, !train_given}, PathFlag{&opt->val_data, !val_given},
+                       PathFlag{&opt->tokenizer, opt->tokenizer == defaults.tokenizer},
+                       PathFlag{&opt->hellaswag_file,
+                                opt->hellaswag_file == defaults.hellaswag_file}}) {
+        if (!f.left_at_default) continue;
+        const std::string located = locate_default_path(*f.path);
+        if (located != *f.path)
             choice.located.push_back(strprintf("'%s' is not in the working directory; using the "
-                                               "repository's: %s", path->c_str(),
+                                               "repository's: %s", f.path->c_str(),
                                                located.c_str()));
-        *path = located;
+        *f.path = located;
     }
 
     if (opt->val_every == 0) {

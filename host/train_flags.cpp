@@ -213,7 +213,8 @@ std::string train_flags_help(const char* program, const TrainOptions& defaults) 
 std::vector<FlagValue> train_flag_values(const TrainOptions& options) {
     TrainOptions copy = options;
     std::vector<FlagValue> values;
-    for (const Flag& f : flag_table(copy)) values.push_back({f.short_name, f.long_name, value_text(f)});
+    for (const Flag& f : flag_table(copy))
+        values.push_back({f.short_name, f.long_name, value_text(f)});
     return values;
 }
 

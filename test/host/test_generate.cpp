@@ -139,7 +139,8 @@ TEST(generate_bad_input_fails_with_one_line) {
     fails("-e " + run.dir + "/train.bin", {"-e (--model)", "is a token shard, not a model file"});
     fails("-e " + run.out + " --prompt-tokens 1,64", {"token 64", "vocabulary of 64"});
     fails("-e " + run.out + " --prompt-tokens 1,x", {"--prompt-tokens", "'x'"});
-    fails("-e " + run.out + " --eval " + run.dir + "/nothing_*.bin -t 8", {"--eval", "no file matches"});
+    fails("-e " + run.out + " --eval " + run.dir + "/nothing_*.bin -t 8",
+          {"--eval", "no file matches"});
     fails("-e " + run.out + " --eval " + run.dir + "/val.bin -t 17", {"-t (--seq-len)", "16"});
     fails("-e " + run.out + " --temperature hot", {"--temperature", "'hot'"});
     fails("-e " + run.out + " --frobnicate 1", {"unknown flag '--frobnicate'"});

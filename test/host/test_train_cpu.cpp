@@ -1,9 +1,14 @@
 // End-to-end tests of a trainer binary (train_gpt_cpu in $BIN, or the one $TRAINER names: the
-// emulated CUDA trainer train_gpt_emu runs them too, test/trainer/test_train_gpt_emu.sh) on a tiny model and synthetic shards the
-// test writes itself: a single batch overfits; 20 steps straight and 10 + resume + 10 give the same
-// per-step losses and bitwise-identical checkpoints; old checkpoints are pruned; bad input (missing
-// shard, bad flags, corrupted checkpoint, resume with another config) ends with one error line,
-// a non-zero exit and no output file.
+// emulated CUDA trainer train_gpt_emu runs the model-dependent ones too,
+// test/trainer/test_train_gpt_emu.sh) on a tiny model and synthetic shards the test writes itself:
+// a single batch overfits; 20 steps straight and 10 + resume + 10 give the same per-step losses and
+// bitwise-identical checkpoints; old checkpoints are pruned; bad input (missing shard, bad flags,
+// corrupted checkpoint, resume with another config) ends with one error line, a non-zero exit and
+// no output file. Then safe runs (issue 11): a folder holding another run is refused, resumed
+// settings that bend the run need --accept-changes, SIGTERM/SIGINT stop with a checkpoint (and the
+// resumed run matches an uninterrupted one bit for bit), dead runs' temporary files are removed,
+// validation follows -i, files of the wrong kind and models too big are named, the default data is
+// found from any directory, HellaSwag, llm.c's flags, the help's example and the CPU GEMM choice.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -252,7 +257,8 @@ static int run_and_signal(const std::string& args, const char* signal_name, int 
         trainer() + " " + args + " > " + log + " 2>&1 & pid=$!; i=0; "
         "while [ $i -lt 3000 ] && ! grep -q '^step " + std::to_string(wait_step) + "/' " + log +
         " && kill -0 $pid 2>/dev/null; do sleep 0.01; i=$((i+1)); done; "
-        "kill -STOP $pid; kill -" + signal_name + " $pid; kill -CONT $pid; wait $pid; echo \"exit $?\"";
+        "kill -STOP $pid; kill -" + signal_name + " $pid; kill -CONT $pid; wait $pid; "
+        "echo \"exit $?\"";
     std::string status;
     tst::run_command(script, &status);
     std::vector<unsigned char> bytes = read_all(log);
