@@ -147,6 +147,12 @@ ifneq ($(CUDA_INCLUDE),)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
 endif
 
+# The PyTorch reference (dev/gpt2_torch.py) against train_gpt_cpu, where a python3 has torch (else
+# SKIPPED); plain build only (its subject is the script).
+ifneq ($(SAN),1)
+  TESTS += test/trainer/test_gpt2_torch.sh
+endif
+
 # The training-step benchmark (dev/bench_step.cu: GPUModel's whole step, then each op class alone):
 # built by nvcc it is the benchmark dev/bin/bench_step (run on a GPU by scripts/gpu_check.sh); built
 # through the emulator, a smoke test on a tiny model (test/trainer/test_bench_step_emu.sh).

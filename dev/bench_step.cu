@@ -507,6 +507,12 @@ int run(int argc, char** argv) {
 
     double gemm_tflops = 0, copy_gbs = 0;
     if (BENCH_ON_GPU) {
+        int devices = 0;
+        if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+            cudaGetLastError();
+            printf("SKIPPED bench_step (no CUDA device)\n");
+            return 0;
+        }
         print_device_header();
         gemm_tflops = measure_bf16_gemm_tflops();
         copy_gbs = measure_copy_bandwidth_gbs();
