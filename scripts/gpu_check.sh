@@ -463,13 +463,14 @@ peer_reference() {  # LIMIT: the three runs share it
     cp "$run_out" "$dir/train_gpt.log"
     for dtype in fp32 bf16; do
         left=$((part_deadline - $(date +%s)))
+        [ "$dtype" = fp32 ] && left=$((left / 2))  # half for each of the two runs
         # shellcheck disable=SC2086
         run_checked "peer: PyTorch reference ($dtype) vs train_gpt" $((left > 10 ? left : 10)) "${torch_env[@]}" \
             dev/gpt2_torch.py --check -e "$model" $args -i "$peer_data" --dtype "$dtype" --compare "$dir/train_gpt.log"
         local verdict
         verdict=$(grep -E '^(PASS|FAIL) torch reference' "$run_out" | tail -n 1)
         record "PyTorch reference $dtype vs train_gpt" "$run_status" "$((secs + run_secs))" "${verdict:-$run_detail}"
-        [ -n "$verdict" ] && figures+=("PyTorch $dtype vs train_gpt ($args, constant lr): ${verdict#* torch reference: }")
+        [ -n "$verdict" ] && figures+=("PyTorch $dtype vs train_gpt ($args, constant lr): $verdict")
         secs=0
     done
     rm -rf "$dir"
