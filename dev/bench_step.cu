@@ -50,13 +50,14 @@ struct BenchOptions {
 };
 
 void print_usage() {
-    printf("usage: bench_step [-b B] [-t T] [--model DESC] [-r 0|1|2] [-i SHARDS] [--steps N] [--warmup N]\n"
-           "                  [--whole-step-only]\n"
-           "  times whole training steps of train_gpt's GPUModel, then each op class alone at the\n"
-           "  step's shapes (see the top of dev/bench_step.cu). Defaults: --model %s -b %d -t %d -r 1\n"
-           "  --steps %d --warmup %d, random tokens.\n",
-           BenchOptions().model.c_str(), BenchOptions().B, BenchOptions().T, BenchOptions().steps,
-           BenchOptions().warmup);
+    printf(
+        "usage: bench_step [-b B] [-t T] [--model DESC] [-r 0|1|2] [-i SHARDS] [--steps N] [--warmup N]\n"
+        "                  [--whole-step-only]\n"
+        "  times whole training steps of train_gpt's GPUModel, then each op class alone at the\n"
+        "  step's shapes (see the top of dev/bench_step.cu). Defaults: --model %s -b %d -t %d -r 1\n"
+        "  --steps %d --warmup %d, random tokens.\n",
+        BenchOptions().model.c_str(), BenchOptions().B, BenchOptions().T, BenchOptions().steps,
+        BenchOptions().warmup);
 }
 
 int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
@@ -82,14 +83,22 @@ BenchOptions parse_options(int argc, char** argv) {
         }
         if (i + 1 >= argc) fail("%s: needs a value (try --help)", flag.c_str());
         const std::string value = argv[++i];
-        if (flag == "-b" || flag == "--batch-size") o.B = parse_int(flag, value, 1, 1 << 16);
-        else if (flag == "-t" || flag == "--seq-len") o.T = parse_int(flag, value, 1, 1 << 20);
-        else if (flag == "-e" || flag == "--model") o.model = value;
-        else if (flag == "-r" || flag == "--recompute") o.recompute = parse_int(flag, value, 0, 2);
-        else if (flag == "-i" || flag == "--train-data") o.data = value;
-        else if (flag == "--steps") o.steps = parse_int(flag, value, 1, 100000);
-        else if (flag == "--warmup") o.warmup = parse_int(flag, value, 0, 100000);
-        else fail("unknown flag '%s' (try --help)", flag.c_str());
+        if (flag == "-b" || flag == "--batch-size")
+            o.B = parse_int(flag, value, 1, 1 << 16);
+        else if (flag == "-t" || flag == "--seq-len")
+            o.T = parse_int(flag, value, 1, 1 << 20);
+        else if (flag == "-e" || flag == "--model")
+            o.model = value;
+        else if (flag == "-r" || flag == "--recompute")
+            o.recompute = parse_int(flag, value, 0, 2);
+        else if (flag == "-i" || flag == "--train-data")
+            o.data = value;
+        else if (flag == "--steps")
+            o.steps = parse_int(flag, value, 1, 100000);
+        else if (flag == "--warmup")
+            o.warmup = parse_int(flag, value, 0, 100000);
+        else
+            fail("unknown flag '%s' (try --help)", flag.c_str());
     }
     return o;
 }
@@ -109,7 +118,8 @@ void report_pass(bool ok, const std::string& what) {
 }
 
 // The batch every step trains on: the first batch of the shards, or random tokens.
-void make_batch(const BenchOptions& o, const GPTConfig& c, std::vector<int>* inputs, std::vector<int>* targets) {
+void make_batch(const BenchOptions& o, const GPTConfig& c, std::vector<int>* inputs,
+                std::vector<int>* targets) {
     const size_t N = (size_t)o.B * o.T;
     inputs->resize(N);
     targets->resize(N);
@@ -172,28 +182,32 @@ WholeStep time_whole_steps(const BenchOptions& o, const GPTConfig& c, double gem
         if (step > o.warmup) ms.push_back(step_ms);
     }
     bool finite = true;
-    for (size_t i = 0; i < losses.size(); i++) finite = finite && std::isfinite(losses[i]) && std::isfinite(norms[i]);
+    for (size_t i = 0; i < losses.size(); i++)
+        finite = finite && std::isfinite(losses[i]) && std::isfinite(norms[i]);
     report_pass(finite, "whole steps: losses and gradient norms finite");
     report_pass(losses.back() < losses.front(),
-                strprintf("whole steps: the loss goes down on the repeated batch (%.4f -> %.4f)", losses.front(),
-                          losses.back()));
+                strprintf("whole steps: the loss goes down on the repeated batch (%.4f -> %.4f)",
+                          losses.front(), losses.back()));
 
     WholeStep w;
     w.median_ms = median_of(ms);
     const double tokens = (double)o.B * o.T;
     w.tokens_per_s = tokens / (w.median_ms * 1e-3);
     const double tflops = training_flops_per_token(c, o.T) * tokens / (w.median_ms * 1e-3) / 1e12;
-    printf("    median step %.2f ms (min %.2f, max %.2f): %.0f tok/s, %.1f TFLOP/s (6 FLOPs per parameter and "
-           "token + attention)\n",
-           w.median_ms, *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()),
-           w.tokens_per_s, tflops);
+    printf("    median step %.2f ms (min %.2f, max %.2f): %.0f tok/s, %.1f TFLOP/s\n", w.median_ms,
+           *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), w.tokens_per_s,
+           tflops);
+    printf("    (FLOPs as train_gpt counts them for MFU: 6 per parameter and token, plus attention)\n");
     if (BENCH_ON_GPU)
-        printf("    MFU %.1f%% of the measured bf16 GEMM rate (%.1f TFLOP/s), %.1f%% of the %.0f TFLOP/s datasheet "
-               "peak\n",
-               100 * tflops / gemm_tflops, gemm_tflops, 100 * tflops / DATASHEET_PEAK_TFLOPS, DATASHEET_PEAK_TFLOPS);
-    printf("bench_step_result B=%d T=%d median_ms=%.3f tokens_per_s=%.0f mfu_measured=%.2f mfu_datasheet=%.2f\n",
-           o.B, o.T, w.median_ms, w.tokens_per_s, BENCH_ON_GPU ? 100 * tflops / gemm_tflops : 0.0,
-           100 * tflops / DATASHEET_PEAK_TFLOPS);
+        printf(
+            "    MFU %.1f%% of the measured bf16 GEMM rate (%.1f TFLOP/s), %.1f%% of the %.0f TFLOP/s "
+            "datasheet peak\n",
+            100 * tflops / gemm_tflops, gemm_tflops, 100 * tflops / DATASHEET_PEAK_TFLOPS,
+            DATASHEET_PEAK_TFLOPS);
+    printf(
+        "bench_step_result B=%d T=%d median_ms=%.3f tokens_per_s=%.0f mfu_measured=%.2f mfu_datasheet=%.2f\n",
+        o.B, o.T, w.median_ms, w.tokens_per_s, BENCH_ON_GPU ? 100 * tflops / gemm_tflops : 0.0,
+        100 * tflops / DATASHEET_PEAK_TFLOPS);
     return w;
 }
 
@@ -224,9 +238,18 @@ struct StepBuffers {
     }
 
     StepBuffers(const GPTConfig& config, int B_, int T_, int recompute_, const std::vector<int>& tokens)
-        : c(config), B(B_), T(T_), N(B_ * T_), L(config.num_layers), C(config.channels), NH(config.num_heads),
-          HS(config.channels / config.num_heads), Vp(config.padded_vocab_size), recompute(recompute_),
-          buckets(make_param_buckets(config, 1)), inputs_host(tokens) {
+        : c(config),
+          B(B_),
+          T(T_),
+          N(B_ * T_),
+          L(config.num_layers),
+          C(config.channels),
+          NH(config.num_heads),
+          HS(config.channels / config.num_heads),
+          Vp(config.padded_vocab_size),
+          recompute(recompute_),
+          buckets(make_param_buckets(config, 1)),
+          inputs_host(tokens) {
         const size_t P = buckets.total, n = N;
         allocate(&params, P), allocate(&grads, P), allocate(&master, P), allocate(&m, P), allocate(&v, P);
         const size_t ln_layers = recompute >= 2 ? 1 : L, gelu_layers = recompute >= 1 ? 1 : L;
@@ -251,17 +274,19 @@ struct StepBuffers {
         allocate(&a.dqkv, n * 3 * C);
         allocate(&a.dfch, n * 4 * C);
         allocate(&inputs, n), allocate(&targets, n);
-        const size_t scratch_bytes = std::max(
-            {encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes(N, C),
-             matmul_backward_scratch_bytes(N, 4 * C), matmul_backward_scratch_bytes(N, Vp),
-             attention_backward_scratch_bytes(B, T, NH, HS), global_norm_scratch_bytes()});
+        const size_t scratch_bytes =
+            std::max({encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes(N, C),
+                      matmul_backward_scratch_bytes(N, 4 * C), matmul_backward_scratch_bytes(N, Vp),
+                      attention_backward_scratch_bytes(B, T, NH, HS), global_norm_scratch_bytes()});
         allocate(reinterpret_cast<char**>(&scratch), scratch_bytes);
         allocate(&norm, 1);
         host_scratch = malloc(encoder_backward_host_scratch_bytes(B, T));
 
-        // Random contents everywhere (never zeros); weights at GPT-2's scale, LayerNorm weights near 1.
+        // Random contents everywhere (never zeros): weights at GPT-2's scale, LayerNorm weights 1.
         uint32_t seed = 1;
-        auto random = [&](auto* p, size_t count, float scale) { fill_random_device(p, count, seed++, scale); };
+        auto random = [&](auto* p, size_t count, float scale) {
+            fill_random_device(p, count, seed++, scale);
+        };
         random(params, P, 0.02f), random(grads, P, 1e-3f), random(master, P, 0.02f);
         random(m, P, 1e-4f);
         CUDA_CHECK(cudaMemset(v, 0, P * sizeof(float)));  // v ≥ 0: a fresh optimizer's (then updated)
@@ -313,161 +338,187 @@ struct StepBuffers {
     float* ln2_rstd(int l) const { return a.ln2_rstd + (size_t)l * N; }
 };
 
-// One op class: what one step calls of it (in the step's order), how many calls that is, and the
-// work: FLOPs (compute-bound classes) or the bytes it must move at least (memory-bound classes).
+// Each op class's calls of one training step, in the step's order (as GPUModel's run_forward,
+// run_classifier, run_backward, grad_norm and update make them), on stream 0.
+
+// The four linear layers of every layer and the logits, forward and backward (bias gradients and
+// the GELU-gradient epilogue of fcproj's backward included).
+void run_gemms(StepBuffers& s) {
+    const int N = s.N, C = s.C, Vp = s.Vp;
+    const Activations& a = s.a;
+    for (int l = 0; l < s.L; l++) {
+        matmul_forward(s.qkv(l), s.ln1(l), s.p(QKVW, l), s.p(QKVB, l), N, C, 3 * C, 0);
+        matmul_forward(a.branch, s.atty(l), s.p(ATTPROJW, l), s.p(ATTPROJB, l), N, C, C, 0);
+        matmul_forward(s.fch(l), s.ln2(l), s.p(FCW, l), s.p(FCB, l), N, C, 4 * C, 0);
+        matmul_forward(a.branch, s.fch_gelu(l), s.p(FCPROJW, l), s.p(FCPROJB, l), N, 4 * C, C, 0);
+    }
+    matmul_forward(a.logits, a.lnf, s.p(WTE), nullptr, N, C, Vp, 0);
+    matmul_backward(a.dln, s.g(WTE), nullptr, s.scratch, a.logits, a.lnf, s.p(WTE), N, C, Vp, 0);
+    for (int l = s.L - 1; l >= 0; l--) {
+        matmul_backward(a.dfch, s.g(FCPROJW, l), s.g(FCPROJB, l), s.scratch, a.dresidual, s.fch_gelu(l),
+                        s.p(FCPROJW, l), N, 4 * C, C, 0, s.fch(l));
+        matmul_backward(a.dln, s.g(FCW, l), s.g(FCB, l), s.scratch, a.dfch, s.ln2(l), s.p(FCW, l), N, C,
+                        4 * C, 0);
+        matmul_backward(a.datty, s.g(ATTPROJW, l), s.g(ATTPROJB, l), s.scratch, a.dresidual, s.atty(l),
+                        s.p(ATTPROJW, l), N, C, C, 0);
+        matmul_backward(a.dln, s.g(QKVW, l), s.g(QKVB, l), s.scratch, a.dqkv, s.ln1(l), s.p(QKVW, l), N, C,
+                        3 * C, 0);
+    }
+}
+
+void run_attention(StepBuffers& s) {
+    for (int l = 0; l < s.L; l++) attention_forward(s.atty(l), s.lse(l), s.qkv(l), s.B, s.T, s.NH, s.HS, 0);
+    for (int l = s.L - 1; l >= 0; l--)
+        attention_backward(s.a.dqkv, s.scratch, s.a.datty, s.atty(l), s.lse(l), s.qkv(l), s.B, s.T, s.NH,
+                           s.HS, 0);
+}
+
+// The first ln1 (every other LayerNorm is fused with the residual add before it), the backward of
+// all 2L + 1, and with -r 2 the outputs recomputed in backward.
+void run_layernorms(StepBuffers& s) {
+    const int N = s.N, C = s.C, L = s.L;
+    Activations& a = s.a;
+    layernorm_forward(s.ln1(0), s.ln1_mean(0), s.ln1_rstd(0), a.encoded, s.p(LN1W, 0), s.p(LN1B, 0), N, C, 0);
+    for (int l = 0; l < L; l++) {
+        const floatX* x = l == 0 ? a.encoded : s.residual3(l - 1);
+        residual_layernorm_forward(s.residual2(l), s.ln2(l), s.ln2_mean(l), s.ln2_rstd(l), x, a.branch,
+                                   s.p(LN2W, l), s.p(LN2B, l), N, C, 0);
+        if (l + 1 < L)
+            residual_layernorm_forward(s.residual3(l), s.ln1(l + 1), s.ln1_mean(l + 1), s.ln1_rstd(l + 1),
+                                       s.residual2(l), a.branch, s.p(LN1W, l + 1), s.p(LN1B, l + 1), N, C, 0);
+        else
+            residual_layernorm_forward(s.residual3(l), a.lnf, a.lnf_mean, a.lnf_rstd, s.residual2(l),
+                                       a.branch, s.p(LNFW), s.p(LNFB), N, C, 0);
+    }
+    layernorm_backward(a.dresidual, s.g(LNFW), s.g(LNFB), s.scratch, a.dln, s.residual3(L - 1), s.p(LNFW),
+                       a.lnf_mean, a.lnf_rstd, N, C, 0);
+    const bool recompute = s.recompute >= 2;
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* x = l == 0 ? a.encoded : s.residual3(l - 1);
+        if (recompute)
+            layernorm_recompute(s.ln2(l), s.residual2(l), s.ln2_mean(l), s.ln2_rstd(l), s.p(LN2W, l),
+                                s.p(LN2B, l), N, C, 0);
+        layernorm_backward(a.dresidual, s.g(LN2W, l), s.g(LN2B, l), s.scratch, a.dln, s.residual2(l),
+                           s.p(LN2W, l), s.ln2_mean(l), s.ln2_rstd(l), N, C, 0);
+        if (recompute)
+            layernorm_recompute(s.ln1(l), x, s.ln1_mean(l), s.ln1_rstd(l), s.p(LN1W, l), s.p(LN1B, l), N, C,
+                                0);
+        layernorm_backward(a.dresidual, s.g(LN1W, l), s.g(LN1B, l), s.scratch, a.dln, x, s.p(LN1W, l),
+                           s.ln1_mean(l), s.ln1_rstd(l), N, C, 0);
+    }
+}
+
+// GELU's own passes: forward, and with -r ≥ 1 its recomputation in backward. (Its gradient is the
+// fcproj GEMM's epilogue, timed with the GEMMs.)
+void run_gelus(StepBuffers& s) {
+    const size_t n = (size_t)s.N * 4 * s.C;
+    for (int l = 0; l < s.L; l++) gelu_forward(s.fch_gelu(l), s.fch(l), n, 0);
+    if (s.recompute >= 1)
+        for (int l = s.L - 1; l >= 0; l--) gelu_forward(s.fch_gelu(l), s.fch(l), n, 0);
+}
+
+void run_classifier(StepBuffers& s) {
+    fused_classifier(s.a.logits, s.a.losses, 1.0f / s.N, s.targets, s.N, s.c.vocab_size, s.Vp, true, 0);
+}
+
+// Forward, and backward with the host's grouping of positions by token and its upload.
+void run_encoder(StepBuffers& s) {
+    encoder_forward(s.a.encoded, s.inputs, s.p(WTE), s.p(WPE), s.B, s.T, s.C, 0);
+    encoder_backward(s.g(WTE), s.g(WPE), s.a.dresidual, s.inputs_host.data(), s.B, s.T, s.C, s.scratch,
+                     s.host_scratch, 0);
+}
+
+// The global norm, read back to the host (as the trainer does, to clip), then AdamW with fp32
+// master weights over the runs GPUModel updates.
+void run_update(StepBuffers& s, const std::vector<OwnedRun>& runs) {
+    CUDA_CHECK(cudaMemsetAsync(s.norm, 0, sizeof(float), 0));
+    global_norm_squared(s.norm, s.grads, s.buckets.total, s.scratch, 0);
+    float norm_squared = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&norm_squared, s.norm, sizeof(float), cudaMemcpyDeviceToHost, 0));
+    CUDA_CHECK(cudaStreamSynchronize(0));
+    for (const OwnedRun& r : runs)
+        adamw_update(s.params + r.device_offset, s.master + r.device_offset, s.m + r.device_offset,
+                     s.v + r.device_offset, s.grads + r.device_offset, r.length, r.layout_offset, 3e-4f, 0.9f,
+                     0.95f, 1e-8f, is_weight_matrix(r.tensor) ? 0.1f : 0.0f, 1.0f, 1, 7, 0);
+}
+
+// What the step does besides kernels: zero the gradients and dresidual, upload the tokens, copy the
+// losses back (and wait for them, as run_classifier does).
+void run_memsets_and_copies(StepBuffers& s) {
+    const size_t N = s.N;
+    CUDA_CHECK(cudaMemsetAsync(s.grads, 0, s.buckets.total * sizeof(floatX), 0));
+    CUDA_CHECK(cudaMemcpyAsync(s.inputs, s.inputs_host.data(), N * sizeof(int), cudaMemcpyHostToDevice, 0));
+    CUDA_CHECK(cudaMemcpyAsync(s.targets, s.inputs_host.data(), N * sizeof(int), cudaMemcpyHostToDevice, 0));
+    CUDA_CHECK(cudaMemsetAsync(s.a.dresidual, 0, N * s.C * sizeof(floatX), 0));
+    s.losses_host.resize(N);
+    CUDA_CHECK(
+        cudaMemcpyAsync(s.losses_host.data(), s.a.losses, N * sizeof(float), cudaMemcpyDeviceToHost, 0));
+    CUDA_CHECK(cudaStreamSynchronize(0));
+}
+
+// One op class: its calls of one step, how many launch-function calls that is, and its work: FLOPs
+// (rated in TFLOP/s against the GEMM rate) or the bytes it must move at least (rated in GB/s
+// against the copy bandwidth), counted as the kernels' headers count them.
 struct OpClass {
     std::string name;
     int calls;
-    double flops;  // > 0: rated in TFLOP/s against the GEMM rate
-    double bytes;  // > 0: rated in GB/s against the copy bandwidth
+    double flops, bytes;
     std::function<void()> run;
 };
 
 std::vector<OpClass> op_classes(StepBuffers& s) {
-    const int B = s.B, T = s.T, N = s.N, L = s.L, C = s.C, NH = s.NH, HS = s.HS, Vp = s.Vp;
-    const int V = s.c.vocab_size;
-    const double n = N, S = sizeof(floatX), E = (double)N * C;
+    const int L = s.L, C = s.C, N = s.N, T = s.T;
+    const double n = N, S = sizeof(floatX), E = n * C;  // E: elements of one (N, C) activation
     const bool recompute_gelu = s.recompute >= 1, recompute_ln = s.recompute >= 2;
-    std::vector<OpClass> classes;
 
-    // GEMMs: the four linear layers of every layer, forward and backward (bias gradients and the
-    // GELU-gradient epilogue included), and the logits' forward and backward.
-    classes.push_back({"GEMMs (fwd+bwd, incl. logits)", 2 * (4 * L + 1),
-                       6.0 * n * (12.0 * C * C * L + (double)C * Vp), 0, [&s, N, L, C, Vp] {
-        const Activations& a = s.a;
-        for (int l = 0; l < L; l++) {
-            matmul_forward(s.qkv(l), s.ln1(l), s.p(QKVW, l), s.p(QKVB, l), N, C, 3 * C, 0);
-            matmul_forward(a.branch, s.atty(l), s.p(ATTPROJW, l), s.p(ATTPROJB, l), N, C, C, 0);
-            matmul_forward(s.fch(l), s.ln2(l), s.p(FCW, l), s.p(FCB, l), N, C, 4 * C, 0);
-            matmul_forward(a.branch, s.fch_gelu(l), s.p(FCPROJW, l), s.p(FCPROJB, l), N, 4 * C, C, 0);
-        }
-        matmul_forward(a.logits, a.lnf, s.p(WTE), nullptr, N, C, Vp, 0);
-        matmul_backward(a.dln, s.g(WTE), nullptr, s.scratch, a.logits, a.lnf, s.p(WTE), N, C, Vp, 0);
-        for (int l = L - 1; l >= 0; l--) {
-            matmul_backward(a.dfch, s.g(FCPROJW, l), s.g(FCPROJB, l), s.scratch, a.dresidual, s.fch_gelu(l),
-                            s.p(FCPROJW, l), N, 4 * C, C, 0, s.fch(l));
-            matmul_backward(a.dln, s.g(FCW, l), s.g(FCB, l), s.scratch, a.dfch, s.ln2(l), s.p(FCW, l), N, C,
-                            4 * C, 0);
-            matmul_backward(a.datty, s.g(ATTPROJW, l), s.g(ATTPROJB, l), s.scratch, a.dresidual, s.atty(l),
-                            s.p(ATTPROJW, l), N, C, C, 0);
-            matmul_backward(a.dln, s.g(QKVW, l), s.g(QKVB, l), s.scratch, a.dqkv, s.ln1(l), s.p(QKVW, l), N, C,
-                            3 * C, 0);
-        }
-    }});
-
-    // Attention, as kernels/attention.h counts it: forward 2·B·NH·T²·HS, backward 2.5 times that.
-    classes.push_back({"attention (fwd+bwd)", 2 * L, 7.0 * B * NH * (double)T * T * HS * L, 0,
-                       [&s, B, T, NH, HS, L] {
-        for (int l = 0; l < L; l++) attention_forward(s.atty(l), s.lse(l), s.qkv(l), B, T, NH, HS, 0);
-        for (int l = L - 1; l >= 0; l--)
-            attention_backward(s.a.dqkv, s.scratch, s.a.datty, s.atty(l), s.lse(l), s.qkv(l), B, T, NH, HS, 0);
-    }});
-
-    // LayerNorm forward (the first ln1; every other one fused with the residual add before it),
-    // backward of all 2L + 1, and with -r 2 the recomputed outputs. Bytes as kernels/layernorm.h.
-    const double ln_fwd = 2 * E * S + 8 * n, res_ln_fwd = 4 * E * S + 8 * n, ln_bwd = 4 * E * S + 8 * n;
-    const double ln_recompute = 2 * E * S + 8 * n;
-    classes.push_back({"LayerNorm + residual", 1 + 2 * L + (2 * L + 1) + (recompute_ln ? 2 * L : 0), 0,
-                       ln_fwd + 2 * L * res_ln_fwd + (2 * L + 1) * ln_bwd + (recompute_ln ? 2 * L * ln_recompute : 0),
-                       [&s, N, L, C, recompute_ln] {
-        Activations& a = s.a;
-        layernorm_forward(s.ln1(0), s.ln1_mean(0), s.ln1_rstd(0), a.encoded, s.p(LN1W, 0), s.p(LN1B, 0), N, C, 0);
-        for (int l = 0; l < L; l++) {
-            const floatX* x = l == 0 ? a.encoded : s.residual3(l - 1);
-            residual_layernorm_forward(s.residual2(l), s.ln2(l), s.ln2_mean(l), s.ln2_rstd(l), x, a.branch,
-                                       s.p(LN2W, l), s.p(LN2B, l), N, C, 0);
-            if (l + 1 < L)
-                residual_layernorm_forward(s.residual3(l), s.ln1(l + 1), s.ln1_mean(l + 1), s.ln1_rstd(l + 1),
-                                           s.residual2(l), a.branch, s.p(LN1W, l + 1), s.p(LN1B, l + 1), N, C, 0);
-            else
-                residual_layernorm_forward(s.residual3(l), a.lnf, a.lnf_mean, a.lnf_rstd, s.residual2(l), a.branch,
-                                           s.p(LNFW), s.p(LNFB), N, C, 0);
-        }
-        layernorm_backward(a.dresidual, s.g(LNFW), s.g(LNFB), s.scratch, a.dln, s.residual3(L - 1), s.p(LNFW),
-                           a.lnf_mean, a.lnf_rstd, N, C, 0);
-        for (int l = L - 1; l >= 0; l--) {
-            const floatX* x = l == 0 ? a.encoded : s.residual3(l - 1);
-            if (recompute_ln)
-                layernorm_recompute(s.ln2(l), s.residual2(l), s.ln2_mean(l), s.ln2_rstd(l), s.p(LN2W, l),
-                                    s.p(LN2B, l), N, C, 0);
-            layernorm_backward(a.dresidual, s.g(LN2W, l), s.g(LN2B, l), s.scratch, a.dln, s.residual2(l),
-                               s.p(LN2W, l), s.ln2_mean(l), s.ln2_rstd(l), N, C, 0);
-            if (recompute_ln)
-                layernorm_recompute(s.ln1(l), x, s.ln1_mean(l), s.ln1_rstd(l), s.p(LN1W, l), s.p(LN1B, l), N, C, 0);
-            layernorm_backward(a.dresidual, s.g(LN1W, l), s.g(LN1B, l), s.scratch, a.dln, x, s.p(LN1W, l),
-                               s.ln1_mean(l), s.ln1_rstd(l), N, C, 0);
-        }
-    }});
-
-    // GELU's own passes: forward, and its recomputation in backward with -r ≥ 1 (its gradient is the
-    // fcproj GEMM's epilogue, counted with the GEMMs).
+    // LayerNorm bytes per call (kernels/layernorm.h): forward reads E and writes E values and mean,
+    // rstd; the residual-fused forward moves twice the values; backward reads dout, inp, dinp and
+    // writes dinp; recomputation reads the input and writes the output.
+    const double ln_forward = 2 * E * S + 8 * n, residual_ln_forward = 4 * E * S + 8 * n;
+    const double ln_backward = 4 * E * S + 8 * n, ln_recompute = 2 * E * S + 8 * n;
     const int gelu_calls = L * (recompute_gelu ? 2 : 1);
-    classes.push_back({"GELU (fwd, recompute)", gelu_calls, 0, gelu_calls * 2 * 4 * E * S, [&s, N, L, C, recompute_gelu] {
-        for (int l = 0; l < L; l++) gelu_forward(s.fch_gelu(l), s.fch(l), (size_t)N * 4 * C, 0);
-        if (recompute_gelu)
-            for (int l = L - 1; l >= 0; l--) gelu_forward(s.fch_gelu(l), s.fch(l), (size_t)N * 4 * C, 0);
-    }});
-
-    classes.push_back({"classifier (softmax + loss + dlogits)", 1, 0, classifier_bytes(N, Vp, true),
-                       [&s, N, V, Vp] {
-        fused_classifier(s.a.logits, s.a.losses, 1.0f / N, s.targets, N, V, Vp, true, 0);
-    }});
-
-    // Encoder: forward, and backward with the host's grouping of positions by token and its upload.
-    int distinct = 0;
-    {
-        std::vector<int> sorted(s.inputs_host);
-        std::sort(sorted.begin(), sorted.end());
-        distinct = (int)(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
-    }
-    const double encoder_bytes = (4 * n + 2 * E * S + E * S) + (2 * E * S + 2.0 * distinct * C * S + 2.0 * T * C * S);
-    classes.push_back({"encoder (fwd+bwd)", 2, 0, encoder_bytes, [&s, B, T, C] {
-        encoder_forward(s.a.encoded, s.inputs, s.p(WTE), s.p(WPE), B, T, C, 0);
-        encoder_backward(s.g(WTE), s.g(WPE), s.a.dresidual, s.inputs_host.data(), B, T, C, s.scratch,
-                         s.host_scratch, 0);
-    }});
-
-    // The update: global norm (read back to the host, as the trainer does for clipping), then AdamW
-    // over the runs GPUModel updates, with fp32 master weights.
+    // Encoder: forward reads token ids, wte and wpe rows and writes E values; backward reads dout
+    // twice and reads and writes the touched dwte rows (U distinct tokens) and T dwpe rows.
+    std::vector<int> sorted(s.inputs_host);
+    std::sort(sorted.begin(), sorted.end());
+    const double distinct = (double)(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+    const double encoder_bytes = (4 * n + 3 * E * S) + (2 * E * S + 2 * distinct * C * S + 2.0 * T * C * S);
     const std::vector<OwnedRun> runs = owned_runs(s.buckets, 0, false);
     size_t updated = 0;
     for (const OwnedRun& r : runs) updated += r.length;
-    classes.push_back({"AdamW + global norm", (int)runs.size() + 2, 0,
-                       adamw_bytes(updated, true) + (double)s.buckets.total * S, [&s, runs] {
-        CUDA_CHECK(cudaMemsetAsync(s.norm, 0, sizeof(float), 0));
-        global_norm_squared(s.norm, s.grads, s.buckets.total, s.scratch, 0);
-        float norm_squared = 0;
-        CUDA_CHECK(cudaMemcpyAsync(&norm_squared, s.norm, sizeof(float), cudaMemcpyDeviceToHost, 0));
-        CUDA_CHECK(cudaStreamSynchronize(0));
-        for (const OwnedRun& r : runs)
-            adamw_update(s.params + r.device_offset, s.master + r.device_offset, s.m + r.device_offset,
-                         s.v + r.device_offset, s.grads + r.device_offset, r.length, r.layout_offset, 3e-4f,
-                         0.9f, 0.95f, 1e-8f, is_weight_matrix(r.tensor) ? 0.1f : 0.0f, 1.0f, 1, 7, 0);
-    }});
 
-    // What the step does besides kernels: zero the gradients and dresidual, upload the tokens, and
-    // copy the losses back (followed by a synchronisation, as run_classifier does).
-    classes.push_back({"memsets + copies", 5, 0, (double)s.buckets.total * S + E * S + 8 * n + 4 * n, [&s, N, C] {
-        CUDA_CHECK(cudaMemsetAsync(s.grads, 0, s.buckets.total * sizeof(floatX), 0));
-        CUDA_CHECK(cudaMemcpyAsync(s.inputs, s.inputs_host.data(), N * sizeof(int), cudaMemcpyHostToDevice, 0));
-        CUDA_CHECK(cudaMemcpyAsync(s.targets, s.inputs_host.data(), N * sizeof(int), cudaMemcpyHostToDevice, 0));
-        CUDA_CHECK(cudaMemsetAsync(s.a.dresidual, 0, (size_t)N * C * sizeof(floatX), 0));
-        s.losses_host.resize(N);
-        CUDA_CHECK(cudaMemcpyAsync(s.losses_host.data(), s.a.losses, N * sizeof(float), cudaMemcpyDeviceToHost, 0));
-        CUDA_CHECK(cudaStreamSynchronize(0));
-    }});
-    return classes;
+    return {
+        {"GEMMs (fwd+bwd, incl. logits)", 2 * (4 * L + 1), 6.0 * n * (12.0 * C * C * L + (double)C * s.Vp), 0,
+         [&s] { run_gemms(s); }},
+        // kernels/attention.h's count: forward 2·B·NH·T²·HS, backward 2.5 times that.
+        {"attention (fwd+bwd)", 2 * L, 7.0 * s.B * s.NH * (double)T * T * s.HS * L, 0,
+         [&s] { run_attention(s); }},
+        {"LayerNorm + residual", 1 + 2 * L + (2 * L + 1) + (recompute_ln ? 2 * L : 0), 0,
+         ln_forward + 2 * L * residual_ln_forward + (2 * L + 1) * ln_backward +
+             (recompute_ln ? 2 * L * ln_recompute : 0),
+         [&s] { run_layernorms(s); }},
+        {"GELU (fwd, recompute)", gelu_calls, 0, gelu_calls * 2 * 4 * E * S, [&s] { run_gelus(s); }},
+        {"classifier (softmax + loss + dlogits)", 1, 0, classifier_bytes(N, s.Vp, true),
+         [&s] { run_classifier(s); }},
+        {"encoder (fwd+bwd)", 2, 0, encoder_bytes, [&s] { run_encoder(s); }},
+        {"AdamW + global norm", (int)runs.size() + 2, 0, adamw_bytes(updated, true) + s.buckets.total * S,
+         [&s, runs] { run_update(s, runs); }},
+        {"memsets + copies", 5, 0, s.buckets.total * S + E * S + 12 * n, [&s] { run_memsets_and_copies(s); }},
+    };
 }
 
-void time_op_classes(const BenchOptions& o, const GPTConfig& c, const std::vector<int>& tokens, double step_ms,
-                     double gemm_tflops, double copy_gbs) {
+void time_op_classes(const BenchOptions& o, const GPTConfig& c, const std::vector<int>& tokens,
+                     double step_ms, double gemm_tflops, double copy_gbs) {
     matmul_setup(true);  // the whole-step model's context went with it
     StepBuffers buffers(c, o.B, o.T, o.recompute, tokens);
     const std::vector<OpClass> classes = op_classes(buffers);
     const int warmup = BENCH_ON_GPU ? 3 : 1, repeats = BENCH_ON_GPU ? 20 : 2;
-    printf("\n(b) op classes alone, at the step's shapes (median of %d runs after %d warm-up; each run is all of "
-           "one step's calls of the class)\n", repeats, warmup);
-    printf("%-38s %6s %10s %8s %16s  %s\n", "op class", "calls", "ms/step", "of step", "achieved", "of ceiling");
+    printf(
+        "\n(b) op classes alone, at the step's shapes (median of %d runs after %d warm-up; each run is "
+        "all of one step's calls of the class)\n",
+        repeats, warmup);
+    printf("%-38s %6s %10s %8s %16s  %s\n", "op class", "calls", "ms/step", "of step", "achieved",
+           "of ceiling");
     double sum_ms = 0;
     for (const OpClass& k : classes) {
         const double ms = time_median_ms(k.run, warmup, repeats);
@@ -501,7 +552,8 @@ int run(int argc, char** argv) {
     if (is_model_descriptor(o.model))
         c = config_from_descriptor(o.model);
     else
-        fail("--model: '%s' is not a model descriptor (d12, gpt2:dN, custom:L2:C64:H2:T64, ...)", o.model.c_str());
+        fail("--model: '%s' is not a model descriptor (d12, gpt2:dN, custom:L2:C64:H2:T64, ...)",
+             o.model.c_str());
     validate_config(c, "--model");
     if (o.T > c.max_seq_len) fail("-t %d exceeds the model's maximum sequence length %d", o.T, c.max_seq_len);
 
@@ -516,7 +568,8 @@ int run(int argc, char** argv) {
         print_device_header();
         gemm_tflops = measure_bf16_gemm_tflops();
         copy_gbs = measure_copy_bandwidth_gbs();
-        printf("ceilings: bf16 GEMM (cuBLASLt, 8192^3) %.1f TFLOP/s; device copy %.1f GB/s\n", gemm_tflops, copy_gbs);
+        printf("ceilings: bf16 GEMM (cuBLASLt, 8192^3) %.1f TFLOP/s; device copy %.1f GB/s\n", gemm_tflops,
+               copy_gbs);
     } else {
         printf("emulated build: a smoke test of every call at its shapes; no GPU figures\n");
     }
