@@ -161,7 +161,8 @@ def read_token_shard(path, vocab_size):
     tokens = torch.frombuffer(data, dtype=torch.int16).to(torch.int64) & 0xFFFF  # uint16 values
     if n > 0 and int(tokens.max()) >= vocab_size:
         i = int(torch.nonzero(tokens >= vocab_size)[0])
-        raise InputError(f"{path}: token {int(tokens[i])} at index {i} is outside the vocabulary of {vocab_size}")
+        raise InputError(f"{path}: token {int(tokens[i])} at index {i} is outside the vocabulary "
+                         f"of {vocab_size}")
     return tokens
 
 
@@ -311,7 +312,8 @@ class ReferenceAdamW:
         decayed, plain = model.decay_groups()
         self.groups = [(decayed, weight_decay), (plain, 0.0)]
         self.learning_rate = learning_rate
-        self.moments = {p: (torch.zeros_like(p), torch.zeros_like(p)) for group, _ in self.groups for p in group}
+        self.moments = {p: (torch.zeros_like(p), torch.zeros_like(p))
+                        for group, _ in self.groups for p in group}
 
     @torch.no_grad()
     def step(self, grad_scale, step):
@@ -400,7 +402,8 @@ def run_check(args):
         if math.isfinite(loss_sum) and math.isfinite(norm):
             optimizer.step(GRAD_CLIP / norm if norm > GRAD_CLIP else 1.0, step)
         else:
-            print(f"skipping the update of step {step}: {'the loss' if not math.isfinite(loss_sum) else 'the gradient norm'} is not finite")
+            what = "the loss" if not math.isfinite(loss_sum) else "the gradient norm"
+            print(f"skipping the update of step {step}: {what} is not finite")
         synchronize(device)
         ms = 1000.0 * (time.time() - t0)
         losses[step], norms[step] = loss_sum, norm
@@ -456,9 +459,11 @@ def compare_with_log(path, losses, norms, learning_rate, tolerance_first, tolera
             diff = math.inf
         limit = tolerance_first if step == min(losses) else tolerance
         flag = "" if diff <= limit else f"  > {limit:g}"
-        print(f"{step:4d}  {loss:10.4f} {losses[step]:10.4f}   {diff:.2e}   {norm:14.3f} {norms[step]:11.3f}{flag}")
+        print(f"{step:4d}  {loss:10.4f} {losses[step]:10.4f}   {diff:.2e}   {norm:14.3f} "
+              f"{norms[step]:11.3f}{flag}")
         if diff > limit:
-            problems.append(f"step {step}: loss {loss:.4f} vs {losses[step]:.4f} (relative {diff:.2e} > {limit:g})")
+            problems.append(f"step {step}: loss {loss:.4f} vs {losses[step]:.4f} "
+                            f"(relative {diff:.2e} > {limit:g})")
         if abs(lr - learning_rate) > 1e-3 * learning_rate:  # "%.2e" keeps three digits
             problems.append(f"step {step}: train_gpt used lr {lr:.2e}, this run {learning_rate:.2e} "
                             "(run train_gpt with -k constant and the same -l)")
@@ -576,7 +581,8 @@ def run_bench(args):
                       "trying a smaller batch")
                 candidates.pop(0)
             elif use_compile:
-                print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                first_line = str(e).splitlines()[0] if str(e) else ""
+                print(f"torch.compile failed ({type(e).__name__}: {first_line}); "
                       "timing the eager model instead")
                 compiled, use_compile = model, False
             else:
@@ -621,24 +627,28 @@ def bench_batch(compiled, model, optimizer, config, B, T, args, gemm_tflops, use
     step_flops = config.training_flops_per_token(T) * tokens
     for i, ((loss, norm), ms) in enumerate(zip(results, times)):
         tflops = step_flops / (ms * 1e-3) / 1e12
-        print(step_line(i + 1, args.steps, float(loss), args.learning_rate, float(norm), ms, tokens / (ms * 1e-3),
-                        mfu=f"{100 * tflops / DATASHEET_PEAK_TFLOPS:.1f}%"))
+        print(step_line(i + 1, args.steps, float(loss), args.learning_rate, float(norm), ms,
+                        tokens / (ms * 1e-3), mfu=f"{100 * tflops / DATASHEET_PEAK_TFLOPS:.1f}%"))
     median_ms = statistics.median(times)
     tokens_per_s = tokens / (median_ms * 1e-3)
     tflops = step_flops / (median_ms * 1e-3) / 1e12
     print(f"\nPyTorch peer: GPT-2 124M, B={B} T={T}, bf16 autocast, "
           f"{'torch.compile' if use_compile else 'eager (no torch.compile)'}, "
           f"{'flash SDPA' if hasattr(F, 'scaled_dot_product_attention') else 'plain attention'}, "
-          f"{optimizer_kind} AdamW; first step {first_s:.1f} s{' (compilation)' if use_compile else ''}, {args.warmup} warm-up steps")
-    print(f"median step {median_ms:.2f} ms (min {min(times):.2f}, max {max(times):.2f}) over {len(times)} steps: "
+          f"{optimizer_kind} AdamW; first step {first_s:.1f} s{' (compilation)' if use_compile else ''}, "
+          f"{args.warmup} warm-up steps")
+    print(f"median step {median_ms:.2f} ms (min {min(times):.2f}, max {max(times):.2f}) "
+          f"over {len(times)} steps: "
           f"{tokens_per_s:.0f} tok/s, {tflops:.1f} TFLOP/s = MFU {100 * tflops / gemm_tflops:.1f}% of the "
           f"measured bf16 GEMM rate ({gemm_tflops:.1f} TFLOP/s), {100 * tflops / DATASHEET_PEAK_TFLOPS:.1f}% "
           f"of {DATASHEET_PEAK_TFLOPS:.0f} TFLOP/s")
     print(f"peer_result B={B} T={T} median_ms={median_ms:.3f} tokens_per_s={tokens_per_s:.0f} "
-          f"mfu_measured={100 * tflops / gemm_tflops:.2f} mfu_datasheet={100 * tflops / DATASHEET_PEAK_TFLOPS:.2f}")
+          f"mfu_measured={100 * tflops / gemm_tflops:.2f} "
+          f"mfu_datasheet={100 * tflops / DATASHEET_PEAK_TFLOPS:.2f}")
     finite = all(math.isfinite(float(loss)) for loss, _ in results)
     print(f"{'PASS' if finite else 'FAIL'} torch bench: {len(times)} timed steps, losses "
-          f"{'finite' if finite else 'NOT finite'} ({float(results[0][0]):.4f} -> {float(results[-1][0]):.4f})")
+          f"{'finite' if finite else 'NOT finite'} "
+          f"({float(results[0][0]):.4f} -> {float(results[-1][0]):.4f})")
     return 0 if finite else 1
 
 
@@ -655,9 +665,11 @@ def parse_args(argv):
     p.add_argument("-i", "--train-data", default="data/janeausten/janeausten_train.bin",
                    help="--check: token shards (glob), read in sorted order")
     p.add_argument("-b", "--batch-size", type=int, default=None,
-                   help="micro-batch B (--check: default 4; --bench: default the largest candidate that fits)")
-    p.add_argument("-t", "--seq-len", type=int, default=None, help="sequence length T (--check 64, --bench 1024)")
-    p.add_argument("-d", "--total-batch", type=int, default=-1, help="--check: tokens per step (accumulation)")
+                   help="micro-batch B (--check: default 4; --bench: the largest candidate that fits)")
+    p.add_argument("-t", "--seq-len", type=int, default=None,
+                   help="sequence length T (--check 64, --bench 1024)")
+    p.add_argument("-d", "--total-batch", type=int, default=-1,
+                   help="--check: tokens per step (accumulation)")
     p.add_argument("-x", "--max-steps", type=int, default=20, help="--check: steps (default 20)")
     p.add_argument("-l", "--learning-rate", type=float, default=3e-4, help="constant learning rate")
     p.add_argument("-c", "--weight-decay", type=float, default=0.0, help="AdamW weight decay (2-D tensors)")
@@ -672,7 +684,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=42, help="torch's seed (--bench: the weights)")
     p.add_argument("--batch-candidates", default="64,48,32,24,16,8",
                    help="--bench: batches to try, largest first (default 64,48,32,24,16,8)")
-    p.add_argument("--warmup", type=int, default=5, help="--bench: untimed steps, the first compiles (default 5)")
+    p.add_argument("--warmup", type=int, default=5,
+                   help="--bench: untimed steps, the first compiles (default 5)")
     p.add_argument("--steps", type=int, default=20, help="--bench: timed steps (default 20)")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="--bench: eager mode")
     args = p.parse_args(argv)
