@@ -438,8 +438,10 @@ peer_reference() {  # LIMIT: the three runs share it
     local args=${GPU_CHECK_PEER_ARGS:-"-b 4 -t 256 -x 20 -l 6e-4 -c 0.1"}
     local dir left model secs=0 dtype
     dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_peer.XXXXXX")
-    # Initial weights in a file both read: a first step at learning rate 0 moves no weight (AdamW
-    # changes each by lr times its update), and the checkpoint it ends with holds them.
+    # Initial weights in a file both read (train_gpt writes no model_00000000.bin): a first step at
+    # learning rate 0 moves no fp32 master weight (AdamW changes each by lr times its update), and the
+    # checkpoint it ends with holds them, rounded to bf16 (stochastically: not bit for bit the bf16
+    # weights the run started from, which does not matter, since both trainers start from the file).
     run_checked "peer: initial weights (train_gpt -x 1 -l 0)" 90 ./train_gpt -e "$peer_model" -b 4 -t 64 -x 1 -l 0 \
         -k constant -v 0 -s 0 -i "$peer_data" -o "$dir/init"
     on_the_gpu
