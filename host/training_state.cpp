@@ -134,6 +134,8 @@ void check_same_run(const RunShape& saved, const RunShape& now, const std::strin
         a.num_heads != b.num_heads || a.channels != b.channels)
         fail("%s: saved model %s differs from this run's %s", path.c_str(),
              describe_config(a).c_str(), describe_config(b).c_str());
+    // Not compared: -d (a different total batch only changes the accumulation; host/run_folder.cpp
+    // asks for --accept-changes) and the number of ranks (the run re-shards on resume).
     struct Field {
         const char* flag;
         long long saved, now;
@@ -141,7 +143,6 @@ void check_same_run(const RunShape& saved, const RunShape& now, const std::strin
     const Field fields[] = {
         {"-b (batch size)", saved.batch_size, now.batch_size},
         {"-t (sequence length)", saved.seq_len, now.seq_len},
-        {"-d (total batch)", saved.total_batch, now.total_batch},
         {"--shuffle", saved.shuffle, now.shuffle},
         {"--seed", (long long)saved.data_seed, (long long)now.data_seed},
     };

@@ -306,6 +306,8 @@ TEST(resume_refuses_changes_that_bend_the_run) {
                   {"-y (--resume)", "-x (--max-steps) '3' -> '6'", "--accept-changes 1"}, out);
     fails_cleanly(run + " -x 3 -y 1 -l 0.01",
                   {"-y (--resume)", "-l (--learning-rate)", "--accept-changes 1"}, out);
+    fails_cleanly(run + " -x 3 -y 1 -d 32",
+                  {"-y (--resume)", "-d (--total-batch)", "--accept-changes 1"}, out);
     // Accepted on purpose: the changes are listed, then the run goes on.
     CHECK_MSG(run_trainer(run + " -x 5 -y 1 -m 3 --accept-changes 1", &log) == 0, "%s", log.c_str());
     CHECK_MSG(has(log, "resume: changed since the saved run: -x (--max-steps) '3' -> '5'") &&
