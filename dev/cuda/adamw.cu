@@ -11,18 +11,12 @@
 // Bandwidth counts each version's compulsory traffic (adamw_bytes: master, m, v read and written,
 // grads read, params written), the same for every version.
 #include <cmath>
-#include <random>
+#include <cstring>
 #include <vector>
 
 #include "cpu/adamw.h"
 #include "dev/cuda/bench.h"
 #include "kernels/adamw.h"
-
-#ifdef ENABLE_FP32
-constexpr double TOLERANCE = 1e-5;
-#else
-constexpr double TOLERANCE = 1e-2;
-#endif
 
 // ---- version 1: two kernels
 __global__ void adamw_naive_master_kernel(float* master, float* m, float* v, const floatX* grads, size_t n,
@@ -69,22 +63,10 @@ AdamWKernelArgs settings_of(const Hyper& h, int step) {
 
 struct Buffers {
     size_t n;
-    floatX *params = nullptr, *grads = nullptr;
-    float *master = nullptr, *m = nullptr, *v = nullptr;
-    explicit Buffers(size_t n_) : n(n_) {
-        CUDA_CHECK(cudaMalloc(&params, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&grads, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&master, n * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&m, n * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&v, n * sizeof(float)));
-    }
-    ~Buffers() {
-        cudaFree(params);
-        cudaFree(grads);
-        cudaFree(master);
-        cudaFree(m);
-        cudaFree(v);
-    }
+    floatX *params = device_buffer<floatX>(n), *grads = device_buffer<floatX>(n);
+    float *master = device_buffer<float>(n), *m = device_buffer<float>(n), *v = device_buffer<float>(n);
+    explicit Buffers(size_t n_) : n(n_) {}
+    ~Buffers() { device_free(params, grads, master, m, v); }
 };
 
 void run_version(int version, Buffers& b, const Hyper& h, int step, bool with_master = true) {
@@ -112,98 +94,52 @@ const char* version_name(int version) {
     return names[version];
 }
 
-// ---- host helpers
-std::vector<float> random_vector(size_t n, unsigned seed, float lo, float hi) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
-std::vector<floatX> to_floatX(const std::vector<float>& x) {
-    std::vector<floatX> out(x.size());
-    for (size_t i = 0; i < x.size(); i++) out[i] = (floatX)x[i];
-    return out;
-}
-std::vector<float> to_floats(const std::vector<floatX>& x) {
-    std::vector<float> out(x.size());
-    for (size_t i = 0; i < x.size(); i++) out[i] = (float)x[i];
-    return out;
-}
-template <typename T>
-std::vector<T> download(const T* device, size_t n) {
-    std::vector<T> host(n);
-    CUDA_CHECK(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-}
-template <typename T>
-void upload(T* device, const std::vector<T>& host) {
-    CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-}
-double relative_error(const std::vector<float>& out, const std::vector<float>& ref) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return std::isnan(diff) ? INFINITY : std::sqrt(diff / norm);
-}
-
 // Three steps of every version from the same start against the reference; the versions' bits agree.
-bool check_versions(size_t n) {
+void check_versions(size_t n) {
     const Hyper h;
-    const std::vector<float> master0 = random_vector(n, 1, -1.0f, 1.0f);
+    const std::vector<float> master0 = random_floats(n, 1, -1.0f, 1.0f);
     std::vector<std::vector<float>> grads;
-    for (int step = 1; step <= 3; step++)
-        grads.push_back(to_floats(to_floatX(random_vector(n, 10 + step, -2, 2))));
+    for (int step = 1; step <= 3; step++) grads.push_back(rounded_random_floats(n, 10 + step, -2, 2));
     std::vector<float> ref = master0, ref_m(n, 0.0f), ref_v(n, 0.0f);
     for (int step = 1; step <= 3; step++)
         adamw_update(ref.data(), ref_m.data(), ref_v.data(), grads[step - 1].data(), n, h.lr, h.beta1,
                      h.beta2, h.eps, h.weight_decay, h.grad_scale, step);
 
-    bool ok = true;
     std::vector<floatX> first_params;
     Buffers b(n);
     for (int version = 1; version <= 3; version++) {
-        upload(b.master, master0);
-        upload(b.params, to_floatX(master0));
+        copy_to_device(b.master, master0);
+        copy_floats_to_device(b.params, master0);
         CUDA_CHECK(cudaMemset(b.m, 0, n * sizeof(float)));
         CUDA_CHECK(cudaMemset(b.v, 0, n * sizeof(float)));
         for (int step = 1; step <= 3; step++) {
-            upload(b.grads, to_floatX(grads[step - 1]));
+            copy_floats_to_device(b.grads, grads[step - 1]);
             run_version(version, b, h, step);
         }
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const std::vector<floatX> params = download(b.params, n);
-        char name[160];
-        snprintf(name, sizeof name, "adamw %s master (n=%zu)", version_name(version), n);
-        ok &= report_check(name, relative_error(download(b.master, n), ref), 1e-5);
-        snprintf(name, sizeof name, "adamw %s m, v (n=%zu)", version_name(version), n);
-        ok &= report_check(
-            name, std::max(relative_error(download(b.m, n), ref_m), relative_error(download(b.v, n), ref_v)),
-            1e-5);
-        snprintf(name, sizeof name, "adamw %s params (n=%zu)", version_name(version), n);
-        ok &= report_check(name, relative_error(to_floats(params), ref), TOLERANCE);
-        if (version == 1) {
+        const std::vector<floatX> params = host_copy_of(b.params, n);
+        const std::string name = std::string("adamw ") + version_name(version);
+        const std::string size = " (n=" + std::to_string(n) + ")";
+        report_check(name + " master" + size, relative_error(host_copy_of(b.master, n), ref), 1e-5);
+        report_check(name + " m, v" + size,
+                     std::max(relative_error(host_copy_of(b.m, n), ref_m),
+                              relative_error(host_copy_of(b.v, n), ref_v)),
+                     1e-5);
+        report_check(name + " params" + size, relative_error(host_floats_of(b.params, n), ref));
+        if (version == 1)
             first_params = params;
-        } else {
-            const bool same = memcmp(params.data(), first_params.data(), n * sizeof(floatX)) == 0;
-            printf("%s adamw %s params have version 1's bits\n", same ? "PASS" : "FAIL",
-                   version_name(version));
-            ok &= same;
-        }
+        else
+            report_same_bits(name + " params have version 1's bits",
+                             memcmp(params.data(), first_params.data(), n * sizeof(floatX)) == 0);
     }
-    return ok;
 }
 
 void time_versions(size_t n) {
-    const double ceiling = measure_copy_bandwidth_gbs();
-    printf("copy bandwidth (read + write): %.1f GB/s\n", ceiling);
+    const double ceiling = measure_and_print_copy_bandwidth();
     printf("n=%zu parameters\n", n);
     const Hyper h;
     Buffers b(n);
-    upload(b.master, random_vector(n, 1, -1.0f, 1.0f));
-    upload(b.grads, to_floatX(random_vector(n, 2, -1.0f, 1.0f)));
+    copy_to_device(b.master, random_floats(n, 1, -1.0f, 1.0f));
+    copy_floats_to_device(b.grads, random_floats(n, 2, -1.0f, 1.0f));
     CUDA_CHECK(cudaMemset(b.m, 0, n * sizeof(float)));
     CUDA_CHECK(cudaMemset(b.v, 0, n * sizeof(float)));
     cast_array(b.params, b.master, n, 0);
@@ -218,12 +154,11 @@ void time_versions(size_t n) {
 
 int main() {
     print_device_header();
-    bool ok = true;
     if (BENCH_ON_GPU) {
-        ok &= check_versions(1000003);
+        check_versions(1000003);
         time_versions(124475904);  // GPT-2 124M with the vocabulary padded to 50304
     } else {
-        ok &= check_versions(10007);
+        check_versions(10007);
     }
-    return ok ? 0 : 1;
+    return bench_exit_status();
 }

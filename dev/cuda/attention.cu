@@ -135,71 +135,25 @@ struct Problem {
     void* d_scratch = nullptr;
 };
 
-// Host conversions between float and floatX (round to nearest even, as on the device).
-floatX to_storage(float x) {
-#ifdef ENABLE_FP32
-    return x;
-#else
-    return __float2bfloat16(x);
-#endif
-}
-float from_storage(floatX x) {
-#ifdef ENABLE_FP32
-    return x;
-#else
-    return __bfloat162float(x);
-#endif
-}
-std::vector<float> rounded_random(size_t n, unsigned seed, float lo, float hi) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = from_storage(to_storage(dist(rng)));
-    return v;
-}
-template <typename T>
-T* device_alloc(size_t n) {
-    T* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, n * sizeof(T) + 16));
-    return p;
-}
-floatX* upload(const std::vector<float>& v) {
-    std::vector<floatX> x(v.size());
-    for (size_t i = 0; i < v.size(); i++) x[i] = to_storage(v[i]);
-    floatX* d = device_alloc<floatX>(x.size());
-    CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    return d;
-}
-template <typename T>  // floatX or float
-std::vector<float> download(const T* d, size_t n) {
-    std::vector<T> x(n);
-    CUDA_CHECK(cudaMemcpy(x.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++) v[i] = from_storage(x[i]);
-    return v;
-}
-
 Problem make_problem(int B, int T, int NH, int HS, bool naive_buffers) {
     Problem p;
     p.B = B, p.T = T, p.NH = NH, p.HS = HS;
     p.qkv_n = (size_t)B * T * 3 * NH * HS, p.out_n = (size_t)B * T * NH * HS, p.lse_n = (size_t)B * NH * T;
     p.att_n = naive_buffers ? (size_t)B * NH * T * T : 0;
-    p.qkv = rounded_random(p.qkv_n, 1, -2.0f, 2.0f);
-    p.dout = rounded_random(p.out_n, 2, -1.0f, 1.0f);
-    p.d_qkv = upload(p.qkv);
-    p.d_dout = upload(p.dout);
-    p.d_out = device_alloc<floatX>(p.out_n);
-    p.d_dqkv = device_alloc<floatX>(p.qkv_n);
-    p.d_lse = device_alloc<float>(p.lse_n);
-    p.d_att = naive_buffers ? device_alloc<float>(p.att_n) : nullptr;
-    p.d_datt = naive_buffers ? device_alloc<float>(p.att_n) : nullptr;
-    CUDA_CHECK(cudaMalloc(&p.d_scratch, attention_backward_scratch_bytes(B, T, NH, HS)));
+    p.qkv = rounded_random_floats(p.qkv_n, 1, -2.0f, 2.0f);
+    p.dout = rounded_random_floats(p.out_n, 2, -1.0f, 1.0f);
+    p.d_qkv = device_floatX(p.qkv);
+    p.d_dout = device_floatX(p.dout);
+    p.d_out = device_poisoned<floatX>(p.out_n);
+    p.d_dqkv = device_poisoned<floatX>(p.qkv_n);
+    p.d_lse = device_poisoned<float>(p.lse_n);
+    p.d_att = naive_buffers ? device_poisoned<float>(p.att_n) : nullptr;
+    p.d_datt = naive_buffers ? device_poisoned<float>(p.att_n) : nullptr;
+    p.d_scratch = device_buffer<char>(attention_backward_scratch_bytes(B, T, NH, HS));
     return p;
 }
 void free_problem(Problem& p) {
-    for (void* ptr : {(void*)p.d_qkv, (void*)p.d_dout, (void*)p.d_out, (void*)p.d_dqkv, (void*)p.d_lse,
-                      (void*)p.d_att, (void*)p.d_datt, p.d_scratch})
-        if (ptr) CUDA_CHECK(cudaFree(ptr));
+    device_free(p.d_qkv, p.d_dout, p.d_out, p.d_dqkv, p.d_lse, p.d_att, p.d_datt, p.d_scratch);
 }
 
 struct Reference {
@@ -236,14 +190,6 @@ Reference reference(const Problem& p) {
     return r;
 }
 
-double rel_error(const std::vector<float>& out, const std::vector<float>& ref) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return std::isfinite(diff) ? std::sqrt(diff / (norm > 0 ? norm : 1.0)) : INFINITY;
-}
 // One of q (0), k (1), v (2) out of a (B, T, 3C) tensor.
 std::vector<float> part_of(const std::vector<float>& qkv, const Problem& p, int part) {
     std::vector<float> out;
@@ -255,12 +201,6 @@ std::vector<float> part_of(const std::vector<float>& qkv, const Problem& p, int 
         }
     return out;
 }
-#ifdef ENABLE_FP32
-constexpr double TOLERANCE = 1e-5;
-#else
-constexpr double TOLERANCE = 1e-2;
-#endif
-
 // ------------------------------------------------------------------------------------------------
 struct Version {
     std::string name;
@@ -347,8 +287,6 @@ std::vector<Version> versions() {
     return v;
 }
 
-bool all_passed = true;
-
 // Checks every version (or only the shipped one) at one shape, then times it on a GPU.
 void run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
     printf("-- B=%d T=%d NH=%d HS=%d\n", B, T, NH, HS);
@@ -361,24 +299,20 @@ void run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
     const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) +
                               " NH=" + std::to_string(NH) + " HS=" + std::to_string(HS) + ")";
     for (Version& v : list) {
-        CUDA_CHECK(cudaMemset(p.d_out, 0xff, p.out_n * sizeof(floatX)));
-        CUDA_CHECK(cudaMemset(p.d_lse, 0xff, p.lse_n * sizeof(float)));
-        CUDA_CHECK(cudaMemset(p.d_dqkv, 0xff, p.qkv_n * sizeof(floatX)));
+        poison(p.d_out, p.out_n);
+        poison(p.d_lse, p.lse_n);
+        poison(p.d_dqkv, p.qkv_n);
         v.forward(p);
         CUDA_CHECK(cudaGetLastError());
         v.backward(p);  // from this version's own out and lse
         CUDA_CHECK(cudaGetLastError());
-        CUDA_CHECK(cudaDeviceSynchronize());
-        all_passed &= report_check((v.name + " out" + shape).c_str(),
-                                   rel_error(download(p.d_out, p.out_n), ref.out), TOLERANCE);
-        all_passed &= report_check((v.name + " lse" + shape).c_str(),
-                                   rel_error(download(p.d_lse, p.lse_n), ref.lse), TOLERANCE);
-        const std::vector<float> dqkv = download(p.d_dqkv, p.qkv_n);
+        report_check(v.name + " out" + shape, relative_error(host_floats_of(p.d_out, p.out_n), ref.out));
+        report_check(v.name + " lse" + shape, relative_error(host_copy_of(p.d_lse, p.lse_n), ref.lse));
+        const std::vector<float> dqkv = host_floats_of(p.d_dqkv, p.qkv_n);
         const char* names[3] = {" dq", " dk", " dv"};
         for (int part = 0; part < 3; part++)
-            all_passed &=
-                report_check((v.name + names[part] + shape).c_str(),
-                             rel_error(part_of(dqkv, p, part), part_of(ref.dqkv, p, part)), TOLERANCE);
+            report_check(v.name + names[part] + shape,
+                         relative_error(part_of(dqkv, p, part), part_of(ref.dqkv, p, part)));
         if (!BENCH_ON_GPU) continue;
         report_flops(("fwd  " + v.name).c_str(), time_median_ms([&] { v.forward(p); }), forward_flops,
                      gemm_tflops);
@@ -407,6 +341,5 @@ int main() {
         run(2, 130, 2, 32, true, gemm_tflops);
         run(1, 100, 2, 128, true, gemm_tflops);
     }
-    printf(all_passed ? "all versions match the reference\n" : "SOME VERSIONS FAILED\n");
-    return all_passed ? 0 : 1;
+    return bench_exit_status();
 }

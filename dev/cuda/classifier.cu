@@ -13,17 +13,12 @@
 // written once), the same for every version, so the figures compare the versions' time.
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu/crossentropy.h"
 #include "dev/cuda/bench.h"
 #include "kernels/classifier.h"
-
-#ifdef ENABLE_FP32
-constexpr double TOLERANCE = 1e-5;
-#else
-constexpr double TOLERANCE = 1e-2;
-#endif
 
 // ---- version 1: naive three-pass, fp32 probability buffer
 __global__ void classifier_naive_exp_kernel(float* exps, float* row_max_out, float* row_sum_out,
@@ -120,37 +115,6 @@ const char* version_name(int version) {
     return names[version];
 }
 
-// ---- host helpers
-float host_round(float x) {
-#ifdef ENABLE_FP32
-    return x;
-#else
-    return __bfloat162float(__float2bfloat16(x));
-#endif
-}
-floatX host_floatX(float x) {
-#ifdef ENABLE_FP32
-    return x;
-#else
-    return __float2bfloat16(x);
-#endif
-}
-float host_float(floatX x) {
-#ifdef ENABLE_FP32
-    return x;
-#else
-    return __bfloat162float(x);
-#endif
-}
-double relative_error(const std::vector<float>& out, const std::vector<float>& ref) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return std::isnan(diff) ? INFINITY : std::sqrt(diff / norm);
-}
-
 struct HostCase {
     int N, V, Vp;
     std::vector<float> logits;  // rounded to floatX; padding columns random too (never read)
@@ -161,38 +125,30 @@ HostCase random_case(int N, int V, int Vp, unsigned seed) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> logit(-8.0f, 8.0f);
     std::uniform_int_distribution<int> token(0, V - 1);
-    for (float& x : c.logits) x = host_round(logit(rng));
+    for (float& x : c.logits) x = host_from_floatX(host_to_floatX(logit(rng)));
     for (int& t : c.targets) t = token(rng);
     return c;
 }
 
 struct DeviceBuffers {
-    floatX* logits = nullptr;
-    float *losses = nullptr, *exps = nullptr, *row_max = nullptr, *row_sum = nullptr;
-    int* targets = nullptr;
-    DeviceBuffers(int N, int Vp) {
-        CUDA_CHECK(cudaMalloc(&logits, (size_t)N * Vp * sizeof(floatX)));
-        CUDA_CHECK(cudaMalloc(&exps, (size_t)N * Vp * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&losses, N * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&row_max, N * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&row_sum, N * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&targets, N * sizeof(int)));
-    }
-    ~DeviceBuffers() {
-        cudaFree(logits);
-        cudaFree(exps);
-        cudaFree(losses);
-        cudaFree(row_max);
-        cudaFree(row_sum);
-        cudaFree(targets);
-    }
+    floatX* logits;
+    float *losses, *exps, *row_max, *row_sum;
+    int* targets;
+    DeviceBuffers(int N, int Vp)
+        : logits(device_buffer<floatX>((size_t)N * Vp)),
+          losses(device_buffer<float>(N)),
+          exps(device_buffer<float>((size_t)N * Vp)),
+          row_max(device_buffer<float>(N)),
+          row_sum(device_buffer<float>(N)),
+          targets(device_buffer<int>(N)) {}
+    ~DeviceBuffers() { device_free(logits, losses, exps, row_max, row_sum, targets); }
     Problem problem(int N, int V, int Vp, float dloss) const {
         return Problem{N, V, Vp, logits, losses, targets, dloss, exps, row_max, row_sum};
     }
 };
 
-// Every version against cpu/crossentropy.h on one case; returns false if any failed.
-bool check_versions(int N, int V, int Vp) {
+// Every version against cpu/crossentropy.h on one case.
+void check_versions(int N, int V, int Vp) {
     const HostCase c = random_case(N, V, Vp, 1000 + N + V);
     const float dloss = 1.0f / N;
     std::vector<float> ref_losses(N), logsumexp(N), ref_dlogits((size_t)N * Vp, 0.0f);
@@ -200,42 +156,28 @@ bool check_versions(int N, int V, int Vp) {
     crossentropy_backward(ref_dlogits.data(), c.logits.data(), logsumexp.data(), c.targets.data(), dloss, N,
                           V, Vp);
 
-    std::vector<floatX> input(c.logits.size());
-    for (size_t i = 0; i < input.size(); i++) input[i] = host_floatX(c.logits[i]);
     DeviceBuffers d(N, Vp);
-    CUDA_CHECK(cudaMemcpy(d.targets, c.targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-    bool ok = true;
+    copy_to_device(d.targets, c.targets);
+    const std::string shape =
+        " (N=" + std::to_string(N) + " V=" + std::to_string(V) + " Vp=" + std::to_string(Vp) + ")";
     for (int version = 1; version <= 3; version++) {
-        CUDA_CHECK(cudaMemcpy(d.logits, input.data(), input.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemset(d.losses, 0xff, N * sizeof(float)));
+        copy_floats_to_device(d.logits, c.logits);
+        poison(d.losses, N);
         run_version(version, d.problem(N, V, Vp, dloss));
-        CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<float> losses(N), dlogits(input.size());
-        std::vector<floatX> raw(input.size());
-        CUDA_CHECK(cudaMemcpy(losses.data(), d.losses, N * sizeof(float), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(raw.data(), d.logits, raw.size() * sizeof(floatX), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < raw.size(); i++) dlogits[i] = host_float(raw[i]);
-        char name[160];
-        snprintf(name, sizeof name, "classifier %s losses (N=%d V=%d Vp=%d)", version_name(version), N, V,
-                 Vp);
-        ok &= report_check(name, relative_error(losses, ref_losses), 1e-5);
-        snprintf(name, sizeof name, "classifier %s dlogits (N=%d V=%d Vp=%d)", version_name(version), N, V,
-                 Vp);
-        ok &= report_check(name, relative_error(dlogits, ref_dlogits), TOLERANCE);
+        const std::string name = std::string("classifier ") + version_name(version);
+        report_check(name + " losses" + shape, relative_error(host_copy_of(d.losses, N), ref_losses), 1e-5);
+        report_check(name + " dlogits" + shape,
+                     relative_error(host_floats_of(d.logits, c.logits.size()), ref_dlogits));
     }
-    return ok;
 }
 
 void time_versions(int N, int V, int Vp) {
-    const double ceiling = measure_copy_bandwidth_gbs();
-    printf("copy bandwidth (read + write): %.1f GB/s\n", ceiling);
+    const double ceiling = measure_and_print_copy_bandwidth();
     printf("N=%d V=%d Vp=%d: %.1f MB of logits\n", N, V, Vp, (double)N * Vp * sizeof(floatX) / 1e6);
     const HostCase c = random_case(N, V, Vp, 7);
-    std::vector<floatX> input(c.logits.size());
-    for (size_t i = 0; i < input.size(); i++) input[i] = host_floatX(c.logits[i]);
     DeviceBuffers d(N, Vp);
-    CUDA_CHECK(cudaMemcpy(d.targets, c.targets.data(), N * sizeof(int), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(d.logits, input.data(), input.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    copy_to_device(d.targets, c.targets);
+    copy_floats_to_device(d.logits, c.logits);
     // Each call overwrites the logits with dlogits: later calls run on those (finite) values, which
     // costs the same time.
     const Problem p = d.problem(N, V, Vp, 1.0f / N);
@@ -248,7 +190,7 @@ void time_versions(int N, int V, int Vp) {
         snprintf(name, sizeof name, "3 shipped kernel, block of %d", block_size);
         report_bandwidth(name, time_median_ms([&] { run_version(3, p, block_size); }), bytes, ceiling);
     }
-    CUDA_CHECK(cudaMemcpy(d.logits, input.data(), input.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    copy_floats_to_device(d.logits, c.logits);
     const double forward_ms =
         time_median_ms([&] { fused_classifier(p.logits, p.losses, p.dloss, p.targets, N, V, Vp, false, 0); });
     report_bandwidth("3 shipped, losses only (no dlogits)", forward_ms, classifier_bytes(N, Vp, false),
@@ -257,14 +199,13 @@ void time_versions(int N, int V, int Vp) {
 
 int main() {
     print_device_header();
-    bool ok = true;
     if (BENCH_ON_GPU) {
-        ok &= check_versions(64, 50257, 50304);
-        ok &= check_versions(37, 1000, 1024);
+        check_versions(64, 50257, 50304);
+        check_versions(37, 1000, 1024);
         time_versions(8192, 50257, 50304);
     } else {
-        ok &= check_versions(4, 50257, 50304);
-        ok &= check_versions(37, 997, 1008);
+        check_versions(4, 50257, 50304);
+        check_versions(37, 997, 1008);
     }
-    return ok ? 0 : 1;
+    return bench_exit_status();
 }

@@ -62,46 +62,6 @@ __global__ void add_float_copy_kernel(floatX* grad, const float* copy, size_t n)
 
 namespace {
 
-#ifdef ENABLE_FP32
-constexpr double TOLERANCE = 1e-5;
-#else
-constexpr double TOLERANCE = 1e-2;
-#endif
-float host_round(float x) { return (float)(floatX)x; }
-std::vector<float> random_vector(size_t n, unsigned seed, float lo, float hi) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = host_round(dist(rng));
-    return v;
-}
-template <typename T>
-T* upload_as(const std::vector<float>& v) {
-    std::vector<T> x(v.begin(), v.end());
-    T* d = nullptr;
-    CUDA_CHECK(cudaMalloc(&d, x.size() * sizeof(T)));
-    CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-void upload_into(floatX* d, const std::vector<float>& v) {
-    const std::vector<floatX> x(v.begin(), v.end());
-    CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-}
-std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<floatX> x(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(x.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    return std::vector<float>(x.begin(), x.end());
-}
-double rel_error(const std::vector<float>& out, const std::vector<double>& ref) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        diff += (out[i] - ref[i]) * (out[i] - ref[i]);
-        norm += ref[i] * ref[i];
-    }
-    return std::isfinite(diff) ? std::sqrt(diff / norm) : INFINITY;
-}
-
 // B·T tokens over vocabulary V: uniform, or Zipf (rank r with probability ∝ 1/(r+1)), ranks
 // scattered over the ids.
 std::vector<int> make_tokens(int n, int V, bool zipf, unsigned seed) {
@@ -123,25 +83,17 @@ std::vector<int> make_tokens(int n, int V, bool zipf, unsigned seed) {
     return tokens;
 }
 
-bool all_passed = true;
-void check(const std::string& name, double error) {
-    all_passed &= report_check(name.c_str(), error, TOLERANCE);
-}
-void time_it(const std::string& name, const std::function<void()>& run, double bytes, double ceiling) {
-    if (BENCH_ON_GPU) report_bandwidth(name.c_str(), time_median_ms(run), bytes, ceiling);
-}
-
 void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
     const int n = B * T;
     const std::vector<int> tokens = make_tokens(n, V, zipf, 1);
     const int distinct = (int)std::set<int>(tokens.begin(), tokens.end()).size();
     printf("-- B=%d T=%d C=%d Vp=%d, %s tokens (%d distinct)\n", B, T, C, Vp, zipf ? "Zipf" : "uniform",
            distinct);
-    const std::vector<float> wte = random_vector((size_t)Vp * C, 2, -1, 1),
-                             wpe = random_vector((size_t)T * C, 3, -1, 1);
-    const std::vector<float> dout = random_vector((size_t)n * C, 4, -1, 1);
-    const std::vector<float> dwte0 = random_vector((size_t)Vp * C, 5, -0.1f, 0.1f);
-    const std::vector<float> dwpe0 = random_vector((size_t)T * C, 6, -0.1f, 0.1f);
+    const std::vector<float> wte = rounded_random_floats((size_t)Vp * C, 2, -1, 1),
+                             wpe = rounded_random_floats((size_t)T * C, 3, -1, 1);
+    const std::vector<float> dout = rounded_random_floats((size_t)n * C, 4, -1, 1);
+    const std::vector<float> dwte0 = rounded_random_floats((size_t)Vp * C, 5, -0.1f, 0.1f);
+    const std::vector<float> dwpe0 = rounded_random_floats((size_t)T * C, 6, -0.1f, 0.1f);
     const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) +
                               " C=" + std::to_string(C) + (zipf ? " Zipf)" : " uniform)");
 
@@ -150,23 +102,18 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
     {
         std::vector<float> out((size_t)n * C);
         encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-        for (size_t i = 0; i < out.size(); i++) out_ref[i] = host_round(out[i]);
+        for (size_t i = 0; i < out.size(); i++) out_ref[i] = host_from_floatX(host_to_floatX(out[i]));
     }
     std::vector<double> dwte_ref(dwte0.begin(), dwte0.end()), dwpe_ref(dwpe0.begin(), dwpe0.end());
     encoder_backward(dwte_ref.data(), dwpe_ref.data(), std::vector<double>(dout.begin(), dout.end()).data(),
                      tokens.data(), B, T, C);
 
-    int* d_tokens = nullptr;
-    CUDA_CHECK(cudaMalloc(&d_tokens, n * sizeof(int)));
-    CUDA_CHECK(cudaMemcpy(d_tokens, tokens.data(), n * sizeof(int), cudaMemcpyHostToDevice));
-    floatX *d_wte = upload_as<floatX>(wte), *d_wpe = upload_as<floatX>(wpe),
-           *d_dout = upload_as<floatX>(dout);
-    floatX* d_out = upload_as<floatX>(std::vector<float>((size_t)n * C, NAN));
-    floatX *d_dwte = upload_as<floatX>(dwte0), *d_dwpe = upload_as<floatX>(dwpe0);
-    float *d_dwte32 = upload_as<float>(std::vector<float>((size_t)Vp * C)),
-          *d_dwpe32 = upload_as<float>(std::vector<float>((size_t)T * C));
-    void* d_scratch = nullptr;
-    CUDA_CHECK(cudaMalloc(&d_scratch, encoder_backward_scratch_bytes(B, T)));
+    int* d_tokens = device_copy_of(tokens);
+    floatX *d_wte = device_floatX(wte), *d_wpe = device_floatX(wpe), *d_dout = device_floatX(dout);
+    floatX* d_out = device_poisoned<floatX>((size_t)n * C);
+    floatX *d_dwte = device_floatX(dwte0), *d_dwpe = device_floatX(dwpe0);
+    float *d_dwte32 = device_buffer<float>((size_t)Vp * C), *d_dwpe32 = device_buffer<float>((size_t)T * C);
+    void* d_scratch = device_buffer<char>(encoder_backward_scratch_bytes(B, T));
     std::vector<int4> host_scratch(encoder_backward_host_scratch_bytes(B, T) / sizeof(int4) + 1);
 
     // ---- forward
@@ -182,11 +129,11 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
     };
     if (!zipf)
         for (const auto& [name, launch] : forwards) {
-            CUDA_CHECK(cudaMemset(d_out, 0xff, (size_t)n * C * S));
+            poison(d_out, (size_t)n * C);
             launch();
             CUDA_CHECK(cudaGetLastError());
-            check(name + shape, rel_error(download(d_out, (size_t)n * C), out_ref));
-            time_it(name, launch, forward_bytes, ceiling);
+            report_check(name + shape, relative_error(host_floats_of(d_out, (size_t)n * C), out_ref));
+            time_bandwidth(name, launch, forward_bytes, ceiling);
         }
 
     // ---- backward. Bytes: dout read twice, touched dwte rows and the dwpe rows read and written.
@@ -221,14 +168,14 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
          }},
     };
     for (const auto& [name, launch] : backwards) {
-        upload_into(d_dwte, dwte0);
-        upload_into(d_dwpe, dwpe0);
+        copy_floats_to_device(d_dwte, dwte0);
+        copy_floats_to_device(d_dwpe, dwpe0);
         upload_grouping();
         launch();
         CUDA_CHECK(cudaGetLastError());
-        check(name + " dwte" + shape, rel_error(download(d_dwte, dwte0.size()), dwte_ref));
-        check(name + " dwpe" + shape, rel_error(download(d_dwpe, dwpe0.size()), dwpe_ref));
-        time_it(name, launch, backward_bytes, ceiling);  // keeps adding into the gradients: harmless
+        report_check(name + " dwte" + shape, relative_error(host_floats_of(d_dwte, dwte0.size()), dwte_ref));
+        report_check(name + " dwpe" + shape, relative_error(host_floats_of(d_dwpe, dwpe0.size()), dwpe_ref));
+        time_bandwidth(name, launch, backward_bytes, ceiling);  // keeps adding into the gradients: harmless
     }
     if (BENCH_ON_GPU) {  // the host's share of the shipped call
         const auto start = std::chrono::steady_clock::now();
@@ -239,9 +186,7 @@ void run(int B, int T, int C, int V, int Vp, bool zipf, double ceiling) {
                groups, split);
     }
 
-    for (void* p : {(void*)d_tokens, (void*)d_wte, (void*)d_wpe, (void*)d_dout, (void*)d_out, (void*)d_dwte,
-                    (void*)d_dwpe, (void*)d_dwte32, (void*)d_dwpe32, d_scratch})
-        CUDA_CHECK(cudaFree(p));
+    device_free(d_tokens, d_wte, d_wpe, d_dout, d_out, d_dwte, d_dwpe, d_dwte32, d_dwpe32, d_scratch);
 }
 
 }  // namespace
@@ -250,14 +195,12 @@ int main() {
     double ceiling = 0;
     if (BENCH_ON_GPU) {
         print_device_header();
-        ceiling = measure_copy_bandwidth_gbs();
-        printf("copy bandwidth %.1f GB/s (bytes read + written)\n", ceiling);
+        ceiling = measure_and_print_copy_bandwidth();
         run(16, 1024, 768, 50257, 50304, false, ceiling);
         run(16, 1024, 768, 50257, 50304, true, ceiling);
     } else {
         run(2, 37, 768, 1000, 1024, false, ceiling);
         run(4, 37, 160, 1000, 1024, true, ceiling);
     }
-    printf(all_passed ? "all versions match the reference\n" : "SOME VERSIONS FAILED\n");
-    return all_passed ? 0 : 1;
+    return bench_exit_status();
 }

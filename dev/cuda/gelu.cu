@@ -11,14 +11,7 @@
 
 #include "cpu/gelu.h"
 #include "dev/cuda/bench.h"
-#include "dev/cuda/gemm_ceiling.h"  // fill_random_device
 #include "kernels/gelu.h"
-
-#ifdef ENABLE_FP32
-constexpr double CHECK_TOLERANCE = 1e-5;
-#else
-constexpr double CHECK_TOLERANCE = 1e-2;
-#endif
 
 // ---- the two versions of each direction
 void gelu_forward_v1(floatX* out, const floatX* inp, size_t n) {
@@ -36,55 +29,31 @@ void gelu_backward_v2(floatX* dinp, const floatX* inp, const floatX* dout, size_
     gelu_backward(dinp, inp, dout, n, 0);
 }
 
-// ---- host helpers
-std::vector<float> download(const floatX* device, size_t n) {
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<floatX> x(n);
-    CUDA_CHECK(cudaMemcpy(x.data(), device, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    return std::vector<float>(x.begin(), x.end());
-}
-double relative_error(const std::vector<float>& out, const std::vector<float>& ref) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return std::isnan(diff) ? INFINITY : std::sqrt(diff / norm);
-}
-
 // Checks both versions of both directions on n elements of random data in [-5, 5].
-bool check_versions(size_t n) {
-    floatX *inp, *dout, *out;
-    CUDA_CHECK(cudaMalloc(&inp, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&dout, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&out, n * sizeof(floatX)));
+void check_versions(size_t n) {
+    floatX *inp = device_buffer<floatX>(n), *dout = device_buffer<floatX>(n), *out = device_buffer<floatX>(n);
     fill_random_device(inp, n, 1, 5.0f);
     fill_random_device(dout, n, 2);
-    const std::vector<float> x = download(inp, n), dy = download(dout, n);  // the rounded inputs
+    const std::vector<float> x = host_floats_of(inp, n), dy = host_floats_of(dout, n);  // the rounded inputs
     std::vector<float> y(n), dx(n, 0.0f);
     gelu_forward(y.data(), x.data(), n);
     gelu_backward(dx.data(), x.data(), dy.data(), n);  // the reference adds into dx
 
-    bool ok = true;
     for (int version = 1; version <= 2; version++) {
-        CUDA_CHECK(cudaMemset(out, 0xff, n * sizeof(floatX)));
+        poison(out, n);
         (version == 1 ? gelu_forward_v1 : gelu_forward_v2)(out, inp, n);
-        ok &= report_check(version == 1 ? "gelu forward v1 scalar" : "gelu forward v2 128-bit",
-                           relative_error(download(out, n), y), CHECK_TOLERANCE);
-        CUDA_CHECK(cudaMemset(out, 0xff, n * sizeof(floatX)));
+        report_check(version == 1 ? "gelu forward v1 scalar" : "gelu forward v2 128-bit",
+                     relative_error(host_floats_of(out, n), y));
+        poison(out, n);
         (version == 1 ? gelu_backward_v1 : gelu_backward_v2)(out, inp, dout, n);
-        ok &= report_check(version == 1 ? "gelu backward v1 scalar" : "gelu backward v2 128-bit",
-                           relative_error(download(out, n), dx), CHECK_TOLERANCE);
+        report_check(version == 1 ? "gelu backward v1 scalar" : "gelu backward v2 128-bit",
+                     relative_error(host_floats_of(out, n), dx));
     }
-    for (floatX* p : {inp, dout, out}) CUDA_CHECK(cudaFree(p));
-    return ok;
+    device_free(inp, dout, out);
 }
 
 void time_versions(size_t n, double copy_gbs) {
-    floatX *inp, *dout, *out;
-    CUDA_CHECK(cudaMalloc(&inp, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&dout, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMalloc(&out, n * sizeof(floatX)));
+    floatX *inp = device_buffer<floatX>(n), *dout = device_buffer<floatX>(n), *out = device_buffer<floatX>(n);
     fill_random_device(inp, n, 3, 5.0f);
     fill_random_device(dout, n, 4);
     const double forward_bytes = 2.0 * n * sizeof(floatX), backward_bytes = 3.0 * n * sizeof(floatX);
@@ -102,20 +71,18 @@ void time_versions(size_t n, double copy_gbs) {
     snprintf(label, sizeof label, "n=%zu bwd v2 128-bit in place", n);
     report_bandwidth(label, time_median_ms([&] { gelu_backward_v2(dout, inp, dout, n); }), backward_bytes,
                      copy_gbs);
-    for (floatX* p : {inp, dout, out}) CUDA_CHECK(cudaFree(p));
+    device_free(inp, dout, out);
 }
 
 int main() {
     print_device_header();
-    bool ok = check_versions(74 * 480 + 5);  // ragged end: not a multiple of the vector width
+    check_versions(74 * 480 + 5);  // ragged end: not a multiple of the vector width
     if (BENCH_ON_GPU) {
-        ok &= check_versions((size_t)8 * 1024 * 3072 + 3);
-        const double copy_gbs = measure_copy_bandwidth_gbs();
-        printf("copy bandwidth: %.1f GB/s\n", copy_gbs);
+        check_versions((size_t)8 * 1024 * 3072 + 3);
+        const double copy_gbs = measure_and_print_copy_bandwidth();
         for (int B : {8, 16}) time_versions((size_t)B * 1024 * 4 * 768, copy_gbs);
     } else {
         printf("emulator: checks only\n");
     }
-    printf(ok ? "all checks passed\n" : "SOME CHECKS FAILED\n");
-    return ok ? 0 : 1;
+    return bench_exit_status();
 }

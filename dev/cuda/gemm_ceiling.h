@@ -4,36 +4,14 @@
 // training step, the matmuls), and MFU is quoted against it (GUIDE §6).
 // Under the emulator (BENCH_ON_GPU false) the same code runs a 128 × 128 × 128 product through the
 // cuBLASLt stand-in, so the calls are exercised, and returns that rate: a CPU figure of no meaning
-// as a ceiling (emulated benchmarks print no timings anyway).
-// Also here: fill_random_device(), random inputs written on the device (no host generation or
-// copy for the benchmarks' large buffers).
+// as a ceiling (emulated benchmarks print no timings anyway). Its random inputs come from
+// fill_random_device() (dev/cuda/bench.h).
 #pragma once
-#include <cstdint>
-
 #include <cublasLt.h>
 
-#include "dev/cuda/bench.h"
+#include <cstdint>
 
-// Uniform values in [-scale, scale) from a hash of (index, seed): reproducible, never all zeros.
-template <typename T>
-__global__ void fill_random_device_kernel(T* x, size_t n, uint32_t seed, float scale) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    uint32_t h = (uint32_t)i * 0x9E3779B1u ^ (uint32_t)(i >> 32) * 0x85EBCA77u ^ seed * 0xC2B2AE3Du;
-    h ^= h >> 16;
-    h *= 0x7FEB352Du;
-    h ^= h >> 15;
-    h *= 0x846CA68Bu;
-    h ^= h >> 16;
-    const float unit = (float)(h >> 8) * (1.0f / 16777216.0f);  // [0, 1)
-    x[i] = from_float<T>(scale * (2.0f * unit - 1.0f));
-}
-template <typename T>
-void fill_random_device(T* x, size_t n, uint32_t seed, float scale = 1.0f) {
-    const int block_size = 256;
-    LAUNCH(fill_random_device_kernel<T>, ceil_div(n, block_size), block_size, 0, 0, x, n, seed, scale);
-    CUDA_CHECK(cudaGetLastError());
-}
+#include "dev/cuda/bench.h"
 
 #define GEMM_CEILING_CHECK(call)                                                                          \
     do {                                                                                                  \
@@ -49,12 +27,9 @@ void fill_random_device(T* x, size_t n, uint32_t seed, float scale = 1.0f) {
 inline double measure_bf16_gemm_tflops() {
     const int n = BENCH_ON_GPU ? 8192 : 128;
     const size_t elements = (size_t)n * n, workspace_bytes = (size_t)32 << 20;
-    __nv_bfloat16 *a = nullptr, *b = nullptr, *d = nullptr;
-    void* workspace = nullptr;
-    CUDA_CHECK(cudaMalloc(&a, elements * sizeof(__nv_bfloat16)));
-    CUDA_CHECK(cudaMalloc(&b, elements * sizeof(__nv_bfloat16)));
-    CUDA_CHECK(cudaMalloc(&d, elements * sizeof(__nv_bfloat16)));
-    CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+    __nv_bfloat16 *a = device_buffer<__nv_bfloat16>(elements), *b = device_buffer<__nv_bfloat16>(elements),
+                  *d = device_buffer<__nv_bfloat16>(elements);
+    void* workspace = device_buffer<char>(workspace_bytes);
     fill_random_device(a, elements, 1);
     fill_random_device(b, elements, 2);
 
@@ -91,9 +66,6 @@ inline double measure_bf16_gemm_tflops() {
     GEMM_CEILING_CHECK(cublasLtMatrixLayoutDestroy(layout));
     GEMM_CEILING_CHECK(cublasLtMatmulDescDestroy(desc));
     GEMM_CEILING_CHECK(cublasLtDestroy(handle));
-    CUDA_CHECK(cudaFree(a));
-    CUDA_CHECK(cudaFree(b));
-    CUDA_CHECK(cudaFree(d));
-    CUDA_CHECK(cudaFree(workspace));
+    device_free(a, b, d, workspace);
     return ms > 0 ? 2.0 * n * (double)n * n / (ms * 1e-3) / 1e12 : NAN;  // NAN: too fast for the clock
 }

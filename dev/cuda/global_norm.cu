@@ -8,7 +8,7 @@
 //   3. 128-bit loads (8 elements per step) in the same fixed grid: the shipped global_norm_squared.
 // Bandwidth counts n·sizeof(floatX) bytes read.
 #include <cmath>
-#include <random>
+#include <cstring>
 #include <vector>
 
 #include "cpu/adamw.h"
@@ -50,34 +50,17 @@ const char* version_name(int version) {
 struct Data {
     size_t n;
     std::vector<float> values;  // rounded to floatX
-    floatX* grads = nullptr;
-    float* out = nullptr;
-    void* scratch = nullptr;
-    Data(size_t n_, unsigned seed) : n(n_), values(n_) {
-        std::mt19937 rng(seed);
-        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        std::vector<floatX> raw(n);
-        for (size_t i = 0; i < n; i++) {
-            raw[i] = (floatX)dist(rng);
-            values[i] = (float)raw[i];
-        }
-        CUDA_CHECK(cudaMalloc(&grads, n * sizeof(floatX)));
-        CUDA_CHECK(cudaMemcpy(grads, raw.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMalloc(&out, sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&scratch, global_norm_scratch_bytes()));
-    }
-    ~Data() {
-        cudaFree(grads);
-        cudaFree(out);
-        cudaFree(scratch);
-    }
+    floatX* grads = device_floatX(values);
+    float* out = device_buffer<float>(1);
+    void* scratch = device_buffer<char>(global_norm_scratch_bytes());
+    Data(size_t n_, unsigned seed) : n(n_), values(rounded_random_floats(n_, seed, -1.0f, 1.0f)) {}
+    ~Data() { device_free(grads, out, scratch); }
 };
 
 // Every version against the double sum; for the deterministic ones, a second run gives the same bits.
-bool check_versions(size_t n) {
+void check_versions(size_t n) {
     Data d(n, 3);
     const double expected = global_sum_of_squares(d.values.data(), n);
-    bool ok = true;
     for (int version = 1; version <= 3; version++) {
         float results[2];
         for (float& result : results) {
@@ -85,22 +68,17 @@ bool check_versions(size_t n) {
             run_version(version, d.out, d.grads, n, d.scratch);
             CUDA_CHECK(cudaMemcpy(&result, d.out, sizeof(float), cudaMemcpyDeviceToHost));
         }
-        char name[160];
-        snprintf(name, sizeof name, "global norm %s (n=%zu)", version_name(version), n);
-        ok &= report_check(name, std::fabs(results[0] - expected) / expected, 1e-5);
-        if (version > 1) {
-            const bool same = memcmp(&results[0], &results[1], sizeof(float)) == 0;
-            printf("%s global norm %s is bitwise reproducible\n", same ? "PASS" : "FAIL",
-                   version_name(version));
-            ok &= same;
-        }
+        const std::string name = std::string("global norm ") + version_name(version);
+        report_check(name + " (n=" + std::to_string(n) + ")", std::fabs(results[0] - expected) / expected,
+                     1e-5);
+        if (version > 1)
+            report_same_bits(name + " is bitwise reproducible",
+                             memcmp(&results[0], &results[1], sizeof(float)) == 0);
     }
-    return ok;
 }
 
 void time_versions(size_t n) {
-    const double ceiling = measure_copy_bandwidth_gbs();
-    printf("copy bandwidth (read + write): %.1f GB/s\n", ceiling);
+    const double ceiling = measure_and_print_copy_bandwidth();
     printf("n=%zu gradients\n", n);
     Data d(n, 4);
     for (int version = 1; version <= 3; version++)
@@ -111,12 +89,11 @@ void time_versions(size_t n) {
 
 int main() {
     print_device_header();
-    bool ok = true;
     if (BENCH_ON_GPU) {
-        ok &= check_versions(10000019);
+        check_versions(10000019);
         time_versions(124475904);  // GPT-2 124M with the vocabulary padded to 50304
     } else {
-        ok &= check_versions(100003);
+        check_versions(100003);
     }
-    return ok ? 0 : 1;
+    return bench_exit_status();
 }

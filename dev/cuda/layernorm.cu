@@ -108,59 +108,6 @@ __global__ void layernorm_backward_naive_params_kernel(floatX* dweight, floatX* 
 
 namespace {
 
-std::vector<float> random_vector(size_t n, unsigned seed, float lo, float hi) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
-float host_round(float x) {
-#ifdef ENABLE_FP32
-    return x;
-#else
-    return __bfloat162float(__float2bfloat16(x));
-#endif
-}
-std::vector<float> rounded(std::vector<float> v) {
-    for (float& x : v) x = host_round(x);
-    return v;
-}
-floatX* upload(const std::vector<float>& v) {
-    std::vector<floatX> x(v.size());
-    for (size_t i = 0; i < v.size(); i++) x[i] = (floatX)v[i];
-    floatX* d = nullptr;
-    CUDA_CHECK(cudaMalloc(&d, x.size() * sizeof(floatX)));
-    CUDA_CHECK(cudaMemcpy(d, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    return d;
-}
-std::vector<float> download(const floatX* d, size_t n) {
-    std::vector<floatX> x(n);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(x.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    return std::vector<float>(x.begin(), x.end());
-}
-float* device_floats(size_t n) {
-    float* d = nullptr;
-    CUDA_CHECK(cudaMalloc(&d, n * sizeof(float)));
-    CUDA_CHECK(cudaMemset(d, 0xff, n * sizeof(float)));
-    return d;
-}
-void poison(floatX* d, size_t n) { CUDA_CHECK(cudaMemset(d, 0xff, n * sizeof(floatX))); }
-double rel_error(const std::vector<float>& out, const std::vector<double>& ref) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        diff += (out[i] - ref[i]) * (out[i] - ref[i]);
-        norm += ref[i] * ref[i];
-    }
-    return std::isfinite(diff) ? std::sqrt(diff / norm) : INFINITY;
-}
-#ifdef ENABLE_FP32
-constexpr double TOLERANCE = 1e-5;
-#else
-constexpr double TOLERANCE = 1e-2;
-#endif
-
 // All tensors of one problem, on the host (rounded to floatX) and on the device.
 struct Problem {
     int N, C;
@@ -170,32 +117,31 @@ struct Problem {
     void* d_scratch;
     Problem(int rows, int channels) : N(rows), C(channels) {
         const size_t n = (size_t)N * C;
-        inp = rounded(random_vector(n, 1, -1.0f, 3.0f));
-        other = rounded(random_vector(n, 2, -1.0f, 1.0f));
-        weight = rounded(random_vector(C, 3, 0.5f, 1.5f));
-        bias = rounded(random_vector(C, 4, -1.0f, 1.0f));
-        dout = random_vector(n, 5, -1.0f, 1.0f);
-        for (size_t i = 0; i < n; i++) dout[i] = host_round(dout[i] + 0.5f * (inp[i] - 1.0f));
-        dinp0 = rounded(random_vector(n, 6, -0.1f, 0.1f));
-        dweight0 = rounded(random_vector(C, 7, -1.0f, 1.0f));
-        dbias0 = rounded(random_vector(C, 8, -1.0f, 1.0f));
-        d_inp = upload(inp), d_other = upload(other), d_weight = upload(weight), d_bias = upload(bias);
-        d_dout = upload(dout), d_dinp = upload(dinp0), d_dweight = upload(dweight0), d_dbias = upload(dbias0);
-        d_out = upload(std::vector<float>(n)), d_residual = upload(std::vector<float>(n));
-        d_mean = device_floats(N), d_rstd = device_floats(N);
-        CUDA_CHECK(cudaMalloc(&d_scratch, layernorm_backward_scratch_bytes(N, C)));
+        inp = rounded_random_floats(n, 1, -1.0f, 3.0f);
+        other = rounded_random_floats(n, 2, -1.0f, 1.0f);
+        weight = rounded_random_floats(C, 3, 0.5f, 1.5f);
+        bias = rounded_random_floats(C, 4, -1.0f, 1.0f);
+        dout = random_floats(n, 5, -1.0f, 1.0f);
+        for (size_t i = 0; i < n; i++) dout[i] += 0.5f * (inp[i] - 1.0f);
+        dout = round_to_floatX(dout);
+        dinp0 = rounded_random_floats(n, 6, -0.1f, 0.1f);
+        dweight0 = rounded_random_floats(C, 7, -1.0f, 1.0f);
+        dbias0 = rounded_random_floats(C, 8, -1.0f, 1.0f);
+        d_inp = device_floatX(inp), d_other = device_floatX(other);
+        d_weight = device_floatX(weight), d_bias = device_floatX(bias), d_dout = device_floatX(dout);
+        d_dinp = device_floatX(dinp0), d_dweight = device_floatX(dweight0), d_dbias = device_floatX(dbias0);
+        d_out = device_poisoned<floatX>(n), d_residual = device_poisoned<floatX>(n);
+        d_mean = device_poisoned<float>(N), d_rstd = device_poisoned<float>(N);
+        d_scratch = device_buffer<char>(layernorm_backward_scratch_bytes(N, C));
     }
     ~Problem() {
-        for (void* p : {(void*)d_inp, (void*)d_other, (void*)d_weight, (void*)d_bias, (void*)d_out,
-                        (void*)d_residual, (void*)d_dout, (void*)d_dinp, (void*)d_dweight, (void*)d_dbias,
-                        (void*)d_mean, (void*)d_rstd, d_scratch})
-            CUDA_CHECK(cudaFree(p));
+        device_free(d_inp, d_other, d_weight, d_bias, d_out, d_residual, d_dout, d_dinp, d_dweight, d_dbias,
+                    d_mean, d_rstd, d_scratch);
     }
     void reset_gradients() {
-        CUDA_CHECK(cudaFree(d_dinp));
-        CUDA_CHECK(cudaFree(d_dweight));
-        CUDA_CHECK(cudaFree(d_dbias));
-        d_dinp = upload(dinp0), d_dweight = upload(dweight0), d_dbias = upload(dbias0);
+        copy_floats_to_device(d_dinp, dinp0);
+        copy_floats_to_device(d_dweight, dweight0);
+        copy_floats_to_device(d_dbias, dbias0);
     }
 };
 
@@ -210,7 +156,7 @@ Reference reference(const Problem& p) {
     r.out.resize(n), r.mean.resize(p.N), r.rstd.resize(p.N);
     layernorm_forward(r.out.data(), r.mean.data(), r.rstd.data(), x.data(), w.data(), b.data(), p.N, p.C);
     r.residual.resize(n), r.fused_out.resize(n);
-    for (size_t i = 0; i < n; i++) r.residual[i] = host_round(p.inp[i] + p.other[i]);
+    for (size_t i = 0; i < n; i++) r.residual[i] = host_from_floatX(host_to_floatX(p.inp[i] + p.other[i]));
     std::vector<double> unused_mean(p.N), unused_rstd(p.N);
     layernorm_forward(r.fused_out.data(), unused_mean.data(), unused_rstd.data(), r.residual.data(), w.data(),
                       b.data(), p.N, p.C);
@@ -221,15 +167,6 @@ Reference reference(const Problem& p) {
     layernorm_backward(r.dinp.data(), r.dweight.data(), r.dbias.data(), d.data(), x.data(), w.data(),
                        r.mean.data(), r.rstd.data(), p.N, p.C);
     return r;
-}
-
-bool all_passed = true;
-void check(const std::string& name, double error) {
-    all_passed &= report_check(name.c_str(), error, TOLERANCE);
-}
-void time_it(const std::string& name, const std::function<void()>& run, double bytes, double ceiling) {
-    if (!BENCH_ON_GPU) return;
-    report_bandwidth(name.c_str(), time_median_ms(run), bytes, ceiling);
 }
 
 // The forward versions on one problem: (name, launch) pairs.
@@ -316,32 +253,32 @@ void run(int N, int C, double ceiling) {
         poison(p.d_out, n);
         launch();
         CUDA_CHECK(cudaGetLastError());
-        check(name + shape, rel_error(download(p.d_out, n), ref.out));
-        time_it(name, launch, 2.0 * n * S + 8.0 * N, ceiling);
+        report_check(name + shape, relative_error(host_floats_of(p.d_out, n), ref.out));
+        time_bandwidth(name, launch, 2.0 * n * S + 8.0 * N, ceiling);
     }
     for (auto& [name, launch] : fused_versions(p)) {
         poison(p.d_out, n);
         poison(p.d_residual, n);
         launch();
         CUDA_CHECK(cudaGetLastError());
-        check(name + " residual" + shape, rel_error(download(p.d_residual, n), ref.residual));
-        check(name + " out" + shape, rel_error(download(p.d_out, n), ref.fused_out));
-        time_it(name, launch, 4.0 * n * S + 8.0 * N, ceiling);
+        report_check(name + " residual" + shape,
+                     relative_error(host_floats_of(p.d_residual, n), ref.residual));
+        report_check(name + " out" + shape, relative_error(host_floats_of(p.d_out, n), ref.fused_out));
+        time_bandwidth(name, launch, 4.0 * n * S + 8.0 * N, ceiling);
     }
     // Backward from the reference statistics of inp.
-    const std::vector<float> mean(ref.mean.begin(), ref.mean.end()), rstd(ref.rstd.begin(), ref.rstd.end());
-    CUDA_CHECK(cudaMemcpy(p.d_mean, mean.data(), N * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(p.d_rstd, rstd.data(), N * sizeof(float), cudaMemcpyHostToDevice));
+    copy_to_device(p.d_mean, std::vector<float>(ref.mean.begin(), ref.mean.end()));
+    copy_to_device(p.d_rstd, std::vector<float>(ref.rstd.begin(), ref.rstd.end()));
     const double partial_bytes = 2.0 * 2 * C * 4 * layernorm_backward_plan(N, C).blocks;
     for (auto& [name, launch] : backward_versions(p)) {
         p.reset_gradients();
         launch();
         CUDA_CHECK(cudaGetLastError());
-        check(name + " dinp" + shape, rel_error(download(p.d_dinp, n), ref.dinp));
-        check(name + " dweight" + shape, rel_error(download(p.d_dweight, C), ref.dweight));
-        check(name + " dbias" + shape, rel_error(download(p.d_dbias, C), ref.dbias));
+        report_check(name + " dinp" + shape, relative_error(host_floats_of(p.d_dinp, n), ref.dinp));
+        report_check(name + " dweight" + shape, relative_error(host_floats_of(p.d_dweight, C), ref.dweight));
+        report_check(name + " dbias" + shape, relative_error(host_floats_of(p.d_dbias, C), ref.dbias));
         // Timed runs keep adding into the gradients: harmless for timing.
-        time_it(name, launch, 4.0 * n * S + 8.0 * N + partial_bytes, ceiling);
+        time_bandwidth(name, launch, 4.0 * n * S + 8.0 * N + partial_bytes, ceiling);
     }
 }
 
@@ -351,14 +288,12 @@ int main() {
     double ceiling = 0;
     if (BENCH_ON_GPU) {
         print_device_header();
-        ceiling = measure_copy_bandwidth_gbs();
-        printf("copy bandwidth %.1f GB/s (bytes read + written)\n", ceiling);
+        ceiling = measure_and_print_copy_bandwidth();
         run(16 * 1024, 768, ceiling);  // GPT-2 124M, B=16, T=1024
         run(8 * 1024, 1600, ceiling);  // GPT-2 1.5B, B=8
     } else {
         run(2 * 37, 768, ceiling);
         run(37, 160, ceiling);
     }
-    printf(all_passed ? "all versions match the reference\n" : "SOME VERSIONS FAILED\n");
-    return all_passed ? 0 : 1;
+    return bench_exit_status();
 }

@@ -18,12 +18,6 @@
 #include "dev/cuda/gemm_ceiling.h"
 #include "kernels/matmul.h"
 
-#ifdef ENABLE_FP32
-constexpr double CHECK_TOLERANCE = 1e-5;
-#else
-constexpr double CHECK_TOLERANCE = 1e-2;
-#endif
-
 // ---- version 1: one thread per output, no reuse of inputs between threads.
 template <typename T>
 __global__ void matmul_forward_naive_kernel(T* out, const T* inp, const T* weight, const T* bias, int N,
@@ -75,51 +69,15 @@ void dinp_dgelu_fused(floatX* dinp, const floatX* dout, const floatX* weight, co
 }
 
 // ---- host helpers
-float round_floatX(float x) {
-#ifdef ENABLE_FP32
-    return x;
-#else
-    return __bfloat162float(__float2bfloat16(x));
-#endif
-}
+// n values in [-scale, scale) from a linear congruential generator, rounded to floatX.
 std::vector<float> random_vector(size_t n, unsigned seed, float scale = 1.0f) {
     std::vector<float> v(n);
     uint32_t state = seed * 2654435761u + 12345u;
     for (float& x : v) {
         state = state * 1664525u + 1013904223u;
-        x = round_floatX(scale * ((float)(state >> 8) / 8388608.0f - 1.0f));
+        x = scale * ((float)(state >> 8) / 8388608.0f - 1.0f);
     }
-    return v;
-}
-floatX* upload(const std::vector<float>& host) {
-    std::vector<floatX> x(host.size());
-    for (size_t i = 0; i < host.size(); i++) x[i] = (floatX)host[i];
-    floatX* device = nullptr;
-    CUDA_CHECK(cudaMalloc(&device, x.size() * sizeof(floatX)));
-    CUDA_CHECK(cudaMemcpy(device, x.data(), x.size() * sizeof(floatX), cudaMemcpyHostToDevice));
-    return device;
-}
-floatX* poisoned(size_t n) {
-    floatX* device = nullptr;
-    CUDA_CHECK(cudaMalloc(&device, n * sizeof(floatX)));
-    CUDA_CHECK(cudaMemset(device, 0xff, n * sizeof(floatX)));
-    return device;
-}
-std::vector<float> download(const floatX* device, size_t n) {
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<floatX> x(n);
-    CUDA_CHECK(cudaMemcpy(x.data(), device, n * sizeof(floatX), cudaMemcpyDeviceToHost));
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; i++) out[i] = (float)x[i];
-    return out;
-}
-double relative_error(const std::vector<float>& out, const std::vector<float>& ref) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        diff += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
-        norm += (double)ref[i] * ref[i];
-    }
-    return std::isnan(diff) ? INFINITY : std::sqrt(diff / norm);
+    return round_to_floatX(v);
 }
 std::vector<float> gelu_of(const std::vector<float>& x) {
     std::vector<float> y(x.size());
@@ -129,18 +87,17 @@ std::vector<float> gelu_of(const std::vector<float>& x) {
 
 // ---- checks against the CPU reference
 
-bool check_forward_versions(int N, int IC, int OC) {
+void check_forward_versions(int N, int IC, int OC) {
     const std::vector<float> inp = random_vector((size_t)N * IC, 1),
                              weight = random_vector((size_t)OC * IC, 2, 0.1f), bias = random_vector(OC, 3);
-    floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_bias = upload(bias);
-    floatX* d_out = poisoned((size_t)N * OC);
+    floatX *d_inp = device_floatX(inp), *d_weight = device_floatX(weight), *d_bias = device_floatX(bias);
+    floatX* d_out = device_poisoned<floatX>((size_t)N * OC);
     std::vector<float> ref((size_t)N * OC), ref_plain((size_t)N * OC);
     matmul_forward(ref.data(), inp.data(), weight.data(), bias.data(), N, IC, OC);
     matmul_forward(ref_plain.data(), inp.data(), weight.data(), (const float*)nullptr, N, IC, OC);
-    bool ok = true;
     auto check = [&](const char* name, const std::vector<float>& expected) {
-        ok &= report_check(name, relative_error(download(d_out, expected.size()), expected), CHECK_TOLERANCE);
-        CUDA_CHECK(cudaMemset(d_out, 0xff, (size_t)N * OC * sizeof(floatX)));
+        report_check(name, relative_error(host_floats_of(d_out, expected.size()), expected));
+        poison(d_out, (size_t)N * OC);
     };
     matmul_forward_naive(d_out, d_inp, d_weight, d_bias, N, IC, OC);
     check("forward v1 naive", ref);
@@ -152,37 +109,32 @@ bool check_forward_versions(int N, int IC, int OC) {
     check("forward v2 separate bias pass", ref);
     matmul_forward(d_out, d_inp, d_weight, d_bias, N, IC, OC, 0);
     check("forward v3 BIAS epilogue", ref);
-    for (floatX* p : {d_inp, d_weight, d_bias, d_out}) CUDA_CHECK(cudaFree(p));
-    return ok;
+    device_free(d_inp, d_weight, d_bias, d_out);
 }
 
-bool check_gelu_forward_versions(int N, int IC, int OC) {
+void check_gelu_forward_versions(int N, int IC, int OC) {
     const std::vector<float> inp = random_vector((size_t)N * IC, 11),
                              weight = random_vector((size_t)OC * IC, 12, 0.1f), bias = random_vector(OC, 13);
-    floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_bias = upload(bias);
-    floatX *d_out = poisoned((size_t)N * OC), *d_pre = poisoned((size_t)N * OC);
+    floatX *d_inp = device_floatX(inp), *d_weight = device_floatX(weight), *d_bias = device_floatX(bias);
+    floatX *d_out = device_poisoned<floatX>((size_t)N * OC), *d_pre = device_poisoned<floatX>((size_t)N * OC);
     std::vector<float> pre((size_t)N * OC);
     matmul_forward(pre.data(), inp.data(), weight.data(), bias.data(), N, IC, OC);
     const std::vector<float> out = gelu_of(pre);
-    bool ok = true;
     for (int version = 2; version <= 3; version++) {
         (version == 2 ? fc_gelu_separate : fc_gelu_fused)(d_out, d_pre, d_inp, d_weight, d_bias, N, IC, OC);
         const std::string name =
             version == 2 ? "forward+gelu v2 separate passes" : "forward+gelu v3 GELU_AUX_BIAS";
-        ok &= report_check((name + ": out").c_str(), relative_error(download(d_out, out.size()), out),
-                           CHECK_TOLERANCE);
-        ok &= report_check((name + ": pre_gelu").c_str(), relative_error(download(d_pre, pre.size()), pre),
-                           CHECK_TOLERANCE);
-        CUDA_CHECK(cudaMemset(d_out, 0xff, out.size() * sizeof(floatX)));
-        CUDA_CHECK(cudaMemset(d_pre, 0xff, pre.size() * sizeof(floatX)));
+        report_check(name + ": out", relative_error(host_floats_of(d_out, out.size()), out));
+        report_check(name + ": pre_gelu", relative_error(host_floats_of(d_pre, pre.size()), pre));
+        poison(d_out, out.size());
+        poison(d_pre, pre.size());
     }
-    for (floatX* p : {d_inp, d_weight, d_bias, d_out, d_pre}) CUDA_CHECK(cudaFree(p));
-    return ok;
+    device_free(d_inp, d_weight, d_bias, d_out, d_pre);
 }
 
 // The whole backward with the GELU gradient, fused (v3) and in separate passes (v2), accumulating
 // into non-zero dweight and dbias.
-bool check_backward_versions(int N, int IC, int OC) {
+void check_backward_versions(int N, int IC, int OC) {
     const std::vector<float> inp = random_vector((size_t)N * IC, 21);
     const std::vector<float> weight = random_vector((size_t)OC * IC, 22, 0.1f);
     const std::vector<float> dout = random_vector((size_t)N * OC, 23);
@@ -194,28 +146,23 @@ bool check_backward_versions(int N, int IC, int OC) {
                     OC);
     gelu_backward(dinp.data(), pre.data(), plain.data(), plain.size());
 
-    floatX *d_inp = upload(inp), *d_weight = upload(weight), *d_dout = upload(dout), *d_pre = upload(pre);
-    void* scratch = nullptr;
-    CUDA_CHECK(cudaMalloc(&scratch, matmul_backward_scratch_bytes(N, OC)));
-    bool ok = true;
+    floatX *d_inp = device_floatX(inp), *d_weight = device_floatX(weight), *d_dout = device_floatX(dout),
+           *d_pre = device_floatX(pre);
+    void* scratch = device_buffer<char>(matmul_backward_scratch_bytes(N, OC));
     for (int version = 2; version <= 3; version++) {
-        floatX *d_dinp = poisoned(dinp.size()), *d_dweight = upload(dweight0), *d_dbias = upload(dbias0);
+        floatX *d_dinp = device_poisoned<floatX>(dinp.size()), *d_dweight = device_floatX(dweight0),
+               *d_dbias = device_floatX(dbias0);
         matmul_set_epilogue_fusion(version == 3);
         matmul_backward(d_dinp, d_dweight, d_dbias, scratch, d_dout, d_inp, d_weight, N, IC, OC, 0, d_pre);
         matmul_set_epilogue_fusion(true);
         const std::string name =
             version == 2 ? "backward+dgelu v2 separate passes" : "backward+dgelu v3 DGELU";
-        ok &= report_check((name + ": dinp").c_str(), relative_error(download(d_dinp, dinp.size()), dinp),
-                           CHECK_TOLERANCE);
-        ok &= report_check((name + ": dweight").c_str(),
-                           relative_error(download(d_dweight, dweight.size()), dweight), CHECK_TOLERANCE);
-        ok &= report_check((name + ": dbias").c_str(), relative_error(download(d_dbias, dbias.size()), dbias),
-                           CHECK_TOLERANCE);
-        for (floatX* p : {d_dinp, d_dweight, d_dbias}) CUDA_CHECK(cudaFree(p));
+        report_check(name + ": dinp", relative_error(host_floats_of(d_dinp, dinp.size()), dinp));
+        report_check(name + ": dweight", relative_error(host_floats_of(d_dweight, dweight.size()), dweight));
+        report_check(name + ": dbias", relative_error(host_floats_of(d_dbias, dbias.size()), dbias));
+        device_free(d_dinp, d_dweight, d_dbias);
     }
-    for (floatX* p : {d_inp, d_weight, d_dout, d_pre}) CUDA_CHECK(cudaFree(p));
-    CUDA_CHECK(cudaFree(scratch));
-    return ok;
+    device_free(d_inp, d_weight, d_dout, d_pre, scratch);
 }
 
 // ---- timings (GPU only)
@@ -233,11 +180,10 @@ void time_layer(const Shape& s, int N, double ceiling_tflops, double copy_gbs) {
     floatX** buffers[] = {&inp, &weight, &bias, &out, &dout, &dinp, &dweight, &dbias};
     const size_t sizes[] = {in_size, w_size, (size_t)OC, out_size, out_size, in_size, w_size, (size_t)OC};
     for (int i = 0; i < 8; i++) {
-        CUDA_CHECK(cudaMalloc(buffers[i], sizes[i] * sizeof(floatX)));
+        *buffers[i] = device_buffer<floatX>(sizes[i]);
         fill_random_device(*buffers[i], sizes[i], 10 + i, i == 1 ? 0.02f : 1.0f);  // weights ~ GPT-2's scale
     }
-    void* scratch = nullptr;
-    CUDA_CHECK(cudaMalloc(&scratch, matmul_backward_scratch_bytes(N, OC)));
+    void* scratch = device_buffer<char>(matmul_backward_scratch_bytes(N, OC));
     const floatX* b = s.has_bias ? bias : nullptr;
     const double flops = 2.0 * N * (double)IC * OC;
     char label[96];
@@ -269,7 +215,7 @@ void time_layer(const Shape& s, int N, double ceiling_tflops, double copy_gbs) {
         report_bandwidth(name("bias gradient kernel"), bgrad, bytes, copy_gbs);
     }
     for (floatX** p : buffers) CUDA_CHECK(cudaFree(*p));
-    CUDA_CHECK(cudaFree(scratch));
+    device_free(scratch);
 }
 
 // fc forward with GELU and fcproj's input gradient with the GELU gradient: separate passes vs fused.
@@ -280,7 +226,7 @@ void time_gelu_fusion(int N, int C, double ceiling_tflops) {
                             (size_t)N * H, (size_t)N * C, (size_t)N * H, (size_t)C * H};
     floatX** buffers[] = {&inp, &weight, &bias, &out, &pre, &dout, &dinp, &fcproj_weight};
     for (int i = 0; i < 8; i++) {
-        CUDA_CHECK(cudaMalloc(buffers[i], sizes[i] * sizeof(floatX)));
+        *buffers[i] = device_buffer<floatX>(sizes[i]);
         fill_random_device(*buffers[i], sizes[i], 100 + i, i == 1 || i == 7 ? 0.02f : 1.0f);
     }
     const double flops = 2.0 * N * (double)C * H;
@@ -318,11 +264,10 @@ void time_gelu_fusion(int N, int C, double ceiling_tflops) {
 int main() {
     print_device_header();
     matmul_setup();
-    bool ok = true;
     // Checks: small shapes with N not a power of two and IC, OC not multiples of 64.
-    ok &= check_forward_versions(74, 160, 480);
-    ok &= check_gelu_forward_versions(74, 160, 640);
-    ok &= check_backward_versions(74, 640, 160);
+    check_forward_versions(74, 160, 480);
+    check_gelu_forward_versions(74, 160, 640);
+    check_backward_versions(74, 640, 160);
     const double ceiling = measure_bf16_gemm_tflops();
 
     if (BENCH_ON_GPU) {
@@ -343,6 +288,5 @@ int main() {
         printf("emulator: checks only (the GEMM-ceiling code ran on a %s product)\n", "128^3");
     }
     matmul_teardown();
-    printf(ok ? "all checks passed\n" : "SOME CHECKS FAILED\n");
-    return ok ? 0 : 1;
+    return bench_exit_status();
 }
