@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "kernels/common.h"
 
@@ -60,9 +61,54 @@ inline int layernorm_vecs_per_lane(int C) {
     return 0;
 }
 
+// Calls f(std::integral_constant<int, V>()) for V = layernorm_vecs_per_lane(C), the register-array
+// length the kernels are instantiated with, or for V = 0 when the row is too long for registers.
+template <typename F>
+inline void layernorm_with_vecs_per_lane(int C, F&& f) {
+    switch (layernorm_vecs_per_lane(C)) {
+        case 1:
+            return f(std::integral_constant<int, 1>());
+        case 2:
+            return f(std::integral_constant<int, 2>());
+        case 3:
+            return f(std::integral_constant<int, 3>());
+        case 4:
+            return f(std::integral_constant<int, 4>());
+        case 6:
+            return f(std::integral_constant<int, 6>());
+        case 8:
+            return f(std::integral_constant<int, 8>());
+        case 12:
+            return f(std::integral_constant<int, 12>());
+        case 16:
+            return f(std::integral_constant<int, 16>());
+        default:
+            return f(std::integral_constant<int, 0>());
+    }
+}
+
 // One output element: normalised, scaled and shifted; one definition for every forward kernel.
 __device__ __forceinline__ float layernorm_apply(float x, float mean, float rstd, float w, float b) {
     return (x - mean) * rstd * w + b;
+}
+// The same for one 128-bit vector of the row, with its weight and bias vectors.
+__device__ __forceinline__ Packed128<floatX> layernorm_apply128(const Packed128<floatX>& x, float mean,
+                                                                float rstd, const Packed128<floatX>& w,
+                                                                const Packed128<floatX>& b) {
+    Packed128<floatX> o;
+#pragma unroll
+    for (int k = 0; k < LAYERNORM_X128; k++)
+        o[k] =
+            from_float<floatX>(layernorm_apply(to_float(x[k]), mean, rstd, to_float(w[k]), to_float(b[k])));
+    return o;
+}
+// a + b for one 128-bit vector: fp32 sums rounded to floatX (the residual stream).
+__device__ __forceinline__ Packed128<floatX> layernorm_add128(const Packed128<floatX>& a,
+                                                              const Packed128<floatX>& b) {
+    Packed128<floatX> sum;
+#pragma unroll
+    for (int k = 0; k < LAYERNORM_X128; k++) sum[k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+    return sum;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -114,11 +160,8 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
         const int v = lane + 32 * i;
         if (v >= vecs) break;
         if (FUSED) {
-            const Packed128<floatX> a = load128cs(inp1 + offset + v * LAYERNORM_X128);
-            const Packed128<floatX> b = load128cs(inp2 + offset + v * LAYERNORM_X128);
-#pragma unroll
-            for (int k = 0; k < LAYERNORM_X128; k++)
-                x[i][k] = from_float<floatX>(to_float(a[k]) + to_float(b[k]));
+            x[i] = layernorm_add128(load128cs(inp1 + offset + v * LAYERNORM_X128),
+                                    load128cs(inp2 + offset + v * LAYERNORM_X128));
             store128(residual_out + offset + v * LAYERNORM_X128, x[i]);
         } else {
             x[i] = load128cs(inp1 + offset + v * LAYERNORM_X128);
@@ -135,12 +178,7 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
         if (v >= vecs) break;
         const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
         const Packed128<floatX> b = load128(bias + v * LAYERNORM_X128);
-        Packed128<floatX> o;
-#pragma unroll
-        for (int k = 0; k < LAYERNORM_X128; k++)
-            o[k] = from_float<floatX>(
-                layernorm_apply(to_float(x[i][k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
-        store128(out + offset + v * LAYERNORM_X128, o);
+        store128(out + offset + v * LAYERNORM_X128, layernorm_apply128(x[i], row_mean, row_rstd, w, b));
     }
     if (lane == 0 && mean != nullptr) mean[row] = row_mean;
     if (lane == 0 && rstd != nullptr) rstd[row] = row_rstd;
@@ -165,9 +203,7 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
     for (int v = lane; v < vecs; v += 32) {
         Packed128<floatX> x = load128(inp1 + offset + v * LAYERNORM_X128);
         if (inp2 != nullptr) {
-            const Packed128<floatX> b = load128(inp2 + offset + v * LAYERNORM_X128);
-            for (int k = 0; k < LAYERNORM_X128; k++)
-                x[k] = from_float<floatX>(to_float(x[k]) + to_float(b[k]));
+            x = layernorm_add128(x, load128(inp2 + offset + v * LAYERNORM_X128));
             store128(residual_out + offset + v * LAYERNORM_X128, x);  // re-read below by this lane
         }
         for (int k = 0; k < LAYERNORM_X128; k++) sum += to_float(x[k]);
@@ -186,11 +222,7 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
         const Packed128<floatX> x = load128(x_row + v * LAYERNORM_X128);
         const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
         const Packed128<floatX> b = load128(bias + v * LAYERNORM_X128);
-        Packed128<floatX> o;
-        for (int k = 0; k < LAYERNORM_X128; k++)
-            o[k] = from_float<floatX>(
-                layernorm_apply(to_float(x[k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
-        store128(out + offset + v * LAYERNORM_X128, o);
+        store128(out + offset + v * LAYERNORM_X128, layernorm_apply128(x, row_mean, row_rstd, w, b));
     }
     if (lane == 0 && mean != nullptr) mean[row] = row_mean;
     if (lane == 0 && rstd != nullptr) rstd[row] = row_rstd;
@@ -201,11 +233,7 @@ __global__ void residual_forward_kernel(floatX* __restrict__ out, const floatX* 
                                         const floatX* __restrict__ b, size_t n) {
     const size_t first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * LAYERNORM_X128;
     if (first + LAYERNORM_X128 <= n) {
-        const Packed128<floatX> x = load128cs(a + first), y = load128cs(b + first);
-        Packed128<floatX> sum;
-#pragma unroll
-        for (int k = 0; k < LAYERNORM_X128; k++) sum[k] = from_float<floatX>(to_float(x[k]) + to_float(y[k]));
-        store128(out + first, sum);
+        store128(out + first, layernorm_add128(load128cs(a + first), load128cs(b + first)));
     } else {
         for (size_t i = first; i < n; i++) out[i] = from_float<floatX>(to_float(a[i]) + to_float(b[i]));
     }
@@ -250,6 +278,36 @@ __device__ __forceinline__ void layernorm_write_block_partial(float* __restrict_
     }
 }
 
+// One 128-bit vector's share of the row sums Σ g and Σ g·xhat, with g = dout·weight.
+__device__ __forceinline__ void layernorm_add_row_sums(const Packed128<floatX>& d, const Packed128<floatX>& x,
+                                                       const Packed128<floatX>& w, float mean, float rstd,
+                                                       float& sum_g, float& sum_gx) {
+#pragma unroll
+    for (int k = 0; k < LAYERNORM_X128; k++) {
+        const float g = to_float(d[k]) * to_float(w[k]);
+        sum_g += g;
+        sum_gx += g * (to_float(x[k]) - mean) * rstd;
+    }
+}
+// One 128-bit vector's gradients, from the row's mean_g and mean_gx: dx += rstd·(g − mean_g −
+// xhat·mean_gx) in place, and its terms of the parameter gradients, dw = dout·xhat and db = dout.
+__device__ __forceinline__ void layernorm_vector_gradients(Packed128<floatX>& dx, float (&dw)[LAYERNORM_X128],
+                                                           float (&db)[LAYERNORM_X128],
+                                                           const Packed128<floatX>& d,
+                                                           const Packed128<floatX>& x,
+                                                           const Packed128<floatX>& w, float mean, float rstd,
+                                                           float mean_g, float mean_gx) {
+#pragma unroll
+    for (int k = 0; k < LAYERNORM_X128; k++) {
+        const float dk = to_float(d[k]);
+        const float xhat = (to_float(x[k]) - mean) * rstd;
+        const float g = dk * to_float(w[k]);
+        dx[k] = from_float<floatX>(to_float(dx[k]) + rstd * (g - mean_g - xhat * mean_gx));
+        dw[k] = dk * xhat;
+        db[k] = dk;
+    }
+}
+
 // One warp per row (rows strided over the whole grid), dout and x in registers. Dynamic shared
 // memory: warps · 2C floats. Writes one partial row of 2C floats per block into `partials`.
 template <int VECS>
@@ -286,13 +344,8 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
         for (int i = 0; i < VECS; i++) {
             const int v = lane + 32 * i;
             if (v >= vecs) break;
-            const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
-#pragma unroll
-            for (int k = 0; k < LAYERNORM_X128; k++) {
-                const float g = to_float(d[i][k]) * to_float(w[k]);
-                sum_g += g;
-                sum_gx += g * (to_float(x[i][k]) - row_mean) * row_rstd;
-            }
+            layernorm_add_row_sums(d[i], x[i], load128(weight + v * LAYERNORM_X128), row_mean, row_rstd,
+                                   sum_g, sum_gx);
         }
         const float mean_g = warp_reduce_sum(sum_g) / (float)C;
         const float mean_gx = warp_reduce_sum(sum_gx) / (float)C;
@@ -302,17 +355,9 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
         for (int i = 0; i < VECS; i++) {
             const int v = lane + 32 * i;
             if (v >= vecs) break;
-            const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
             float dw[LAYERNORM_X128], db[LAYERNORM_X128];
-#pragma unroll
-            for (int k = 0; k < LAYERNORM_X128; k++) {
-                const float dk = to_float(d[i][k]);
-                const float xhat = (to_float(x[i][k]) - row_mean) * row_rstd;
-                const float g = dk * to_float(w[k]);
-                dx[i][k] = from_float<floatX>(to_float(dx[i][k]) + row_rstd * (g - mean_g - xhat * mean_gx));
-                dw[k] = dk * xhat;
-                db[k] = dk;
-            }
+            layernorm_vector_gradients(dx[i], dw, db, d[i], x[i], load128(weight + v * LAYERNORM_X128),
+                                       row_mean, row_rstd, mean_g, mean_gx);
             store128(dinp + offset + v * LAYERNORM_X128, dx[i]);
             layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
         }
@@ -341,12 +386,8 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
         for (int v = lane; v < vecs; v += 32) {
             const Packed128<floatX> d = load128(dout + offset + v * LAYERNORM_X128);
             const Packed128<floatX> x = load128(inp + offset + v * LAYERNORM_X128);
-            const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
-            for (int k = 0; k < LAYERNORM_X128; k++) {
-                const float g = to_float(d[k]) * to_float(w[k]);
-                sum_g += g;
-                sum_gx += g * (to_float(x[k]) - row_mean) * row_rstd;
-            }
+            layernorm_add_row_sums(d, x, load128(weight + v * LAYERNORM_X128), row_mean, row_rstd, sum_g,
+                                   sum_gx);
         }
         const float mean_g = warp_reduce_sum(sum_g) / (float)C;
         const float mean_gx = warp_reduce_sum(sum_gx) / (float)C;
@@ -356,14 +397,7 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
             const Packed128<floatX> w = load128(weight + v * LAYERNORM_X128);
             Packed128<floatX> dx = load128(dinp + offset + v * LAYERNORM_X128);
             float dw[LAYERNORM_X128], db[LAYERNORM_X128];
-            for (int k = 0; k < LAYERNORM_X128; k++) {
-                const float dk = to_float(d[k]);
-                const float xhat = (to_float(x[k]) - row_mean) * row_rstd;
-                const float g = dk * to_float(w[k]);
-                dx[k] = from_float<floatX>(to_float(dx[k]) + row_rstd * (g - mean_g - xhat * mean_gx));
-                dw[k] = dk * xhat;
-                db[k] = dk;
-            }
+            layernorm_vector_gradients(dx, dw, db, d, x, w, row_mean, row_rstd, mean_g, mean_gx);
             store128(dinp + offset + v * LAYERNORM_X128, dx);
             layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
         }
@@ -427,25 +461,15 @@ inline void layernorm_forward_launch(floatX* out, float* mean, float* rstd, floa
     if (N == 0) return;
     const int blocks = ceil_div(N, LAYERNORM_FORWARD_THREADS / 32);
     const int threads = LAYERNORM_FORWARD_THREADS;
-#define LAYERNORM_FORWARD_CASE(V)                                                                 \
-    case V:                                                                                       \
-        LAUNCH((layernorm_forward_kernel<V, FUSED>), blocks, threads, 0, stream, out, mean, rstd, \
-               residual_out, inp1, inp2, weight, bias, N, C);                                     \
-        break;
-    switch (layernorm_vecs_per_lane(C)) {
-        LAYERNORM_FORWARD_CASE(1)
-        LAYERNORM_FORWARD_CASE(2)
-        LAYERNORM_FORWARD_CASE(3)
-        LAYERNORM_FORWARD_CASE(4)
-        LAYERNORM_FORWARD_CASE(6)
-        LAYERNORM_FORWARD_CASE(8)
-        LAYERNORM_FORWARD_CASE(12)
-        LAYERNORM_FORWARD_CASE(16)
-        default:
+    layernorm_with_vecs_per_lane(C, [&](auto vecs_per_lane) {
+        constexpr int VECS = decltype(vecs_per_lane)::value;
+        if constexpr (VECS > 0)
+            LAUNCH((layernorm_forward_kernel<VECS, FUSED>), blocks, threads, 0, stream, out, mean, rstd,
+                   residual_out, inp1, inp2, weight, bias, N, C);
+        else
             LAUNCH(layernorm_forward_wide_kernel, blocks, threads, 0, stream, out, mean, rstd,
                    FUSED ? residual_out : nullptr, inp1, FUSED ? inp2 : nullptr, weight, bias, N, C);
-    }
-#undef LAYERNORM_FORWARD_CASE
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -498,34 +522,13 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     if (device == cached_device && N == cached_N && C == cached_C) return cached;
 
     LayernormBackwardPlan plan{};
-    switch (layernorm_vecs_per_lane(C)) {
-        case 1:
-            plan.kernel = layernorm_backward_kernel<1>;
-            break;
-        case 2:
-            plan.kernel = layernorm_backward_kernel<2>;
-            break;
-        case 3:
-            plan.kernel = layernorm_backward_kernel<3>;
-            break;
-        case 4:
-            plan.kernel = layernorm_backward_kernel<4>;
-            break;
-        case 6:
-            plan.kernel = layernorm_backward_kernel<6>;
-            break;
-        case 8:
-            plan.kernel = layernorm_backward_kernel<8>;
-            break;
-        case 12:
-            plan.kernel = layernorm_backward_kernel<12>;
-            break;
-        case 16:
-            plan.kernel = layernorm_backward_kernel<16>;
-            break;
-        default:
+    layernorm_with_vecs_per_lane(C, [&](auto vecs_per_lane) {
+        constexpr int VECS = decltype(vecs_per_lane)::value;
+        if constexpr (VECS > 0)
+            plan.kernel = layernorm_backward_kernel<VECS>;
+        else
             plan.kernel = layernorm_backward_wide_kernel;
-    }
+    });
     int sms = 1, max_shared = 48 * 1024;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -579,7 +582,7 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, voi
 // Recompute (activation recomputation, train_gpt -r 2)
 
 // out = LayerNorm(inp) from the mean and rstd the forward saved: one 128-bit vector per thread, the
-// same layernorm_apply() as the forward kernels, so the result is bit for bit the forward's output.
+// same layernorm_apply128() as the forward kernels, so the result is bit for bit the forward's output.
 // Reads N·C·S + 8N bytes (plus weight and bias from cache), writes N·C·S.
 __global__ void layernorm_recompute_kernel(floatX* __restrict__ out, const floatX* __restrict__ inp,
                                            const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -592,11 +595,7 @@ __global__ void layernorm_recompute_kernel(floatX* __restrict__ out, const float
     const size_t at = layernorm_row_offset(row, C) + column;
     const Packed128<floatX> x = load128cs(inp + at);
     const Packed128<floatX> w = load128(weight + column), b = load128(bias + column);
-    const float row_mean = mean[row], row_rstd = rstd[row];
-    Packed128<floatX> o;
-    for (int k = 0; k < LAYERNORM_X128; k++)
-        o[k] = from_float<floatX>(layernorm_apply(to_float(x[k]), row_mean, row_rstd, to_float(w[k]), to_float(b[k])));
-    store128(out + at, o);
+    store128(out + at, layernorm_apply128(x, mean[row], rstd[row], w, b));
 }
 
 inline void layernorm_recompute(floatX* out, const floatX* inp, const float* mean, const float* rstd,
@@ -604,7 +603,7 @@ inline void layernorm_recompute(floatX* out, const floatX* inp, const float* mea
     layernorm_check("layernorm_recompute", N, C, {out, inp, weight, bias});  // mean, rstd: scalar loads
     if (N == 0) return;
     const size_t vectors = (size_t)N * (C / LAYERNORM_X128);
-    LAUNCH(layernorm_recompute_kernel, (unsigned)((vectors + 255) / 256), 256, 0, stream, out, inp, mean, rstd,
-           weight, bias, N, C);
+    LAUNCH(layernorm_recompute_kernel, (unsigned)((vectors + 255) / 256), 256, 0, stream, out, inp, mean,
+           rstd, weight, bias, N, C);
     CUDA_CHECK(cudaGetLastError());
 }
