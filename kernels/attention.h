@@ -90,6 +90,28 @@ __device__ void stage_rows(float* dst, int pitch, const Tio* src, size_t stride,
         dst[r * pitch + d] = r < valid ? to_float(src[r * stride + d]) : 0.0f;
     }
 }
+// acc[i] += Σ_j weights[j] · tile[j][lane + 32i] over the kTile rows j of a staged tile (row pitch
+// `pitch`): one row of probabilities (or of their gradients) times the tile, in the output
+// dimensions this lane owns.
+template <int kDims>
+__device__ __forceinline__ void add_weighted_rows(float (&acc)[kDims], const float* weights,
+                                                  const float* tile, int pitch, int HS, int lane) {
+    ATTENTION_UNROLL
+    for (int i = 0; i < kDims; i++) {
+        const int d = lane + 32 * i;
+        if (d < HS)
+            for (int j = 0; j < kTile; j++) acc[i] = fmaf(weights[j], tile[j * pitch + d], acc[i]);
+    }
+}
+// Writes scale · acc (this lane's output dimensions of one row) to the row at dst.
+template <typename Tio, int kDims>
+__device__ __forceinline__ void store_row(Tio* dst, const float (&acc)[kDims], float scale, int HS,
+                                          int lane) {
+    for (int i = 0; i < kDims; i++) {
+        const int d = lane + 32 * i;
+        if (d < HS) dst[d] = from_float<Tio>(scale * acc[i]);
+    }
+}
 
 // Forward: block (query block, head, batch), 16 query rows; heavy (late) query blocks first.
 // Shared: q [16][HS], k [32][HS+1] (padded: lanes read different rows), v [32][HS], p [4][32].
@@ -131,13 +153,8 @@ __global__ void __launch_bounds__(kThreads)
             p_s[warp * 32 + lane] = p;
             __syncwarp();
             ATTENTION_UNROLL
-            for (int i = 0; i < kDims; i++) {
-                const int d = lane + 32 * i;
-                o[r][i] *= correction;
-                if (d < HS)
-                    for (int j = 0; j < kTile; j++)
-                        o[r][i] = fmaf(p_s[warp * 32 + j], v_s[j * HS + d], o[r][i]);
-            }
+            for (int i = 0; i < kDims; i++) o[r][i] *= correction;
+            add_weighted_rows(o[r], &p_s[warp * 32], v_s, HS, HS, lane);
             __syncwarp();  // p_s is rewritten for the next row
         }
     }
@@ -204,6 +221,8 @@ __global__ void __launch_bounds__(kThreads)
             p_s[warp * 32 + lane] = p;
             ds_s[warp * 32 + lane] = ds;
             __syncwarp();
+            // Both products in one sweep over the tile (as two add_weighted_rows calls they take more
+            // registers at kDims = 4 and 8).
             ATTENTION_UNROLL
             for (int i = 0; i < kDims; i++) {
                 const int d = lane + 32 * i;
@@ -220,14 +239,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kRowsPerWarp; r++) {
         const int key = k0 + warp * kRowsPerWarp + r;
         if (key >= T) continue;
-        Tio* dk_g = dqkv + attention_qkv_index(b, key, 1, h, T, NH, HS);
-        Tio* dv_g = dqkv + attention_qkv_index(b, key, 2, h, T, NH, HS);
-        for (int i = 0; i < kDims; i++) {
-            const int d = lane + 32 * i;
-            if (d >= HS) continue;
-            dk_g[d] = from_float<Tio>(scale * dk[r][i]);
-            dv_g[d] = from_float<Tio>(dv[r][i]);
-        }
+        store_row(dqkv + attention_qkv_index(b, key, 1, h, T, NH, HS), dk[r], scale, HS, lane);
+        store_row(dqkv + attention_qkv_index(b, key, 2, h, T, NH, HS), dv[r], 1.0f, HS, lane);
     }
 }
 
@@ -277,13 +290,7 @@ __global__ void __launch_bounds__(kThreads)
             }
             ds_s[warp * 32 + lane] = ds;
             __syncwarp();
-            ATTENTION_UNROLL
-            for (int i = 0; i < kDims; i++) {
-                const int d = lane + 32 * i;
-                if (d < HS)
-                    for (int j = 0; j < kTile; j++)
-                        dq[r][i] = fmaf(ds_s[warp * 32 + j], k_s[j * (HS + 1) + d], dq[r][i]);
-            }
+            add_weighted_rows(dq[r], &ds_s[warp * 32], k_s, HS + 1, HS, lane);
             __syncwarp();
         }
     }
@@ -291,11 +298,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kRowsPerWarp; r++) {
         const int t = q0 + warp * kRowsPerWarp + r;
         if (t >= T) continue;
-        Tio* dq_g = dqkv + attention_qkv_index(b, t, 0, h, T, NH, HS);
-        for (int i = 0; i < kDims; i++) {
-            const int d = lane + 32 * i;
-            if (d < HS) dq_g[d] = from_float<Tio>(scale * dq[r][i]);
-        }
+        store_row(dqkv + attention_qkv_index(b, t, 0, h, T, NH, HS), dq[r], scale, HS, lane);
     }
 }
 
@@ -508,6 +511,62 @@ __device__ __forceinline__ void accumulators_as_a(uint32_t a[4], const float c0[
 __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
     mma_m16n8k16_bf16(d, a, b, d);
 }
+// acc[0], acc[1] += A times the two 8-column halves of a 16-column B block taken from a tile: rows
+// n0..n0+15, columns k0..k0+15 of a tile whose rows are n (K in S = Q·Kᵀ) ...
+template <class Tile, bool kLdmatrix>
+__device__ __forceinline__ void mma_tile_rows(float acc[][4], const uint32_t a[4], const bf16* tile, int n0,
+                                              int k0) {
+    uint32_t b[2][2];
+    load_b_from_rows<Tile, kLdmatrix>(b, tile, n0, k0);
+    mma(acc[0], a, b[0]);
+    mma(acc[1], a, b[1]);
+}
+// ... or rows k0..k0+15, columns n0..n0+15 of a tile whose rows are k (V in O = P·V).
+template <class Tile, bool kLdmatrix>
+__device__ __forceinline__ void mma_tile_columns(float acc[][4], const uint32_t a[4], const bf16* tile,
+                                                 int k0, int n0) {
+    uint32_t b[2][2];
+    load_b_from_columns<Tile, kLdmatrix>(b, tile, k0, n0);
+    mma(acc[0], a, b[0]);
+    mma(acc[1], a, b[1]);
+}
+
+// The tile loop of every kernel, double-buffered with cp.async: before the work on the block's
+// step-th tile (`tile`, in stage step % 2), wait for its copies (issued one step earlier) and issue
+// the next tile's into the other stage. Without cp.async there is one stage, loaded between two
+// barriers. load(tile, stage) issues one tile's copies; the first tile is loaded before the loop.
+template <bool kAsync, class LoadTile>
+__device__ __forceinline__ void next_tile(int tile, int step, int tiles, const LoadTile& load,
+                                          CpAsyncQueue& copies) {
+    if (step > 0) {
+        if constexpr (kAsync) {
+            cp_async_wait_group<0>(copies);  // this tile's copies (issued last step)
+            __syncthreads();                 // everyone's, and the previous tile is used up
+        } else {
+            __syncthreads();
+            load(tile, 0);
+            __syncthreads();
+        }
+    }
+    if constexpr (kAsync) {
+        if (tile + 1 < tiles) {
+            load(tile + 1, (step + 1) % 2);
+            cp_async_commit_group(copies);
+        }
+    }
+}
+// Issues the copies of key tile `tile` (kBlockK keys from tile·kBlockK; zeros past T) of K and V,
+// whose first rows are at k_g and v_g, into stage `stage` of k_tiles and v_tiles.
+template <class Tile, int kBlockK, bool kAsync>
+__device__ __forceinline__ void load_kv_tiles(bf16* k_tiles, bf16* v_tiles, const bf16* k_g, const bf16* v_g,
+                                              size_t stride, int T, int tile, int stage,
+                                              CpAsyncQueue& copies) {
+    const int k0 = tile * kBlockK;
+    load_tile<Tile, kBlockK, kAsync>(k_tiles + stage * Tile::elements(kBlockK), k_g + k0 * stride, stride,
+                                     T - k0, copies);
+    load_tile<Tile, kBlockK, kAsync>(v_tiles + stage * Tile::elements(kBlockK), v_g + k0 * stride, stride,
+                                     T - k0, copies);
+}
 
 // Stores a warp's 16 accumulator rows (16 × HS fp32, times `scale`) as bf16 to global memory rows
 // row0.. (row r at dst + r·stride), staged through the warp's own 16 rows of a shared tile so that
@@ -565,11 +624,8 @@ __global__ void __launch_bounds__(kThreads)
     const int tiles = q_block + 1;  // key tiles up to the diagonal (kBlockK == kBlockQ)
     CpAsyncQueue copies;
     auto load_kv = [&](int tile, int stage) {
-        const int k0 = tile * kBlockK;
-        load_tile<Tile, kBlockK, kAsync>(k_tiles + stage * Tile::elements(kBlockK), q_g + C + k0 * stride,
-                                         stride, T - k0, copies);
-        load_tile<Tile, kBlockK, kAsync>(v_tiles + stage * Tile::elements(kBlockK), q_g + 2 * C + k0 * stride,
-                                         stride, T - k0, copies);
+        load_kv_tiles<Tile, kBlockK, kAsync>(k_tiles, v_tiles, q_g + C, q_g + 2 * C, stride, T, tile, stage,
+                                             copies);
     };
 
     // Q and the first K/V tile; then this warp's Q rows stay in registers as A fragments.
@@ -588,6 +644,7 @@ __global__ void __launch_bounds__(kThreads)
     float o[HS / 8][4] = {};
 
     for (int tile = 0; tile < tiles; tile++) {
+        // next_tile(), written out: through the helper nvcc 13 spills at HS = 64 on sm_90a.
         if (tile > 0) {
             if constexpr (kAsync) {
                 cp_async_wait_group<0>(copies);  // this tile's copies (issued last iteration)
@@ -616,10 +673,7 @@ __global__ void __launch_bounds__(kThreads)
             ATTENTION_UNROLL
             for (int j = 0; j < kKeyBlocks / 2; j++) {
                 if (diagonal && j > warp) continue;
-                uint32_t kb[2][2];
-                load_b_from_rows<Tile, kLdm>(kb, k_tile, 16 * j, 16 * ks);
-                mma(s[2 * j], q_frag[ks], kb[0]);
-                mma(s[2 * j + 1], q_frag[ks], kb[1]);
+                mma_tile_rows<Tile, kLdm>(&s[2 * j], q_frag[ks], k_tile, 16 * j, 16 * ks);
             }
         }
         // Causal mask (the diagonal tile only: key and query blocks start at the same index).
@@ -672,12 +726,8 @@ __global__ void __launch_bounds__(kThreads)
             uint32_t p_frag[4];
             accumulators_as_a(p_frag, s[2 * j], s[2 * j + 1]);
             ATTENTION_UNROLL
-            for (int n = 0; n < HS / 16; n++) {
-                uint32_t vb[2][2];
-                load_b_from_columns<Tile, kLdm>(vb, v_tile, 16 * j, 16 * n);
-                mma(o[2 * n], p_frag, vb[0]);
-                mma(o[2 * n + 1], p_frag, vb[1]);
-            }
+            for (int n = 0; n < HS / 16; n++)
+                mma_tile_columns<Tile, kLdm>(&o[2 * n], p_frag, v_tile, 16 * j, 16 * n);
         }
     }
 
@@ -774,22 +824,7 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int tile = first_tile; tile < tiles; tile++) {
         const int step = tile - first_tile;
-        if (step > 0) {
-            if constexpr (kAsync) {
-                cp_async_wait_group<0>(copies);
-                __syncthreads();
-            } else {
-                __syncthreads();
-                load_queries(tile, 0);
-                __syncthreads();
-            }
-        }
-        if constexpr (kAsync) {
-            if (tile + 1 < tiles) {
-                load_queries(tile + 1, (step + 1) % 2);
-                cp_async_commit_group(copies);
-            }
-        }
+        next_tile<kAsync>(tile, step, tiles, load_queries, copies);
         const int stage = step % Config::kStages, q0 = tile * kBlockQ;
         const bf16* q_tile = q_tiles + stage * Tile::elements(kBlockQ);
         const bf16* do_tile = do_tiles + stage * Tile::elements(kBlockQ);
@@ -814,13 +849,8 @@ __global__ void __launch_bounds__(kThreads)
             ATTENTION_UNROLL
             for (int j = 0; j < kQueryBlocks / 2; j++) {
                 if (masked_out(j)) continue;
-                uint32_t qb[2][2], dob[2][2];
-                load_b_from_rows<Tile, kLdm>(qb, q_tile, 16 * j, 16 * ks);
-                mma(st[2 * j], ka, qb[0]);
-                mma(st[2 * j + 1], ka, qb[1]);
-                load_b_from_rows<Tile, kLdm>(dob, do_tile, 16 * j, 16 * ks);
-                mma(dpt[2 * j], va, dob[0]);
-                mma(dpt[2 * j + 1], va, dob[1]);
+                mma_tile_rows<Tile, kLdm>(&st[2 * j], ka, q_tile, 16 * j, 16 * ks);
+                mma_tile_rows<Tile, kLdm>(&dpt[2 * j], va, do_tile, 16 * j, 16 * ks);
             }
         }
         // Pᵀ (into st) and dSᵀ (into dpt). Padding queries (≥ T) have zero Q, dO, lse and D, so
@@ -846,13 +876,8 @@ __global__ void __launch_bounds__(kThreads)
             accumulators_as_a(ds_frag, dpt[2 * j], dpt[2 * j + 1]);
             ATTENTION_UNROLL
             for (int n = 0; n < HS / 16; n++) {
-                uint32_t dob[2][2], qb[2][2];
-                load_b_from_columns<Tile, kLdm>(dob, do_tile, 16 * j, 16 * n);
-                mma(dv[2 * n], p_frag, dob[0]);
-                mma(dv[2 * n + 1], p_frag, dob[1]);
-                load_b_from_columns<Tile, kLdm>(qb, q_tile, 16 * j, 16 * n);
-                mma(dk[2 * n], ds_frag, qb[0]);
-                mma(dk[2 * n + 1], ds_frag, qb[1]);
+                mma_tile_columns<Tile, kLdm>(&dv[2 * n], p_frag, do_tile, 16 * j, 16 * n);
+                mma_tile_columns<Tile, kLdm>(&dk[2 * n], ds_frag, q_tile, 16 * j, 16 * n);
             }
         }
     }
@@ -901,11 +926,8 @@ __global__ void __launch_bounds__(kThreads)
     const int tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1;  // key tiles up to the last row
     CpAsyncQueue copies;
     auto load_kv = [&](int tile, int stage) {
-        const int k0 = tile * kBlockK;
-        load_tile<Tile, kBlockK, kAsync>(k_tiles + stage * Tile::elements(kBlockK), q_g + C + k0 * stride,
-                                         stride, T - k0, copies);
-        load_tile<Tile, kBlockK, kAsync>(v_tiles + stage * Tile::elements(kBlockK), q_g + 2 * C + k0 * stride,
-                                         stride, T - k0, copies);
+        load_kv_tiles<Tile, kBlockK, kAsync>(k_tiles, v_tiles, q_g + C, q_g + 2 * C, stride, T, tile, stage,
+                                             copies);
     };
 
     load_tile<Tile, kBlockQ, kAsync>(q_tile, q_g + q0 * stride, stride, T - q0, copies);
@@ -932,22 +954,7 @@ __global__ void __launch_bounds__(kThreads)
     float dq[HS / 8][4] = {};
 
     for (int tile = 0; tile < tiles; tile++) {
-        if (tile > 0) {
-            if constexpr (kAsync) {
-                cp_async_wait_group<0>(copies);
-                __syncthreads();
-            } else {
-                __syncthreads();
-                load_kv(tile, 0);
-                __syncthreads();
-            }
-        }
-        if constexpr (kAsync) {
-            if (tile + 1 < tiles) {
-                load_kv(tile + 1, (tile + 1) % 2);
-                cp_async_commit_group(copies);
-            }
-        }
+        next_tile<kAsync>(tile, tile, tiles, load_kv, copies);
         const bf16* k_tile = k_tiles + (tile % Config::kStages) * Tile::elements(kBlockK);
         const bf16* v_tile = v_tiles + (tile % Config::kStages) * Tile::elements(kBlockK);
         const int k0 = tile * kBlockK;
@@ -961,13 +968,8 @@ __global__ void __launch_bounds__(kThreads)
             ATTENTION_UNROLL
             for (int j = 0; j < kKeyBlocks / 2; j++) {
                 if (masked_out(j)) continue;
-                uint32_t kb[2][2], vb[2][2];
-                load_b_from_rows<Tile, kLdm>(kb, k_tile, 16 * j, 16 * ks);
-                mma(s[2 * j], q_frag[ks], kb[0]);
-                mma(s[2 * j + 1], q_frag[ks], kb[1]);
-                load_b_from_rows<Tile, kLdm>(vb, v_tile, 16 * j, 16 * ks);
-                mma(dp[2 * j], do_frag[ks], vb[0]);
-                mma(dp[2 * j + 1], do_frag[ks], vb[1]);
+                mma_tile_rows<Tile, kLdm>(&s[2 * j], q_frag[ks], k_tile, 16 * j, 16 * ks);
+                mma_tile_rows<Tile, kLdm>(&dp[2 * j], do_frag[ks], v_tile, 16 * j, 16 * ks);
             }
         }
         // dS (into dp); keys past T lie after every real row, so the causal mask covers them.
@@ -988,12 +990,8 @@ __global__ void __launch_bounds__(kThreads)
             uint32_t ds_frag[4];
             accumulators_as_a(ds_frag, dp[2 * j], dp[2 * j + 1]);
             ATTENTION_UNROLL
-            for (int n = 0; n < HS / 16; n++) {
-                uint32_t kb[2][2];
-                load_b_from_columns<Tile, kLdm>(kb, k_tile, 16 * j, 16 * n);
-                mma(dq[2 * n], ds_frag, kb[0]);
-                mma(dq[2 * n + 1], ds_frag, kb[1]);
-            }
+            for (int n = 0; n < HS / 16; n++)
+                mma_tile_columns<Tile, kLdm>(&dq[2 * n], ds_frag, k_tile, 16 * j, 16 * n);
         }
     }
     const int row0 = q0 + warp * 16;
