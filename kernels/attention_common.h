@@ -1,0 +1,93 @@
+// Shared by the two implementations of causal self-attention (kernels/attention.h, which documents
+// the op): where q, k, v, out and lse live in their tensors, the backward's row correction
+// D = Σ_d dout·out (its kernel and its scratch size), and the shared-memory limit helper.
+#pragma once
+#include <cstddef>
+
+#include "kernels/common.h"
+
+#ifdef __CUDACC__
+#define ATTENTION_UNROLL _Pragma("unroll")
+#else
+#define ATTENTION_UNROLL
+#endif
+
+// ---- where things are, in elements; size_t because B·T·3C passes 2^31 for large runs.
+__host__ __device__ inline size_t attention_qkv_index(int b, int t, int part, int h, int T, int NH, int HS) {
+    const size_t C = (size_t)NH * HS;  // part: 0 q, 1 k, 2 v
+    return ((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)h * HS;
+}
+__host__ __device__ inline size_t attention_out_index(int b, int t, int h, int T, int NH, int HS) {
+    return ((size_t)b * T + t) * ((size_t)NH * HS) + (size_t)h * HS;
+}
+__host__ __device__ inline size_t attention_lse_index(int b, int h, int t, int T, int NH) {
+    return ((size_t)b * NH + h) * T + t;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// D[b][h][t] = Σ_d dout·out over the head's channels (the backward's row correction).
+// Vectorised: one thread per 16-byte chunk of the (B·T, C) rows, the HS/kVec consecutive lanes of a
+// head summed with shuffles (HS/kVec a power of two up to 32). Other head sizes: one thread per row.
+template <typename Tio>
+__global__ void attention_row_dot_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T,
+                                         int NH, int HS) {
+    constexpr int kVec = Packed128<Tio>::size;
+    const int lanes = HS / kVec;  // per head
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x,
+                    chunks = (long long)B * T * NH * lanes;
+    float sum = 0.0f;
+    if (i < chunks) {  // no early return: the whole warp takes part in the shuffles below
+        const Packed128<Tio> x = load128cs(dout + i * kVec), y = load128cs(out + i * kVec);
+        for (int k = 0; k < kVec; k++) sum = fmaf(to_float(x[k]), to_float(y[k]), sum);
+    }
+    for (int offset = lanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (i < chunks && i % lanes == 0) {
+        const long long row = i / lanes;  // (b·T + t)·NH + h
+        const int h = (int)(row % NH), t = (int)(row / NH % T), b = (int)(row / NH / T);
+        row_dot[attention_lse_index(b, h, t, T, NH)] = sum;
+    }
+}
+template <typename Tio>
+__global__ void attention_row_dot_scalar_kernel(float* row_dot, const Tio* dout, const Tio* out, int B, int T,
+                                                int NH, int HS) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // (b·T + t)·NH + h
+    if (i >= (long long)B * T * NH) return;
+    const int h = (int)(i % NH), t = (int)(i / NH % T), b = (int)(i / NH / T);
+    const size_t at = attention_out_index(b, t, h, T, NH, HS);
+    float sum = 0.0f;
+    for (int d = 0; d < HS; d++) sum = fmaf(to_float(dout[at + d]), to_float(out[at + d]), sum);
+    row_dot[attention_lse_index(b, h, t, T, NH)] = sum;
+}
+
+// Raises a kernel's dynamic shared memory limit where it needs more than the default 48 KiB.
+template <typename Kernel>
+inline void attention_allow_shared_bytes(Kernel kernel, size_t bytes) {
+    if (bytes > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// Scratch of the backward pass: D (B, NH, T) fp32, rounded up to 256 bytes.
+inline size_t attention_backward_scratch_bytes(int B, int T, int NH, int HS) {
+    (void)HS;
+    return ((size_t)B * NH * T * sizeof(float) + 255) / 256 * 256;
+}
+
+// Launches D = Σ dout·out into row_dot (B, NH, T): the vectorised kernel where the head size
+// allows it, else one thread per row.
+template <typename Tio>
+void attention_row_dot(float* row_dot, const Tio* dout, const Tio* out, int B, int T, int NH, int HS,
+                       cudaStream_t stream) {
+    constexpr int kVec = Packed128<Tio>::size;
+    const int lanes = HS / kVec;
+    if (HS % kVec == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0) {
+        const long long threads = (long long)B * T * NH * lanes;
+        LAUNCH(attention_row_dot_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream, row_dot,
+               dout, out, B, T, NH, HS);
+    } else {
+        const long long threads = (long long)B * T * NH;
+        LAUNCH(attention_row_dot_scalar_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream,
+               row_dot, dout, out, B, T, NH, HS);
+    }
+}
