@@ -76,15 +76,15 @@ $(BUILD)/test/host/test_generate: $(BUILD)/test/host/test_generate.o $(HOST_OBJS
 # CPU trainer under that name, saying in one line that it was built without CUDA. ./train_gpt_emu (and
 # train_gpt_emu_fp32) is train_gpt.cu built through the emulator (emu/): the real kernels on the CPU,
 # for the tests. Both link the CPU model too: train_gpt falls back to it when there is no device.
-# Data parallelism (dist/): ranks over MPI, and NCCL (the real one under nvcc, the stand-in over MPI in
+# Data parallelism (parallel/): ranks over MPI, and NCCL (the real one under nvcc, the stand-in over MPI in
 # the emulated build).
 TRAINER_HOST_OBJS := $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
-DIST_OBJS := $(BUILD)/dist/mpi_ranks.o
-$(DIST_OBJS): CXXFLAGS += $(MPI_CXXFLAGS) $(STAND_INS_CXXFLAGS)
+PARALLEL_OBJS := $(BUILD)/parallel/mpi_ranks.o
+$(PARALLEL_OBJS): CXXFLAGS += $(MPI_CXXFLAGS) $(STAND_INS_CXXFLAGS)
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)
     PROGRAMS += $(BIN)/train_gpt
-    $(BIN)/train_gpt: $(BUILD)/train_gpt.cuda.o $(TRAINER_HOST_OBJS) $(DIST_OBJS)
+    $(BIN)/train_gpt: $(BUILD)/train_gpt.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
   endif
 else
@@ -97,7 +97,7 @@ else
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 endif
 ifneq ($(CUDA_INCLUDE),)
-  TRAINER_EMU_OBJS := $(EMU_OBJS) $(sort $(EMU_STAND_IN_OBJS) $(TRAINER_HOST_OBJS)) $(DIST_OBJS)
+  TRAINER_EMU_OBJS := $(EMU_OBJS) $(sort $(EMU_STAND_IN_OBJS) $(TRAINER_HOST_OBJS)) $(PARALLEL_OBJS)
   PROGRAMS += $(BIN)/train_gpt_emu $(BIN)/train_gpt_emu_fp32
   $(BUILD)/train_gpt.emu.o $(BUILD)/train_gpt.fp32.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BIN)/train_gpt_emu: $(BUILD)/train_gpt.emu.o $(TRAINER_EMU_OBJS)
@@ -112,18 +112,18 @@ endif
 ifneq ($(CUDA_INCLUDE),)
   GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(BUILD)/test/trainer/fp32/test_gpu_model
   TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
-  # Data parallelism: the emulated trainer as several MPI ranks (test/dist/). The slowest whole-run
+  # Data parallelism: the emulated trainer as several MPI ranks (test/parallel/). The slowest whole-run
   # tests (multi-rank equivalence, restarts after SIGKILL) run in the plain build only: they exercise
   # processes and files more than memory safety, and the sanitized build would take minutes more.
   ifneq ($(SAN),1)
     TESTS += test/trainer/test_restart_after_kill.sh
   endif
   ifneq ($(MPI_LIBS),)
-    TESTS += test/dist/test_rank_failures.sh
+    TESTS += test/parallel/test_rank_failures.sh
     ifneq ($(SAN),1)
-      TESTS += $(BUILD)/test/dist/test_data_parallel
+      TESTS += $(BUILD)/test/parallel/test_data_parallel
     endif
-    $(BUILD)/test/dist/test_data_parallel: $(BUILD)/test/dist/test_data_parallel.o $(HOST_OBJS) \
+    $(BUILD)/test/parallel/test_data_parallel: $(BUILD)/test/parallel/test_data_parallel.o $(HOST_OBJS) \
                                            $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
@@ -137,7 +137,7 @@ ifneq ($(CUDA_INCLUDE),)
     ifneq ($(SAN),1)
       PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_model
       $(BUILD)/test/trainer/cuda/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.cuda.o \
-          $(BUILD)/test/test_main.cuda.o $(TRAINER_HOST_OBJS) $(DIST_OBJS)
+          $(BUILD)/test/test_main.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
     endif
@@ -167,7 +167,7 @@ endif
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)
     BENCHES += $(BIN)/dev/bin/bench_step
-    $(BIN)/dev/bin/bench_step: $(BUILD)/dev/bench_step.cuda.o $(TRAINER_HOST_OBJS) $(DIST_OBJS)
+    $(BIN)/dev/bin/bench_step: $(BUILD)/dev/bench_step.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
   endif

@@ -10,7 +10,7 @@
 //   4. update: gradient norm and AdamW; under ZeRO-1 (-z 1) each rank updates its shard and the
 //      ranks all-gather the new weights
 //   5. main(): ranks from MPI, the device (or the CPU when there is none), then the loop
-// Data parallelism: `mpirun -np N ./train_gpt` runs N ranks, one GPU each; see host/param_buckets.h for
+// Data parallelism: `mpirun -np N ./train_gpt` runs N ranks, one GPU each; see parallel/param_buckets.h for
 // how parameters are grouped into buckets and sharded.
 // Built by nvcc it is ./train_gpt; built through the emulator (emu/) it is ./train_gpt_emu, which runs
 // the same kernels on the CPU for the tests.
@@ -25,20 +25,23 @@
 #include <nccl.h>
 
 #include "cpu/cpu_train_model.h"
-#include "dist/mpi_ranks.h"
 #include "host/errors.h"
-#include "host/param_buckets.h"
 #include "host/train_loop.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/classifier.h"
 #include "kernels/common.h"
+#include "kernels/device_arena.h"
 #include "kernels/elementwise.h"
 #include "kernels/encoder.h"
 #include "kernels/gelu.h"
 #include "kernels/global_norm.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "parallel/mpi_ranks.h"
+#include "parallel/nccl_check.h"
+#include "parallel/param_buckets.h"
+#include "parallel/zero.h"
 
 // ------------------------------------------------------------------------------------------------
 // 1. Buffers
@@ -73,50 +76,6 @@ struct Activations {
     floatX* dfch;                      // (N, 4C)
 };
 
-// Device memory in one allocation: a list of (pointer, bytes) requests laid out 256-byte aligned, so
-// the start-up report and the out-of-memory check see the exact figure before anything is allocated.
-class DeviceArena {
-public:
-    template <typename T>
-    void request(T** pointer, size_t count) {
-        requests_.push_back({reinterpret_cast<void**>(pointer), count * sizeof(T)});
-    }
-    size_t bytes() const {
-        size_t total = 0;
-        for (const Request& r : requests_) total += round_up(r.bytes);
-        return total;
-    }
-    // Allocates everything requested since the last call, or fails naming the figure.
-    void allocate(const char* what) {
-        const size_t total = bytes();
-        if (total == 0) return;
-        char* base = nullptr;
-        if (cudaMalloc(&base, total) != cudaSuccess) {
-            cudaGetLastError();
-            fail("out of GPU memory allocating %.1f MiB for %s (try a smaller -b, -t, or -r 2)",
-                 total / 1048576.0, what);
-        }
-        blocks_.push_back(base);
-        for (const Request& r : requests_) {
-            *r.pointer = base;
-            base += round_up(r.bytes);
-        }
-        requests_.clear();
-    }
-    ~DeviceArena() {
-        for (void* block : blocks_) cudaFree(block);
-    }
-
-private:
-    struct Request {
-        void** pointer;
-        size_t bytes;
-    };
-    static size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
-    std::vector<Request> requests_;
-    std::vector<void*> blocks_;
-};
-
 // Dense bf16 tensor-core peak of known devices (FLOP/s), for MFU; 0 = unknown (MFU shows n/a).
 static double device_peak_flops(const cudaDeviceProp& prop) {
     const std::string name = prop.name;
@@ -131,19 +90,6 @@ static double device_peak_flops(const cudaDeviceProp& prop) {
     return 0;
 }
 
-// The NCCL type of floatX.
-#ifdef ENABLE_FP32
-constexpr ncclDataType_t NCCL_FLOATX = ncclFloat32;
-#else
-constexpr ncclDataType_t NCCL_FLOATX = ncclBfloat16;
-#endif
-#define NCCL_CHECK(call) nccl_check((call), #call, __FILE__, __LINE__)
-inline void nccl_check(ncclResult_t result, const char* what, const char* file, int line) {
-    if (result == ncclSuccess) return;
-    fprintf(stderr, "NCCL error %s at %s:%d: %s\n", ncclGetErrorString(result), file, line, what);
-    exit(2);
-}
-
 // This rank among the data-parallel ranks: the host group (MPI) and the NCCL communicator (null
 // without an MPI launcher: then there is nothing to communicate).
 struct DataParallel {
@@ -152,6 +98,47 @@ struct DataParallel {
     int rank() const { return ranks ? ranks->rank : 0; }
     int num_ranks() const { return ranks ? ranks->num_ranks : 1; }
 };
+
+// Everything sized by the micro-batch: activations, token ids, kernel scratch.
+struct StepBuffers {
+    Activations act{};
+    int* inputs = nullptr;   // (N) token ids of the current micro-batch
+    int* targets = nullptr;
+    void* scratch = nullptr;   // kernel scratch, the largest any kernel asks for
+    float* norm = nullptr;     // the squared gradient norm
+};
+static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
+                                 const TrainOptions& opt);
+
+// The ZeRO stage a run of `num_ranks` ranks uses: what -z asks for, when there is a communicator.
+static int zero_stage_in_effect(const TrainOptions& opt, bool communicates) {
+    return communicates ? opt.zero_stage : 0;
+}
+
+// fp32 master weights beside the working weights: with bf16 storage unless -w 0.
+static bool fp32_master_weights(const TrainOptions& opt) {
+#ifdef ENABLE_FP32
+    (void)opt;
+    return false;  // the working weights are fp32 already
+#else
+    return opt.fp32_master != 0;
+#endif
+}
+
+// The device memory and network traffic of one rank of a run, computed from the same buffer requests
+// the model makes, without allocating anything (for --dry-run; no device needed).
+ModelMemory plan_gpu_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks,
+                            bool communicates) {
+    DeviceArena arena;
+    ParameterStore store(make_param_buckets(config, num_ranks), zero_stage_in_effect(opt, communicates), 0,
+                         fp32_master_weights(opt));
+    store.request_memory(&arena);
+    StepBuffers buffers;
+    request_step_buffers(&arena, &buffers, config, opt);
+    ModelMemory memory = arena.memory();
+    memory.network_bytes_per_step = store.bytes_sent_per_step(grad_accum_steps(opt, num_ranks));
+    return memory;
+}
 
 class GPUModel : public TrainModel {
 public:
@@ -172,21 +159,31 @@ public:
 
     WeightType working_weight_type() const override;
     void set_working_weights(const std::vector<float>& weights) override;
-    std::vector<float> working_weights() override;
+    std::vector<float> working_weights() override { return store_.weights_in_layout_order(); }
+    std::vector<float> gather_working_weights(bool wanted) override {
+        return store_.weights_in_layout_order(wanted);
+    }
+    bool forward_is_collective() const override { return store_.stage() >= 3; }
     void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) override;
     void optimizer_state(std::vector<float>* master, std::vector<float>* m,
                          std::vector<float>* v) override;
-    bool optimizer_sharded() const override { return sharded_; }
+    bool optimizer_sharded() const override { return store_.optimizer_sharded(); }
     ModelMemory memory() const override { return memory_; }
-    // The gradients, widened to fp32 (for tests and debugging).
-    std::vector<float> gradients();
+    // The gradients, widened to fp32 (for tests and debugging; -z 0 and 1).
+    std::vector<float> gradients() { return store_.gradients_in_layout_order(); }
+    // Device bytes the model allocated (its arena), for tests of the memory report.
+    size_t allocated_bytes() const { return arena_.bytes(); }
 
 private:
-    // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb) in params or grads, which
-    // are in bucket order (host/param_buckets.h).
-    floatX* p(int t, int l = 0) const { return params_ + buckets_.device_offset(t, l); }
-    floatX* g(int t, int l = 0) const { return grads_ + buckets_.device_offset(t, l); }
+    // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb): its weights and its
+    // gradients, wherever the ZeRO stage keeps its bucket now (parallel/zero.h).
+    floatX* p(int t, int l = 0) const {
+        return store_.weights(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
+    }
+    floatX* g(int t, int l = 0) const {
+        return store_.gradients(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
+    }
     // Slice l of a per-layer activation of `width` values per position (slice 0 when not kept per layer).
     floatX* layer(floatX* base, int l, size_t width, bool per_layer = true) const {
         return base + (per_layer ? (size_t)l * max_N_ * width : 0);
@@ -203,17 +200,13 @@ private:
     void upload_tokens(const int* inputs, const int* targets, int B, int T);
     void run_forward(int B, int T);
     float run_classifier(bool write_dlogits, float loss_scale);
-    void run_backward(bool communicate);
-    void average_gradients(int bucket);
-    void finish_gradient_communication();
+    void run_backward(bool last_micro_step);
 
     GPTConfig config_;
     DataParallel dp_;
     ParamBuckets buckets_;            // device order of parameters and gradients
-    bool sharded_;                    // ZeRO-1: this rank keeps optimizer state for its shard only
-    std::vector<OwnedRun> owned_;     // the parameters this rank updates
-    cudaStream_t comm_stream_ = nullptr;
-    cudaEvent_t gradients_ready_ = nullptr, communication_done_ = nullptr;
+    ParameterStore store_;            // weights, gradients, optimizer state under the ZeRO stage
+    int accum_steps_;
     int max_B_, max_T_;
     size_t max_N_;
     int recompute_;
@@ -225,15 +218,8 @@ private:
     DeviceArena arena_;
     ModelMemory memory_;
 
-    floatX* params_ = nullptr;   // working weights, param_layout order
-    floatX* grads_ = nullptr;
-    float* master_ = nullptr;    // fp32 master weights (null with -w 0 or in the fp32 build)
-    float *adam_m_ = nullptr, *adam_v_ = nullptr;  // state order: this rank's shard, or all
-    Activations act_{};
-    int* inputs_dev_ = nullptr;  // (N) token ids of the current micro-batch
-    int* targets_dev_ = nullptr;
-    void* scratch_ = nullptr;    // kernel scratch, the largest any kernel asks for
-    float* norm_dev_ = nullptr;  // the squared gradient norm
+    StepBuffers buf_;
+    Activations& act_ = buf_.act;
     void* encoder_host_scratch_ = nullptr;
 
     int B_ = 0, T_ = 0;                // shape of the last forward
@@ -245,19 +231,11 @@ private:
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParallel dp)
     : config_(config), dp_(dp),
       buckets_(make_param_buckets(config, dp.num_ranks())),
-      sharded_(opt.zero_stage == 1 && dp.nccl != nullptr),
-      owned_(owned_runs(buckets_, dp.rank(), sharded_)), max_B_(opt.batch_size),
-      max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len), recompute_(opt.recompute),
-      seed_(opt.seed) {
-    if (opt.zero_stage > 1)
-        fail("-z (--zero-stage): stage %d is not implemented; use 0 (all-reduce) or 1 (sharded "
-             "optimizer state)", opt.zero_stage);
-#ifdef ENABLE_FP32
-    use_master_ = false;  // the working weights are fp32 already
-#else
-    use_master_ = opt.fp32_master != 0;
-#endif
-    const int L = config.num_layers, C = config.channels, NH = config.num_heads;
+      store_(buckets_, zero_stage_in_effect(opt, dp.nccl != nullptr), dp.rank(), fp32_master_weights(opt)),
+      accum_steps_(std::max(1, grad_accum_steps(opt, dp.num_ranks()))),
+      max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
+      recompute_(opt.recompute), use_master_(fp32_master_weights(opt)), seed_(opt.seed) {
+    const int C = config.channels, NH = config.num_heads;
     const int Vp = config.padded_vocab_size, HS = C / NH;
     if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
         fail("-e (--model): channels %d must be a multiple of 8 and of the head count %d", C, NH);
@@ -270,105 +248,90 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParalle
     device_name_ = prop.name;
     peak_flops_ = device_peak_flops(prop);
     CUDA_CHECK(cudaStreamCreate(&stream_));
-    CUDA_CHECK(cudaStreamCreate(&comm_stream_));
-    CUDA_CHECK(cudaEventCreateWithFlags(&gradients_ready_, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
     matmul_setup(opt.tf32 != 0);
 
-    // Parameters and gradients (bucket order, padded), and this rank's master weights and AdamW
-    // moments: 12 bytes per parameter, divided by the ranks under ZeRO-1.
-    const size_t P = buckets_.total, S = sharded_ ? buckets_.shard_size() : P, N = max_N_;
-    arena_.request(&params_, P);
-    arena_.request(&grads_, P);
-    memory_.parameters = P * sizeof(floatX);
-    memory_.gradients = P * sizeof(floatX);
-    if (use_master_) {
-        arena_.request(&master_, S);
-        memory_.master_weights = S * sizeof(float);
-    }
-    arena_.request(&adam_m_, S);
-    arena_.request(&adam_v_, S);
-    memory_.optimizer_state = 2 * S * sizeof(float);
-    // A ring all-reduce, or a reduce-scatter plus an all-gather, sends 2·(R−1)/R of the buffer.
-    const int R = dp_.num_ranks();
-    memory_.network_bytes_per_step = 2 * (R - 1) * (P / R) * sizeof(floatX);
-    const size_t before_activations = arena_.bytes();
-
-    // Activations (see struct Activations for what -r changes).
-    const size_t ln_layers = recompute_ >= 2 ? 1 : L, gelu_layers = recompute_ >= 1 ? 1 : L;
-    Activations& a = act_;
-    arena_.request(&a.encoded, N * C);
-    arena_.request(&a.ln1, ln_layers * N * C);
-    arena_.request(&a.ln1_mean, L * N);
-    arena_.request(&a.ln1_rstd, L * N);
-    arena_.request(&a.qkv, L * N * 3 * C);
-    arena_.request(&a.atty, L * N * C);
-    arena_.request(&a.att_lse, L * N * NH);
-    arena_.request(&a.residual2, L * N * C);
-    arena_.request(&a.ln2, ln_layers * N * C);
-    arena_.request(&a.ln2_mean, L * N);
-    arena_.request(&a.ln2_rstd, L * N);
-    arena_.request(&a.fch, L * N * 4 * C);
-    arena_.request(&a.fch_gelu, gelu_layers * N * 4 * C);
-    arena_.request(&a.residual3, L * N * C);
-    arena_.request(&a.lnf, N * C);
-    arena_.request(&a.lnf_mean, N);
-    arena_.request(&a.lnf_rstd, N);
-    arena_.request(&a.logits, N * Vp);
-    arena_.request(&a.losses, N);
-    arena_.request(&a.branch, N * C);
-    arena_.request(&a.dresidual, N * C);
-    arena_.request(&a.dln, N * C);
-    arena_.request(&a.datty, N * C);
-    arena_.request(&a.dqkv, N * 3 * C);
-    arena_.request(&a.dfch, N * 4 * C);
-    arena_.request(&inputs_dev_, N);
-    arena_.request(&targets_dev_, N);
-    const size_t scratch_bytes = std::max(
-        {encoder_backward_scratch_bytes(max_B_, max_T_), layernorm_backward_scratch_bytes((int)N, C),
-         matmul_backward_scratch_bytes((int)N, 4 * C), matmul_backward_scratch_bytes((int)N, Vp),
-         attention_backward_scratch_bytes(max_B_, max_T_, NH, HS), global_norm_scratch_bytes()});
-    arena_.request(reinterpret_cast<char**>(&scratch_), scratch_bytes);
-    arena_.request(&norm_dev_, 1);
-    memory_.activations = arena_.bytes() - before_activations;
+    // Parameters, gradients and optimizer state as the ZeRO stage keeps them, then everything sized
+    // by the micro-batch (see struct Activations for what -r changes).
+    store_.request_memory(&arena_);
+    request_step_buffers(&arena_, &buf_, config, opt);
+    memory_ = arena_.memory();
+    memory_.network_bytes_per_step = store_.bytes_sent_per_step(accum_steps_);
 
     // Will it fit? Say so before allocating anything, with what to lower.
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (arena_.bytes() > free_bytes)
-        fail("the model needs %.2f GiB of GPU memory (weights and optimizer %.2f GiB, activations "
-             "%.2f GiB) but %s has %.2f GiB free: lower -b (batch size) or -t (sequence length), "
-             "or recompute more with -r 2",
-             arena_.bytes() / 1073741824.0, before_activations / 1073741824.0,
+        fail("the model needs %.2f GiB of GPU memory (weights, gradients and optimizer %.2f GiB, "
+             "activations %.2f GiB) but %s has %.2f GiB free: lower -b (batch size) or -t (sequence "
+             "length), recompute more with -r 2, or shard more with a higher -z over more ranks",
+             arena_.bytes() / 1073741824.0, (memory_.total() - memory_.activations) / 1073741824.0,
              memory_.activations / 1073741824.0, prop.name, free_bytes / 1073741824.0);
     arena_.allocate("the model");
     encoder_host_scratch_ = malloc(encoder_backward_host_scratch_bytes(max_B_, max_T_));
-    CUDA_CHECK(cudaMemsetAsync(params_, 0, P * sizeof(floatX), stream_));  // padding stays zero
-    CUDA_CHECK(cudaMemsetAsync(grads_, 0, P * sizeof(floatX), stream_));
-    CUDA_CHECK(cudaMemsetAsync(adam_m_, 0, S * sizeof(float), stream_));
-    CUDA_CHECK(cudaMemsetAsync(adam_v_, 0, S * sizeof(float), stream_));
+    store_.start(stream_, dp.nccl);
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
-    CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, N * Vp * sizeof(floatX), stream_));
+    CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, max_N_ * Vp * sizeof(floatX), stream_));
+}
+
+static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
+                                 const TrainOptions& opt) {
+    const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
+    const size_t Vp = config.padded_vocab_size, HS = C / NH;
+    const int B = opt.batch_size, T = opt.seq_len;
+    const size_t N = (size_t)B * T;
+    const size_t ln_layers = opt.recompute >= 2 ? 1 : L, gelu_layers = opt.recompute >= 1 ? 1 : L;
+    Activations& a = buffers->act;
+    auto request = [&](auto** pointer, size_t count) {
+        arena->request(pointer, count, MemoryKind::ACTIVATIONS);
+    };
+    request(&a.encoded, N * C);
+    request(&a.ln1, ln_layers * N * C);
+    request(&a.ln1_mean, L * N);
+    request(&a.ln1_rstd, L * N);
+    request(&a.qkv, L * N * 3 * C);
+    request(&a.atty, L * N * C);
+    request(&a.att_lse, L * N * NH);
+    request(&a.residual2, L * N * C);
+    request(&a.ln2, ln_layers * N * C);
+    request(&a.ln2_mean, L * N);
+    request(&a.ln2_rstd, L * N);
+    request(&a.fch, L * N * 4 * C);
+    request(&a.fch_gelu, gelu_layers * N * 4 * C);
+    request(&a.residual3, L * N * C);
+    request(&a.lnf, N * C);
+    request(&a.lnf_mean, N);
+    request(&a.lnf_rstd, N);
+    request(&a.logits, N * Vp);
+    request(&a.losses, N);
+    request(&a.branch, N * C);
+    request(&a.dresidual, N * C);
+    request(&a.dln, N * C);
+    request(&a.datty, N * C);
+    request(&a.dqkv, N * 3 * C);
+    request(&a.dfch, N * 4 * C);
+    request(&buffers->inputs, N);
+    request(&buffers->targets, N);
+    const size_t scratch_bytes = std::max(
+        {encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes((int)N, (int)C),
+         matmul_backward_scratch_bytes((int)N, 4 * (int)C), matmul_backward_scratch_bytes((int)N, (int)Vp),
+         attention_backward_scratch_bytes(B, T, (int)NH, (int)HS), global_norm_scratch_bytes()});
+    request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
+    request(&buffers->norm, 1);
 }
 
 GPUModel::~GPUModel() {
     free(encoder_host_scratch_);
     matmul_teardown();
-    if (gradients_ready_) cudaEventDestroy(gradients_ready_);
-    if (communication_done_) cudaEventDestroy(communication_done_);
-    if (comm_stream_) cudaStreamDestroy(comm_stream_);
     if (stream_) cudaStreamDestroy(stream_);
 }
 
 std::string GPUModel::description() const {
-    const std::string parallel =
-        !dp_.nccl ? ""
-        : sharded_           ? strprintf(", ZeRO-1 over %d ranks (AdamW state sharded)", dp_.num_ranks())
-                             : strprintf(", gradients all-reduced over %d ranks", dp_.num_ranks());
+    const std::string parallel = store_.description();
     return strprintf("CUDA on %s, %s storage%s, fp32 AdamW state, recompute -r %d%s",
                      device_name_.c_str(), PRECISION_NAME,
-                     use_master_ ? " with fp32 master weights" : "", recompute_, parallel.c_str());
+                     use_master_ ? " with fp32 master weights" : "", recompute_,
+                     parallel.empty() ? "" : (", " + parallel).c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -386,9 +349,9 @@ void GPUModel::upload_tokens(const int* inputs, const int* targets, int B, int T
     B_ = B, T_ = T;
     have_targets_ = targets != nullptr;
     inputs_host_.assign(inputs, inputs + N);
-    CUDA_CHECK(cudaMemcpyAsync(inputs_dev_, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
     if (targets)
-        CUDA_CHECK(cudaMemcpyAsync(targets_dev_, targets, N * sizeof(int), cudaMemcpyHostToDevice,
+        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice,
                                    stream_));
 }
 
@@ -414,17 +377,28 @@ GPUModel::LayerSlices GPUModel::layer_slices(int l) const {
 
 // x = wte[tokens] + wpe; each layer: x += attproj(attention(qkv(ln1(x)))); x += fcproj(gelu(fc(ln2(x))));
 // logits = lnf(x) · wteᵀ. Each residual add is fused with the LayerNorm that follows it.
+// Under ZeRO-3 each bucket's weights are gathered just before use: the embeddings and the final
+// LayerNorm first (kept until the classifier and its backward are done), each layer's while the one
+// before it computes; a layer's weights are released once its last kernel is issued.
 void GPUModel::run_forward(int B, int T) {
     const int N = B * T, L = config_.num_layers, C = config_.channels, NH = config_.num_heads;
     const int HS = C / NH, Vp = config_.padded_vocab_size;
+    const int EMBEDDINGS = buckets_.embedding_bucket(), FINAL_NORM = buckets_.final_norm_bucket();
     Activations& a = act_;
     cudaStream_t s = stream_;
 
-    encoder_forward(a.encoded, inputs_dev_, p(WTE), p(WPE), B, T, C, s);
+    store_.gather_weights(EMBEDDINGS);
+    store_.gather_weights(FINAL_NORM);
+    store_.gather_weights(buckets_.layer_bucket(0));
+    store_.wait_for_weights(EMBEDDINGS);
+    encoder_forward(a.encoded, buf_.inputs, p(WTE), p(WPE), B, T, C, s);
+    store_.wait_for_weights(buckets_.layer_bucket(0));
     const LayerSlices first = layer_slices(0);
     layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p(LN1W, 0), p(LN1B, 0),
                       N, C, s);
     for (int l = 0; l < L; l++) {
+        const int next_bucket = l + 1 < L ? buckets_.layer_bucket(l + 1) : FINAL_NORM;
+        if (l + 1 < L) store_.gather_weights(next_bucket);  // prefetch: overlaps this layer's compute
         const LayerSlices y = layer_slices(l);
         // Attention branch: residual2 = x + attproj(attention(qkv(ln1))), then ln2 of it.
         matmul_forward(y.qkv, y.ln1, p(QKVW, l), p(QKVB, l), N, C, 3 * C, s);
@@ -438,6 +412,7 @@ void GPUModel::run_forward(int B, int T) {
         matmul_forward(y.fch, y.ln2, p(FCW, l), p(FCB, l), N, C, 4 * C, s);
         gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * C, s);
         matmul_forward(a.branch, y.fch_gelu, p(FCPROJW, l), p(FCPROJB, l), N, 4 * C, C, s);
+        store_.wait_for_weights(next_bucket);
         if (l + 1 < L) {
             const LayerSlices next = layer_slices(l + 1);
             residual_layernorm_forward(y.residual3, next.ln1, next.ln1_mean, next.ln1_rstd,
@@ -446,6 +421,7 @@ void GPUModel::run_forward(int B, int T) {
             residual_layernorm_forward(y.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, y.residual2,
                                        a.branch, p(LNFW), p(LNFB), N, C, s);
         }
+        store_.release_weights(buckets_.layer_bucket(l));
     }
     matmul_forward(a.logits, a.lnf, p(WTE), nullptr, N, C, Vp, s);
 }
@@ -454,7 +430,7 @@ void GPUModel::run_forward(int B, int T) {
 // loss_scale / N). Returns the mean loss (summed on the host in double, in a fixed order).
 float GPUModel::run_classifier(bool write_dlogits, float loss_scale) {
     const int N = B_ * T_;
-    fused_classifier(act_.logits, act_.losses, loss_scale / N, targets_dev_, N, config_.vocab_size,
+    fused_classifier(act_.logits, act_.losses, loss_scale / N, buf_.targets, N, config_.vocab_size,
                      config_.padded_vocab_size, write_dlogits, stream_);
     losses_host_.resize(N);
     CUDA_CHECK(cudaMemcpyAsync(losses_host_.data(), act_.losses, N * sizeof(float),
@@ -468,6 +444,8 @@ float GPUModel::run_classifier(bool write_dlogits, float loss_scale) {
 float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
     upload_tokens(inputs, targets, B, T);
     run_forward(B, T);
+    store_.release_weights(buckets_.embedding_bucket());
+    store_.release_weights(buckets_.final_norm_bucket());
     if (!targets) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         return NAN;
@@ -486,66 +464,49 @@ void GPUModel::logits_at(int t, float* out) {
 // ------------------------------------------------------------------------------------------------
 // 3. Backward
 
-void GPUModel::zero_grad() {
-    CUDA_CHECK(cudaMemsetAsync(grads_, 0, buckets_.total * sizeof(floatX), stream_));
-}
+void GPUModel::zero_grad() { store_.zero_gradients(); }
 
 float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T,
                                  float loss_scale, bool last_micro_step) {
     upload_tokens(inputs, targets, B, T);
     run_forward(B, T);
     const float loss = run_classifier(true, loss_scale);
-    // Only the last micro-step's gradients are final, and only they are averaged across ranks;
-    // earlier micro-steps accumulate locally.
-    const bool communicate = last_micro_step && dp_.nccl != nullptr;
-    run_backward(communicate);
-    if (communicate) finish_gradient_communication();
+    run_backward(last_micro_step);
     return loss;
-}
-
-// Averages one bucket's gradients across ranks on the communication stream, once the main stream
-// has computed them: all of them (-z 0), or under ZeRO-1 only this rank's chunk (a reduce-scatter,
-// in place: the chunk's place in the bucket receives the average).
-void GPUModel::average_gradients(int bucket) {
-    const ParamBucket& b = buckets_.buckets[bucket];
-    CUDA_CHECK(cudaEventRecord(gradients_ready_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, gradients_ready_, 0));
-    floatX* grads = grads_ + b.offset;
-    if (sharded_) {
-        const size_t chunk = buckets_.chunk(bucket);
-        NCCL_CHECK(ncclReduceScatter(grads, grads + dp_.rank() * chunk, chunk, NCCL_FLOATX, ncclAvg,
-                                     dp_.nccl, comm_stream_));
-    } else {
-        NCCL_CHECK(ncclAllReduce(grads, grads, b.length, NCCL_FLOATX, ncclAvg, dp_.nccl, comm_stream_));
-    }
-}
-
-// The main stream goes on only once every bucket has been averaged.
-void GPUModel::finish_gradient_communication() {
-    CUDA_CHECK(cudaEventRecord(communication_done_, comm_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, communication_done_, 0));
 }
 
 // Gradients flow back through the same steps. dresidual holds d(loss)/d(residual stream); each
 // branch reads it and its first LayerNorm adds the branch's contribution back into it. Matmul and
 // attention backward overwrite their input gradients; every parameter gradient is added into, so
-// micro-steps accumulate. With `communicate`, each bucket is averaged across ranks as soon as its
-// gradients are final: the final LayerNorm's first, then each layer's, the embeddings' last.
-void GPUModel::run_backward(bool communicate) {
+// micro-steps accumulate. As soon as a bucket's gradients are final for this micro-step, they are
+// reduced across ranks (parallel/zero.h says when and how for each ZeRO stage): the final
+// LayerNorm's first, then each layer's, the embeddings' last. Under ZeRO-3 each layer's weights are
+// gathered again, the next layer down while this one computes.
+void GPUModel::run_backward(bool last_micro_step) {
     const int B = B_, T = T_, N = B * T, L = config_.num_layers, C = config_.channels;
     const int NH = config_.num_heads, HS = C / NH, Vp = config_.padded_vocab_size;
+    const int EMBEDDINGS = buckets_.embedding_bucket(), FINAL_NORM = buckets_.final_norm_bucket();
     const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
     Activations& a = act_;
     cudaStream_t s = stream_;
 
     // logits = lnf · wteᵀ (the classifier left d(loss)/d(logits) in a.logits), then lnf.
-    matmul_backward(a.dln, g(WTE), nullptr, scratch_, a.logits, a.lnf, p(WTE), N, C, Vp, s);
+    store_.gather_weights(buckets_.layer_bucket(L - 1));
+    store_.prepare_gradients(EMBEDDINGS);
+    matmul_backward(a.dln, g(WTE), nullptr, buf_.scratch, a.logits, a.lnf, p(WTE), N, C, Vp, s);
+    store_.release_weights(EMBEDDINGS);
     CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), s));
-    layernorm_backward(a.dresidual, g(LNFW), g(LNFB), scratch_, a.dln,
+    store_.prepare_gradients(FINAL_NORM);
+    layernorm_backward(a.dresidual, g(LNFW), g(LNFB), buf_.scratch, a.dln,
                        layer(a.residual3, L - 1, C), p(LNFW), a.lnf_mean, a.lnf_rstd, N, C, s);
-    if (communicate) average_gradients(buckets_.final_norm_bucket());
+    store_.release_weights(FINAL_NORM);
+    store_.reduce_gradients(FINAL_NORM, last_micro_step);
 
     for (int l = L - 1; l >= 0; l--) {
+        const int bucket = buckets_.layer_bucket(l);
+        if (l > 0) store_.gather_weights(buckets_.layer_bucket(l - 1));  // prefetch the next one down
+        store_.wait_for_weights(bucket);
+        store_.prepare_gradients(bucket);
         const LayerSlices y = layer_slices(l);
 
         // Recompute what -r did not keep, bit for bit as forward computed it.
@@ -555,80 +516,56 @@ void GPUModel::run_backward(bool communicate) {
                                 C, s);
 
         // MLP branch. fcproj's input gradient goes through GELU's derivative in the GEMM epilogue.
-        matmul_backward(a.dfch, g(FCPROJW, l), g(FCPROJB, l), scratch_, a.dresidual, y.fch_gelu,
+        matmul_backward(a.dfch, g(FCPROJW, l), g(FCPROJB, l), buf_.scratch, a.dresidual, y.fch_gelu,
                         p(FCPROJW, l), N, 4 * C, C, s, y.fch);
-        matmul_backward(a.dln, g(FCW, l), g(FCB, l), scratch_, a.dfch, y.ln2, p(FCW, l), N, C, 4 * C,
-                        s);
-        layernorm_backward(a.dresidual, g(LN2W, l), g(LN2B, l), scratch_, a.dln, y.residual2,
+        matmul_backward(a.dln, g(FCW, l), g(FCB, l), buf_.scratch, a.dfch, y.ln2, p(FCW, l), N, C,
+                        4 * C, s);
+        layernorm_backward(a.dresidual, g(LN2W, l), g(LN2B, l), buf_.scratch, a.dln, y.residual2,
                            p(LN2W, l), y.ln2_mean, y.ln2_rstd, N, C, s);
 
         // Attention branch.
-        matmul_backward(a.datty, g(ATTPROJW, l), g(ATTPROJB, l), scratch_, a.dresidual, y.atty,
+        matmul_backward(a.datty, g(ATTPROJW, l), g(ATTPROJB, l), buf_.scratch, a.dresidual, y.atty,
                         p(ATTPROJW, l), N, C, C, s);
-        attention_backward(a.dqkv, scratch_, a.datty, y.atty, y.att_lse, y.qkv, B, T, NH, HS, s);
+        attention_backward(a.dqkv, buf_.scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, NH, HS, s);
         if (!keep_ln)
             layernorm_recompute(y.ln1, y.x, y.ln1_mean, y.ln1_rstd, p(LN1W, l), p(LN1B, l), N, C, s);
-        matmul_backward(a.dln, g(QKVW, l), g(QKVB, l), scratch_, a.dqkv, y.ln1, p(QKVW, l), N, C,
+        matmul_backward(a.dln, g(QKVW, l), g(QKVB, l), buf_.scratch, a.dqkv, y.ln1, p(QKVW, l), N, C,
                         3 * C, s);
-        layernorm_backward(a.dresidual, g(LN1W, l), g(LN1B, l), scratch_, a.dln, y.x, p(LN1W, l),
+        layernorm_backward(a.dresidual, g(LN1W, l), g(LN1B, l), buf_.scratch, a.dln, y.x, p(LN1W, l),
                            y.ln1_mean, y.ln1_rstd, N, C, s);
-        if (communicate) average_gradients(buckets_.layer_bucket(l));
+        store_.release_weights(bucket);
+        store_.reduce_gradients(bucket, last_micro_step);
     }
-    encoder_backward(g(WTE), g(WPE), a.dresidual, inputs_host_.data(), B, T, C, scratch_,
+    encoder_backward(g(WTE), g(WPE), a.dresidual, inputs_host_.data(), B, T, C, buf_.scratch,
                      encoder_host_scratch_, s);
-    if (communicate) average_gradients(buckets_.embedding_bucket());
+    store_.reduce_gradients(EMBEDDINGS, last_micro_step);
+    store_.finish_backward();
 }
 
 // ------------------------------------------------------------------------------------------------
 // 4. Update
 
-// Under ZeRO-1 each rank holds the averaged gradients of its chunks only: the squared norms of the
-// chunks, summed over ranks. Otherwise every rank has all of them. (Padding holds zeros.)
+// The global gradient norm, of the averaged gradients wherever the stage keeps them.
 double GPUModel::grad_norm() {
-    CUDA_CHECK(cudaMemsetAsync(norm_dev_, 0, sizeof(float), stream_));
-    if (sharded_) {
-        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
-            const size_t chunk = buckets_.chunk(b);
-            global_norm_squared(norm_dev_, grads_ + buckets_.buckets[b].offset + dp_.rank() * chunk,
-                                chunk, scratch_, stream_);
-        }
-        NCCL_CHECK(ncclAllReduce(norm_dev_, norm_dev_, 1, ncclFloat32, ncclSum, dp_.nccl, stream_));
-    } else {
-        global_norm_squared(norm_dev_, grads_, buckets_.total, scratch_, stream_);
-    }
+    CUDA_CHECK(cudaMemsetAsync(buf_.norm, 0, sizeof(float), stream_));
+    store_.add_gradient_norm_squared(buf_.norm, buf_.scratch);
     float norm_squared = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&norm_squared, norm_dev_, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(&norm_squared, buf_.norm, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return std::sqrt((double)norm_squared);
 }
 
-// AdamW on the parameters this rank owns, run by run (each inside one tensor: weight decay only on
-// the weight matrices). The stochastic rounding of the bf16 weights draws from a stream that depends
-// on the run's seed, the step and each parameter's index in the model, so runs, resumed runs and
-// runs on other numbers of ranks round alike. Under ZeRO-1 the ranks then all-gather the weights.
+// AdamW on the parameters this rank owns (parallel/zero.h). The stochastic rounding of the bf16
+// weights draws from a stream that depends on the run's seed, the step and each parameter's index in
+// the model, so runs, resumed runs and runs on other numbers of ranks or other ZeRO stages round alike.
 void GPUModel::update(const AdamWSettings& s, int step) {
     const uint32_t seed = (uint32_t)(seed_ * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)step * 0x85EBCA6Bu;
-    for (const OwnedRun& run : owned_)
-        adamw_update(params_ + run.device_offset, master_ ? master_ + run.state_offset : nullptr,
-                     adam_m_ + run.state_offset, adam_v_ + run.state_offset,
-                     grads_ + run.device_offset, run.length, run.layout_offset, s.learning_rate,
-                     s.beta1, s.beta2, s.eps, is_weight_matrix(run.tensor) ? s.weight_decay : 0.0f,
-                     s.grad_scale, step, seed, stream_);
-    if (sharded_) {
-        NCCL_CHECK(ncclGroupStart());
-        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
-            floatX* bucket = params_ + buckets_.buckets[b].offset;
-            const size_t chunk = buckets_.chunk(b);
-            NCCL_CHECK(ncclAllGather(bucket + dp_.rank() * chunk, bucket, chunk, NCCL_FLOATX, dp_.nccl,
-                                     stream_));
-        }
-        NCCL_CHECK(ncclGroupEnd());
-    }
-    CUDA_CHECK(cudaGetLastError());
+    store_.adamw(s, step, seed);
 }
 
 // ------------------------------------------------------------------------------------------------
-// Parameters and optimizer state in and out (fp32 on the host).
+// Parameters and optimizer state in and out (fp32 on the host, ParamLayout order; parallel/zero.h
+// converts to and from where the stage keeps them).
 
 WeightType GPUModel::working_weight_type() const {
 #ifdef ENABLE_FP32
@@ -638,54 +575,15 @@ WeightType GPUModel::working_weight_type() const {
 #endif
 }
 
-// Host fp32 <-> device floatX or float, through a host staging vector.
-template <typename T>
-static void upload(T* device, const std::vector<float>& host, cudaStream_t stream) {
-    std::vector<T> staged(host.size());
-    for (size_t i = 0; i < host.size(); i++) staged[i] = (T)host[i];
-    CUDA_CHECK(cudaMemcpyAsync(device, staged.data(), staged.size() * sizeof(T),
-                               cudaMemcpyHostToDevice, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-template <typename T>
-static std::vector<float> download(const T* device, size_t n, cudaStream_t stream) {
-    std::vector<T> staged(n);
-    CUDA_CHECK(cudaMemcpyAsync(staged.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    return std::vector<float>(staged.begin(), staged.end());
-}
-
-// Host vectors are in ParamLayout order; the device's are in bucket order (weights, gradients) or
-// in this rank's state order (master weights, moments: host/param_buckets.h).
-void GPUModel::set_working_weights(const std::vector<float>& weights) {
-    upload(params_, to_device_order(buckets_, weights), stream_);
-    if (master_) upload(master_, gather_shard(buckets_, dp_.rank(), sharded_, weights), stream_);
-}
-std::vector<float> GPUModel::working_weights() {
-    return to_layout_order(buckets_, download(params_, buckets_.total, stream_));
-}
-std::vector<float> GPUModel::gradients() {
-    return to_layout_order(buckets_, download(grads_, buckets_.total, stream_));
-}
+void GPUModel::set_working_weights(const std::vector<float>& weights) { store_.set_weights(weights); }
 
 void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                    const std::vector<float>& v) {
-    if (master_) upload(master_, gather_shard(buckets_, dp_.rank(), sharded_, master), stream_);
-    upload(adam_m_, gather_shard(buckets_, dp_.rank(), sharded_, m), stream_);
-    upload(adam_v_, gather_shard(buckets_, dp_.rank(), sharded_, v), stream_);
+    store_.set_optimizer_state(master, m, v);
 }
-// What this rank's state file stores: its shard (state order) under ZeRO-1, else the whole model's
-// state in ParamLayout order.
 void GPUModel::optimizer_state(std::vector<float>* master, std::vector<float>* m,
                                std::vector<float>* v) {
-    const size_t S = sharded_ ? buckets_.shard_size() : buckets_.total;
-    auto in_file_order = [&](std::vector<float> state) {
-        return sharded_ ? state : to_layout_order(buckets_, state);
-    };
-    *master = master_ ? in_file_order(download(master_, S, stream_))
-                      : in_file_order(gather_shard(buckets_, dp_.rank(), sharded_, working_weights()));
-    *m = in_file_order(download(adam_m_, S, stream_));
-    *v = in_file_order(download(adam_v_, S, stream_));
+    store_.optimizer_state(master, m, v);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -734,6 +632,7 @@ int main(int argc, char** argv) {
             spec.defaults = cpu_trainer_defaults();
             spec.create_model = create_cpu_train_model;
             spec.host_memory_needed = cpu_train_model_memory;
+            spec.plan_memory = plan_gpu_memory;  // --dry-run still plans a GPU run (--device-memory)
             return run_training(argc, argv, spec);
         }
         CUDA_CHECK(cudaSetDevice(ranks ? ranks->local_rank % devices : 0));
@@ -750,8 +649,14 @@ int main(int argc, char** argv) {
         return std::unique_ptr<TrainModel>(new GPUModel(config, opt, dp));
     };
     spec.report_ignored_flags = [dp](const TrainOptions& opt) {
-        if (opt.zero_stage && dp.num_ranks() == 1)
+        if (opt.zero_stage && !dp.nccl)
             printf("note: -z (ZeRO) shards across ranks; with one rank it has no effect\n");
+    };
+    spec.plan_memory = plan_gpu_memory;
+    spec.device_memory = [] {
+        size_t free_bytes = 0, total_bytes = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+        return (double)free_bytes;
     };
     const int status = run_training(argc, argv, spec);
     if (dp.nccl) ncclCommDestroy(dp.nccl);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cpu/cpu_train_model.h"
+#include "host/memory_check.h"
 #include "host/train_loop.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +16,10 @@ int main(int argc, char** argv) {
     spec.defaults = cpu_trainer_defaults();
     spec.create_model = create_cpu_train_model;
     spec.host_memory_needed = cpu_train_model_memory;
+    spec.plan_memory = [](const GPTConfig& config, const TrainOptions& opt, int, bool) {
+        return cpu_train_model_memory(config, opt);
+    };
+    spec.device_memory = [] { return (double)available_host_memory().bytes; };
     spec.report_ignored_flags = [](const TrainOptions& opt) {
         if (opt.zero_stage) printf("note: -z (ZeRO) has no effect in the single-process CPU trainer\n");
     };

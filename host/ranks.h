@@ -1,7 +1,7 @@
 // The ranks of a data-parallel run as the training loop sees them: which one this process is, and
 // the few host-side collectives the loop needs (averages of losses, agreement on the configuration,
 // a barrier before a checkpoint is marked done, and a way to stop every rank at once). A trainer
-// started by mpirun or srun gets the MPI implementation (dist/mpi_ranks.h); otherwise it is the
+// started by mpirun or srun gets the MPI implementation (parallel/mpi_ranks.h); otherwise it is the
 // single rank below.
 #pragma once
 #include <cstdint>

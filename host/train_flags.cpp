@@ -95,12 +95,21 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "1: seeded shuffled data order, 0: sequential"},
         {"", "--tokenizer", Kind::STRING, FIELD(tokenizer), 0, 0,
          "GPT-2 decode table used for samples"},
-        {"-z", "--zero-stage", Kind::INT, FIELD(zero_stage), 0, 3, "ZeRO stage (CUDA trainer)"},
+        {"-z", "--zero-stage", Kind::INT, FIELD(zero_stage), 0, 3,
+         "ZeRO stage over the ranks (CUDA trainer): 0 all-reduce; shard 1 the optimizer state, "
+         "2 also the gradients, 3 also the weights"},
         {"-r", "--recompute", Kind::INT, FIELD(recompute), 0, 2,
          "recompute in backward: 0 none, 1 GELU, 2 GELU+LayerNorm (CUDA trainer)"},
         {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
         {"-w", "--fp32-master", Kind::INT, FIELD(fp32_master), -1, 1,
          "keep fp32 master weights: 1 yes, 0 no, -1 trainer's choice (CUDA trainer)"},
+        {"", "--dry-run", Kind::INT, FIELD(dry_run), 0, 1,
+         "1: print the start-up report (model, ranks, memory per rank, network per step, whether it "
+         "fits) and exit without allocating or training"},
+        {"", "--plan-ranks", Kind::INT, FIELD(plan_ranks), 0, 1 << 20,
+         "with --dry-run: plan for this many ranks from one process (0: the ranks started)"},
+        {"", "--device-memory", Kind::DOUBLE, FIELD(device_memory_gib), 0, 1e6,
+         "with --dry-run: plan for a GPU with this many GiB (0: this machine's device)"},
         // llm.c's remaining flags, so its command lines run or say what to do instead.
         {"-lg", "--log-gpu-every", Kind::INT, FIELD(log_gpu_every), -1, INT_MAX,
          "llm.c's GPU stats log: not built in; a note says how to watch the GPU (-1: off)"},
@@ -258,6 +267,8 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
         fail("-d (--total-batch): %lld is not a positive multiple of B*T*ranks = %d*%d*%d = %lld",
              o->total_batch, o->batch_size, o->seq_len, num_ranks, per_micro_step);
     if (o->max_steps == 0) fail("-x (--max-steps): 0 steps; use a positive number or -1");
+    if (!o->dry_run && (o->plan_ranks > 0 || o->device_memory_gib > 0))
+        fail("--plan-ranks and --device-memory plan a run: use them with --dry-run 1");
     if (o->stop_at > 0 && o->max_steps > 0 && o->stop_at > o->max_steps)
         fail("--stop-at: %d is past the last step %d (-x)", o->stop_at, o->max_steps);
     if (o->resume && o->output_dir.empty())

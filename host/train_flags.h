@@ -51,6 +51,10 @@ struct TrainOptions {
     int recompute = 1;     // -r
     int tf32 = 1;          // -f
     int fp32_master = -1;  // -w (-1 = the trainer decides)
+    // planning
+    int dry_run = 0;              // --dry-run: print the start-up report and the memory plan, then exit
+    int plan_ranks = 0;           // --plan-ranks: plan for this many ranks (0 = the ranks started)
+    double device_memory_gib = 0;  // --device-memory: plan for a device of this size (0 = this one)
     // resuming
     int accept_changes = 0;  // --accept-changes: resume even where the settings bend the run
     int major_checkpoint_every = 0;  // -nm: checkpoints at multiples of N survive -nk pruning

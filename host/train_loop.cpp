@@ -23,12 +23,13 @@
 #include "host/metrics_log.h"
 #include "host/model_descriptor.h"
 #include "host/model_file.h"
-#include "host/param_buckets.h"
 #include "host/rng.h"
 #include "host/run_folder.h"
+#include "host/run_plan.h"
 #include "host/run_report.h"
 #include "host/sampling.h"
 #include "host/training_state.h"
+#include "parallel/param_buckets.h"
 
 constexpr double GRAD_CLIP = 1.0;  // global gradient-norm clipping threshold
 
@@ -75,8 +76,9 @@ static double validation_loss(TrainModel& model, DataLoader& val, int batches, i
 }
 
 // Generates `count` tokens after the table's end-of-text token, each from the logits of the last
-// position (a window of the last T tokens), and prints them through the decode table.
-static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, int count, int T) {
+// position (a window of the last T tokens), and prints them through the decode table (if `print`).
+static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, int count, int T,
+                         bool print) {
     const GPTConfig& c = model.config();
     std::vector<int> tokens = {table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1};
     std::vector<float> logits(c.vocab_size);
@@ -90,7 +92,7 @@ static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, 
         tokens.push_back(next);
         text += table.decode(next);
     }
-    printf("sample: %s\n---\n", text.c_str());
+    if (print) printf("sample: %s\n---\n", text.c_str());
 }
 
 // A data loader over this rank's slices; an error in its shards also names the flag.
@@ -109,7 +111,8 @@ static void save_checkpoint(const std::string& dir, int keep, int major_every, T
                             TrainingState state, RankGroup& ranks) {
     model.optimizer_state(&state.params, &state.adam_m, &state.adam_v);
     state.sharded = model.optimizer_sharded();
-    const std::vector<float> weights = model.working_weights();
+    // Only rank 0 writes the model file; under ZeRO-3 every rank takes part in gathering it.
+    const std::vector<float> weights = model.gather_working_weights(ranks.rank == 0);
     if (ranks.rank == 0)
         write_model_file(checkpoint_model_path(dir, state.step), model.config(), weights.data(),
                          model.working_weight_type());
@@ -120,16 +123,6 @@ static void save_checkpoint(const std::string& dir, int keep, int major_every, T
         prune_checkpoints(dir, keep, ranks.num_ranks, major_every);
         announce_checkpoint(dir, state.step, ranks.num_ranks);
     }
-}
-
-static void print_memory_report(const ModelMemory& mem) {
-    const double MiB = 1024.0 * 1024.0;
-    printf("memory: parameters %.1f MiB | gradients %.1f MiB | master weights %.1f MiB | "
-           "optimizer state %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
-           mem.parameters / MiB, mem.gradients / MiB, mem.master_weights / MiB,
-           mem.optimizer_state / MiB, mem.activations / MiB, mem.total() / MiB);
-    if (mem.network_bytes_per_step > 0)
-        printf("network: %.1f MiB sent per step by each rank\n", mem.network_bytes_per_step / MiB);
 }
 
 // A fingerprint of the command line, so that ranks started differently stop before training.
@@ -214,7 +207,9 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         model_file = with_flag("-e (--model)", [&] { return read_model_file(opt.model); });
         config = model_file.config;
     }
-    validate_train_options(&opt, config, ranks.num_ranks);
+    const int planned = planned_ranks(opt, ranks);
+    validate_train_options(&opt, config, planned);
+    if (opt.dry_run) return print_run_plan(spec, opt, config, planned, main_rank);
     const int B = opt.batch_size, T = opt.seq_len;
     const int accum_steps = grad_accum_steps(opt, ranks.num_ranks);
 
@@ -284,8 +279,13 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     resumed = TrainingState();
     resumed_master = resumed_m = resumed_v = std::vector<float>();
 
+    // Rank 0 samples; where forward() is a collective (ZeRO-3 gathers the weights from every rank),
+    // every rank generates the same tokens alongside it, and rank 0 prints them.
     DecodeTable decode_table;
-    bool can_sample = main_rank && opt.sample_every > 0 && path_exists(opt.tokenizer);
+    const bool all_ranks_sample = model->forward_is_collective();
+    bool can_sample =
+        (main_rank || all_ranks_sample) && opt.sample_every > 0 && path_exists(opt.tokenizer);
+    if (all_ranks_sample) ranks.check_same(can_sample, "whether the --tokenizer file exists");
     if (can_sample)
         decode_table = with_flag("--tokenizer", [&] { return read_decode_table(opt.tokenizer); });
 
@@ -422,7 +422,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         // whether or not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
         if (can_sample && (step % opt.sample_every == 0 || step == max_steps)) {
             const auto sample_start = std::chrono::steady_clock::now();
-            print_sample(*model, decode_table, sample_rng, opt.gen_tokens, T);
+            print_sample(*model, decode_table, sample_rng, opt.gen_tokens, T, main_rank);
             clock.sampling.add(ms_since(sample_start));
         }
         fflush(stdout);

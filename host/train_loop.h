@@ -27,6 +27,12 @@ struct TrainerSpec {
     // run that cannot fit stops with one error first (host/memory_check.h). Unset: the model's
     // host memory is not counted (a GPU model checks its device memory itself).
     std::function<ModelMemory(const GPTConfig&, const TrainOptions&)> host_memory_needed;
+    // For --dry-run (host/run_plan.h): the memory one rank of a run of num_ranks ranks holds and the
+    // bytes it sends per step, computed without allocating anything; and the free bytes of the memory
+    // the model lives in (0: unknown).
+    std::function<ModelMemory(const GPTConfig&, const TrainOptions&, int num_ranks, bool communicates)>
+        plan_memory;
+    std::function<double()> device_memory;
 };
 
 // Parses argv, trains, and returns the process exit status (0, 1 after an "error:" line, or 128 +

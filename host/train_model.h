@@ -64,9 +64,18 @@ public:
     virtual WeightType working_weight_type() const = 0;
     virtual void set_working_weights(const std::vector<float>& weights) = 0;  // also the master copy
     virtual std::vector<float> working_weights() = 0;
+    // The same, where the weights may be spread over the ranks (ZeRO-3): every rank calls it at the
+    // same point (the gathers are collective), and only ranks that pass `wanted` receive the weights
+    // (the others get an empty vector, so they never hold a host copy of the whole model).
+    virtual std::vector<float> gather_working_weights(bool wanted) {
+        return wanted ? working_weights() : std::vector<float>();
+    }
+    // True when forward() is a collective (ZeRO-3 gathers each layer's weights from every rank): then
+    // every rank must run the same forwards, e.g. all ranks generate a sample, rank 0 prints it.
+    virtual bool forward_is_collective() const { return false; }
     // In: the whole model's master weights and moments (ParamLayout order); a sharded model keeps
     // its own shard. Out: what this rank holds: the whole model's, or with optimizer_sharded() its
-    // ZeRO-1 shard in shard order (host/param_buckets.h), which is what its state file stores.
+    // ZeRO shard in shard order (parallel/param_buckets.h), which is what its state file stores.
     virtual void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                      const std::vector<float>& v) = 0;
     virtual void optimizer_state(std::vector<float>* master, std::vector<float>* m,

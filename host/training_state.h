@@ -5,8 +5,8 @@
 //   payload RunShape (the run's configuration, checked on resume), step, data loader position,
 //           sampling RNG state, the loss and grad-norm outlier windows, then the fp32 master
 //           weights and AdamW m and v: the whole model's in ParamLayout order, or with `sharded`
-//           set, this rank's ZeRO-1 shard of them (host/param_buckets.h: the rank's chunk of every
-//           bucket, for RunShape::num_ranks ranks).
+//           set, this rank's ZeRO shard of them, the same for every stage
+//           (parallel/param_buckets.h: the rank's chunk of every bucket, for RunShape::num_ranks ranks).
 // Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
 // checksum, each failure a one-line InputError naming the file.
 #pragma once
@@ -36,7 +36,7 @@ struct TrainingState {
     LoaderPosition loader;
     uint64_t sample_rng_state = 0;
     OutlierDetector loss_detector, norm_detector;  // windows behind -sl and -sg
-    int64_t sharded = 0;  // 1: params, adam_m, adam_v hold this rank's ZeRO-1 shard; 0: the whole model
+    int64_t sharded = 0;  // 1: params, adam_m, adam_v hold this rank's ZeRO shard; 0: the whole model
     std::vector<float> params;  // fp32 master weights, param_layout(config).total
     std::vector<float> adam_m, adam_v;
 };

@@ -4,10 +4,12 @@
 //   cast_array(out, in, n):    out[i] = (To) in[i]                     (float, bf16, half; any pair)
 //   fill_array(out, value, n): out[i] = (floatX) value
 //   scale_array(x, factor, n): x[i]   = (T) (factor · x[i])            (in place, fp32 arithmetic)
+//   add_array(acc, x, n):      acc[i] = (T) (acc[i] + x[i])            (in place, fp32 arithmetic)
 //
 // Inputs and outputs are flat arrays of n elements, on the device; n is a size_t (no 2^31 limit).
 // Per call: cast reads n·sizeof(From) and writes n·sizeof(To) bytes; fill writes n·sizeof(floatX);
-// scale reads and writes n·sizeof(T) and does n FLOPs. Zeroing is cudaMemsetAsync's job.
+// scale reads and writes n·sizeof(T) and does n FLOPs; add
+// reads 2n·sizeof(T), writes n·sizeof(T), n FLOPs. Zeroing is cudaMemsetAsync's job.
 //
 // How a launch covers [0, n) with 128-bit accesses (ElementGroups): a scalar "head" of up to 7
 // elements until the first pointer reaches a 16-byte boundary, then whole groups of kGroupSize = 8
@@ -20,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "host/errors.h"
 #include "kernels/common.h"
 
 constexpr int kGroupSize = 8;  // elements one thread moves in the vectorised paths
@@ -148,6 +151,23 @@ __global__ void scale_kernel(T* x, float factor, ElementGroups split) {
     }
 }
 
+template <typename T>
+__global__ void add_kernel(T* acc, const T* x, ElementGroups split) {
+    const size_t g = global_thread_index();
+    if (g < split.groups) {
+        const size_t first = split.group_start(g);
+        float a[kGroupSize], b[kGroupSize];
+        load_group(a, acc + first);
+        load_group(b, x + first);
+        for (int k = 0; k < kGroupSize; k++) a[k] += b[k];
+        store_group(acc + first, a);
+    } else if (g == split.groups) {
+        for (size_t i = 0; i < split.head; i++) acc[i] = from_float<T>(to_float(acc[i]) + to_float(x[i]));
+        for (size_t i = split.tail_start(); i < split.n; i++)
+            acc[i] = from_float<T>(to_float(acc[i]) + to_float(x[i]));
+    }
+}
+
 // ---- host launch functions
 constexpr int kElementwiseBlockSize = 256;
 
@@ -180,5 +200,17 @@ void scale_array(T* x, float factor, size_t n, cudaStream_t stream) {
     const ElementGroups split = split_into_groups(x, sizeof(T), n);
     LAUNCH(scale_kernel<T>, blocks_for(split.threads(), kElementwiseBlockSize), kElementwiseBlockSize, 0,
            stream, x, factor, split);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// acc[i] = acc[i] + x[i], summed in fp32 and stored back as T, for i < n (acc and x 16-byte aligned
+// alike: both at the same offset from a 16-byte boundary).
+template <typename T>
+void add_array(T* acc, const T* x, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    const ElementGroups split = split_into_groups(acc, sizeof(T), n);
+    if (!aligned16_at(x, split.head)) fail("add_array: the two arrays are not aligned alike");
+    LAUNCH(add_kernel<T>, blocks_for(split.threads(), kElementwiseBlockSize), kElementwiseBlockSize, 0,
+           stream, acc, x, split);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -218,9 +218,11 @@ TEST(two_runs_are_bitwise_identical) {
     CHECK(bitwise_equal(a.gradients.data(), b.gradients.data(), a.gradients.size() * 4));
 }
 
-// One rank with an NCCL communicator: the all-reduce (-z 0) and ZeRO-1 (-z 1) code paths all run (on
+// One rank with an NCCL communicator: the all-reduce (-z 0) and every ZeRO stage's code paths run (on
 // a GPU with the real NCCL, `mpirun -np 1`; here the stand-in) and, with nothing to average, train
-// exactly as without communication: the same weights, bit for bit, after three AdamW steps.
+// exactly as without communication: the same weights, bit for bit, after three AdamW steps (-z 3
+// gathers every bucket's weights into its transient slot, -z 2 and 3 reduce the gradients through
+// theirs into the shard).
 TEST(one_rank_nccl_paths_match_no_communication) {
     const GPTConfig c = odd_config();
     const int B = 2, T = 37;
@@ -247,16 +249,52 @@ TEST(one_rank_nccl_paths_match_no_communication) {
         }
         return gpu.working_weights();
     };
-    std::vector<double> plain_norms, allreduce_norms, zero1_norms;
+    std::vector<double> plain_norms;
     const std::vector<float> plain = train({nullptr}, 0, &plain_norms);
-    const std::vector<float> allreduce = train({&one_rank, comm}, 0, &allreduce_norms);
-    const std::vector<float> zero1 = train({&one_rank, comm}, 1, &zero1_norms);
-    CHECK_MSG(bitwise_equal(allreduce.data(), plain.data(), plain.size() * 4), "-z 0 weights differ");
-    CHECK_MSG(bitwise_equal(zero1.data(), plain.data(), plain.size() * 4), "-z 1 weights differ");
-    for (int i = 0; i < 3; i++)  // ZeRO-1 sums the norm bucket by bucket: the last bits may differ
-        CHECK_MSG(allreduce_norms[i] == plain_norms[i] &&
-                      std::fabs(zero1_norms[i] - plain_norms[i]) <= 1e-6 * plain_norms[i],
-                  "step %d: norms %.9g %.9g %.9g", i + 1, plain_norms[i], allreduce_norms[i], zero1_norms[i]);
+    for (int zero_stage = 0; zero_stage <= 3; zero_stage++) {
+        std::vector<double> norms;
+        const std::vector<float> weights = train({&one_rank, comm}, zero_stage, &norms);
+        CHECK_MSG(bitwise_equal(weights.data(), plain.data(), plain.size() * 4), "-z %d weights differ",
+                  zero_stage);
+        for (int i = 0; i < 3; i++)  // ZeRO-1 sums the norm bucket by bucket: the last bits may differ
+            CHECK_MSG(std::fabs(norms[i] - plain_norms[i]) <= (zero_stage == 1 ? 1e-6 * plain_norms[i] : 0),
+                      "-z %d step %d: norm %.9g, without communication %.9g", zero_stage, i + 1, norms[i],
+                      plain_norms[i]);
+    }
+    ncclCommDestroy(comm);
+}
+
+// The memory line of the start-up report is what the device gives the model: for every ZeRO stage
+// and recomputation level, the bytes the report adds up equal the device memory the model's
+// construction took (the emulated device counts every cudaMalloc), and equal the --dry-run plan.
+TEST(memory_report_equals_device_allocation) {
+    const GPTConfig c = odd_config();
+    ncclUniqueId id;
+    ncclComm_t comm = nullptr;
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess);
+    CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+    RankGroup one_rank;
+    for (int zero_stage = 0; zero_stage <= 3; zero_stage++)
+        for (int recompute = 0; recompute <= 2; recompute += 2) {
+            matmul_setup();  // the cuBLASLt workspace exists before, so only the model's is counted
+            TrainOptions opt = options(2, 37, recompute);
+            opt.zero_stage = zero_stage;
+            opt.total_batch = 2 * 37 * 2;  // two micro-steps
+            size_t free_before = 0, free_after = 0, total = 0;
+            CHECK(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+            GPUModel gpu(c, opt, {&one_rank, comm});
+            CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+            const ModelMemory m = gpu.memory();
+            CHECK_MSG(m.total() == free_before - free_after && m.total() == gpu.allocated_bytes(),
+                      "-z %d -r %d: report %zu bytes, device %zu", zero_stage, recompute, m.total(),
+                      free_before - free_after);
+            const ModelMemory plan = plan_gpu_memory(c, opt, 1, true);
+            CHECK_MSG(plan.parameters == m.parameters && plan.gradients == m.gradients &&
+                          plan.master_weights == m.master_weights &&
+                          plan.optimizer_state == m.optimizer_state && plan.activations == m.activations &&
+                          plan.network_bytes_per_step == m.network_bytes_per_step,
+                      "-z %d -r %d: the plan differs from the model", zero_stage, recompute);
+        }
     ncclCommDestroy(comm);
 }
 

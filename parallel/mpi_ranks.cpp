@@ -1,5 +1,5 @@
 // MPI ranks and the NCCL communicator (see mpi_ranks.h).
-#include "dist/mpi_ranks.h"
+#include "parallel/mpi_ranks.h"
 
 #include <mpi.h>
 

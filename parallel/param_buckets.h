@@ -1,5 +1,5 @@
-// Where each parameter lives on the device, in buckets: the unit of gradient communication across
-// data-parallel ranks and of ZeRO-1 sharding.
+// Where each parameter lives on the device, in buckets: the unit of communication across
+// data-parallel ranks and of ZeRO sharding (parallel/zero.h).
 //
 // Files and the host keep the 16 tensors in ParamLayout order (wte, wpe, ln1w of every layer, ...).
 // The device keeps them by bucket instead, so that everything one layer's backward pass finishes is
@@ -8,10 +8,11 @@
 //   bucket 1 + l    layer l's 12 tensors           (final when layer l's backward is done)
 //   bucket L + 1    lnfw, lnfb                     (final first)
 // Each bucket is padded to a multiple of 128·R elements (R = ranks), so it splits into R equal
-// chunks that are 256-byte aligned in bf16. Under ZeRO-1, rank r owns chunk r of every bucket: it
-// keeps the fp32 master weights and AdamW moments of those elements only (its "shard", the chunks
-// one after another), receives their averaged gradients by a reduce-scatter, updates them, and
-// all-gathers the updated weights. Any parameter count works: the padding is never updated.
+// chunks that are 256-byte aligned in bf16. Under ZeRO (-z 1, 2, 3), rank r owns chunk r of every
+// bucket: it keeps the fp32 master weights and AdamW moments of those elements only (its "shard", the
+// chunks one after another; under -z 2 also their gradients, under -z 3 also their weights), receives
+// their averaged gradients by a reduce-scatter, and updates them. Any parameter count works: the
+// padding is never updated.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -41,7 +42,14 @@ struct ParamBuckets {
     int layer_bucket(int layer) const { return 1 + layer; }
     int embedding_bucket() const { return 0; }
     int final_norm_bucket() const { return (int)buckets.size() - 1; }
-    // What each rank owns of a bucket under ZeRO-1, and of all buckets (its shard).
+    int num_layers() const { return (int)buckets.size() - 2; }
+    // The bucket holding tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb), and where the
+    // tensor starts inside it.
+    int bucket_of(int tensor, int layer = 0) const;
+    size_t offset_in_bucket(int tensor, int layer = 0) const {
+        return device_offset(tensor, layer) - buckets[bucket_of(tensor, layer)].offset;
+    }
+    // What each rank owns of a bucket under ZeRO, and of all buckets (its shard).
     size_t chunk(int bucket) const { return buckets[bucket].length / num_ranks; }
     size_t shard_size() const;
 };
@@ -49,7 +57,7 @@ struct ParamBuckets {
 ParamBuckets make_param_buckets(const GPTConfig& config, int num_ranks);
 
 // A run of elements a rank updates: `length` parameters starting at `device_offset`, whose optimizer
-// state is at `state_offset` of the rank's state arrays (shard order under ZeRO-1, device order
+// state is at `state_offset` of the rank's state arrays (shard order under ZeRO, device order
 // otherwise), all inside one tensor (so one weight-decay setting) starting at `layout_offset`.
 struct OwnedRun {
     int tensor;

@@ -1,5 +1,5 @@
-// Parameter buckets and ZeRO-1 shards (see param_buckets.h).
-#include "host/param_buckets.h"
+// Parameter buckets and ZeRO shards (see param_buckets.h).
+#include "parallel/param_buckets.h"
 
 #include <algorithm>
 
@@ -47,6 +47,12 @@ size_t ParamBuckets::device_offset(int tensor, int layer) const {
     if (tensor == LNFW || tensor == LNFB)
         return segments[buckets.back().first_segment + (tensor - LNFW)].device_offset;
     return segments[buckets[layer_bucket(layer)].first_segment + (tensor - LN1W)].device_offset;
+}
+
+int ParamBuckets::bucket_of(int tensor, int layer) const {
+    if (tensor == WTE || tensor == WPE) return embedding_bucket();
+    if (tensor == LNFW || tensor == LNFB) return final_norm_bucket();
+    return layer_bucket(layer);
 }
 
 size_t ParamBuckets::shard_size() const {

@@ -1,0 +1,404 @@
+// ParameterStore: where one data-parallel rank keeps the model's weights, gradients and AdamW state
+// under each ZeRO stage, and the collectives that move them between ranks. The forward and backward
+// passes of train_gpt.cu compute on whatever weights(bucket) and gradients(bucket) point at, and call
+// the named steps below where data crosses ranks; the maths never sees the stage.
+//
+// Parameters are grouped in buckets (parallel/param_buckets.h: the embeddings, each layer, the final
+// LayerNorm), each split into R equal chunks for R ranks; rank r owns chunk r of every bucket (its
+// "shard", the chunks one after another). What a rank keeps, per parameter (Ψ parameters, R ranks,
+// 2-byte bf16 weights and gradients, 4-byte fp32 master weights and AdamW moments):
+//
+//   -z 0  all-reduce  weights 2Ψ,   gradients 2Ψ,   master + m + v 12Ψ
+//   -z 1  ZeRO-1      weights 2Ψ,   gradients 2Ψ,   master + m + v 12Ψ/R
+//   -z 2  ZeRO-2      weights 2Ψ,   gradients 2Ψ/R, master + m + v 12Ψ/R   + transient gradient slots
+//   -z 3  ZeRO-3      weights 2Ψ/R, gradients 2Ψ/R, master + m + v 12Ψ/R   + transient weight and
+//                                                                            gradient slots
+//
+// The collectives of one micro-step, in the order the step issues them (on a stream of their own, so
+// that they overlap the compute of neighbouring layers):
+//   -z 0/1  after the last micro-step's backward of each bucket: all-reduce (0) or reduce-scatter into
+//           the bucket's own chunk (1); after AdamW on the owned chunks, all-gather of the weights (1).
+//   -z 2    after every micro-step's backward of each bucket: its gradients, computed whole into a
+//           transient slot, are reduce-scattered into this rank's gradient shard (added to what earlier
+//           micro-steps left there); after AdamW, all-gather of the weights.
+//   -z 3    as -z 2, and each bucket's weights are all-gathered from the shards into a transient slot
+//           just before the forward needs them, and again before the backward, the next layer's
+//           gather issued while the current layer computes (prefetch); the slot is released after use.
+//           The embeddings (wte is also the classifier) are gathered once per micro-step and kept from
+//           the encoder to the classifier's backward; the final LayerNorm likewise.
+// Gradients accumulate across micro-steps in the storage precision (bf16, or fp32 in the fp32 build),
+// as the whole-gradient stages do, so every stage rounds alike and needs 2 bytes per gradient.
+//
+// Transient slots: two for layers (layer l uses slot l % 2: while layer l computes, layer l ± 1 is
+// gathered into the other), one for the embeddings, one for the final LayerNorm; each with a "filled"
+// event (the gather is done) and a "free" event (the compute is done with it), and the gradient slots
+// likewise ("ready" to reduce, "reduced").
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nccl.h>
+
+#include "host/errors.h"
+#include "host/gpt_config.h"
+#include "host/train_model.h"
+#include "kernels/adamw.h"
+#include "kernels/common.h"
+#include "kernels/device_arena.h"
+#include "kernels/elementwise.h"
+#include "kernels/global_norm.h"
+#include "parallel/nccl_check.h"
+#include "parallel/param_buckets.h"
+
+class ParameterStore {
+public:
+    // stage: the ZeRO stage in effect (0 without a communicator); rank among buckets.num_ranks.
+    ParameterStore(const ParamBuckets& buckets, int stage, int rank, bool fp32_master)
+        : buckets_(buckets), stage_(stage), rank_(rank), use_master_(fp32_master),
+          sharded_(stage >= 1), owned_(owned_runs(buckets, rank, stage >= 1)) {
+        size_t at = 0;
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            shard_offset_.push_back(at);
+            at += sharded_ ? buckets_.chunk(b) : 0;
+            max_chunk_ = std::max(max_chunk_, buckets_.chunk(b));
+        }
+        for (int l = 0; l < buckets_.num_layers(); l++)
+            slot_length_[0] = slot_length_[1] =
+                std::max(slot_length_[0], buckets_.buckets[buckets_.layer_bucket(l)].length);
+        slot_length_[EMBEDDING_SLOT] = buckets_.buckets[buckets_.embedding_bucket()].length;
+        slot_length_[FINAL_NORM_SLOT] = buckets_.buckets[buckets_.final_norm_bucket()].length;
+    }
+    ParameterStore(const ParameterStore&) = delete;
+    ParameterStore& operator=(const ParameterStore&) = delete;
+    ~ParameterStore() {
+        for (int s = 0; s < SLOTS; s++)
+            for (cudaEvent_t e : {filled_[s], free_[s], ready_[s], reduced_[s]})
+                if (e) cudaEventDestroy(e);
+        if (communication_done_) cudaEventDestroy(communication_done_);
+        if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    }
+
+    int stage() const { return stage_; }
+    bool optimizer_sharded() const { return sharded_; }
+    const ParamBuckets& buckets() const { return buckets_; }
+    // Elements of this rank's optimizer state: its shard, or the whole (padded) model.
+    size_t state_size() const { return sharded_ ? buckets_.shard_size() : buckets_.total; }
+
+    // Requests this stage's buffers, persistent and transient, in the arena (nothing is allocated).
+    void request_memory(DeviceArena* arena) {
+        const size_t P = buckets_.total, S = state_size();
+        arena->request(&params_, stage_ >= 3 ? S : P, MemoryKind::PARAMETERS);
+        if (stage_ >= 3)
+            for (int s = 0; s < SLOTS; s++) arena->request(&weight_slot_[s], slot_length_[s], MemoryKind::PARAMETERS);
+        arena->request(&grads_, stage_ >= 2 ? S : P, MemoryKind::GRADIENTS);
+        if (stage_ >= 2) {
+            for (int s = 0; s < SLOTS; s++) arena->request(&gradient_slot_[s], slot_length_[s], MemoryKind::GRADIENTS);
+            arena->request(&chunk_buffer_, max_chunk_, MemoryKind::GRADIENTS);
+        }
+        if (use_master_) arena->request(&master_, S, MemoryKind::MASTER_WEIGHTS);
+        arena->request(&adam_m_, S, MemoryKind::OPTIMIZER_STATE);
+        arena->request(&adam_v_, S, MemoryKind::OPTIMIZER_STATE);
+    }
+
+    // Once the arena is allocated: the communication stream and events, every buffer zeroed (the
+    // padding of each bucket stays zero for good). comm may be null for stage 0 (nothing to send).
+    void start(cudaStream_t compute, ncclComm_t comm) {
+        compute_ = compute;
+        comm_ = comm;
+        if (stage_ > 0 && !comm_) fail("ZeRO stage %d needs a communicator", stage_);
+        CUDA_CHECK(cudaStreamCreate(&comm_stream_));
+        for (int s = 0; s < SLOTS; s++)
+            for (cudaEvent_t* e : {&filled_[s], &free_[s], &ready_[s], &reduced_[s]})
+                CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
+        const size_t P = buckets_.total, S = state_size();
+        zero(params_, stage_ >= 3 ? S : P);
+        zero(grads_, stage_ >= 2 ? S : P);
+        zero(master_, use_master_ ? S : 0);
+        zero(adam_m_, S);
+        zero(adam_v_, S);
+        for (int s = 0; s < SLOTS; s++) {
+            zero(weight_slot_[s], stage_ >= 3 ? slot_length_[s] : 0);
+            zero(gradient_slot_[s], stage_ >= 2 ? slot_length_[s] : 0);
+        }
+    }
+
+    std::string description() const {
+        const int R = buckets_.num_ranks;
+        switch (stage_) {
+            case 0: return comm_ ? strprintf("gradients all-reduced over %d ranks", R) : "";
+            case 1: return strprintf("ZeRO-1 over %d ranks (AdamW state sharded)", R);
+            case 2: return strprintf("ZeRO-2 over %d ranks (gradients and AdamW state sharded)", R);
+            default:
+                return strprintf("ZeRO-3 over %d ranks (weights, gradients and AdamW state sharded)", R);
+        }
+    }
+
+    // Bytes this rank sends in one optimizer step of `micro_steps` micro-steps. A ring all-reduce
+    // of n elements sends 2·(R−1)/R·n of them, a reduce-scatter or an all-gather (R−1)/R·n.
+    size_t bytes_sent_per_step(int micro_steps) const {
+        const size_t R = buckets_.num_ranks, P = buckets_.total;
+        if (R <= 1 && stage_ == 0) return 0;
+        const size_t one_pass = (R - 1) * (P / R) * sizeof(floatX);  // (R−1)/R of every bucket
+        const size_t kept = buckets_.buckets[buckets_.embedding_bucket()].length +
+                            buckets_.buckets[buckets_.final_norm_bucket()].length;
+        const size_t layers_pass = (R - 1) * ((P - kept) / R) * sizeof(floatX);
+        switch (stage_) {
+            case 0:
+            case 1: return 2 * one_pass;
+            case 2: return (micro_steps + 1) * one_pass;
+            default: return micro_steps * (2 * one_pass + layers_pass);  // gathers fwd + bwd, reduce
+        }
+    }
+
+    // ---- what the forward and backward compute on
+    // The bucket's weights, whole: the model's copy (-z 0..2) or the slot it was gathered into (-z 3).
+    floatX* weights(int bucket) const {
+        if (stage_ < 3) return params_ + buckets_.buckets[bucket].offset;
+        const int s = slot_of(bucket);
+        if (slot_holds_[s] != bucket)
+            fail("internal error: bucket %d's weights are used while not gathered (slot %d holds %d)",
+                 bucket, s, slot_holds_[s]);
+        return weight_slot_[s];
+    }
+    // Where the backward adds the bucket's gradients: the model's copy (-z 0/1) or a slot (-z 2/3).
+    floatX* gradients(int bucket) const {
+        if (stage_ < 2) return grads_ + buckets_.buckets[bucket].offset;
+        return gradient_slot_[slot_of(bucket)];
+    }
+
+    // ---- collectives and their order (each a no-op where the stage does not need it)
+    // -z 3: all-gather the bucket's weights from every rank's chunk into its slot, on the
+    // communication stream, once the compute is done with the slot's previous bucket.
+    void gather_weights(int bucket) {
+        if (stage_ < 3) return;
+        const int s = slot_of(bucket);
+        if (slot_holds_[s] != -1)
+            fail("internal error: bucket %d is gathered into slot %d, which bucket %d still uses", bucket, s,
+                 slot_holds_[s]);
+        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, free_[s], 0));
+        NCCL_CHECK(ncclAllGather(params_ + shard_offset_[bucket], weight_slot_[s], buckets_.chunk(bucket),
+                                 NCCL_FLOATX, comm_, comm_stream_));
+        CUDA_CHECK(cudaEventRecord(filled_[s], comm_stream_));
+        slot_holds_[s] = bucket;
+    }
+    // The compute stream waits until the bucket's gathered weights are there.
+    void wait_for_weights(int bucket) {
+        if (stage_ < 3) return;
+        weights(bucket);  // checks the slot holds it
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, filled_[slot_of(bucket)], 0));
+    }
+    // The compute stream is done with the bucket's weights: its slot may take another bucket.
+    void release_weights(int bucket) {
+        if (stage_ < 3) return;
+        const int s = slot_of(bucket);
+        CUDA_CHECK(cudaEventRecord(free_[s], compute_));
+        slot_holds_[s] = -1;
+    }
+
+    // A new optimizer step's accumulation starts: -z 0/1 zero the gradients; -z 2/3 let the first
+    // micro-step's reduce-scatter overwrite the shard.
+    void zero_gradients() {
+        if (stage_ < 2)
+            CUDA_CHECK(cudaMemsetAsync(grads_, 0, buckets_.total * sizeof(floatX), compute_));
+        first_micro_step_ = true;
+    }
+    // -z 2/3: the bucket's gradient slot, once its previous reduction has read it, zeroed for the
+    // backward to add into.
+    void prepare_gradients(int bucket) {
+        if (stage_ < 2) return;
+        const int s = slot_of(bucket);
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, reduced_[s], 0));
+        CUDA_CHECK(cudaMemsetAsync(gradient_slot_[s], 0, slot_length_[s] * sizeof(floatX), compute_));
+    }
+    // The backward has finished the bucket's gradients of this micro-step: average them across ranks
+    // on the communication stream. -z 0/1 only after the last micro-step (earlier ones accumulate in
+    // place); -z 2/3 after every micro-step, into this rank's gradient shard.
+    void reduce_gradients(int bucket, bool last_micro_step) {
+        if (!comm_ || (stage_ < 2 && !last_micro_step)) return;
+        const ParamBucket& b = buckets_.buckets[bucket];
+        const size_t chunk = buckets_.chunk(bucket);
+        CUDA_CHECK(cudaEventRecord(ready_[slot_of(bucket)], compute_));
+        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[slot_of(bucket)], 0));
+        if (stage_ == 0) {
+            NCCL_CHECK(ncclAllReduce(grads_ + b.offset, grads_ + b.offset, b.length, NCCL_FLOATX, ncclAvg,
+                                     comm_, comm_stream_));
+        } else if (stage_ == 1) {  // in place: this rank's chunk of the bucket receives the average
+            floatX* g = grads_ + b.offset;
+            NCCL_CHECK(ncclReduceScatter(g, g + rank_ * chunk, chunk, NCCL_FLOATX, ncclAvg, comm_,
+                                         comm_stream_));
+        } else {
+            const int s = slot_of(bucket);
+            floatX* shard = grads_ + shard_offset_[bucket];
+            if (first_micro_step_) {
+                NCCL_CHECK(ncclReduceScatter(gradient_slot_[s], shard, chunk, NCCL_FLOATX, ncclAvg, comm_,
+                                             comm_stream_));
+            } else {
+                NCCL_CHECK(ncclReduceScatter(gradient_slot_[s], chunk_buffer_, chunk, NCCL_FLOATX, ncclAvg,
+                                             comm_, comm_stream_));
+                add_array(shard, chunk_buffer_, chunk, comm_stream_);
+            }
+            CUDA_CHECK(cudaEventRecord(reduced_[s], comm_stream_));
+        }
+        communicating_ = true;
+    }
+    // End of a backward pass: the compute stream goes on once every reduction issued is done.
+    void finish_backward() {
+        if (communicating_) {
+            CUDA_CHECK(cudaEventRecord(communication_done_, comm_stream_));
+            CUDA_CHECK(cudaStreamWaitEvent(compute_, communication_done_, 0));
+            communicating_ = false;
+        }
+        if (stage_ >= 2) first_micro_step_ = false;
+    }
+
+    // ---- the update
+    // Adds the squared L2 norm of the reduced gradients to *norm_squared (device), summed over ranks
+    // when each holds a part of them. (Padding holds zeros.)
+    void add_gradient_norm_squared(float* norm_squared, void* scratch) {
+        if (stage_ >= 2) {
+            global_norm_squared(norm_squared, grads_, buckets_.shard_size(), scratch, compute_);
+        } else if (stage_ == 1) {
+            for (int b = 0; b < (int)buckets_.buckets.size(); b++)
+                global_norm_squared(norm_squared, grads_ + buckets_.buckets[b].offset + rank_ * buckets_.chunk(b),
+                                    buckets_.chunk(b), scratch, compute_);
+        } else {
+            global_norm_squared(norm_squared, grads_, buckets_.total, scratch, compute_);
+        }
+        if (sharded_)
+            NCCL_CHECK(ncclAllReduce(norm_squared, norm_squared, 1, ncclFloat32, ncclSum, comm_, compute_));
+    }
+
+    // AdamW on the parameters this rank owns, run by run (each inside one tensor: weight decay only
+    // on the weight matrices); then -z 1/2 all-gather the updated weights. Under -z 3 the updated
+    // shard is all there is: the next forward gathers from it.
+    void adamw(const AdamWSettings& s, int step, uint32_t seed) {
+        for (const OwnedRun& run : owned_) {
+            floatX* param = params_ + (stage_ >= 3 ? run.state_offset : run.device_offset);
+            const floatX* grad = grads_ + (stage_ >= 2 ? run.state_offset : run.device_offset);
+            adamw_update(param, master_ ? master_ + run.state_offset : nullptr, adam_m_ + run.state_offset,
+                         adam_v_ + run.state_offset, grad, run.length, run.layout_offset, s.learning_rate,
+                         s.beta1, s.beta2, s.eps, is_weight_matrix(run.tensor) ? s.weight_decay : 0.0f,
+                         s.grad_scale, step, seed, compute_);
+        }
+        if (stage_ == 1 || stage_ == 2) all_gather_weights();
+        CUDA_CHECK(cudaGetLastError());
+    }
+
+    // ---- weights and optimizer state in and out (host vectors in ParamLayout order, fp32)
+    void set_weights(const std::vector<float>& weights) {
+        if (stage_ >= 3)
+            upload(params_, gather_shard(buckets_, rank_, true, weights));
+        else
+            upload(params_, to_device_order(buckets_, weights));
+        if (master_) upload(master_, gather_shard(buckets_, rank_, sharded_, weights));
+    }
+    // The whole model's working weights. Under -z 3 every rank must call it (the buckets are gathered
+    // one at a time through a slot: no rank holds the whole model on its device); only ranks that pass
+    // `wanted` copy them to the host (the others get an empty vector).
+    std::vector<float> weights_in_layout_order(bool wanted = true) {
+        if (stage_ < 3) return wanted ? to_layout_order(buckets_, download(params_, buckets_.total)) : std::vector<float>();
+        std::vector<float> device_order(wanted ? buckets_.total : 0);
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            gather_weights(b);
+            wait_for_weights(b);
+            if (wanted) {
+                const std::vector<float> bucket = download(weights(b), buckets_.buckets[b].length);
+                std::copy(bucket.begin(), bucket.end(), device_order.begin() + buckets_.buckets[b].offset);
+            }
+            release_weights(b);
+        }
+        return wanted ? to_layout_order(buckets_, device_order) : std::vector<float>();
+    }
+    // The gradients, whole, widened to fp32 (for tests; -z 0/1 only).
+    std::vector<float> gradients_in_layout_order() {
+        if (stage_ >= 2) fail("the whole gradients are never on one rank under ZeRO-%d", stage_);
+        return to_layout_order(buckets_, download(grads_, buckets_.total));
+    }
+    void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                             const std::vector<float>& v) {
+        if (master_) upload(master_, gather_shard(buckets_, rank_, sharded_, master));
+        upload(adam_m_, gather_shard(buckets_, rank_, sharded_, m));
+        upload(adam_v_, gather_shard(buckets_, rank_, sharded_, v));
+    }
+    // What this rank's state file stores: its shard (state order) when sharded, else the whole
+    // model's state in ParamLayout order. Without separate master weights they are the working ones.
+    void optimizer_state(std::vector<float>* master, std::vector<float>* m, std::vector<float>* v) {
+        const size_t S = state_size();
+        auto in_file_order = [&](std::vector<float> state) {
+            return sharded_ ? state : to_layout_order(buckets_, state);
+        };
+        if (master_)
+            *master = in_file_order(download(master_, S));
+        else if (stage_ >= 3)
+            *master = download(params_, S);
+        else
+            *master = in_file_order(gather_shard(buckets_, rank_, sharded_, weights_in_layout_order()));
+        *m = in_file_order(download(adam_m_, S));
+        *v = in_file_order(download(adam_v_, S));
+    }
+
+private:
+    enum { EMBEDDING_SLOT = 2, FINAL_NORM_SLOT = 3, SLOTS = 4 };
+    int slot_of(int bucket) const {
+        if (bucket == buckets_.embedding_bucket()) return EMBEDDING_SLOT;
+        if (bucket == buckets_.final_norm_bucket()) return FINAL_NORM_SLOT;
+        return (bucket - buckets_.layer_bucket(0)) % 2;
+    }
+
+    // -z 1/2: every rank's updated chunk of every bucket to every rank, as one group.
+    void all_gather_weights() {
+        NCCL_CHECK(ncclGroupStart());
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            floatX* bucket = params_ + buckets_.buckets[b].offset;
+            const size_t chunk = buckets_.chunk(b);
+            NCCL_CHECK(ncclAllGather(bucket + rank_ * chunk, bucket, chunk, NCCL_FLOATX, comm_, compute_));
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+
+    template <typename T>
+    void zero(T* p, size_t n) {
+        if (n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), compute_));
+    }
+    // Host fp32 <-> device T, through a host staging vector, on the compute stream.
+    template <typename T>
+    void upload(T* device, const std::vector<float>& host) {
+        std::vector<T> staged(host.size());
+        for (size_t i = 0; i < host.size(); i++) staged[i] = (T)host[i];
+        CUDA_CHECK(cudaMemcpyAsync(device, staged.data(), staged.size() * sizeof(T), cudaMemcpyHostToDevice,
+                                   compute_));
+        CUDA_CHECK(cudaStreamSynchronize(compute_));
+    }
+    template <typename T>
+    std::vector<float> download(const T* device, size_t n) {
+        std::vector<T> staged(n);
+        CUDA_CHECK(cudaMemcpyAsync(staged.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost, compute_));
+        CUDA_CHECK(cudaStreamSynchronize(compute_));
+        return std::vector<float>(staged.begin(), staged.end());
+    }
+
+    ParamBuckets buckets_;
+    int stage_, rank_;
+    bool use_master_, sharded_;
+    std::vector<OwnedRun> owned_;    // the parameters this rank updates
+    std::vector<size_t> shard_offset_;  // where each bucket's chunk starts in this rank's shard
+    size_t max_chunk_ = 0;
+    size_t slot_length_[SLOTS] = {};
+    ncclComm_t comm_ = nullptr;
+    cudaStream_t compute_ = nullptr, comm_stream_ = nullptr;
+
+    floatX* params_ = nullptr;  // working weights: whole in bucket order (-z 0..2) or the shard (-z 3)
+    floatX* grads_ = nullptr;   // gradients: whole in bucket order (-z 0/1) or the shard (-z 2/3)
+    float* master_ = nullptr;   // fp32 master weights (null with -w 0 or in the fp32 build)
+    float *adam_m_ = nullptr, *adam_v_ = nullptr;  // state order: this rank's shard, or all
+    floatX* weight_slot_[SLOTS] = {};    // -z 3: gathered buckets
+    floatX* gradient_slot_[SLOTS] = {};  // -z 2/3: a bucket's whole gradients before the reduction
+    floatX* chunk_buffer_ = nullptr;     // -z 2/3: a reduced chunk on its way into the shard
+    int slot_holds_[SLOTS] = {-1, -1, -1, -1};
+    cudaEvent_t filled_[SLOTS] = {}, free_[SLOTS] = {}, ready_[SLOTS] = {}, reduced_[SLOTS] = {};
+    cudaEvent_t communication_done_ = nullptr;
+    bool first_micro_step_ = true, communicating_ = false;
+};
