@@ -44,9 +44,10 @@ int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTCo
     const double GiB = 1024.0 * 1024.0 * 1024.0;
     printf("model: %s (%s), %zu parameters\n", model_source_text(opt, false, 0).c_str(),
            describe_config(config).c_str(), param_layout(config).total);
-    printf("plan: %d rank%s, %s; B=%d T=%d, %lld tokens per step (%d micro-steps)\n", num_ranks,
+    const int micro_steps = grad_accum_steps(opt, num_ranks);
+    printf("plan: %d rank%s, %s; B=%d T=%d, %lld tokens per step (%d micro-step%s)\n", num_ranks,
            num_ranks == 1 ? "" : "s", communicates ? zero_stage_text(opt.zero_stage) : "one rank",
-           opt.batch_size, opt.seq_len, opt.total_batch, grad_accum_steps(opt, num_ranks));
+           opt.batch_size, opt.seq_len, opt.total_batch, micro_steps, micro_steps == 1 ? "" : "s");
     print_memory_report(memory);
     double device = opt.device_memory_gib * GiB;
     std::string where = strprintf("a %.1f GiB device (--device-memory)", opt.device_memory_gib);

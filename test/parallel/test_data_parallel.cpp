@@ -1,8 +1,9 @@
 // Data parallelism end to end: the emulated CUDA trainer (train_gpt_emu_fp32: the real kernels, the
 // NCCL stand-in over MPI) run as 1, 2, 3 and 4 MPI ranks (oversubscribed) on the same global batch
-// gives the same per-step losses and final weights as one rank, with all-reduce (-z 0) and ZeRO-1
-// (-z 1), with and without accumulation, and with a parameter count that the ranks do not divide.
-// Checkpoints written by 2 ranks resume bitwise on 2, and on 1 and 4 within 1e-6.
+// gives the same per-step losses and final weights as one rank, with all-reduce (-z 0) and every ZeRO
+// stage (-z 1, 2, 3), with and without accumulation, and with a parameter count that the ranks do not
+// divide. Checkpoints written by 2 ranks resume bitwise on 2, and on 1 and 4 within 1e-6; checkpoints
+// move between ZeRO stages and rank counts; --dry-run plans exactly the memory the ranks allocate.
 // Ranks sum the gradients in another order than one rank's accumulation, so the fp32 results differ
 // in the last bits; AdamW divides each update by its gradient's own size, so for elements whose
 // gradient is near zero (the key biases' is exactly zero in exact arithmetic) those bits decide the
@@ -84,6 +85,15 @@ void check_same_run(const std::string& dir, const std::string& reference_dir, in
 
 std::string out_dir() { return tst::make_temp_dir() + "/out"; }
 
+// The lines of `text` that start with `prefix`.
+std::string lines_starting(const std::string& text, const std::string& prefix) {
+    std::istringstream lines(text);
+    std::string line, out;
+    while (std::getline(lines, line))
+        if (line.rfind(prefix, 0) == 0) out += line + "\n";
+    return out;
+}
+
 }  // namespace
 
 // -d 256 = 4 micro-batches of 2x32: one rank accumulates 4, two ranks 2 each, four ranks none.
@@ -137,4 +147,83 @@ TEST(zero1_checkpoint_resumes_on_other_rank_counts) {
             check_same_run(dir, straight, 4, 1e-6, what.c_str());
         }
     }
+}
+
+// ZeRO-2 (gradients sharded, reduce-scattered every micro-step) and ZeRO-3 (weights sharded too,
+// gathered per layer): 1, 2 and 4 ranks (4, 2 and 1 micro-steps of accumulation) match one rank.
+TEST(zero2_and_zero3_match_one_rank) {
+    const std::string flags = "-d 256 -x 4 -o ";
+    const std::string one = out_dir();
+    run(0, flags + one);
+    for (int ranks : {1, 2, 4})
+        for (int zero : {2, 3}) {
+            const std::string dir = out_dir();
+            run(ranks, flags + dir + " -z " + std::to_string(zero));
+            const std::string what = "mpirun -np " + std::to_string(ranks) + " -z " + std::to_string(zero);
+            check_same_run(dir, one, 4, 1e-6, what.c_str());
+        }
+}
+
+// Universal checkpoints: a -z 3 run saved by 2 ranks continues on 4 ranks under -z 1 and on one rank
+// without communication; a one-rank run continues on 2 ranks under -z 3. Each continuation matches
+// the uninterrupted one-rank run.
+TEST(checkpoints_move_between_zero_stages_and_rank_counts) {
+    const std::string flags = "-d 256 -x 4 -n 2 -y 1 -o ";
+    const std::string straight = out_dir();
+    run(0, flags + straight);
+    struct Case {
+        int saved_ranks, saved_zero, ranks, zero;
+    } cases[] = {{2, 3, 4, 1}, {2, 3, 0, 0}, {0, 0, 2, 3}};
+    for (const Case& c : cases) {
+        const std::string dir = out_dir();
+        run(c.saved_ranks, flags + dir + " -z " + std::to_string(c.saved_zero) + " --stop-at 2");
+        const std::string log = run(c.ranks, flags + dir + " -z " + std::to_string(c.zero));
+        CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
+        const std::string what = strprintf("-z %d on %d rank(s), resumed with -z %d on %d rank(s)",
+                                           c.saved_zero, std::max(1, c.saved_ranks), c.zero,
+                                           std::max(1, c.ranks));
+        check_same_run(dir, straight, 4, 1e-6, what.c_str());
+    }
+}
+
+// --dry-run from one process (--plan-ranks 2) prints the same memory and network lines as the two
+// ranks print once they have allocated (their figures are the device allocation's, as
+// test_gpu_model checks), for every ZeRO stage; nothing is trained or written.
+TEST(dry_run_plans_what_the_ranks_allocate) {
+    for (int zero = 0; zero <= 3; zero++) {
+        const std::string z = " -z " + std::to_string(zero);
+        const std::string dir = out_dir();
+        const std::string plan = run(0, "-d 128 --dry-run 1 --plan-ranks 2 -o " + dir + z);
+        CHECK_MSG(plan.find("dry run: nothing was allocated") != std::string::npos && !path_exists(dir),
+                  "%s", plan.c_str());
+        const std::string real = run(2, "-d 128 -x 1" + z);
+        for (const char* prefix : {"memory:", "network:"}) {
+            const std::string planned = lines_starting(plan, prefix), actual = lines_starting(real, prefix);
+            CHECK_MSG(!planned.empty() && planned == actual, "-z %d: planned\n%sbut the ranks report\n%s", zero,
+                      planned.c_str(), actual.c_str());
+        }
+    }
+}
+
+// Planning GPT-2 1.5B (B=8, T=1024, -r 2; fp32 storage in this build) on 8 ranks of 40 GiB: each ZeRO
+// stage holds less per rank than the one before; -z 0 does not fit, -z 3 does; --plan-ranks needs
+// --dry-run.
+TEST(dry_run_plans_gpt2_xl_on_8_ranks) {
+    double totals[4];
+    for (int zero = 0; zero <= 3; zero++) {
+        const std::string out = run(0, strprintf("-e d48 -b 8 -t 1024 -r 2 --dry-run 1 --plan-ranks 8 "
+                                                 "--device-memory 40 -z %d", zero));
+        const std::string memory = lines_starting(out, "memory:");
+        const size_t at = memory.find("total ");
+        CHECK_MSG(at != std::string::npos, "%s", out.c_str());
+        totals[zero] = atof(memory.c_str() + at + 6);
+        if (zero > 0) CHECK_MSG(totals[zero] < totals[zero - 1], "-z %d: %.1f MiB, -z %d: %.1f MiB", zero,
+                                totals[zero], zero - 1, totals[zero - 1]);
+        if (zero == 0) CHECK_MSG(out.find("fits: no") != std::string::npos, "%s", out.c_str());
+        if (zero == 3) CHECK_MSG(out.find("fits: yes") != std::string::npos, "%s", out.c_str());
+    }
+    std::string refused;
+    const int status = tst::run_command(trainer() + " -e d12 --plan-ranks 8 2>&1", &refused);
+    CHECK_MSG(status != 0 && refused.find("--plan-ranks and --device-memory plan a run") != std::string::npos,
+              "%s", refused.c_str());
 }

@@ -4,7 +4,8 @@
 #   - an error on one rank only (here: rank 1's training data is missing), which would leave the
 #     others waiting in a collective;
 #   - a rank killed (SIGKILL) in the middle of training.
-# Uses the emulated trainer (train_gpt_emu_fp32) as 2 MPI ranks.
+# Each with all-reduce (-z 0) and fully sharded (-z 3, where every forward gathers weights from every
+# rank). Uses the emulated trainer (train_gpt_emu_fp32) as 2 MPI ranks.
 set -u
 trainer="${BIN:-.}/train_gpt_emu_fp32"
 if [ ! -x "$trainer" ] || ! command -v mpirun >/dev/null; then
@@ -53,30 +54,32 @@ expect_failure() {
   echo "PASS $name (${took}s)"
 }
 
-expect_failure ranks_with_different_command_lines "error: the 2 ranks disagree on the command line" -- \
-  mpirun --oversubscribe -np 1 "$trainer" "${flags[@]}" -x 5 -l 1e-3 : -np 1 "$trainer" "${flags[@]}" -x 5 -l 2e-3
-# Rank 1 looks for its data in a folder that exists only for rank 0: an error on one rank only.
-mkdir -p "$work/rank0" && cp "$work/train.bin" "$work/rank0/"
-expect_failure error_on_one_rank_ends_all "error: -i (--train-data)" "no file matches" -- \
-  mpirun --oversubscribe -np 2 bash -c 'cd "$0" && [ "$OMPI_COMM_WORLD_RANK" = 0 ] || cd /; exec "$@"' \
-  "$work/rank0" "$(realpath "$trainer")" -e custom:L1:C64:H2:V64:T16 -i rank0/train.bin -b 2 -t 16 -v 0 -s 0 -x 5
+for z in 0 3; do
+  expect_failure "ranks_with_different_command_lines_z$z" "error: the 2 ranks disagree on the command line" -- \
+    mpirun --oversubscribe -np 1 "$trainer" "${flags[@]}" -z $z -x 5 -l 1e-3 : -np 1 "$trainer" "${flags[@]}" -z $z -x 5 -l 2e-3
+  # Rank 1 looks for its data in a folder that exists only for rank 0: an error on one rank only.
+  mkdir -p "$work/rank0" && cp -f "$work/train.bin" "$work/rank0/"
+  expect_failure "error_on_one_rank_ends_all_z$z" "error: -i (--train-data)" "no file matches" -- \
+    mpirun --oversubscribe -np 2 bash -c 'cd "$0" && [ "$OMPI_COMM_WORLD_RANK" = 0 ] || cd /; exec "$@"' \
+    "$work/rank0" "$(realpath "$trainer")" -e custom:L1:C64:H2:V64:T16 -i rank0/train.bin -b 2 -t 16 -v 0 -s 0 -z $z -x 5
 
-# A rank killed mid-run: mpirun must end the job.
-start=$SECONDS
-timeout 90 mpirun --oversubscribe -np 2 "$trainer" "${flags[@]}" -x 100000 >"$work/kill.out" 2>&1 &
-job=$!
-for _ in $(seq 1 120); do grep -q '^step 2/' "$work/kill.out" && break; sleep 0.5; done
-victim=$(pgrep -n -f "^$trainer -e custom:L1:C64")
-kill -KILL "$victim" 2>/dev/null
-killed_at=$SECONDS
-wait $job
-rc=$?
-took=$((SECONDS - killed_at))
-if [ -z "$victim" ] || [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $took -gt 60 ]; then
-  echo "FAIL rank_killed_ends_the_job: exit status $rc, ${took}s after the kill (victim '${victim}')"
-  tail -5 "$work/kill.out" | sed 's/^/   | /'
-  status=1
-else
-  echo "PASS rank_killed_ends_the_job (ended ${took}s after the kill, status $rc)"
-fi
+  # A rank killed mid-run: mpirun must end the job.
+  start=$SECONDS
+  timeout 90 mpirun --oversubscribe -np 2 "$trainer" "${flags[@]}" -z $z -x 100000 >"$work/kill.out" 2>&1 &
+  job=$!
+  for _ in $(seq 1 120); do grep -q '^step 2/' "$work/kill.out" && break; sleep 0.5; done
+  victim=$(pgrep -n -f "^$trainer -e custom:L1:C64")
+  kill -KILL "$victim" 2>/dev/null
+  killed_at=$SECONDS
+  wait $job
+  rc=$?
+  took=$((SECONDS - killed_at))
+  if [ -z "$victim" ] || [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $took -gt 60 ]; then
+    echo "FAIL rank_killed_ends_the_job_z$z: exit status $rc, ${took}s after the kill (victim '${victim}')"
+    tail -5 "$work/kill.out" | sed 's/^/   | /'
+    status=1
+  else
+    echo "PASS rank_killed_ends_the_job_z$z (ended ${took}s after the kill, status $rc)"
+  fi
+done
 exit $status
