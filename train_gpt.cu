@@ -107,10 +107,56 @@ struct StepBuffers {
     void* scratch = nullptr;   // kernel scratch, the largest any kernel asks for
     float* norm = nullptr;     // the squared gradient norm
 };
+// Requests them in the arena, for micro-batches of up to opt.batch_size × opt.seq_len tokens (see
+// struct Activations for what -r changes).
 static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
-                                 const TrainOptions& opt);
+                                 const TrainOptions& opt) {
+    const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
+    const size_t Vp = config.padded_vocab_size, HS = C / NH;
+    const int B = opt.batch_size, T = opt.seq_len;
+    const size_t N = (size_t)B * T;
+    const size_t ln_layers = opt.recompute >= 2 ? 1 : L, gelu_layers = opt.recompute >= 1 ? 1 : L;
+    Activations& a = buffers->act;
+    auto request = [&](auto** pointer, size_t count) {
+        arena->request(pointer, count, MemoryKind::ACTIVATIONS);
+    };
+    request(&a.encoded, N * C);
+    request(&a.ln1, ln_layers * N * C);
+    request(&a.ln1_mean, L * N);
+    request(&a.ln1_rstd, L * N);
+    request(&a.qkv, L * N * 3 * C);
+    request(&a.atty, L * N * C);
+    request(&a.att_lse, L * N * NH);
+    request(&a.residual2, L * N * C);
+    request(&a.ln2, ln_layers * N * C);
+    request(&a.ln2_mean, L * N);
+    request(&a.ln2_rstd, L * N);
+    request(&a.fch, L * N * 4 * C);
+    request(&a.fch_gelu, gelu_layers * N * 4 * C);
+    request(&a.residual3, L * N * C);
+    request(&a.lnf, N * C);
+    request(&a.lnf_mean, N);
+    request(&a.lnf_rstd, N);
+    request(&a.logits, N * Vp);
+    request(&a.losses, N);
+    request(&a.branch, N * C);
+    request(&a.dresidual, N * C);
+    request(&a.dln, N * C);
+    request(&a.datty, N * C);
+    request(&a.dqkv, N * 3 * C);
+    request(&a.dfch, N * 4 * C);
+    request(&buffers->inputs, N);
+    request(&buffers->targets, N);
+    const size_t scratch_bytes = std::max(
+        {encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes((int)N, (int)C),
+         matmul_backward_scratch_bytes((int)N, 4 * (int)C), matmul_backward_scratch_bytes((int)N, (int)Vp),
+         attention_backward_scratch_bytes(B, T, (int)NH, (int)HS), global_norm_scratch_bytes()});
+    request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
+    request(&buffers->norm, 1);
+}
 
-// The ZeRO stage a run of `num_ranks` ranks uses: what -z asks for, when there is a communicator.
+// The ZeRO stage a run uses: what -z asks for, when there is a communicator (several ranks, or one
+// started by an MPI launcher).
 static int zero_stage_in_effect(const TrainOptions& opt, bool communicates) {
     return communicates ? opt.zero_stage : 0;
 }
@@ -272,52 +318,6 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParalle
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
     CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, max_N_ * Vp * sizeof(floatX), stream_));
-}
-
-static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
-                                 const TrainOptions& opt) {
-    const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
-    const size_t Vp = config.padded_vocab_size, HS = C / NH;
-    const int B = opt.batch_size, T = opt.seq_len;
-    const size_t N = (size_t)B * T;
-    const size_t ln_layers = opt.recompute >= 2 ? 1 : L, gelu_layers = opt.recompute >= 1 ? 1 : L;
-    Activations& a = buffers->act;
-    auto request = [&](auto** pointer, size_t count) {
-        arena->request(pointer, count, MemoryKind::ACTIVATIONS);
-    };
-    request(&a.encoded, N * C);
-    request(&a.ln1, ln_layers * N * C);
-    request(&a.ln1_mean, L * N);
-    request(&a.ln1_rstd, L * N);
-    request(&a.qkv, L * N * 3 * C);
-    request(&a.atty, L * N * C);
-    request(&a.att_lse, L * N * NH);
-    request(&a.residual2, L * N * C);
-    request(&a.ln2, ln_layers * N * C);
-    request(&a.ln2_mean, L * N);
-    request(&a.ln2_rstd, L * N);
-    request(&a.fch, L * N * 4 * C);
-    request(&a.fch_gelu, gelu_layers * N * 4 * C);
-    request(&a.residual3, L * N * C);
-    request(&a.lnf, N * C);
-    request(&a.lnf_mean, N);
-    request(&a.lnf_rstd, N);
-    request(&a.logits, N * Vp);
-    request(&a.losses, N);
-    request(&a.branch, N * C);
-    request(&a.dresidual, N * C);
-    request(&a.dln, N * C);
-    request(&a.datty, N * C);
-    request(&a.dqkv, N * 3 * C);
-    request(&a.dfch, N * 4 * C);
-    request(&buffers->inputs, N);
-    request(&buffers->targets, N);
-    const size_t scratch_bytes = std::max(
-        {encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes((int)N, (int)C),
-         matmul_backward_scratch_bytes((int)N, 4 * (int)C), matmul_backward_scratch_bytes((int)N, (int)Vp),
-         attention_backward_scratch_bytes(B, T, (int)NH, (int)HS), global_norm_scratch_bytes()});
-    request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
-    request(&buffers->norm, 1);
 }
 
 GPUModel::~GPUModel() {

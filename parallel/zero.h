@@ -77,6 +77,7 @@ public:
             for (cudaEvent_t e : {filled_[s], free_[s], ready_[s], reduced_[s]})
                 if (e) cudaEventDestroy(e);
         if (communication_done_) cudaEventDestroy(communication_done_);
+        if (weights_updated_) cudaEventDestroy(weights_updated_);
         if (comm_stream_) cudaStreamDestroy(comm_stream_);
     }
 
@@ -113,6 +114,7 @@ public:
             for (cudaEvent_t* e : {&filled_[s], &free_[s], &ready_[s], &reduced_[s]})
                 CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&weights_updated_, cudaEventDisableTiming));
         const size_t P = buckets_.total, S = state_size();
         zero(params_, stage_ >= 3 ? S : P);
         zero(grads_, stage_ >= 2 ? S : P);
@@ -284,6 +286,11 @@ public:
                          s.grad_scale, step, seed, compute_);
         }
         if (stage_ == 1 || stage_ == 2) all_gather_weights();
+        // Under -z 3 the next gathers read the updated shard: everything later on the communication
+        // stream waits for the update (its gathers otherwise wait only for the compute to be done with
+        // a slot, which it was before the update ran).
+        CUDA_CHECK(cudaEventRecord(weights_updated_, compute_));
+        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
         CUDA_CHECK(cudaGetLastError());
     }
 
@@ -399,6 +406,6 @@ private:
     floatX* chunk_buffer_ = nullptr;     // -z 2/3: a reduced chunk on its way into the shard
     int slot_holds_[SLOTS] = {-1, -1, -1, -1};
     cudaEvent_t filled_[SLOTS] = {}, free_[SLOTS] = {}, ready_[SLOTS] = {}, reduced_[SLOTS] = {};
-    cudaEvent_t communication_done_ = nullptr;
+    cudaEvent_t communication_done_ = nullptr, weights_updated_ = nullptr;
     bool first_micro_step_ = true, communicating_ = false;
 };

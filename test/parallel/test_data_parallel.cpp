@@ -112,13 +112,16 @@ TEST(ranks_match_one_rank_with_allreduce_and_zero1) {
     }
 }
 
-// 134,912 parameters over 3 ranks: the ZeRO-1 shards are padded.
-TEST(zero1_with_a_parameter_count_the_ranks_do_not_divide) {
+// 134,912 parameters over 3 ranks: the ZeRO shards are padded (-z 1; -z 3 gathers padded chunks).
+TEST(zero_with_a_parameter_count_the_ranks_do_not_divide) {
     const std::string flags = "-d 384 -x 3 -o ";
-    const std::string one = out_dir(), three = out_dir();
+    const std::string one = out_dir();
     run(0, flags + one);
-    run(3, flags + three + " -z 1");
-    check_same_run(three, one, 3, 1e-6, "mpirun -np 3 -z 1");
+    for (int zero : {1, 3}) {
+        const std::string three = out_dir();
+        run(3, flags + three + " -z " + std::to_string(zero));
+        check_same_run(three, one, 3, 1e-6, ("mpirun -np 3 -z " + std::to_string(zero)).c_str());
+    }
 }
 
 // A ZeRO-1 checkpoint of 2 ranks (two shards) resumes on 2 ranks bit for bit, and on 1 and 4 ranks
