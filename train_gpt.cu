@@ -295,6 +295,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, DataParalle
     peak_flops_ = device_peak_flops(prop);
     CUDA_CHECK(cudaStreamCreate(&stream_));
     matmul_setup(opt.tf32 != 0);
+    set_attention_kernel(opt.attention_kernel.c_str());
 
     // Parameters, gradients and optimizer state as the ZeRO stage keeps them, then everything sized
     // by the micro-batch (see struct Activations for what -r changes).

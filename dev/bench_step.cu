@@ -1,5 +1,5 @@
 // The training step of train_gpt, timed whole and split by op class, so that what remains between
-// us and the ceilings is visible (GUIDE §6, /work/.library/device/METHOD.md):
+// us and the ceilings is visible (GUIDE §6: CUDA events, warm-up, medians, ceilings measured in the run):
 //   (a) whole steps of GPUModel (train_gpt.cu's model, its kernels and cuBLASLt): zero_grad,
 //       forward + classifier + backward, global norm, clipping, AdamW; median of timed steps after
 //       warm-up; tokens/s, and MFU against the bf16 GEMM rate measured in this run
@@ -47,12 +47,13 @@ struct BenchOptions {
     int steps = BENCH_ON_GPU ? 10 : 3;
     std::string data;  // token shards for the batch; empty: random tokens
     bool whole_step_only = false;
+    std::string attention_kernel = "auto";  // --attention-kernel (kernels/attention.h)
 };
 
 void print_usage() {
     printf(
         "usage: bench_step [-b B] [-t T] [--model DESC] [-r 0|1|2] [-i SHARDS] [--steps N] [--warmup N]\n"
-        "                  [--whole-step-only]\n"
+        "                  [--whole-step-only] [--attention-kernel auto|hopper|mma|cuda-cores]\n"
         "  times whole training steps of train_gpt's GPUModel, then each op class alone at the\n"
         "  step's shapes (see the top of dev/bench_step.cu). Defaults: --model %s -b %d -t %d -r 1\n"
         "  --steps %d --warmup %d, random tokens.\n",
@@ -97,6 +98,8 @@ BenchOptions parse_options(int argc, char** argv) {
             o.steps = parse_int(flag, value, 1, 100000);
         else if (flag == "--warmup")
             o.warmup = parse_int(flag, value, 0, 100000);
+        else if (flag == "--attention-kernel")
+            o.attention_kernel = value;
         else
             fail("unknown flag '%s' (try --help)", flag.c_str());
     }
@@ -149,6 +152,7 @@ WholeStep time_whole_steps(const BenchOptions& o, const GPTConfig& c, double gem
     TrainOptions opt;
     opt.batch_size = o.B, opt.seq_len = o.T, opt.recompute = o.recompute;
     opt.fp32_master = 1, opt.tf32 = 1, opt.seed = 42;
+    opt.attention_kernel = o.attention_kernel;
     GPUModel model(c, opt);
     {
         std::vector<float> weights(param_layout(c).total);
@@ -548,6 +552,7 @@ void time_op_classes(const BenchOptions& o, const GPTConfig& c, const std::vecto
 
 int run(int argc, char** argv) {
     const BenchOptions o = parse_options(argc, argv);
+    set_attention_kernel(o.attention_kernel.c_str());  // also for the op-class timings
     GPTConfig c;
     if (is_model_descriptor(o.model))
         c = config_from_descriptor(o.model);

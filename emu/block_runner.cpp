@@ -1,6 +1,7 @@
 // The block scheduler (see block_runner.h) and the device-side entry points that yield to it.
 #include "emu/cuda_emu.h"
 #include "emu/block_runner.h"
+#include "emu/async_state.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +16,7 @@ EMU_TLS uint3 t_block_idx;
 EMU_TLS dim3 t_block_dim;
 EMU_TLS dim3 t_grid_dim;
 EMU_TLS void* t_dynamic_shared;
+EMU_TLS size_t t_dynamic_shared_bytes;
 
 namespace {
 thread_local BlockRunner* t_runner;  // the runner whose fiber is executing, if any
@@ -41,6 +43,8 @@ void warp_collective(WarpCombine combine, unsigned mask, void* lane_data) {
     running("a warp operation").warp_collective(combine, mask, lane_data);
 }
 unsigned live_lanes() { return running("__activemask()").live_lanes(); }
+void spin_yield(bool new_wait) { running("a spin-wait").spin_yield(new_wait); }
+int linear_thread_index() { return running("a thread index").thread_index(); }
 
 BlockRunner& BlockRunner::for_this_thread() {
     static thread_local BlockRunner runner;
@@ -67,6 +71,13 @@ void BlockRunner::warp_collective(WarpCombine combine, unsigned mask, void* lane
     t->warp_mask = mask;
     t->combine = combine;
     t->warp_data = lane_data;
+    fibers_[t - threads_.data()]->yield();
+}
+
+void BlockRunner::spin_yield(bool new_wait) {
+    Thread* t = current_;
+    t->state = State::Spinning;
+    t->new_wait = new_wait;
     fibers_[t - threads_.data()]->yield();
 }
 
@@ -108,17 +119,21 @@ bool BlockRunner::run(const LaunchConfig& config, uint3 block_idx, void (*thread
     for (;;) {
         if (shuffle_seed) std::shuffle(order_.begin(), order_.end(), rng);
         t_runner = this;
+        bool progressed = false;  // some thread did more than poll in vain
         for (int i : order_) {
             Thread& t = threads_[i];
-            if (t.state != State::Runnable) continue;
+            if (t.state != State::Runnable && t.state != State::Spinning) continue;
+            const bool was_spinning = t.state == State::Spinning;
+            t.state = State::Runnable;
             current_ = &t;
             t_thread_idx = t.idx;
             fibers_[i]->resume();
             if (fibers_[i]->finished()) t.state = State::Done;
+            if (!(was_spinning && t.state == State::Spinning && !t.new_wait)) progressed = true;
         }
         t_runner = nullptr;
         current_ = nullptr;
-        Progress p = release_waiting(report);
+        Progress p = release_waiting(report, progressed);
         if (p == Progress::Finished) return true;
         if (p == Progress::Failed) {
             *report = describe_block() + *report;
@@ -135,18 +150,50 @@ std::string BlockRunner::describe(const Thread& t) const {
 
 // Called when no thread can run: every thread is done or waits. Releases the warp groups and
 // barriers that are complete, or explains why none can be.
-BlockRunner::Progress BlockRunner::release_waiting(std::string* report) {
-    size_t done = 0, at_barrier = 0, at_warp = 0;
+BlockRunner::Progress BlockRunner::release_waiting(std::string* report, bool progressed) {
+    size_t done = 0, at_barrier = 0, at_warp = 0, spinning = 0;
     for (const Thread& t : threads_) {
         done += t.state == State::Done;
         at_barrier += t.state == State::AtBarrier;
         at_warp += t.state == State::AtWarp;
+        spinning += t.state == State::Spinning;
     }
     if (done == threads_.size()) return Progress::Finished;
     if (at_warp > 0) {
         bool released = false;
         if (!release_warps(report, &released)) return Progress::Failed;
         if (released) return Progress::Continue;
+    }
+    if (spinning > 0) {
+        if (progressed) return Progress::Continue;
+        const Thread* spinner = nullptr;
+        for (const Thread& t : threads_)
+            if (t.state == State::Spinning) { spinner = &t; break; }
+        char text[400];
+        snprintf(text, sizeof text,
+                 "deadlock: %zu threads spin-wait (first: %s, e.g. on an mbarrier phase that never "
+                 "completes) while %zu wait at __syncthreads(), %zu at warp operations and %zu exited",
+                 spinning, describe(*spinner).c_str(), at_barrier, at_warp, done);
+        *report = text;
+        // The mbarriers' states (by shared-memory offset), to see which phase is stuck.
+        for (const auto& [bar, state] : t_mbarriers) {
+            snprintf(text, sizeof text, "; mbarrier at +%ld: phase %u, %u of %u arrivals pending, %lld bytes "
+                     "pending", (long)(static_cast<const char*>(bar) - static_cast<const char*>(t_dynamic_shared)),
+                     state.phase, state.pending, state.expected, state.tx);
+            *report += text;
+        }
+        int shown = 0;  // and what the first spinning threads wait for
+        for (const Thread& t : threads_) {
+            if (t.state != State::Spinning || shown == 4) continue;
+            auto it = t_spin_targets.find((int)(&t - threads_.data()));
+            if (it == t_spin_targets.end()) continue;
+            snprintf(text, sizeof text, "; %s waits for parity %u of the mbarrier at +%ld", describe(t).c_str(),
+                     it->second.parity,
+                     (long)(static_cast<const char*>(it->second.barrier) - static_cast<const char*>(t_dynamic_shared)));
+            *report += text;
+            shown++;
+        }
+        return Progress::Failed;
     }
     if (at_warp == 0 && done == 0) {
         release_barrier();

@@ -26,15 +26,20 @@ class BlockRunner {
     int syncthreads(BarrierReduce reduce, int predicate);
     void warp_collective(WarpCombine combine, unsigned mask, void* lane_data);
     unsigned live_lanes() const;
+    // A spin-wait's poll that found its condition false: lets the other threads run, then
+    // returns. A round in which every remaining thread only polls in vain is a deadlock.
+    void spin_yield(bool new_wait);
+    int thread_index() const { return (int)(current_ - threads_.data()); }
 
   private:
-    enum class State : unsigned char { Runnable, AtBarrier, AtWarp, Done };
+    enum class State : unsigned char { Runnable, AtBarrier, AtWarp, Spinning, Done };
     struct Thread {
         uint3 idx;
         State state;
         BarrierReduce reduce;
         int predicate, barrier_result;
         unsigned warp_mask;
+        bool new_wait;  // its spin_yield started a wait (it made progress since the last one)
         WarpCombine combine;
         void* warp_data;
         BlockRunner* runner;
@@ -42,7 +47,7 @@ class BlockRunner {
     enum class Progress { Continue, Finished, Failed };
 
     static void thread_main(void* thread);
-    Progress release_waiting(std::string* report);
+    Progress release_waiting(std::string* report, bool progressed);
     bool release_warps(std::string* report, bool* released);
     void release_barrier();
     std::string describe(const Thread& t) const;

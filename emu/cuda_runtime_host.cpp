@@ -5,6 +5,7 @@
 #include "emu/cuda_emu.h"
 #include "emu/runtime_state.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,18 @@ std::unordered_map<void*, size_t> g_device_allocations;
 std::unordered_map<void*, size_t> g_host_allocations;
 size_t g_device_bytes = 0;
 std::unordered_map<const void*, size_t> g_max_dynamic_shared;
+std::atomic<unsigned long long> g_host_syncs{0};
+
+// Counts one host synchronisation, then returns `result`.
+cudaError_t host_sync(cudaError_t result) {
+    g_host_syncs++;
+    return result;
+}
+
+bool is_device_allocation(const void* ptr) {
+    std::lock_guard<std::mutex> hold(g_lock);
+    return g_device_allocations.count(const_cast<void*>(ptr)) != 0;
+}
 
 cudaError_t fail(cudaError_t err) {
     record_error(err);
@@ -81,6 +94,12 @@ size_t max_dynamic_shared_bytes(const void* kernel) {
 }
 
 std::string last_kernel_report() { return t_last_report; }
+
+unsigned long long host_sync_count() { return g_host_syncs.load(); }
+void reset_counters() {
+    g_host_syncs = 0;
+    reset_launch_count();
+}
 
 }  // namespace emu
 
@@ -165,7 +184,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     }
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return emu::pending_launch_failure(); }
+cudaError_t cudaDeviceSynchronize() { return emu::host_sync(emu::pending_launch_failure()); }
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 cudaError_t cudaDriverGetVersion(int* version) {
     if (!version) return fail(cudaErrorInvalidValue);
@@ -207,14 +226,23 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     *free_bytes = *total_bytes > emu::g_device_bytes ? *total_bytes - emu::g_device_bytes : 0;
     return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
+static cudaError_t copy(void* dst, const void* src, size_t count) {
     if (count == 0) return cudaSuccess;
     if (!dst || !src) return fail(cudaErrorInvalidValue);
     memcpy(dst, src, count);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, count, kind);
+// A synchronous copy into host memory waits for the device: counted as a host synchronisation.
+// (A base pointer is recognised; a pointer into the middle of an allocation is taken as host memory.)
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+    const bool to_host = kind == cudaMemcpyDeviceToHost ||
+                         (kind == cudaMemcpyDefault && emu::is_device_allocation(src) &&
+                          !emu::is_device_allocation(dst));
+    const cudaError_t err = copy(dst, src, count);
+    return to_host ? emu::host_sync(err) : err;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind, cudaStream_t) {
+    return copy(dst, src, count);
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
     if (count == 0) return cudaSuccess;
@@ -237,7 +265,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     delete stream;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return emu::pending_launch_failure(); }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return emu::host_sync(emu::pending_launch_failure()); }
 cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
     return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
@@ -265,7 +293,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-    return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    return emu::host_sync(event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle));
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
     return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);

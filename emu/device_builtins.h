@@ -15,7 +15,8 @@ extern EMU_TLS uint3 t_thread_idx;
 extern EMU_TLS uint3 t_block_idx;
 extern EMU_TLS dim3 t_block_dim;
 extern EMU_TLS dim3 t_grid_dim;
-extern EMU_TLS void* t_dynamic_shared;  // this block's dynamic shared memory
+extern EMU_TLS void* t_dynamic_shared;  // this block's dynamic shared memory (1024-byte aligned)
+extern EMU_TLS size_t t_dynamic_shared_bytes;
 
 // Block barrier. reduce: 0 plain, 1 count, 2 and, 3 or of the threads' predicates (returned).
 enum class BarrierReduce { None, Count, And, Or };
@@ -27,6 +28,11 @@ int syncthreads(BarrierReduce reduce = BarrierReduce::None, int predicate = 0);
 using WarpCombine = void (*)(void* const lane_data[32], unsigned group);
 void warp_collective(WarpCombine combine, unsigned mask, void* lane_data);
 unsigned live_lanes();  // lanes of the caller's warp that have not exited
+// For spin-waits (mbarrier try_wait loops): lets the block's other threads run before the caller
+// polls again. new_wait: the first failed poll of a wait (the thread got somewhere since its last
+// yield). A round where every unfinished thread only polled again in vain is reported as a deadlock.
+void spin_yield(bool new_wait);
+int linear_thread_index();  // the caller's index in its block (x fastest), for twins of warp ops
 
 enum class ShuffleKind : int { Index, Up, Down, Xor };
 struct ShuffleSlot {

@@ -4,6 +4,7 @@
 #include "emu/cuda_emu.h"
 #include "emu/block_runner.h"
 #include "emu/runtime_state.h"
+#include "emu/async_state.h"
 
 #include <atomic>
 #include <cstdio>
@@ -18,7 +19,8 @@ std::atomic<unsigned long long> g_shuffle_seed{[] {
     const char* env = getenv("EMU_SHUFFLE");
     return env ? strtoull(env, nullptr, 10) : 0ull;
 }()};
-std::atomic<unsigned long long> g_launch_count{0};
+std::atomic<unsigned long long> g_launch_count{0};  // launches since start-up: keys the shuffled order
+std::atomic<unsigned long long> g_counted_launches{0};  // launch_count(): reset by reset_counters()
 
 unsigned long long mix(unsigned long long x) {  // splitmix64 finaliser
     x += 0x9e3779b97f4a7c15ull;
@@ -28,7 +30,8 @@ unsigned long long mix(unsigned long long x) {  // splitmix64 finaliser
 }
 
 // This OS thread's dynamic shared memory, exactly as large as the launch asks, so that ASan
-// reports an access past its end.
+// reports an access past its end; 1024-byte aligned, so that the swizzle patterns of TMA and
+// wgmma (functions of the shared-memory address bits) match a GPU's.
 struct DynamicShared {
     void* data = nullptr;
     size_t bytes = 0;
@@ -36,7 +39,7 @@ struct DynamicShared {
     void* get(size_t want) {
         if (allocated && bytes == want) return data;
         free(data);
-        if (posix_memalign(&data, 128, want ? want : 1) != 0) {
+        if (posix_memalign(&data, 1024, want ? want : 1) != 0) {
             fprintf(stderr, "emu: cannot allocate %zu bytes of shared memory\n", want);
             abort();
         }
@@ -61,6 +64,10 @@ cudaError_t config_error(const LaunchConfig& c, cudaError_t err, const char* why
 
 void set_shuffle_seed(unsigned long long seed) { g_shuffle_seed = seed; }
 
+unsigned long long launch_count() { return g_counted_launches.load(); }
+void count_library_launch() { g_counted_launches++; }
+void reset_launch_count() { g_counted_launches = 0; }
+
 cudaError_t run_grid(const LaunchConfig& c, void (*thread_body)(void*), void* arg) {
     const dim3 g = c.grid, b = c.block;
     const unsigned long long threads = (unsigned long long)b.x * b.y * b.z;
@@ -79,6 +86,7 @@ cudaError_t run_grid(const LaunchConfig& c, void (*thread_body)(void*), void* ar
     const long long blocks = (long long)g.x * g.y * g.z;
     const unsigned long long seed = g_shuffle_seed.load();
     const unsigned long long launch = g_launch_count++;
+    g_counted_launches++;
     std::atomic<bool> failed{false};
     std::mutex report_lock;
     std::string report;
@@ -88,7 +96,9 @@ cudaError_t run_grid(const LaunchConfig& c, void (*thread_body)(void*), void* ar
         t_grid_dim = g;
         t_block_dim = b;
         t_dynamic_shared = t_shared.get(c.dynamic_shared_bytes);
+        t_dynamic_shared_bytes = c.dynamic_shared_bytes;
         memset(t_dynamic_shared, 0xff, c.dynamic_shared_bytes);  // NaN: uninitialised shared memory
+        reset_async_state();  // no mbarrier, TMA copy or wgmma of an earlier block survives
         const uint3 block_idx = make_uint3(i % g.x, i / g.x % g.y, i / ((long long)g.x * g.y));
         const unsigned long long block_seed = seed ? mix(seed ^ mix(launch * 0x100000001ull + i)) | 1 : 0;
         std::string block_report;

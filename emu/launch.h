@@ -45,6 +45,23 @@ void set_shuffle_seed(unsigned long long seed);
 // reached, ...); empty when there was none. Cleared by cudaGetLastError.
 std::string last_kernel_report();
 
+// Counters of what a step costs on a real device, counted since the program started or since the
+// last reset_counters(), over all host threads of the process:
+//   launch_count()     kernels launched: every LAUNCH that passed the launch checks (one that the
+//                      checks refuse never runs and is not counted), plus one per cublasLtMatmul
+//                      of the cuBLASLt stand-in when it is linked (a real cuBLASLt call may launch
+//                      one or two kernels; it is counted as one);
+//   host_sync_count()  calls that make the host wait for the device: cudaDeviceSynchronize,
+//                      cudaStreamSynchronize, cudaEventSynchronize, and synchronous cudaMemcpy
+//                      from device to host memory (kind cudaMemcpyDeviceToHost, or cudaMemcpyDefault
+//                      with a source from cudaMalloc and a destination that is not).
+// Asynchronous copies, memsets and event records count in neither.
+unsigned long long launch_count();
+unsigned long long host_sync_count();
+void reset_counters();
+// Adds one to launch_count(): for host stand-ins of libraries whose calls launch kernels on a GPU.
+void count_library_launch();
+
 }  // namespace emu
 
 // cuda_runtime.h gives nvcc overloads taking the kernel itself; these are the emulator's.

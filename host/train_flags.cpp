@@ -101,6 +101,9 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-r", "--recompute", Kind::INT, FIELD(recompute), 0, 2,
          "recompute in backward: 0 none, 1 GELU, 2 GELU+LayerNorm (CUDA trainer)"},
         {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
+        {"", "--attention-kernel", Kind::STRING, FIELD(attention_kernel), 0, 0,
+         "attention implementation: auto, hopper (TMA + wgmma, sm_90), mma (mma.sync), cuda-cores "
+         "(CUDA trainer)"},
         {"-w", "--fp32-master", Kind::INT, FIELD(fp32_master), -1, 1,
          "keep fp32 master weights: 1 yes, 0 no, -1 trainer's choice (CUDA trainer)"},
         {"", "--dry-run", Kind::INT, FIELD(dry_run), 0, 1,
@@ -266,6 +269,10 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
     if (o->total_batch <= 0 || o->total_batch % per_micro_step != 0)
         fail("-d (--total-batch): %lld is not a positive multiple of B*T*ranks = %d*%d*%d = %lld",
              o->total_batch, o->batch_size, o->seq_len, num_ranks, per_micro_step);
+    if (o->total_batch / per_micro_step > 1000000)
+        fail("-d (--total-batch): %lld tokens would take %lld micro-steps of B*T*ranks = %lld per "
+             "optimizer step (at most 1000000)",
+             o->total_batch, o->total_batch / per_micro_step, per_micro_step);
     if (o->max_steps == 0) fail("-x (--max-steps): 0 steps; use a positive number or -1");
     if (!o->dry_run && (o->plan_ranks > 0 || o->device_memory_gib > 0))
         fail("--plan-ranks and --device-memory plan a run: use them with --dry-run 1");
@@ -275,6 +282,10 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
         fail("-y (--resume): resuming needs the output folder to resume from (-o)");
     if (o->checkpoint_every > 0 && o->output_dir.empty())
         fail("-n (--checkpoint-every): checkpoints need an output folder (-o)");
+    if (o->attention_kernel != "auto" && o->attention_kernel != "hopper" && o->attention_kernel != "mma" &&
+        o->attention_kernel != "cuda-cores")
+        fail("--attention-kernel: unknown kernel '%s' (auto, hopper, mma, cuda-cores)",
+             o->attention_kernel.c_str());
     check_llmc_launch_flags(*o, num_ranks);
 }
 

@@ -49,6 +49,7 @@ struct TrainOptions {
     // CUDA trainer only
     int zero_stage = 0;    // -z
     int recompute = 1;     // -r
+    std::string attention_kernel = "auto";  // --attention-kernel: auto, hopper, mma, cuda-cores
     int tf32 = 1;          // -f
     int fp32_master = -1;  // -w (-1 = the trainer decides)
     // planning

@@ -20,7 +20,10 @@
 //             and a separate dQ pass over query blocks (S, dP, dQ), which keeps every sum in one
 //             block and the result bitwise deterministic (no float atomics).
 //
-// Two implementations, each in a header of its own; the functions here pick one per call:
+// Three implementations, each in a header of its own; the functions here pick one per call:
+//   - kernels/attention_hopper.h (bf16 build, HS = 64, 128, sm_90a): warp-specialised, a producer
+//     warpgroup loading tiles by TMA into an mbarrier-guarded ring, consumer warpgroups multiplying
+//     with wgmma; picked on sm_90 devices when the binary holds sm_90a code.
 //   - kernels/attention_tensor_cores.h (bf16 build, HS = 32, 64, 128): FlashAttention-2 style,
 //     mma.sync fed by ldmatrix from swizzled shared memory, tiles loaded by cp.async.
 //   - kernels/attention_cuda_cores.h, fp32 arithmetic (the fp32 build, and other head sizes up to
@@ -33,8 +36,10 @@
 
 #include "kernels/attention_common.h"
 #include "kernels/attention_cuda_cores.h"
+#include "kernels/attention_hopper.h"
 #include "kernels/attention_tensor_cores.h"
 #include "kernels/common.h"
+#include <cstring>
 
 // Head sizes the kernels take: 32, 64 and 128 on tensor cores (bf16 build); any other up to 256
 // through the CUDA-core path (slower). The trainer refuses others at start-up.
@@ -46,6 +51,66 @@ inline bool attention_uses_tensor_cores(int HS) {
 #else
     return HS == 32 || HS == 64 || HS == 128;
 #endif
+}
+
+// ---- which implementation: a process-wide choice, set once at start-up (the trainers'
+// --attention-kernel NAME; "auto" unless given). auto: hopper where it can run (bf16, HS 64/128, an
+// sm_90 GPU running sm_90a code), else mma (bf16, HS 32/64/128), else cuda-cores. Under the
+// emulator, auto never picks hopper, so the emulated suites keep testing mma unless told otherwise.
+// A forced choice that cannot serve a shape is an error, not a silent fallback.
+enum class AttentionKernel { Auto, Hopper, Mma, CudaCores };
+inline AttentionKernel& attention_kernel_setting() {
+    static AttentionKernel kernel = AttentionKernel::Auto;
+    return kernel;
+}
+// Parses "auto", "hopper", "mma", "cuda-cores"; false for anything else.
+inline bool parse_attention_kernel(const char* name, AttentionKernel* out) {
+    static const struct { const char* name; AttentionKernel kernel; } names[] = {
+        {"auto", AttentionKernel::Auto}, {"hopper", AttentionKernel::Hopper}, {"mma", AttentionKernel::Mma},
+        {"cuda-cores", AttentionKernel::CudaCores}};
+    for (const auto& n : names)
+        if (strcmp(name, n.name) == 0) return *out = n.kernel, true;
+    return false;
+}
+inline void set_attention_kernel(const char* name) {
+    if (!parse_attention_kernel(name, &attention_kernel_setting())) {
+        fprintf(stderr, "attention: unknown kernel '%s' (auto, hopper, mma, cuda-cores)\n", name);
+        exit(1);
+    }
+}
+// Whether the Hopper kernels can run here: an sm_90 device running this binary's sm_90a code.
+inline bool attention_hopper_runnable() {
+#if defined(ENABLE_FP32)
+    return false;
+#elif defined(__CUDACC__)
+    static const bool runnable = [] {
+        if (!hopper_units_available()) return false;
+        cudaFuncAttributes attributes;
+        if (cudaFuncGetAttributes(&attributes, attention_hopper::forward_kernel<64>) != cudaSuccess) return false;
+        return attributes.binaryVersion == 90;
+    }();
+    return runnable;
+#else
+    return true;
+#endif
+}
+inline AttentionKernel attention_kernel_for(int HS) {
+    const AttentionKernel chosen = attention_kernel_setting();
+    const bool hopper_ok = (HS == 64 || HS == 128) && attention_hopper_runnable();
+    const bool mma_ok = attention_uses_tensor_cores(HS);
+    const char* refused = nullptr;
+    if (chosen == AttentionKernel::Hopper && !hopper_ok)
+        refused = "hopper needs the bf16 build, head size 64 or 128 and an sm_90 GPU (sm_90a code)";
+    if (chosen == AttentionKernel::Mma && !mma_ok) refused = "mma needs the bf16 build and head size 32, 64 or 128";
+    if (refused) {
+        fprintf(stderr, "attention: --attention-kernel: %s (head size %d)\n", refused, HS);
+        exit(1);
+    }
+    if (chosen != AttentionKernel::Auto) return chosen;
+#ifdef __CUDACC__
+    if (hopper_ok) return AttentionKernel::Hopper;
+#endif
+    return mma_ok ? AttentionKernel::Mma : AttentionKernel::CudaCores;
 }
 
 inline void attention_check_shape(int B, int T, int NH, int HS) {
@@ -62,8 +127,14 @@ inline void attention_check_shape(int B, int T, int NH, int HS) {
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS,
                               cudaStream_t stream) {
     attention_check_shape(B, T, NH, HS);
+    const AttentionKernel kernel = attention_kernel_for(HS);
 #ifndef ENABLE_FP32
+    if (kernel == AttentionKernel::Hopper) {
+        if (HS == 64) return attention_forward_hopper<64>(out, lse, qkv, B, T, NH, stream);
+        return attention_forward_hopper<128>(out, lse, qkv, B, T, NH, stream);
+    }
     using namespace attention_tc;
+    if (kernel == AttentionKernel::CudaCores) return attention_forward_simple(out, lse, qkv, B, T, NH, HS, stream);
     if (HS == 32)
         return attention_forward_tensor_cores<32, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
     if (HS == 64)
@@ -71,6 +142,7 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     if (HS == 128)
         return attention_forward_tensor_cores<128, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
 #endif
+    (void)kernel;
     attention_forward_simple(out, lse, qkv, B, T, NH, HS, stream);
 }
 
@@ -80,8 +152,15 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, const floatX* qkv, int B, int T, int NH, int HS,
                                cudaStream_t stream) {
     attention_check_shape(B, T, NH, HS);
+    const AttentionKernel kernel = attention_kernel_for(HS);
 #ifndef ENABLE_FP32
+    if (kernel == AttentionKernel::Hopper) {
+        if (HS == 64) return attention_backward_hopper<64>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
+        return attention_backward_hopper<128>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
+    }
     using namespace attention_tc;
+    if (kernel == AttentionKernel::CudaCores)
+        return attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, HS, stream);
     if (HS == 32)
         return attention_backward_tensor_cores<32, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T,
                                                                      NH, stream);
@@ -92,5 +171,6 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
         return attention_backward_tensor_cores<128, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B,
                                                                       T, NH, stream);
 #endif
+    (void)kernel;
     attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, HS, stream);
 }

@@ -85,9 +85,11 @@ void attention_row_dot(float* row_dot, const Tio* dout, const Tio* out, int B, i
         const long long threads = (long long)B * T * NH * lanes;
         LAUNCH(attention_row_dot_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream, row_dot,
                dout, out, B, T, NH, HS);
+        CUDA_CHECK(cudaGetLastError());
     } else {
         const long long threads = (long long)B * T * NH;
         LAUNCH(attention_row_dot_scalar_kernel<Tio>, (unsigned)((threads + 255) / 256), 256, 0, stream,
                row_dot, dout, out, B, T, NH, HS);
+        CUDA_CHECK(cudaGetLastError());
     }
 }

@@ -268,6 +268,7 @@ void attention_forward_simple_launch(Tio* out, float* lse, const Tio* qkv, int B
     attention_allow_shared_bytes(forward_kernel<Tio, kDims>, smem);
     LAUNCH((forward_kernel<Tio, kDims>), dim3(ceil_div(T, kRows), NH, B), kThreads, smem, stream, out, lse,
            qkv, T, NH, HS, 1.0f / sqrtf((float)HS));
+        CUDA_CHECK(cudaGetLastError());
 }
 template <typename Tio>
 void attention_forward_simple(Tio* out, float* lse, const Tio* qkv, int B, int T, int NH, int HS,
@@ -292,8 +293,10 @@ void attention_backward_simple_launch(Tio* dqkv, const float* row_dot, const Tio
     attention_allow_shared_bytes(backward_dq_kernel<Tio, kDims>, dq_shared_bytes(HS));
     LAUNCH((backward_dkdv_kernel<Tio, kDims>), grid, kThreads, dkdv_shared_bytes(HS), stream, dqkv, dout, lse,
            row_dot, qkv, T, NH, HS, scale);
+    CUDA_CHECK(cudaGetLastError());
     LAUNCH((backward_dq_kernel<Tio, kDims>), grid, kThreads, dq_shared_bytes(HS), stream, dqkv, dout, lse,
            row_dot, qkv, T, NH, HS, scale);
+    CUDA_CHECK(cudaGetLastError());
 }
 template <typename Tio>
 void attention_backward_simple(Tio* dqkv, void* scratch, const Tio* dout, const Tio* out, const float* lse,

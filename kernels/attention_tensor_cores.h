@@ -681,6 +681,7 @@ void attention_forward_tensor_cores(__nv_bfloat16* out, float* lse, const __nv_b
     (void)once;
     LAUNCH((forward_kernel<HS, kRecipe>), dim3(ceil_div(T, Config::kBlockQ), NH, B), kThreads,
            Config::shared_bytes(), stream, out, lse, qkv, T, NH);
+        CUDA_CHECK(cudaGetLastError());
 }
 
 template <int HS, int kRecipe>
@@ -698,6 +699,8 @@ void attention_backward_tensor_cores(__nv_bfloat16* dqkv, void* scratch, const _
     attention_row_dot(row_dot, dout, out, B, T, NH, HS, stream);
     LAUNCH((backward_dkdv_kernel<HS, kRecipe>), dim3(ceil_div(T, DkDv::kBlockK), NH, B), kThreads,
            DkDv::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH);
+        CUDA_CHECK(cudaGetLastError());
     LAUNCH((backward_dq_kernel<HS, kRecipe>), dim3(ceil_div(T, Dq::kBlockQ), NH, B), kThreads,
            Dq::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH);
+        CUDA_CHECK(cudaGetLastError());
 }

@@ -11,10 +11,17 @@
 //     sizes without a tensor-core kernel)
 //   3 tensor cores: mma.sync m16n8k16, fragments by 32-bit loads from padded shared memory
 //   4 + ldmatrix (x4, x4.trans) from XOR-swizzled shared memory
-//   5 shipped: + cp.async tile loads, double-buffered (the next tile streams in during this one)
-// Versions 3-5 exist in the bf16 build only.
+//   5 + cp.async tile loads, double-buffered (the next tile streams in during this one): the shipped
+//     kernel on sm_80
+//   6 Hopper (sm_90a, HS 64/128): a producer warpgroup loads Q, K, V (and dO) tiles by TMA into an
+//     mbarrier-guarded ring; consumer warpgroups multiply with wgmma from shared memory, P and dS
+//     as register operands (kernels/attention_hopper.h): the shipped kernel on sm_90
+//   last: what kernels/attention.h dispatches to (--attention-kernel NAME forces one: auto, hopper,
+//     mma, cuda-cores)
+// Versions 3-6 exist in the bf16 build only; 6 runs where attention_hopper_runnable() (an sm_90 GPU,
+// or the emulator).
 //
-// Build and run: make dev/bin/cuda_attention && ./dev/bin/cuda_attention  (on a GPU)
+// Build and run: make dev/bin/cuda_attention && ./dev/bin/cuda_attention [--attention-kernel NAME]
 //                make build/dev/cuda/attention_emu && ./build/dev/cuda/attention_emu  (emulated check)
 #include <cmath>
 #include <cstdio>
@@ -205,6 +212,7 @@ std::vector<float> part_of(const std::vector<float>& qkv, const Problem& p, int 
 struct Version {
     std::string name;
     std::function<void(Problem&)> forward, backward;
+    std::function<bool(int HS)> runs_here = [](int) { return true; };
 };
 
 void naive_forward(Problem& p) {
@@ -272,11 +280,28 @@ std::vector<Version> versions() {
     v.push_back({"3 tensor cores (mma.sync)", tensor_core_forward<kMmaOnly>, tensor_core_backward<kMmaOnly>});
     v.push_back({"4 + ldmatrix, swizzle", tensor_core_forward<kLdmatrixSwizzle>,
                  tensor_core_backward<kLdmatrixSwizzle>});
+    v.push_back({"5 + cp.async pipeline", tensor_core_forward<kCpAsyncPipeline>,
+                 tensor_core_backward<kCpAsyncPipeline>});
+    Version hopper{"6 Hopper: TMA ring, warp-specialised wgmma",
+                   [](Problem& p) {
+                       if (p.HS == 64) attention_forward_hopper<64>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+                       else attention_forward_hopper<128>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+                   },
+                   [](Problem& p) {
+                       if (p.HS == 64)
+                           attention_backward_hopper<64>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv,
+                                                         p.B, p.T, p.NH, 0);
+                       else
+                           attention_backward_hopper<128>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse,
+                                                          p.d_qkv, p.B, p.T, p.NH, 0);
+                   }};
+    hopper.runs_here = [](int HS) { return (HS == 64 || HS == 128) && attention_hopper_runnable(); };
+    v.push_back(hopper);
 #endif
 #ifdef ENABLE_FP32
     const char* shipped = "shipped (version 2 in the fp32 build)";
 #else
-    const char* shipped = "5 shipped: + cp.async pipeline";
+    const char* shipped = "shipped (kernels/attention.h's choice)";
 #endif
     v.push_back({shipped,
                  [](Problem& p) { attention_forward(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.HS, 0); },
@@ -299,6 +324,10 @@ void run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
     const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) +
                               " NH=" + std::to_string(NH) + " HS=" + std::to_string(HS) + ")";
     for (Version& v : list) {
+        if (!v.runs_here(HS)) {
+            printf("SKIPPED %s%s (needs HS 64/128 and an sm_90 GPU)\n", v.name.c_str(), shape.c_str());
+            continue;
+        }
         poison(p.d_out, p.out_n);
         poison(p.d_lse, p.lse_n);
         poison(p.d_dqkv, p.qkv_n);
@@ -326,7 +355,15 @@ void run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; i++) {
+        if (std::string(argv[i]) == "--attention-kernel" && i + 1 < argc) {
+            set_attention_kernel(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [--attention-kernel auto|hopper|mma|cuda-cores]\n", argv[0]);
+            return 1;
+        }
+    }
     double gemm_tflops = 0;
     if (BENCH_ON_GPU) {
         print_device_header();

@@ -96,3 +96,57 @@ TEST(kernel_attributes) {
 }
 
 }  // namespace
+
+namespace {
+
+__global__ void add_one(float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+
+// launch_count / host_sync_count: each counted call adds exactly one, nothing else adds any, and a
+// reset starts again from zero.
+TEST(counters_of_launches_and_host_synchronisations) {
+    const int n = 100;
+    float* d;
+    std::vector<float> host(n, 1.0f);
+    CHECK(cudaMalloc(&d, n * sizeof(float)) == cudaSuccess);
+    cudaStream_t stream;
+    cudaEvent_t event;
+    CHECK(cudaStreamCreate(&stream) == cudaSuccess && cudaEventCreate(&event) == cudaSuccess);
+    emu::reset_counters();
+    CHECK(emu::launch_count() == 0 && emu::host_sync_count() == 0);
+
+    // Not synchronising: H2D and D2D copies, async copies (any direction), memsets, event records.
+    CHECK(cudaMemcpy(d, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemcpy(d, host.data(), n * sizeof(float), cudaMemcpyDefault) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, stream) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 0, n * sizeof(float), stream) == cudaSuccess);
+    CHECK(cudaEventRecord(event, stream) == cudaSuccess);
+    CHECK(emu::launch_count() == 0);
+    CHECK_MSG(emu::host_sync_count() == 0, "host syncs %llu", emu::host_sync_count());
+
+    LAUNCH(add_one, ceil_div(n, 32), 32, 0, stream, d, n);
+    LAUNCH(add_one, 1, 128, 0, stream, d, n);
+    LAUNCH(add_one, 1, 2048, 0, stream, d, n);  // refused by the launch checks: not a launch
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    CHECK_MSG(emu::launch_count() == 2, "launches %llu", emu::launch_count());
+
+    CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(cudaEventSynchronize(event) == cudaSuccess);
+    CHECK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDefault) == cudaSuccess);
+    CHECK(host == std::vector<float>(n, 2.0f));
+    CHECK_MSG(emu::host_sync_count() == 5, "host syncs %llu", emu::host_sync_count());
+    CHECK(emu::launch_count() == 2);
+
+    emu::reset_counters();
+    CHECK(emu::launch_count() == 0 && emu::host_sync_count() == 0);
+    emu::count_library_launch();
+    CHECK(emu::launch_count() == 1);
+    CHECK(cudaEventDestroy(event) == cudaSuccess && cudaStreamDestroy(stream) == cudaSuccess);
+    CHECK(cudaFree(d) == cudaSuccess);
+}
+
+}  // namespace

@@ -90,6 +90,9 @@ TEST(impossible_combinations_are_rejected) {
                         {"-d (--total-batch)", "1000", "multiple of B*T*ranks", "256"});
     invalid_combination({"-b", "4", "-t", "64", "-d", "256"}, "d12", {"-d (--total-batch)", "512"},
                         2);
+    // An accumulation count beyond any real run (and past int's range) is refused, not wrapped.
+    invalid_combination({"-b", "4", "-t", "6", "-d", "911291105160"}, "d12",
+                        {"-d (--total-batch)", "12656820905 micro-steps"}, 3);
     invalid_combination({"-t", "2048"}, "d12", {"-t (--seq-len)", "2048", "1024"});
     invalid_combination({"-t", "65"}, "custom:L1:C8:H2:T64", {"-t (--seq-len)"});
     invalid_combination({"-y", "1"}, "d12", {"-y (--resume)", "-o"});

@@ -4,7 +4,7 @@
 // a single batch overfits; 20 steps straight and 10 + resume + 10 give the same per-step losses and
 // bitwise-identical checkpoints; old checkpoints are pruned; bad input (missing shard, bad flags,
 // corrupted checkpoint, resume with another config) ends with one error line, a non-zero exit and
-// no output file. Then safe runs (issue 11): a folder holding another run is refused, resumed
+// no output file. Then safe runs: a folder holding another run is refused, resumed
 // settings that bend the run need --accept-changes, SIGTERM/SIGINT stop with a checkpoint (and the
 // resumed run matches an uninterrupted one bit for bit), dead runs' temporary files are removed,
 // validation follows -i, files of the wrong kind and models too big are named, the default data is
@@ -98,6 +98,20 @@ TEST(single_batch_overfits) {
                          &out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out.c_str());
     // 32 random tokens memorised: cross-entropy from ln(64) = 4.16 to below 0.1.
+    CHECK_MSG(last_loss(out) < 0.1, "final loss %g", last_loss(out));
+}
+
+// The Hopper attention kernels (TMA + wgmma, --attention-kernel hopper) inside whole training runs:
+// head size 64 (C 128, 2 heads). test/trainer/test_train_gpt_emu.sh runs it on the emulated bf16
+// trainer; the CPU trainer accepts the flag and has one attention, so it passes there as well.
+TEST(hopper_attention_training_overfits) {
+    const std::string data = data_dir();
+    std::string out;
+    int rc = run_trainer("-i " + data + "/train.bin -j " + data + "/val.bin -e custom:L1:C128:H2:V64:T16"
+                         " -b 2 -t 16 -a 1 -x 30 -k constant -l 5e-3 -c 0 -v 0 -s 0 --attention-kernel hopper",
+                         &out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out.c_str());
+    if (getenv("SHOW_LOSS")) printf("  final loss %g\n", last_loss(out));
     CHECK_MSG(last_loss(out) < 0.1, "final loss %g", last_loss(out));
 }
 
@@ -231,7 +245,7 @@ TEST(bad_input_fails_cleanly) {
                   fresh);
 }
 
-// ---- safe runs (issue 11): output folders, resume changes, interrupts, memory, data, errors ----
+// ---- safe runs: output folders, resume changes, interrupts, memory, data, errors ----
 
 static bool has(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
@@ -463,28 +477,6 @@ static std::vector<uint16_t> first_batch_tokens(const std::string& shard) {
     return tokens;
 }
 
-// llm.c's eval file format (host/hellaswag.h) with the given examples.
-static void write_eval_file(const std::string& path, const std::vector<EvalExample>& examples) {
-    std::vector<uint16_t> stream;
-    size_t longest = 0;
-    for (const EvalExample& e : examples) {
-        std::vector<uint16_t> x = {65535, 0, (uint16_t)e.index, (uint16_t)e.label,
-                                   (uint16_t)e.completions.size(), (uint16_t)e.context.size()};
-        x.insert(x.end(), e.context.begin(), e.context.end());
-        for (const auto& c : e.completions) {
-            x.push_back((uint16_t)c.size());
-            x.insert(x.end(), c.begin(), c.end());
-        }
-        x[1] = (uint16_t)(x.size() * 2);
-        longest = std::max(longest, x.size() * 2);
-        stream.insert(stream.end(), x.begin(), x.end());
-    }
-    int32_t header[256] = {20240522, 1, (int32_t)examples.size(), (int32_t)longest};
-    std::vector<unsigned char> bytes((unsigned char*)header, (unsigned char*)header + 1024);
-    bytes.insert(bytes.end(), (unsigned char*)stream.data(),
-                 (unsigned char*)(stream.data() + stream.size()));
-    write_all(path, bytes);
-}
 
 TEST(hellaswag_picks_the_memorised_completions) {
     const std::string data = data_dir();
@@ -514,11 +506,16 @@ TEST(hellaswag_picks_the_memorised_completions) {
     int rc = run_trainer("-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
                              " -b 2 -t 8 -a 1 -k constant -l 1e-2 -c 0 -s 0 -m 1 -h 1 -x " +
                              std::to_string(steps) + " -v " + std::to_string(steps) +
-                             " --hellaswag-file " + data + "/hellaswag.bin",
+                             " --hellaswag-file " + data + "/hellaswag.bin -o " + data + "/hs_run",
                          &out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out.c_str());
     CHECK_MSG(has(out, "hellaswag: 8 examples from") && has(out, "HellaSwag: 8/8 correct"), "%s",
               out.c_str());
+    // The accuracy goes to metrics.jsonl: the untrained model's at step 0, then at each validation.
+    const std::vector<unsigned char> log = read_all(metrics_log_path(data + "/hs_run"));
+    const std::string metrics(log.begin(), log.end());
+    CHECK_MSG(has(metrics, "{\"step\":0,\"val_loss\":") && has(metrics, ",\"hellaswag\":1.0000}"),
+              "%s", metrics.c_str());
     // Without the file: one line says it is skipped; a file of another kind is an error.
     CHECK_MSG(run_trainer("-i " + data + "/train.bin -e " + MODEL +
                               " -b 2 -t 8 -x 1 -s 0 -m 1 -h 1 --hellaswag-file " + data +

@@ -5,6 +5,9 @@
 // NH = 5 and 12. Two runs must give identical bits, backward included.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "cpu/attention.h"
@@ -234,3 +237,41 @@ TEST(attention_index_arithmetic_is_64_bit) {
 }
 
 }  // namespace
+
+#ifdef EMU_CUDA
+// Every attention launch is checked: an error pending when a launch is made (here one left by an
+// earlier failed call) stops the program with the CUDA error's report and status 2, in the forward and
+// in the backward, rather than passing silently. Each case runs in a child process (this program, one
+// test named, ATTENTION_CHECK_CHILD saying which call to make).
+TEST(attention_launches_are_checked) {
+    if (const char* which = getenv("ATTENTION_CHECK_CHILD")) {
+        const int B = 1, T = 16, NH = 2, HS = std::string(which).find("64") != std::string::npos ? 64 : 80;
+        const size_t n = (size_t)B * T * 3 * NH * HS;
+        floatX* qkv = device_floatX(random_floats(n, 1));
+        floatX *out = device_poisoned<floatX>(n), *dqkv = device_poisoned<floatX>(n);
+        float* lse = device_poisoned<float>((size_t)B * NH * T);
+        void* scratch = nullptr;
+        CUDA_CHECK(cudaMalloc(&scratch, attention_backward_scratch_bytes(B, T, NH, HS)));
+        const bool backward = std::string(which).find("backward") != std::string::npos;
+        if (backward) attention_forward(out, lse, qkv, B, T, NH, HS, 0);
+        cudaSetDevice(7);  // fails, and leaves cudaErrorInvalidDevice pending
+        if (backward)
+            attention_backward(dqkv, scratch, out, out, lse, qkv, B, T, NH, HS, 0);
+        else
+            attention_forward(out, lse, qkv, B, T, NH, HS, 0);
+        exit(0);  // not reached when the launch is checked
+    }
+    char self[4096];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(len > 0);
+    self[len] = '\0';
+    for (const char* which : {"forward64", "backward64", "forward80", "backward80"}) {
+        std::string output;
+        const int status = tst::run_command(std::string("ATTENTION_CHECK_CHILD=") + which + " " + self +
+                                                " attention_launches_are_checked 2>&1",
+                                            &output);
+        CHECK_MSG(status != 0 && output.find("cudaErrorInvalidDevice") != std::string::npos,
+                  "%s: exit status %d, output:\n%s", which, status, output.c_str());
+    }
+}
+#endif

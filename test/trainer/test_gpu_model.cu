@@ -78,12 +78,14 @@ void check_each_tensor(const std::vector<float>& out, const std::vector<float>& 
 
 // One training micro-step on both models from the same weights; compares the loss, the logits of
 // a separate forward, and every gradient tensor.
-void check_against_reference(const GPTConfig& c, int B, int T) {
+void check_against_reference(const GPTConfig& c, int B, int T, const char* attention = "auto") {
     const std::vector<float> weights = initial_weights(c);
     const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 1);
     const std::vector<int> targets = random_tokens((size_t)B * T, c.vocab_size, 2);
 
-    GPUModel gpu(c, options(B, T));
+    TrainOptions opt = options(B, T);
+    opt.attention_kernel = attention;
+    GPUModel gpu(c, opt);
     gpu.set_working_weights(weights);
     GPTModel<float> cpu(c, B, T);
     cpu.params = weights;
@@ -113,6 +115,20 @@ void check_against_reference(const GPTConfig& c, int B, int T) {
 }  // namespace
 
 TEST(model_matches_reference_small_gpt2_vocabulary) { check_against_reference(small_config(), 4, 64); }
+
+// The Hopper attention (TMA + wgmma; --attention-kernel hopper) inside the whole model: head size 64,
+// an odd T. bf16 only (the fp32 build has no tensor-core attention).
+TEST(model_with_hopper_attention_matches_reference) {
+#ifdef ENABLE_FP32
+    SKIP("the Hopper attention is bf16 only");
+#else
+    if (!attention_hopper_runnable()) SKIP("needs an sm_90 GPU running sm_90a code");
+    GPTConfig c = odd_config();
+    c.num_heads = 2, c.channels = 128;  // HS 64
+    check_against_reference(c, 3, 37, "hopper");
+    set_attention_kernel("auto");
+#endif
+}
 TEST(model_matches_reference_odd_shape) { check_against_reference(odd_config(), 3, 37); }
 
 // Zeroes the key third of every layer's qkv bias. Its gradient is zero in exact arithmetic (adding a

@@ -2,7 +2,8 @@
 # The trainer's end-to-end tests (test/host/test_train_cpu.cpp) that concern the model behind the
 # shared loop, run against train_gpt.cu built through the emulator, in bf16 and fp32: help, overfitting
 # one batch, bitwise resume, checkpoint pruning, bad input failing cleanly, SIGTERM stopping with a
-# checkpoint, and HellaSwag (single-sequence forwards and logits_at). (The loop's other behaviour, the
+# checkpoint, HellaSwag (single-sequence forwards and logits_at), and (bf16) a run on the Hopper
+# attention kernels (--attention-kernel hopper). (The loop's other behaviour, the
 # same code for both trainers, is tested on train_gpt_cpu.)
 # The sanitized build (BUILD=build-san) runs the bf16 trainer only: the fp32 one is the same code.
 set -u
@@ -19,7 +20,10 @@ for trainer in $trainers; do
     status=1
     continue
   fi
-  for name in $selected; do  # test_train_cpu runs the tests whose names contain its argument
+  names="$selected"
+  # The Hopper attention path (bf16 only), end to end.
+  [ "$trainer" = train_gpt_emu ] && names="$names hopper_attention_training_overfits"
+  for name in $names; do  # test_train_cpu runs the tests whose names contain its argument
     TRAINER=$trainer "$tests" "$name" | sed "s/^\(PASS\|FAIL\|SKIPPED\) /\1 $trainer: /"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done

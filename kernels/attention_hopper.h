@@ -1,0 +1,533 @@
+// Causal self-attention forward on Hopper (sm_90a): warp-specialised, TMA-fed, wgmma flash
+// attention. Same op and layouts as kernels/attention.h documents:
+//   S = scale · Q·Kᵀ (causal), P = softmax_rows(S), out = P·V, lse = log Σ_j exp(S[i][j]) (natural log)
+// qkv (B, T, 3C) bf16, out (B, T, C) bf16, lse (B, NH, T) fp32; head size HS = 64 or 128; any T.
+//
+// Per call, N = B·NH·T²·HS: reads qkv once per query block for K/V (6·B·T·C bytes from DRAM, the
+// rest from L2), writes out and lse (2·B·T·C + 4·B·NH·T bytes); FLOPs counted 2·N (tensor cores run
+// ~2·N + a diagonal tile per 64 rows).
+//
+// The block (query block of 128 rows, head, batch) is three warpgroups:
+//   - producer (warpgroup 0): one thread issues TMA loads (kernels/tma.h) of Q once and of K and V
+//     tiles (64 keys) into a ring of kStages shared-memory stages, each stage guarded by mbarriers
+//     (kernels/mbarrier.h): k_full / v_full (expect_tx by the producer, completed by the TMA bytes)
+//     and kv_empty (one arrival per consumer warp once its wgmma reading the stage has completed);
+//   - two consumers (warpgroups 1, 2), 64 query rows each: S = Q·Kᵀ with wgmma (both operands in
+//     shared memory, K-major, 128-byte swizzle), causal mask and online softmax in registers, then
+//     O += P·V with wgmma, P straight from the S accumulators as the A operand in registers and V
+//     read MN-major from shared memory. At HS 64 each consumer issues the next tile's S = Q·Kᵀ
+//     before this tile's softmax, so its own MMAs overlap its softmax (kOverlapSoftmax); across the
+//     two consumers, MMAs and softmaxes interleave as the warp schedulers pick (no enforced
+//     ping-pong order), while the producer keeps the next stage loading.
+// Causal tile skipping: the block loads key tiles up to its last row only; a consumer whose rows all
+// lie before a tile skips its MMAs (still waiting and arriving, to keep the ring in step).
+//
+// Shared memory (1024-byte aligned; tiles as 128-byte-swizzled panels of 64 columns, what TMA
+// writes and the wgmma descriptors read): Q [2 consumers][HS/64 panels][64 rows][64],
+// K and V [kStages][HS/64][64 keys][64], then the mbarriers.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention_common.h"
+#include "kernels/common.h"
+#include "kernels/mbarrier.h"
+#include "kernels/tma.h"
+#include "kernels/wgmma.h"
+
+namespace attention_hopper {
+
+using bf16 = __nv_bfloat16;
+
+template <int HS>
+struct ForwardTraits {
+    static_assert(HS == 64 || HS == 128, "head sizes 64 and 128");
+    static constexpr int kConsumers = 2;                       // consumer warpgroups
+    static constexpr int kRowsPerConsumer = 64;                // one wgmma M
+    static constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
+    static constexpr int kBlockK = 64;                         // keys per tile (wgmma N of S, 4 k16 steps of P·V)
+    static constexpr int kStages = 2;                          // K/V ring depth
+    static constexpr int kThreads = 128 * (1 + kConsumers);    // producer + consumers
+    static constexpr int kPanels = HS / 64;                    // 128-byte swizzle rows hold 64 bf16
+    static constexpr int kPanelBytes = 64 * 128;               // 64 rows of one panel
+    static constexpr int kTileBytes = kPanels * kPanelBytes;   // 64 rows × HS
+    static constexpr int kQBytes = kConsumers * kTileBytes;
+    static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
+    // Issue the next tile's S = Q·Kᵀ before this tile's softmax, so that the tensor cores work
+    // during it (two S accumulator sets: +32 registers, which fit at HS 64 and spill at HS 128 with
+    // three warpgroups sharing the register file).
+    static constexpr bool kOverlapSoftmax = HS == 64;
+    static constexpr size_t shared_bytes() {
+        return 1024 /* alignment slack */ + kQBytes + 2 * kStages * kTileBytes + kBarrierBytes;
+    }
+};
+
+// Packs two floats into a bf16 pair (low half first), the A-register format.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+}
+
+template <int HS>
+__global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
+    forward_kernel(bf16* out, float* lse, const __grid_constant__ CUtensorMap qkv_map, int T, int NH) {
+    using Tr = ForwardTraits<HS>;
+    DYNAMIC_SHARED(unsigned char, raw);
+    unsigned char* smem = align_shared<unsigned char>(raw, 1024);
+    unsigned char* q_tiles = smem;                                  // [kConsumers][kPanels][64][64]
+    unsigned char* k_tiles = q_tiles + Tr::kQBytes;                 // [kStages][kPanels][64][64]
+    unsigned char* v_tiles = k_tiles + Tr::kStages * Tr::kTileBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(v_tiles + Tr::kStages * Tr::kTileBytes);
+    uint64_t* q_full = bars;
+    uint64_t* k_full = bars + 1;
+    uint64_t* v_full = k_full + Tr::kStages;
+    uint64_t* kv_empty = v_full + Tr::kStages;
+
+    const int q_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // longest blocks first
+    const int q0 = q_block * Tr::kBlockQ, C = NH * HS;
+    const int last_row = min(q0 + Tr::kBlockQ, T) - 1;
+    const int tiles = last_row / Tr::kBlockK + 1;  // key tiles up to the diagonal
+    // Read through a shuffle so the compiler knows it is uniform across the warp: wgmma in code it
+    // must assume divergent is serialised (ptxas C7520).
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(q_full, 1);
+        for (int s = 0; s < Tr::kStages; s++) {
+            mbarrier_init(&k_full[s], 1);
+            mbarrier_init(&v_full[s], 1);
+            mbarrier_init(&kv_empty[s], Tr::kConsumers * 4);  // every consumer warp
+        }
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // ---- producer: one thread drives the TMA unit; the others have nothing to do.
+        if (threadIdx.x != 0) return;
+        tma_prefetch_map(&qkv_map);
+        // Coordinates in the (3C, T, B) view: column part·C + h·HS + 64·panel, row t, batch b.
+        mbarrier_arrive_expect_tx(q_full, Tr::kQBytes);
+        for (int c = 0; c < Tr::kConsumers; c++)
+            for (int p = 0; p < Tr::kPanels; p++)
+                tma_load_3d(q_tiles + (c * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, h * HS + 64 * p,
+                            q0 + c * Tr::kRowsPerConsumer, b, q_full);
+        for (int j = 0; j < tiles; j++) {
+            const int s = j % Tr::kStages;
+            if (j >= Tr::kStages) mbarrier_wait(&kv_empty[s], (j / Tr::kStages - 1) & 1);  // stage used up
+            mbarrier_arrive_expect_tx(&k_full[s], Tr::kTileBytes);
+            for (int p = 0; p < Tr::kPanels; p++)
+                tma_load_3d(k_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, C + h * HS + 64 * p,
+                            j * Tr::kBlockK, b, &k_full[s]);
+            mbarrier_arrive_expect_tx(&v_full[s], Tr::kTileBytes);
+            for (int p = 0; p < Tr::kPanels; p++)
+                tma_load_3d(v_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, 2 * C + h * HS + 64 * p,
+                            j * Tr::kBlockK, b, &v_full[s]);
+        }
+        return;
+    }
+
+    // ---- consumer: 64 query rows; thread i of the warpgroup holds rows wgmma_d_element(i, r).row.
+    const int consumer = warpgroup - 1, thread = threadIdx.x % 128, lane = threadIdx.x % 32;
+    const int row_base = q0 + consumer * Tr::kRowsPerConsumer;  // first query row of this consumer
+    const int my_row0 = row_base + wgmma_d_element(thread, 0).row;  // the thread's rows: +0 and +8
+    const bool active_rows = row_base < T;
+    const unsigned char* q_tile = q_tiles + consumer * Tr::kTileBytes;
+    const float scale_log2 = kLog2e / sqrtf((float)HS);
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    float o[HS / 2];
+    ATTENTION_UNROLL
+    for (int r = 0; r < HS / 2; r++) o[r] = 0.0f;
+
+    // The tiles this consumer computes on: up to the one holding its last row (causal skipping).
+    const int work_tiles = active_rows ? min(tiles, (row_base + Tr::kRowsPerConsumer - 1) / Tr::kBlockK + 1) : 0;
+
+    // S = Q·K(j)ᵀ into acc, as one committed group: HS/16 steps of k16; within a 128-byte panel a
+    // step advances 32 bytes.
+    auto issue_scores = [&](float* acc, int j) {
+        const int s = j % Tr::kStages;
+        const unsigned char* k_tile = k_tiles + s * Tr::kTileBytes;
+        mbarrier_wait(&k_full[s], (j / Tr::kStages) & 1);
+        wgmma_fence();
+        ATTENTION_UNROLL
+        for (int ks = 0; ks < HS / 16; ks++) {
+            const int panel_offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
+            const uint64_t dq = wgmma_descriptor(q_tile + panel_offset, 16, 1024, WgmmaSwizzle::B128);
+            const uint64_t dk = wgmma_descriptor(k_tile + panel_offset, 16, 1024, WgmmaSwizzle::B128);
+            wgmma_ss<Tr::kBlockK>(acc, dq, dk, ks > 0);
+        }
+        wgmma_commit_group();
+    };
+    // Causal mask (and keys past T, which TMA filled with zeros), then the online softmax: acc
+    // becomes P (unnormalised), the running max and sum move, O is rescaled.
+    auto softmax = [&](float* acc, int k0) {
+        float tile_max[2] = {-INFINITY, -INFINITY};
+        ATTENTION_UNROLL
+        for (int r = 0; r < Tr::kBlockK / 2; r++) {
+            const WgmmaIndex e = wgmma_d_element(thread, r);
+            const int key = k0 + e.col, row = row_base + e.row;
+            if (key > row || key >= T) acc[r] = -INFINITY;
+            tile_max[(r >> 1) & 1] = fmaxf(tile_max[(r >> 1) & 1], acc[r]);
+        }
+        float base[2], correction[2];
+        ATTENTION_UNROLL
+        for (int x = 0; x < 2; x++) {  // the 4 lanes sharing a row
+            tile_max[x] = fmaxf(tile_max[x], __shfl_xor_sync(0xffffffffu, tile_max[x], 1));
+            tile_max[x] = fmaxf(tile_max[x], __shfl_xor_sync(0xffffffffu, tile_max[x], 2));
+            const float new_max = fmaxf(row_max[x], tile_max[x] * scale_log2);
+            base[x] = new_max == -INFINITY ? 0.0f : new_max;
+            correction[x] = exp2f(row_max[x] - base[x]);
+            row_max[x] = new_max;
+            row_sum[x] *= correction[x];
+        }
+        ATTENTION_UNROLL
+        for (int r = 0; r < Tr::kBlockK / 2; r++) {
+            acc[r] = exp2f(fmaf(acc[r], scale_log2, -base[(r >> 1) & 1]));
+            row_sum[(r >> 1) & 1] += acc[r];
+        }
+        ATTENTION_UNROLL
+        for (int r = 0; r < HS / 2; r++) o[r] *= correction[(r >> 1) & 1];
+    };
+    // O += P·V(j), committed: k16 step kk takes keys 16kk..16kk+15 — accumulators 8kk..8kk+7 are
+    // exactly the A fragment of those columns. V is MN-major: 8 keys 1024 bytes apart (SBO),
+    // 64-column panels kPanelBytes apart (LBO).
+    auto accumulate_pv = [&](const float* p, int j) {
+        const int s = j % Tr::kStages;
+        const unsigned char* v_tile = v_tiles + s * Tr::kTileBytes;
+        uint32_t p_frag[Tr::kBlockK / 16][4];  // packed before the fence: wgmma reads them
+        ATTENTION_UNROLL
+        for (int kk = 0; kk < Tr::kBlockK / 16; kk++)
+            ATTENTION_UNROLL
+            for (int x = 0; x < 4; x++) p_frag[kk][x] = pack_bf16(p[8 * kk + 2 * x], p[8 * kk + 2 * x + 1]);
+        mbarrier_wait(&v_full[s], (j / Tr::kStages) & 1);
+        wgmma_fence();
+        ATTENTION_UNROLL
+        for (int kk = 0; kk < Tr::kBlockK / 16; kk++) {
+            const uint64_t dv = wgmma_descriptor(v_tile + kk * 16 * 128, Tr::kPanelBytes, 1024, WgmmaSwizzle::B128);
+            wgmma_rs<HS, 1>(o, p_frag[kk], dv, 1);
+        }
+        wgmma_commit_group();
+    };
+
+    mbarrier_wait(q_full, 0);
+    float s_cur[Tr::kBlockK / 2], s_next[Tr::kBlockK / 2];  // S, then P: 64 rows × 64 keys
+    if (Tr::kOverlapSoftmax && work_tiles > 0) issue_scores(s_cur, 0);
+    for (int j = 0; j < tiles; j++) {
+        const int s = j % Tr::kStages;
+        if (j < work_tiles) {
+            if constexpr (Tr::kOverlapSoftmax) {
+                if (j + 1 < work_tiles) {
+                    issue_scores(s_next, j + 1);  // the tensor cores work on it during this softmax
+                    wgmma_wait_group<1, Tr::kBlockK>(s_cur);
+                } else {
+                    wgmma_wait_group<0, Tr::kBlockK>(s_cur);
+                }
+            } else {
+                issue_scores(s_cur, j);
+                wgmma_wait_group<0, Tr::kBlockK>(s_cur);
+            }
+            softmax(s_cur, j * Tr::kBlockK);
+            accumulate_pv(s_cur, j);
+            wgmma_wait_group<0, HS>(o);
+            if constexpr (Tr::kOverlapSoftmax) {
+                wgmma_fence_operands(WgmmaShape<Tr::kBlockK>{}, s_next);  // complete too: keep reads after
+                ATTENTION_UNROLL
+                for (int r = 0; r < Tr::kBlockK / 2; r++) s_cur[r] = s_next[r];
+            }
+        } else {  // nothing to compute, but the stage's phases must complete before it is reused
+            mbarrier_wait(&k_full[s], (j / Tr::kStages) & 1);
+            mbarrier_wait(&v_full[s], (j / Tr::kStages) & 1);
+        }
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&kv_empty[s]);  // this warp no longer reads the stage
+    }
+
+    // Finish: full row sums over the 4 lanes of a row, lse, out = O / sum.
+    float inv_sum[2];
+    ATTENTION_UNROLL
+    for (int x = 0; x < 2; x++) {
+        row_sum[x] += __shfl_xor_sync(0xffffffffu, row_sum[x], 1);
+        row_sum[x] += __shfl_xor_sync(0xffffffffu, row_sum[x], 2);
+        inv_sum[x] = 1.0f / row_sum[x];
+        const int t = my_row0 + 8 * x;
+        if (lane % 4 == 0 && t < T) lse[attention_lse_index(b, h, t, T, NH)] = (row_max[x] + log2f(row_sum[x])) * kLn2;
+    }
+    ATTENTION_UNROLL
+    for (int r = 0; r < HS / 2; r += 2) {
+        const WgmmaIndex e = wgmma_d_element(thread, r);
+        const int t = row_base + e.row;
+        if (t < T) {
+            const float inv = inv_sum[(r >> 1) & 1];
+            *reinterpret_cast<__nv_bfloat162*>(out + attention_out_index(b, t, h, T, NH, HS) + e.col) =
+                __floats2bfloat162_rn(o[r] * inv, o[r + 1] * inv);
+        }
+    }
+}
+
+// The (3C, T, B) view of qkv that every TMA load addresses: boxes of 64 columns × 64 rows, 128B swizzle.
+inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int C) {
+    const uint64_t dims[3] = {(uint64_t)3 * C, (uint64_t)T, (uint64_t)B};
+    const uint64_t strides[3] = {2, (uint64_t)3 * C * 2, (uint64_t)T * 3 * C * 2};
+    const uint32_t box[3] = {64, 64, 1};
+    make_tensor_map(map, qkv, 3, 2, dims, strides, box, TmaSwizzle::B128);
+}
+
+// ---- backward. Two passes, each summing every output in one thread in a fixed order (bitwise
+// deterministic, no atomics), both the same machinery as the forward: a producer warpgroup loads,
+// by TMA, each consumer's 64 "row" tiles once and the "column" tiles into a kStages ring; each
+// consumer warpgroup owns 64 rows and, per column tile of 64, computes with wgmma
+//   X = R1·C1ᵀ, Y = R2·C2ᵀ (both operands from shared memory, K-major)
+// then P and dS in registers, and accumulates with P or dS as A operands from registers and the
+// column tiles read MN-major from shared memory:
+//   dK/dV pass (rows = keys, columns = queries, scale = 1/sqrt(HS)):
+//     R1 = K, C1 = Q, R2 = V, C2 = dO:  Pᵀ = exp(scale·X − lse[q]), dSᵀ = Pᵀ ⊙ (Y − D[q]),
+//     dV += Pᵀ·dO,  dK += dSᵀ·Q  (dK scaled at the end)
+//   dQ pass (rows = queries, columns = keys):
+//     R1 = Q, C1 = K, R2 = dO, C2 = V:  P = exp(scale·X − lse[q]), dS = P ⊙ (Y − D[q]), dQ += dS·K
+// D = Σ dO·out per query (attention_row_dot, in the scratch). Per call: reads qkv, dout, lse, D
+// (dK/dV pass: Q and dO once per key block; dQ pass: K and V once per query block), writes dqkv
+// (6·B·T·C bytes); FLOPs executed ~ (4 + 3)·N with N = B·NH·T²·HS (causal half of 2·(2+2+3) GEMMs).
+template <int HS>
+struct BackwardTraits {
+    static_assert(HS == 64 || HS == 128, "head sizes 64 and 128");
+    // Two consumers at HS 64; at HS 128 one (its accumulators and products need ~200 registers,
+    // more than 3 warpgroups can have without setmaxnreg).
+    static constexpr int kConsumers = HS == 64 ? 2 : 1;
+    static constexpr int kRowsPerConsumer = 64;
+    static constexpr int kBlockRows = kConsumers * kRowsPerConsumer;
+    static constexpr int kBlockCols = 64;
+    static constexpr int kStages = 2;
+    static constexpr int kThreads = 128 * (1 + kConsumers);
+    static constexpr int kPanels = HS / 64;
+    static constexpr int kPanelBytes = 64 * 128;
+    static constexpr int kTileBytes = kPanels * kPanelBytes;  // 64 rows × HS bf16
+    static constexpr int kRowBytes = 2 * kConsumers * kTileBytes;  // R1 and R2 of every consumer
+    static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
+    static constexpr size_t shared_bytes() { return 1024 + kRowBytes + 2 * kStages * kTileBytes + kBarrierBytes; }
+};
+
+// An operand's place in the TMA views: which map (0 qkv, 1 dout) and its first column there.
+struct TileSource {
+    int map, column;
+};
+
+template <int HS, bool kKeyRows>
+__global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
+    backward_kernel(bf16* dqkv, const float* lse, const float* row_dot, const __grid_constant__ CUtensorMap qkv_map,
+                    const __grid_constant__ CUtensorMap dout_map, int T, int NH) {
+    using Tr = BackwardTraits<HS>;
+    DYNAMIC_SHARED(unsigned char, raw);
+    unsigned char* smem = align_shared<unsigned char>(raw, 1024);
+    unsigned char* row_tiles = smem;  // [kConsumers][2: R1, R2][kPanels][64][64]
+    unsigned char* c1_tiles = row_tiles + Tr::kRowBytes;  // [kStages][kPanels][64][64]
+    unsigned char* c2_tiles = c1_tiles + Tr::kStages * Tr::kTileBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(c2_tiles + Tr::kStages * Tr::kTileBytes);
+    uint64_t* rows_full = bars;
+    uint64_t* c1_full = bars + 1;
+    uint64_t* c2_full = c1_full + Tr::kStages;
+    uint64_t* c_empty = c2_full + Tr::kStages;
+
+    const int row_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int r0 = row_block * Tr::kBlockRows, C = NH * HS;
+    const int col_tiles_total = ceil_div(T, Tr::kBlockCols);
+    // Column tiles this block visits: from the diagonal on (key rows) or up to it (query rows).
+    const int first_tile = kKeyRows ? r0 / Tr::kBlockCols : 0;
+    const int end_tile = kKeyRows ? col_tiles_total : (min(r0 + Tr::kBlockRows, T) - 1) / Tr::kBlockCols + 1;
+    const TileSource q{0, h * HS}, k{0, C + h * HS}, v{0, 2 * C + h * HS}, dout{1, h * HS};
+    const TileSource r1 = kKeyRows ? k : q, r2 = kKeyRows ? v : dout, c1 = kKeyRows ? q : k, c2 = kKeyRows ? dout : v;
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(rows_full, 1);
+        for (int s = 0; s < Tr::kStages; s++) {
+            mbarrier_init(&c1_full[s], 1);
+            mbarrier_init(&c2_full[s], 1);
+            mbarrier_init(&c_empty[s], Tr::kConsumers * 4);
+        }
+        mbarrier_init_fence();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {  // ---- producer
+        if (threadIdx.x != 0) return;
+        tma_prefetch_map(&qkv_map);
+        tma_prefetch_map(&dout_map);
+        auto load = [&](unsigned char* dst, TileSource src, int row, uint64_t* bar) {
+            for (int p = 0; p < Tr::kPanels; p++)
+                tma_load_3d(dst + p * Tr::kPanelBytes, src.map == 0 ? &qkv_map : &dout_map, src.column + 64 * p, row,
+                            b, bar);
+        };
+        mbarrier_arrive_expect_tx(rows_full, Tr::kRowBytes);
+        for (int c = 0; c < Tr::kConsumers; c++) {
+            load(row_tiles + (2 * c + 0) * Tr::kTileBytes, r1, r0 + 64 * c, rows_full);
+            load(row_tiles + (2 * c + 1) * Tr::kTileBytes, r2, r0 + 64 * c, rows_full);
+        }
+        for (int j = first_tile; j < end_tile; j++) {
+            const int n = j - first_tile, s = n % Tr::kStages;
+            if (n >= Tr::kStages) mbarrier_wait(&c_empty[s], (n / Tr::kStages - 1) & 1);
+            mbarrier_arrive_expect_tx(&c1_full[s], Tr::kTileBytes);
+            load(c1_tiles + s * Tr::kTileBytes, c1, j * Tr::kBlockCols, &c1_full[s]);
+            mbarrier_arrive_expect_tx(&c2_full[s], Tr::kTileBytes);
+            load(c2_tiles + s * Tr::kTileBytes, c2, j * Tr::kBlockCols, &c2_full[s]);
+        }
+        return;
+    }
+
+    // ---- consumer: rows row_base .. +63 (keys or queries).
+    const int consumer = warpgroup - 1, thread = threadIdx.x % 128, lane = threadIdx.x % 32;
+    const int row_base = r0 + consumer * Tr::kRowsPerConsumer;
+    const bool active_rows = row_base < T;
+    const unsigned char* r1_tile = row_tiles + (2 * consumer + 0) * Tr::kTileBytes;
+    const unsigned char* r2_tile = row_tiles + (2 * consumer + 1) * Tr::kTileBytes;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * kLog2e;
+    const float* lse_bh = lse + attention_lse_index(b, h, 0, T, NH);
+    const float* dot_bh = row_dot + attention_lse_index(b, h, 0, T, NH);
+    float acc1[HS / 2], acc2[HS / 2];  // key rows: dV, dK; query rows: dQ (acc2 unused)
+    ATTENTION_UNROLL
+    for (int r = 0; r < HS / 2; r++) acc1[r] = acc2[r] = 0.0f;
+    // Query rows: the thread's two rows' lse (log2 units) and D, fixed for the whole pass.
+    float row_lse[2] = {0.0f, 0.0f}, row_d[2] = {0.0f, 0.0f};
+    if (!kKeyRows) {
+        for (int x = 0; x < 2; x++) {
+            const int t = row_base + wgmma_d_element(thread, 2 * x).row;
+            if (t < T) row_lse[x] = lse_bh[t] * kLog2e, row_d[x] = dot_bh[t];
+        }
+    }
+
+    mbarrier_wait(rows_full, 0);
+    for (int j = first_tile; j < end_tile; j++) {
+        const int n = j - first_tile, s = n % Tr::kStages;
+        const uint32_t parity = (n / Tr::kStages) & 1;
+        const int col0 = j * Tr::kBlockCols;
+        const bool compute = active_rows && (kKeyRows ? col0 + Tr::kBlockCols - 1 >= row_base
+                                                      : col0 <= row_base + Tr::kRowsPerConsumer - 1);
+        const unsigned char* c1_tile = c1_tiles + s * Tr::kTileBytes;
+        const unsigned char* c2_tile = c2_tiles + s * Tr::kTileBytes;
+        mbarrier_wait(&c1_full[s], parity);
+        mbarrier_wait(&c2_full[s], parity);
+        if (compute) {
+            float x[Tr::kBlockCols / 2], y[Tr::kBlockCols / 2];
+            wgmma_fence();
+            ATTENTION_UNROLL
+            for (int ks = 0; ks < HS / 16; ks++) {
+                const int offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
+                wgmma_ss<Tr::kBlockCols>(x, wgmma_descriptor(r1_tile + offset, 16, 1024, WgmmaSwizzle::B128),
+                                         wgmma_descriptor(c1_tile + offset, 16, 1024, WgmmaSwizzle::B128), ks > 0);
+            }
+            ATTENTION_UNROLL
+            for (int ks = 0; ks < HS / 16; ks++) {
+                const int offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
+                wgmma_ss<Tr::kBlockCols>(y, wgmma_descriptor(r2_tile + offset, 16, 1024, WgmmaSwizzle::B128),
+                                         wgmma_descriptor(c2_tile + offset, 16, 1024, WgmmaSwizzle::B128), ks > 0);
+            }
+            wgmma_commit_group();
+            wgmma_wait_group<0, Tr::kBlockCols>(x);
+            wgmma_fence_operands(WgmmaShape<Tr::kBlockCols>{}, y);
+            // P = exp(scale·S − lse) (0 where masked) and dS = P ⊙ (dP − D), in place.
+            ATTENTION_UNROLL
+            for (int r = 0; r < Tr::kBlockCols / 2; r++) {
+                const WgmmaIndex e = wgmma_d_element(thread, r);
+                const int row = row_base + e.row, col = col0 + e.col;
+                const int query = kKeyRows ? col : row, key = kKeyRows ? row : col;
+                float p = 0.0f, d = 0.0f;
+                if (key <= query && query < T) {
+                    const float l = kKeyRows ? lse_bh[query] * kLog2e : row_lse[(r >> 1) & 1];
+                    d = kKeyRows ? dot_bh[query] : row_d[(r >> 1) & 1];
+                    p = exp2f(fmaf(x[r], scale_log2, -l));
+                }
+                x[r] = p;
+                y[r] = p * (y[r] - d);
+            }
+            uint32_t p_frag[Tr::kBlockCols / 16][4], ds_frag[Tr::kBlockCols / 16][4];
+            ATTENTION_UNROLL
+            for (int kk = 0; kk < Tr::kBlockCols / 16; kk++)
+                ATTENTION_UNROLL
+                for (int i = 0; i < 4; i++) {
+                    p_frag[kk][i] = pack_bf16(x[8 * kk + 2 * i], x[8 * kk + 2 * i + 1]);
+                    ds_frag[kk][i] = pack_bf16(y[8 * kk + 2 * i], y[8 * kk + 2 * i + 1]);
+                }
+            // Accumulate: the column tiles MN-major (64 columns per panel, LBO; 8 rows, SBO).
+            wgmma_fence();
+            ATTENTION_UNROLL
+            for (int kk = 0; kk < Tr::kBlockCols / 16; kk++) {
+                const uint64_t d1 = wgmma_descriptor(c1_tile + kk * 16 * 128, Tr::kPanelBytes, 1024, WgmmaSwizzle::B128);
+                if (kKeyRows) {
+                    const uint64_t d2 = wgmma_descriptor(c2_tile + kk * 16 * 128, Tr::kPanelBytes, 1024, WgmmaSwizzle::B128);
+                    wgmma_rs<HS, 1>(acc1, p_frag[kk], d2, 1);   // dV += Pᵀ·dO
+                    wgmma_rs<HS, 1>(acc2, ds_frag[kk], d1, 1);  // dK += dSᵀ·Q
+                } else {
+                    wgmma_rs<HS, 1>(acc1, ds_frag[kk], d1, 1);  // dQ += dS·K
+                }
+            }
+            wgmma_commit_group();
+            wgmma_wait_group<0, HS>(acc1);
+            wgmma_fence_operands(WgmmaShape<HS>{}, acc2);
+        }
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&c_empty[s]);
+    }
+
+    // Write: key rows dK (scaled) and dV; query rows dQ (scaled).
+    ATTENTION_UNROLL
+    for (int r = 0; r < HS / 2; r += 2) {
+        const WgmmaIndex e = wgmma_d_element(thread, r);
+        const int t = row_base + e.row;
+        if (t >= T) continue;
+        if (kKeyRows) {
+            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 1, h, T, NH, HS) + e.col) =
+                __floats2bfloat162_rn(acc2[r] * scale, acc2[r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 2, h, T, NH, HS) + e.col) =
+                __floats2bfloat162_rn(acc1[r], acc1[r + 1]);
+        } else {
+            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 0, h, T, NH, HS) + e.col) =
+                __floats2bfloat162_rn(acc1[r] * scale, acc1[r + 1] * scale);
+        }
+    }
+}
+
+// The (C, T, B) view of dout, boxes as make_qkv_map's.
+inline void make_dout_map(CUtensorMap* map, const bf16* dout, int B, int T, int C) {
+    const uint64_t dims[3] = {(uint64_t)C, (uint64_t)T, (uint64_t)B};
+    const uint64_t strides[3] = {2, (uint64_t)C * 2, (uint64_t)T * C * 2};
+    const uint32_t box[3] = {64, 64, 1};
+    make_tensor_map(map, dout, 3, 2, dims, strides, box, TmaSwizzle::B128);
+}
+
+}  // namespace attention_hopper
+
+// dqkv (B,T,3C) overwritten; scratch: attention_backward_scratch_bytes() bytes (D).
+template <int HS>
+void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                               const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv, int B, int T,
+                               int NH, cudaStream_t stream) {
+    using namespace attention_hopper;
+    using Tr = BackwardTraits<HS>;
+    static const bool once = (attention_allow_shared_bytes(backward_kernel<HS, true>, Tr::shared_bytes()),
+                              attention_allow_shared_bytes(backward_kernel<HS, false>, Tr::shared_bytes()), true);
+    (void)once;
+    float* row_dot = static_cast<float*>(scratch);
+    attention_row_dot(row_dot, dout, out, B, T, NH, HS, stream);
+    CUtensorMap qkv_map, dout_map;
+    make_qkv_map(&qkv_map, qkv, B, T, NH * HS);
+    make_dout_map(&dout_map, dout, B, T, NH * HS);
+    const dim3 grid(ceil_div(T, Tr::kBlockRows), NH, B);
+    LAUNCH((backward_kernel<HS, true>), grid, Tr::kThreads, Tr::shared_bytes(), stream, dqkv, lse, row_dot, qkv_map,
+           dout_map, T, NH);
+    LAUNCH((backward_kernel<HS, false>), grid, Tr::kThreads, Tr::shared_bytes(), stream, dqkv, lse, row_dot, qkv_map,
+           dout_map, T, NH);
+}
+
+template <int HS>
+void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
+                              cudaStream_t stream) {
+    using namespace attention_hopper;
+    using Tr = ForwardTraits<HS>;
+    static const bool once = (attention_allow_shared_bytes(forward_kernel<HS>, Tr::shared_bytes()), true);
+    (void)once;
+    CUtensorMap map;
+    make_qkv_map(&map, qkv, B, T, NH * HS);
+    LAUNCH((forward_kernel<HS>), dim3(ceil_div(T, Tr::kBlockQ), NH, B), Tr::kThreads, Tr::shared_bytes(), stream,
+           out, lse, map, T, NH);
+}
