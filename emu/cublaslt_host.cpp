@@ -13,6 +13,21 @@
 // slower on 2 cores (dev/bench_cublaslt).
 // Streams are ignored: emulated streams run synchronously. Anything unsupported returns an error status
 // and prints one line that names it, so a trainer bug surfaces here rather than as wrong numbers.
+//
+// Beyond what the host could compute, the stand-in refuses what the real library refuses, so that
+// code which works only here fails in CI (both cublasLtMatmulAlgoGetHeuristic, which then returns
+// no algorithm, and cublasLtMatmul refuse; beta is seen by cublasLtMatmul only):
+//   documented in NVIDIA's cublasLt.h (CUDA 12/13), attribute comments:
+//   - EPILOGUE_AUX_LD of a GELU input matrix "must be divisible by 8 and be no less than the number
+//     of rows in the output matrix"; its EPILOGUE_AUX_BATCH_STRIDE "must be divisible by 8";
+//   - the bias (or bias gradient) vector has the type of the output D (BIAS_DATA_TYPE: "Bias vector
+//     elements are the same type as the elements of output matrix (Dtype)", exceptions only for IMMA
+//     and fp8 kernels, which the stand-in does not run);
+//   conservative, not found stated in NVIDIA's documentation (refused so that the trainer never
+//   depends on them; matmul.h falls back to separate passes where the heuristic refuses):
+//   - bias and aux pointers not 16-byte aligned (the header says only that the heuristic derives the
+//     expected alignment from these pointers' values);
+//   - GELU / DGELU epilogues with beta != 0 (accumulating into a GELU output).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -20,11 +35,19 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <vector>
 
 #include "cpu/gemm.h"
+
+// The emulated runtime's launch counter (emu/launch.h), when the program links it: a real
+// cublasLtMatmul launches kernels, so each product counts as one launch. Weak, so that the stand-in
+// also links without the emulator (test_cublaslt, bench_cublaslt).
+namespace emu {
+void count_library_launch() __attribute__((weak));
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Descriptors. The header's opaque types are fixed-size blobs; ours are placed inside them.
@@ -225,18 +248,35 @@ cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const L
     p->bias_type = desc.bias_type == -1 ? d.type : desc.bias_type;
     p->aux_type = desc.aux_type == -1 ? d.type : desc.aux_type;
     p->aux_ld = desc.aux_ld;
+    // What the real library refuses, so that a trainer relying on it fails here too (see the rules at
+    // the top of this file).
     if (p->uses_bias) {
         if (!desc.bias) return refuse(bad, "epilogue %u needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", desc.epilogue);
         if (!is_supported_type(p->bias_type)) return refuse(unsupported, "bias data type %d", p->bias_type);
+        if (p->bias_type != d.type)
+            return refuse(unsupported, "bias data type %s differs from D's %s", type_name(p->bias_type),
+                          type_name(d.type));
+        if ((uintptr_t)desc.bias % 16 != 0)
+            return refuse(unsupported, "bias pointer %p is not 16-byte aligned", desc.bias);
     }
     if (p->uses_aux) {
         if (!desc.aux) return refuse(bad, "epilogue %u needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", desc.epilogue);
         if (desc.aux_ld < p->m)
             return refuse(bad, "EPILOGUE_AUX_LD %lld < rows of D %lld", (long long)desc.aux_ld, (long long)p->m);
+        if (desc.aux_ld % 8 != 0)
+            return refuse(bad, "EPILOGUE_AUX_LD %lld is not a multiple of 8", (long long)desc.aux_ld);
+        if (p->batch_count > 1 && desc.aux_batch_stride % 8 != 0)
+            return refuse(bad, "EPILOGUE_AUX_BATCH_STRIDE %lld is not a multiple of 8",
+                          (long long)desc.aux_batch_stride);
         if (!is_supported_type(p->aux_type)) return refuse(unsupported, "aux data type %d", p->aux_type);
+        if ((uintptr_t)desc.aux % 16 != 0)
+            return refuse(unsupported, "EPILOGUE_AUX_POINTER %p is not 16-byte aligned", desc.aux);
     }
     return CUBLAS_STATUS_SUCCESS;
 }
+
+// GELU epilogues (forward and gradient) with beta != 0: refused by cublasLtMatmul, which alone sees beta.
+bool is_gelu_epilogue(const Epilogue& e) { return e.apply_gelu || e.apply_dgelu; }
 
 // ---------------------------------------------------------------------------------------------------
 // The computation of one matrix of a batch.
@@ -505,6 +545,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
     cublasStatus_t status = describe_problem(desc, la, lb, lc, ld, &p);
     if (status != CUBLAS_STATUS_SUCCESS) return status;
     float alpha_value = *static_cast<const float*>(alpha), beta_value = *static_cast<const float*>(beta);
+    if (beta_value != 0.0f && is_gelu_epilogue(p.epilogue))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "GELU / DGELU epilogue %u with beta = %g (only beta = 0)",
+                      desc.epilogue, beta_value);
+    if (emu::count_library_launch) emu::count_library_launch();
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
     if (!D || (p.k > 0 && (!A || !B)) || (beta_value != 0.0f && !C))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null matrix pointer");

@@ -7,7 +7,8 @@ HOST_LIBS :=
 
 # Host tests: one C++ program per module family.
 HOST_TESTS := $(patsubst %,$(BUILD)/test/host/%,test_model_files test_dataloader test_flags \
-                test_schedule test_checkpoint test_run_safety)
+                test_schedule test_checkpoint test_run_safety \
+                test_hellaswag test_gpu_telemetry)
 TESTS += $(HOST_TESTS)
 $(HOST_TESTS): $(BUILD)/test/host/%: $(BUILD)/test/host/%.o $(HOST_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)

@@ -16,6 +16,9 @@
 // instead of vanishing. The random bits are a counter-based hash of (seed, step, global_offset + i):
 // a run is bitwise reproducible, and an element gets the same bits whichever slice or shard
 // updates it. The trainer may pass the same seed every step (step changes the bits).
+// adamw_update does one slice per launch; adamw_update_multi_tensor does many slices (a device table
+// of runs, planned once) in one launch, with the clipping factor read from device memory, bit for bit
+// as the per-slice calls would.
 //
 // Per call (adamw_bytes): with master, reads master, m, v (fp32) and grads, writes master, m, v and
 // params: 24 + 2·sizeof(floatX) bytes per element (28 in bf16); without master, reads and writes
@@ -24,6 +27,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common.h"
 #include "kernels/elementwise.h"
@@ -105,13 +109,13 @@ __device__ __forceinline__ void adamw_element(floatX* params, float* master, flo
     params[i] = parameter_for_storage<floatX>(p, hash_random_bits(s.random_key, s.global_offset + i));
 }
 
-// One thread per group of 8 elements, 128-bit loads and stores of every array when kVector (all
-// pointers 16-byte aligned at the groups), element by element otherwise; thread `groups` does the
-// head and the tail.
+// Thread g of a one-thread-per-group launch over one slice: group g, 128-bit loads and stores of
+// every array when kVector (all pointers 16-byte aligned at the groups), element by element
+// otherwise; thread `groups` does the head and the tail.
 template <bool kVector>
-__global__ void adamw_kernel(floatX* params, float* master, float* m, float* v, const floatX* grads,
-                             ElementGroups split, AdamWKernelArgs s) {
-    const size_t g = global_thread_index();
+__device__ __forceinline__ void adamw_thread(floatX* params, float* master, float* m, float* v,
+                                             const floatX* grads, const ElementGroups& split, size_t g,
+                                             const AdamWKernelArgs& s) {
     if (g < split.groups) {
         const size_t first = split.group_start(g);
         if (!kVector) {
@@ -143,19 +147,71 @@ __global__ void adamw_kernel(floatX* params, float* master, float* m, float* v, 
     }
 }
 
+// One slice: one thread per group of 8 elements (adamw_thread).
+template <bool kVector>
+__global__ void adamw_kernel(floatX* params, float* master, float* m, float* v, const floatX* grads,
+                             ElementGroups split, AdamWKernelArgs s) {
+    adamw_thread<kVector>(params, master, m, v, grads, split, global_thread_index(), s);
+}
+
+// ---- many slices in one launch. The trainer's parameters are ~150 runs (a tensor, or the part of
+// one a ZeRO shard holds); one launch per run costs a launch latency each and leaves the GPU idle
+// between small runs. Here a device table describes every run, each run owns a contiguous range of
+// the grid's blocks, and every thread does exactly what thread (its index within the run's blocks)
+// of adamw_kernel would do for that run alone: the same arithmetic, the same random bits (keyed by
+// the run's global offset), hence the same bits in params, master, m and v.
+struct AdamWRunEntry {
+    floatX* params;
+    float* master;  // null: no fp32 master copy
+    float* m;
+    float* v;
+    const floatX* grads;
+    ElementGroups split;   // split_into_groups(params, ...), as adamw_update makes it
+    size_t global_offset;  // index of params[0] in the whole model
+    unsigned first_block;  // first block of the grid that works on this run
+    int vector;            // 1: 128-bit path (as adamw_update would choose), 0: element by element
+    int decay;             // 1: weight decay applies to this run, 0: it does not (biases, LayerNorm)
+};
+
+// Block → run: the last run whose first block is at or before this block (runs sorted by
+// first_block, every run at least one block).
+__device__ __forceinline__ int adamw_run_of_block(const AdamWRunEntry* table, int runs, unsigned block) {
+    int lo = 0, hi = runs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (table[mid].first_block <= block) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// s: the step's constants (weight_decay the decayed runs' value; global_offset and grad_scale are
+// replaced per run and from *grad_scale). grad_scale: one float on the device (e.g. written by
+// global_norm_clip_scale), or null for 1.
+__global__ void adamw_multi_tensor_kernel(const AdamWRunEntry* table, int runs, AdamWKernelArgs s,
+                                          const float* grad_scale) {
+    const AdamWRunEntry& run = table[adamw_run_of_block(table, runs, blockIdx.x)];
+    s.grad_scale = grad_scale != nullptr ? *grad_scale : 1.0f;
+    s.weight_decay = run.decay ? s.weight_decay : 0.0f;
+    s.global_offset = run.global_offset;
+    const size_t g = flat_thread_index(blockIdx.x - run.first_block, blockDim.x, threadIdx.x);
+    if (run.vector)
+        adamw_thread<true>(run.params, run.master, run.m, run.v, run.grads, run.split, g, s);
+    else
+        adamw_thread<false>(run.params, run.master, run.m, run.v, run.grads, run.split, g, s);
+}
+
 // ---- host launch function
 constexpr int kAdamWBlockSize = 256;
 
-// Updates params[0, n) (and master, m, v) from grads[0, n); global_offset is the index of params[0]
-// among all the model's parameters (it selects the stochastic-rounding bits). step counts from 1.
-inline void adamw_update(floatX* params, float* master, float* m, float* v, const floatX* grads, size_t n,
-                         size_t global_offset, float learning_rate, float beta1, float beta2, float eps,
-                         float weight_decay, float grad_scale, int step, uint32_t seed, cudaStream_t stream) {
+// The per-call constants of step `step` (grad_scale and global_offset as given).
+inline AdamWKernelArgs adamw_kernel_args(float learning_rate, float beta1, float beta2, float eps,
+                                         float weight_decay, float grad_scale, int step, uint32_t seed,
+                                         size_t global_offset, const char* caller) {
     if (step < 1) {
-        fprintf(stderr, "adamw_update: step must be >= 1 (got %d)\n", step);
+        fprintf(stderr, "%s: step must be >= 1 (got %d)\n", caller, step);
         exit(1);
     }
-    if (n == 0) return;
     AdamWKernelArgs s;
     s.learning_rate = learning_rate;
     s.beta1 = beta1;
@@ -167,15 +223,112 @@ inline void adamw_update(floatX* params, float* master, float* m, float* v, cons
     s.v_correction = 1.0f - std::pow(beta2, (float)step);
     s.random_key = adamw_random_key(seed, step);
     s.global_offset = global_offset;
+    return s;
+}
 
+// True when the 128-bit path applies: every array 16-byte aligned where params' groups start.
+inline bool adamw_vectorisable(const ElementGroups& split, const float* master, const float* m,
+                               const float* v, const floatX* grads) {
+    return aligned16_at(grads, split.head) && aligned16_at(master, split.head) && aligned16_at(m, split.head) &&
+           aligned16_at(v, split.head);
+}
+
+// Updates params[0, n) (and master, m, v) from grads[0, n); global_offset is the index of params[0]
+// among all the model's parameters (it selects the stochastic-rounding bits). step counts from 1.
+inline void adamw_update(floatX* params, float* master, float* m, float* v, const floatX* grads, size_t n,
+                         size_t global_offset, float learning_rate, float beta1, float beta2, float eps,
+                         float weight_decay, float grad_scale, int step, uint32_t seed, cudaStream_t stream) {
+    const AdamWKernelArgs s = adamw_kernel_args(learning_rate, beta1, beta2, eps, weight_decay, grad_scale,
+                                                step, seed, global_offset, "adamw_update");
+    if (n == 0) return;
     const ElementGroups split = split_into_groups(params, sizeof(floatX), n);
-    const bool vector = aligned16_at(grads, split.head) && aligned16_at(master, split.head) &&
-                        aligned16_at(m, split.head) && aligned16_at(v, split.head);
     const unsigned blocks = blocks_for(split.threads(), kAdamWBlockSize);
-    if (vector)
+    if (adamw_vectorisable(split, master, m, v, grads))
         LAUNCH(adamw_kernel<true>, blocks, kAdamWBlockSize, 0, stream, params, master, m, v, grads, split, s);
     else
         LAUNCH(adamw_kernel<false>, blocks, kAdamWBlockSize, 0, stream, params, master, m, v, grads, split,
                s);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- multi-tensor update: a plan made once (the pointers do not change between steps), then one
+// launch per step.
+//
+//   AdamWRun runs[count] = {{params, master, m, v, grads, n, global_offset, decay}, ...};
+//   AdamWMultiTensor plan = adamw_multi_tensor_plan(runs, count);        // at set-up
+//   adamw_update_multi_tensor(plan, lr, β1, β2, eps, wd, grad_scale_dev, step, seed, stream);  // per step
+//   adamw_multi_tensor_free(plan);                                       // at teardown
+//
+// Result: bitwise what adamw_update(run.params, ..., run.n, run.global_offset, lr, β1, β2, eps,
+// run.decay ? wd : 0, *grad_scale_dev, step, seed) does for each run in turn. Runs must not overlap.
+// Device memory: count · sizeof(AdamWRunEntry) (88 bytes) for the table. Traffic and FLOPs: the sum of
+// adamw_bytes over the runs, plus a table search (log2(runs) entries, from cache) per thread.
+struct AdamWRun {
+    floatX* params;
+    float* master;  // null: none
+    float* m;
+    float* v;
+    const floatX* grads;
+    size_t n;
+    size_t global_offset;
+    bool decay;  // weight decay applies (the weight matrices), or not (biases, LayerNorm, ...)
+};
+struct AdamWMultiTensor {
+    AdamWRunEntry* table = nullptr;  // device
+    int runs = 0;                    // runs with n > 0 (entries in the table)
+    unsigned blocks = 0;             // the grid
+};
+
+// Builds the device table (cudaMalloc + a synchronous copy: call at set-up, not per step).
+inline AdamWMultiTensor adamw_multi_tensor_plan(const AdamWRun* runs, int count) {
+    std::vector<AdamWRunEntry> entries;
+    unsigned long long blocks = 0;
+    for (int r = 0; r < count; r++) {
+        const AdamWRun& run = runs[r];
+        if (run.n == 0) continue;
+        AdamWRunEntry e;
+        e.params = run.params;
+        e.master = run.master;
+        e.m = run.m;
+        e.v = run.v;
+        e.grads = run.grads;
+        e.split = split_into_groups(run.params, sizeof(floatX), run.n);
+        e.global_offset = run.global_offset;
+        e.first_block = (unsigned)blocks;
+        e.vector = adamw_vectorisable(e.split, run.master, run.m, run.v, run.grads) ? 1 : 0;
+        e.decay = run.decay ? 1 : 0;
+        blocks += blocks_for(e.split.threads(), kAdamWBlockSize);
+        entries.push_back(e);
+    }
+    if (blocks > 2147483647ull) {
+        fprintf(stderr, "adamw_multi_tensor_plan: %llu blocks exceed a grid\n", blocks);
+        exit(1);
+    }
+    AdamWMultiTensor plan;
+    plan.runs = (int)entries.size();
+    plan.blocks = (unsigned)blocks;
+    if (plan.runs == 0) return plan;
+    const size_t bytes = entries.size() * sizeof(AdamWRunEntry);
+    CUDA_CHECK(cudaMalloc(&plan.table, bytes));
+    CUDA_CHECK(cudaMemcpy(plan.table, entries.data(), bytes, cudaMemcpyHostToDevice));
+    return plan;
+}
+
+inline void adamw_multi_tensor_free(AdamWMultiTensor& plan) {
+    if (plan.table) CUDA_CHECK(cudaFree(plan.table));
+    plan = AdamWMultiTensor{};
+}
+
+// One launch updating every run of the plan. grad_scale: one float on the device, read by the kernel
+// (no host read-back needed before the update), or null for 1. weight_decay applies to the runs
+// planned with decay.
+inline void adamw_update_multi_tensor(const AdamWMultiTensor& plan, float learning_rate, float beta1,
+                                      float beta2, float eps, float weight_decay, const float* grad_scale,
+                                      int step, uint32_t seed, cudaStream_t stream) {
+    const AdamWKernelArgs s = adamw_kernel_args(learning_rate, beta1, beta2, eps, weight_decay, 1.0f, step,
+                                                seed, 0, "adamw_update_multi_tensor");
+    if (plan.runs == 0) return;
+    LAUNCH(adamw_multi_tensor_kernel, plan.blocks, kAdamWBlockSize, 0, stream, plan.table, plan.runs, s,
+           grad_scale);
     CUDA_CHECK(cudaGetLastError());
 }

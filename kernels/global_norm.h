@@ -9,7 +9,14 @@
 // order; each block writes its sum to scratch; then one block adds the kGlobalNormBlocks partials in
 // a fixed order and adds the total into *out. No float atomics.
 // Per call: reads n·sizeof(floatX) bytes (+ 4 KiB of partials), 2n FLOPs. Memory bound.
+//
+// Then, on the device, the clipping factor AdamW multiplies the gradients by (global_norm_clip_scale):
+//   norm = sqrt(norm²) (in double),  scale = norm > clip ? clip / norm : 1
+// one thread, 8 bytes moved; the same double arithmetic as the host loop, so the same float. The
+// update (adamw_update_multi_tensor) reads the scale from device memory: no host read-back of the
+// norm is needed before the update.
 #pragma once
+#include <cmath>
 #include <cstddef>
 
 #include "kernels/common.h"
@@ -71,5 +78,30 @@ inline void global_norm_squared(float* out, const floatX* grads, size_t n, void*
     CUDA_CHECK(cudaGetLastError());
     LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, stream, out, partial,
            kGlobalNormBlocks);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// *grad_scale = norm > clip ? (float)(clip / norm) : 1, norm = sqrt((double)*norm_squared); optionally
+// *norm_out = (float)norm (null: not wanted). A non-finite norm² gives 1 (NaN) or 0 (+inf): a trainer
+// that skips such steps must still check the norm (read back later, or asynchronously).
+__global__ void global_norm_clip_scale_kernel(float* grad_scale, float* norm_out, const float* norm_squared,
+                                              float clip) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    const double norm = sqrt((double)*norm_squared);
+    *grad_scale = norm > (double)clip ? (float)((double)clip / norm) : 1.0f;
+    if (norm_out != nullptr) *norm_out = (float)norm;
+}
+
+// Host-side twin of the kernel's arithmetic, for tests and for trainers that read the norm back.
+inline float global_norm_clip_scale_host(float norm_squared, float clip) {
+    const double norm = std::sqrt((double)norm_squared);
+    return norm > (double)clip ? (float)((double)clip / norm) : 1.0f;
+}
+
+// One launch of one thread: grad_scale (device float) from norm_squared (device float, the total of
+// global_norm_squared after any all-reduce). norm_out: device float or null.
+inline void global_norm_clip_scale(float* grad_scale, const float* norm_squared, float clip, cudaStream_t stream,
+                                   float* norm_out = nullptr) {
+    LAUNCH(global_norm_clip_scale_kernel, 1, 32, 0, stream, grad_scale, norm_out, norm_squared, clip);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -48,6 +48,10 @@ constexpr int LAYERNORM_X128 = Packed128<floatX>::size;  // floatX values per 12
 constexpr int LAYERNORM_FORWARD_THREADS = 256;           // 8 warps: 8 rows per block
 constexpr int LAYERNORM_BACKWARD_MAX_WARPS = 8;          // warps per block (fewer for very wide rows)
 constexpr int LAYERNORM_MAX_VECS = 16;                   // longest row held in registers: 32·16 vectors
+// The backward holds two or three arrays of the row (dout, x, dinp) where the forward holds one: on
+// sm_90 its 16-vector version spills (255 registers, 84 bytes stored, 352 loaded per thread, ptxas
+// -v), so rows of more than 32·12 vectors (bf16: C > 3072) take the wide backward kernel instead.
+constexpr int LAYERNORM_BACKWARD_MAX_VECS = 12;
 
 // Offset of row `row` in an (N, C) tensor: 64-bit, since N·C passes 2^31 for large batches.
 __host__ __device__ inline size_t layernorm_row_offset(int row, int C) { return (size_t)row * (size_t)C; }
@@ -326,15 +330,18 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
     for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
         const size_t offset = layernorm_row_offset(row, C);
         // All of the row's loads first (dinp too, although it is needed only at the end), so that
-        // their latencies overlap.
-        Packed128<floatX> d[VECS], x[VECS], dx[VECS];
+        // their latencies overlap. Above 8 vectors per lane (bf16 rows of 2049..3072 channels) the
+        // three arrays do not fit in 255 registers on sm_90 (ptxas spilled 42 bytes at 12 vectors):
+        // there dinp is loaded where it is updated instead (246 registers, no spill).
+        constexpr bool kEarlyDinp = VECS <= 8;
+        Packed128<floatX> d[VECS], x[VECS], dx[kEarlyDinp ? VECS : 1];
 #pragma unroll
         for (int i = 0; i < VECS; i++) {
             const int v = lane + 32 * i;
             if (v >= vecs) break;
             d[i] = load128cs(dout + offset + v * LAYERNORM_X128);
             x[i] = load128cs(inp + offset + v * LAYERNORM_X128);
-            dx[i] = load128(dinp + offset + v * LAYERNORM_X128);
+            if constexpr (kEarlyDinp) dx[i] = load128(dinp + offset + v * LAYERNORM_X128);
         }
         const float row_mean = mean[row], row_rstd = rstd[row];
 
@@ -356,9 +363,11 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
             const int v = lane + 32 * i;
             if (v >= vecs) break;
             float dw[LAYERNORM_X128], db[LAYERNORM_X128];
-            layernorm_vector_gradients(dx[i], dw, db, d[i], x[i], load128(weight + v * LAYERNORM_X128),
+            Packed128<floatX>& dxi = dx[kEarlyDinp ? i : 0];
+            if constexpr (!kEarlyDinp) dxi = load128(dinp + offset + v * LAYERNORM_X128);
+            layernorm_vector_gradients(dxi, dw, db, d[i], x[i], load128(weight + v * LAYERNORM_X128),
                                        row_mean, row_rstd, mean_g, mean_gx);
-            store128(dinp + offset + v * LAYERNORM_X128, dx[i]);
+            store128(dinp + offset + v * LAYERNORM_X128, dxi);
             layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
         }
     }
@@ -524,7 +533,7 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     LayernormBackwardPlan plan{};
     layernorm_with_vecs_per_lane(C, [&](auto vecs_per_lane) {
         constexpr int VECS = decltype(vecs_per_lane)::value;
-        if constexpr (VECS > 0)
+        if constexpr (VECS > 0 && VECS <= LAYERNORM_BACKWARD_MAX_VECS)
             plan.kernel = layernorm_backward_kernel<VECS>;
         else
             plan.kernel = layernorm_backward_wide_kernel;

@@ -30,6 +30,8 @@
 // read of dout (N·OC·e bytes, memory-bound). Against the backward's 4·N·IC·OC FLOPs that read costs
 // GEMM rate / (2·IC·bandwidth) of the GEMM time: on an H100 (~650 TFLOP/s, ~3 TB/s) about 15% when
 // IC = 768 and 4% when IC = 3072 (to be measured: dev/cuda/matmul.cu times both).
+// matmul_set_bias_gradient_epilogue(true) switches to the BGRADB epilogue (into the scratch, then
+// one small add), for that measurement: off by default.
 //
 // One cuBLASLt handle and one 32 MiB workspace serve the whole program: matmul calls on different
 // streams must not run at the same time. Algorithms are chosen once per shape by cuBLASLt's heuristic
@@ -38,12 +40,14 @@
 // reproducibility" section), so the backward is reproducible bit for bit.
 // Where cuBLASLt has no algorithm for a fused epilogue, the same result is computed in separate
 // passes (plain GEMM, then our bias / GELU / GELU-gradient kernels); matmul_set_epilogue_fusion(false)
-// forces those passes (tests and dev/cuda/matmul.cu compare both).
+// forces those passes (tests and dev/cuda/matmul.cu compare both). Each refusal is recorded with
+// cuBLASLt's status: matmul_refusal_report() lists them, one line each, for the trainer to print.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include <cublasLt.h>
@@ -138,6 +142,13 @@ __global__ void bias_grad_finish_kernel(T* dbias, const float* partial, int OC, 
     dbias[col] = from_float<T>(to_float(dbias[col]) + total);
 }
 
+// dbias[col] += partial[col] (OC values of floatX, from cuBLASLt's BGRADB epilogue); one thread per column.
+template <typename T>
+__global__ void bias_grad_add_kernel(T* dbias, const T* partial, int OC) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col < OC) dbias[col] = from_float<T>(to_float(dbias[col]) + to_float(partial[col]));
+}
+
 // Row bands of the bias gradient: up to ~512 blocks (four per SM on an H100), each band at least 32
 // rows. A function of (N, OC) only, so the summation order, and with it every bit of dbias, is the
 // same on any device and in every run. bands · strips ≤ 512 also bounds the scratch: bands · OC ≤
@@ -180,12 +191,21 @@ struct MatmulAlgoChoice {
     cublasLtMatmulAlgo_t algo;
 };
 
+// A fused epilogue cuBLASLt had no algorithm for (the product then ran in separate passes).
+struct MatmulRefusal {
+    MatmulAlgoKey key;
+    cublasStatus_t status;  // what cublasLtMatmulAlgoGetHeuristic returned (SUCCESS: it returned 0 algorithms)
+};
+
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
+    int users = 0;  // matmul_setup calls not yet matched by matmul_teardown
     cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
     bool fuse_epilogues = true;
+    bool bias_gradient_epilogue = false;  // matmul_set_bias_gradient_epilogue
     std::vector<MatmulAlgoChoice> algos;
+    std::vector<MatmulRefusal> refusals;  // one per configuration (the heuristic is asked once)
 };
 inline MatmulContext& matmul_context() {
     static MatmulContext context;
@@ -194,6 +214,10 @@ inline MatmulContext& matmul_context() {
 
 // Creates the handle and workspace (or, if they exist, only changes the TF32 setting). allow_tf32
 // matters in the fp32 build only: compute type 32F_FAST_TF32 instead of exact 32F.
+// Reference-counted: every matmul_setup is matched by one matmul_teardown, and the handle and the
+// workspace are freed once, by the teardown that matches the first setup (several models or tests in
+// one program may each set up and tear down). A matmul call made before any setup creates them too;
+// the next teardown then frees them.
 inline void matmul_setup(bool allow_tf32 = false) {
     MatmulContext& ctx = matmul_context();
 #ifdef ENABLE_FP32
@@ -204,13 +228,18 @@ inline void matmul_setup(bool allow_tf32 = false) {
 #endif
     if (compute != ctx.compute_type) ctx.algos.clear();
     ctx.compute_type = compute;
+    ctx.users++;
     if (ctx.handle) return;
     CUBLAS_CHECK(cublasLtCreate(&ctx.handle));
     CUDA_CHECK(cudaMalloc(&ctx.workspace, MATMUL_WORKSPACE_BYTES));
 }
 
+// Frees the handle, the workspace and the algorithm cache once the last user is done. The record
+// of refused epilogues stays (matmul_refusal_report) until matmul_clear_refusals.
 inline void matmul_teardown() {
     MatmulContext& ctx = matmul_context();
+    if (ctx.users > 0) ctx.users--;
+    if (ctx.users > 0) return;
     if (ctx.handle) CUBLAS_CHECK(cublasLtDestroy(ctx.handle));
     if (ctx.workspace) CUDA_CHECK(cudaFree(ctx.workspace));
     ctx.handle = nullptr;
@@ -218,9 +247,22 @@ inline void matmul_teardown() {
     ctx.algos.clear();
 }
 
+// True while a handle exists (for tests).
+inline bool matmul_is_set_up() { return matmul_context().handle != nullptr; }
+
 // true (default): bias, GELU and GELU gradient in cuBLASLt's epilogues where it has them;
 // false: always in separate passes (for tests and benchmarks).
 inline void matmul_set_epilogue_fusion(bool fused) { matmul_context().fuse_epilogues = fused; }
+
+// false (default): the bias gradient is our two-kernel column sum (one extra read of dout, fp32 sum
+// rounded once into dbias). true: cuBLASLt's BGRADB epilogue on the dweight product computes the
+// column sums while that product reads dout anyway, stores them (in floatX: the bias-gradient type is
+// D's) into the scratch, and one small kernel adds them into dbias: no extra read of dout, one launch
+// fewer per layer, but in bf16 the sum is rounded twice (into the scratch,
+// then into dbias) and its order is cuBLASLt's (reproducible on a given GPU and toolkit, as its
+// products are). Where cuBLASLt refuses the epilogue, the column-sum kernels run (and the refusal is
+// recorded). Off until measured on a GPU (dev/cuda/matmul.cu).
+inline void matmul_set_bias_gradient_epilogue(bool on) { matmul_context().bias_gradient_epilogue = on; }
 
 // Largest power of two up to 256 that divides the address (256 for null).
 inline int matmul_alignment_bytes(const void* p) {
@@ -309,6 +351,7 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
         MatmulAlgoChoice fresh{key, status == CUBLAS_STATUS_SUCCESS && returned > 0, {}};
         if (fresh.found) fresh.algo = result.algo;
+        if (!fresh.found && epilogue != CUBLASLT_EPILOGUE_DEFAULT) ctx.refusals.push_back({key, status});
         ctx.algos.push_back(fresh);
         choice = &ctx.algos.back();
     }
@@ -328,6 +371,50 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
                                 MATMUL_WORKSPACE_BYTES, stream));
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
     return true;
+}
+
+// ---- the record of refused epilogues, for a start-up report. A refusal costs speed, not accuracy
+// (the separate passes compute the same result), so it is silent while it happens; the trainer
+// prints this report after its first step, when every product has been asked for once.
+
+inline const char* matmul_epilogue_name(uint32_t epilogue) {
+    switch (epilogue) {
+        case CUBLASLT_EPILOGUE_DEFAULT: return "DEFAULT";
+        case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+        case CUBLASLT_EPILOGUE_GELU: return "GELU";
+        case CUBLASLT_EPILOGUE_GELU_BIAS: return "GELU_BIAS";
+        case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+        case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+        case CUBLASLT_EPILOGUE_BGRADA: return "BGRADA";
+        case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+        default: return "other";
+    }
+}
+
+// Fused epilogues refused so far (one per configuration).
+inline int matmul_refusal_count() { return (int)matmul_context().refusals.size(); }
+inline void matmul_clear_refusals() { matmul_context().refusals.clear(); }
+
+// One line per refused fused epilogue, e.g.
+//   matmul: GELU_AUX_BIAS epilogue refused for m=3072 n=8192 k=768 (op(A)=T op(B)=N, alignment A 256
+//   B 256 D 256 bias 16 aux 256 bytes): CUBLAS_STATUS_NOT_SUPPORTED; computed in separate passes
+// (m, n, k of cuBLASLt's column-major product: see the top of this file). Empty when none was refused.
+inline std::string matmul_refusal_report() {
+    std::string report;
+    for (const MatmulRefusal& r : matmul_context().refusals) {
+        const MatmulAlgoKey& k = r.key;
+        char line[400];
+        snprintf(line, sizeof line,
+                 "matmul: %s epilogue refused for m=%d n=%d k=%d (op(A)=%c op(B)=%c, alignment A %d B %d D %d "
+                 "bias %d aux %d bytes): %s; computed in separate passes\n",
+                 matmul_epilogue_name(k.epilogue), k.m, k.n, k.k, k.trans_a ? 'T' : 'N', k.trans_b ? 'T' : 'N',
+                 k.align_a, k.align_b, k.align_d, k.align_bias, k.align_aux,
+                 r.status == CUBLAS_STATUS_SUCCESS ? "no algorithm returned" : cublasLtGetStatusName(r.status));
+        report += line;
+    }
+    return report;
 }
 
 // ================================================================================================
@@ -383,7 +470,7 @@ inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight,
 }
 
 // Bytes of fp32 scratch matmul_backward needs for the bias gradient of an N×OC dout (never more than
-// max(512 KiB, 4·OC): see bias_grad_bands).
+// max(512 KiB, 4·OC): see bias_grad_bands; always at least the OC floatX the BGRADB path uses).
 inline size_t matmul_backward_scratch_bytes(int N, int OC) {
     return (size_t)bias_grad_bands(N, OC) * (size_t)OC * sizeof(float);
 }
@@ -426,7 +513,19 @@ inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* 
                         nullptr, nullptr, stream);
         if (pre_gelu) gelu_backward(dinp, pre_gelu, dinp, (size_t)N * IC, stream);
     }
-    // dweightᵀ (IC×OC) += inp_cm (IC×N) · dout_cmᵀ (N×OC)
+    // dweightᵀ (IC×OC) += inp_cm (IC×N) · dout_cmᵀ (N×OC); with BGRADB, scratch (OC floatX) = the
+    // sums of op(B) = dout_cmᵀ over k = N, i.e. dout's column sums.
+    if (dbias && fused && matmul_context().bias_gradient_epilogue) {
+        floatX* partial = static_cast<floatX*>(scratch);
+        if (matmul_cublaslt(dweight, inp, dout, IC, OC, N, false, true, true, CUBLASLT_EPILOGUE_BGRADB, partial,
+                            nullptr, stream)) {
+            const int block_size = 256;
+            LAUNCH(bias_grad_add_kernel<floatX>, ceil_div(OC, block_size), block_size, 0, stream, dbias, partial,
+                   OC);
+            CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+    }
     matmul_cublaslt(dweight, inp, dout, IC, OC, N, false, true, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
                     nullptr, stream);
     if (dbias) matmul_bias_gradient(dbias, scratch, dout, N, OC, stream);

@@ -7,7 +7,10 @@
 //   2. fused: one kernel updates master, m, v and writes the rounded params (one thread per element,
 //      scalar accesses).
 //   3. 128-bit: 8 elements per thread with Packed128 loads and stores of every array: the shipped
-//      adamw_update. Also timed without master weights (params read and written as floatX).
+//      adamw_update. Also timed without master weights (params read and written as floatX), and one
+//      call per tensor of GPT-2 124M (148 launches), as the trainer updates the model.
+//   4. multi-tensor: version 3's per-thread work over all 148 tensors in one launch
+//      (adamw_update_multi_tensor; its bits equal version 3's: test/kernels/test_adamw.cu).
 // Bandwidth counts each version's compulsory traffic (adamw_bytes: master, m, v read and written,
 // grads read, params written), the same for every version.
 #include <cmath>
@@ -150,6 +153,47 @@ void time_versions(size_t n) {
     report_bandwidth("3 shipped, no master weights",
                      time_median_ms([&] { run_version(3, b, h, step++, false); }), adamw_bytes(n, false),
                      ceiling);
+
+    // The model as the trainer updates it: GPT-2 124M's 148 tensors (wte, wpe, 12 layers x 12
+    // tensors, lnfw, lnfb), one adamw_update per tensor vs one multi-tensor launch (weight decay on the
+    // 2-D tensors only, the clip factor read from device memory).
+    const size_t C = 768, L = 12, Vp = 50304, maxT = 1024;
+    const size_t per_layer[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+    const bool decayed[12] = {false, false, true, false, true, false, false, false, true, false, true, false};
+    std::vector<AdamWRun> runs;
+    size_t offset = 0;
+    auto add = [&](size_t count, bool decay) {
+        runs.push_back({b.params + offset, b.master + offset, b.m + offset, b.v + offset, b.grads + offset, count,
+                        offset, decay});
+        offset += count;
+    };
+    add(Vp * C, true);
+    add(maxT * C, true);
+    for (int t = 0; t < 12; t++)
+        for (size_t l = 0; l < L; l++) add(per_layer[t], decayed[t]);
+    add(C, false);
+    add(C, false);
+    if (offset != n) {
+        printf("the GPT-2 124M layout has %zu parameters, not %zu\n", offset, n);
+        return;
+    }
+    float* grad_scale = device_buffer<float>(1);
+    copy_to_device(grad_scale, std::vector<float>{h.grad_scale});
+    const double per_tensor = time_median_ms([&] {
+        for (const AdamWRun& r : runs)
+            adamw_update(r.params, r.master, r.m, r.v, r.grads, r.n, r.global_offset, h.lr, h.beta1, h.beta2, h.eps,
+                         r.decay ? h.weight_decay : 0.0f, h.grad_scale, step, h.seed, 0);
+        step++;
+    });
+    report_bandwidth("3 shipped, one launch per tensor (148 launches)", per_tensor, adamw_bytes(n, true), ceiling);
+    AdamWMultiTensor plan = adamw_multi_tensor_plan(runs.data(), (int)runs.size());
+    const double multi = time_median_ms([&] {
+        adamw_update_multi_tensor(plan, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, grad_scale, step++, h.seed,
+                                  0);
+    });
+    report_bandwidth("4 multi-tensor, one launch for 148 tensors", multi, adamw_bytes(n, true), ceiling);
+    adamw_multi_tensor_free(plan);
+    device_free(grad_scale);
 }
 
 int main() {

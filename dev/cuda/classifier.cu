@@ -9,6 +9,8 @@
 //   3. 128-bit loads and stores (Packed128), the second read and the write with streaming hints: the
 //      shipped fused_classifier (1024 threads per row). Also timed with 256 and 512 threads per row
 //      (more rows in flight: less of the second read hits L2), and forward only.
+// Then the whole LM head (product, classifier, both backward products) with the logits whole vs in
+// chunks of rows (kernels/chunked_classifier.h).
 // Bandwidth counts the compulsory traffic of the op (classifier_bytes: the logits read once, dlogits
 // written once), the same for every version, so the figures compare the versions' time.
 #include <cmath>
@@ -18,6 +20,7 @@
 
 #include "cpu/crossentropy.h"
 #include "dev/cuda/bench.h"
+#include "kernels/chunked_classifier.h"
 #include "kernels/classifier.h"
 
 // ---- version 1: naive three-pass, fp32 probability buffer
@@ -197,12 +200,43 @@ void time_versions(int N, int V, int Vp) {
                      ceiling);
 }
 
+// The whole LM head (logits product, classifier, both backward products) with the N × Vp logits whole
+// vs in chunks of rows (kernels/chunked_classifier.h): time and the logits memory each needs.
+void time_lm_head(int N, int C, int V, int Vp) {
+    floatX *lnf = device_buffer<floatX>((size_t)N * C), *wte = device_buffer<floatX>((size_t)Vp * C);
+    floatX *d_lnf = device_buffer<floatX>((size_t)N * C), *d_wte = device_buffer<floatX>((size_t)Vp * C);
+    floatX* logits = device_buffer<floatX>((size_t)N * Vp);
+    int* targets = device_buffer<int>(N);
+    float* losses = device_buffer<float>(N);
+    copy_floats_to_device(lnf, random_floats((size_t)N * C, 11, -1.0f, 1.0f));
+    copy_floats_to_device(wte, random_floats((size_t)Vp * C, 12, -0.05f, 0.05f));
+    copy_to_device(targets, random_tokens(N, V, 13));
+    CUDA_CHECK(cudaMemset(d_wte, 0, (size_t)Vp * C * sizeof(floatX)));
+    const double flops = 6.0 * N * (double)C * Vp;
+    const double whole = time_median_ms([&] {
+        matmul_forward(logits, lnf, wte, nullptr, N, C, Vp, 0);
+        fused_classifier(logits, losses, 1.0f / N, targets, N, V, Vp, true, 0);
+        matmul_backward(d_lnf, d_wte, nullptr, nullptr, logits, lnf, wte, N, C, Vp, 0);
+    });
+    printf("LM head N=%d C=%d Vp=%d, logits whole (%.0f MB): %9.3f ms %9.1f TFLOP/s\n", N, C, Vp,
+           (double)N * Vp * sizeof(floatX) / 1e6, whole, flops / (whole * 1e-3) / 1e12);
+    for (int rows : {512, 1024, 2048, 4096}) {
+        const double ms = time_median_ms([&] {
+            chunked_classifier(losses, d_lnf, d_wte, logits, lnf, wte, targets, N, C, V, Vp, rows, 1.0f / N, true, 0);
+        });
+        printf("LM head, chunks of %4d rows (%.0f MB):       %9.3f ms %9.1f TFLOP/s\n", rows,
+               chunked_classifier_buffer_bytes(rows, Vp) / 1e6, ms, flops / (ms * 1e-3) / 1e12);
+    }
+    device_free(lnf, wte, d_lnf, d_wte, logits, targets, losses);
+}
+
 int main() {
     print_device_header();
     if (BENCH_ON_GPU) {
         check_versions(64, 50257, 50304);
         check_versions(37, 1000, 1024);
         time_versions(8192, 50257, 50304);
+        time_lm_head(8192, 768, 50257, 50304);
     } else {
         check_versions(4, 50257, 50304);
         check_versions(37, 997, 1008);

@@ -213,6 +213,12 @@ void time_layer(const Shape& s, int N, double ceiling_tflops, double copy_gbs) {
         const double bytes = out_size * sizeof(floatX) + 2.0 * bias_grad_bands(N, OC) * OC * sizeof(float) +
                              2.0 * OC * sizeof(floatX);
         report_bandwidth(name("bias gradient kernel"), bgrad, bytes, copy_gbs);
+        // The same backward with the bias gradient from cuBLASLt's BGRADB epilogue (opt-in).
+        matmul_set_bias_gradient_epilogue(true);
+        const double bgradb = time_median_ms(
+            [&] { matmul_backward(dinp, dweight, db, scratch, dout, inp, weight, N, IC, OC, 0); });
+        matmul_set_bias_gradient_epilogue(false);
+        report_flops(name("bwd with BGRADB epilogue"), bgradb, 2 * flops, ceiling_tflops);
     }
     for (floatX** p : buffers) CUDA_CHECK(cudaFree(*p));
     device_free(scratch);

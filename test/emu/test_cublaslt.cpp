@@ -295,12 +295,18 @@ void run_all_combinations(cublasLtEpilogue_t epilogue) {
         cudaDataType ab, cd;
         bool bias_bf16;
     };
-    const Types types[] = {{CUDA_R_32F, CUDA_R_32F, false}, {CUDA_R_16BF, CUDA_R_16BF, false},
-                           {CUDA_R_16BF, CUDA_R_32F, true}};
+    // (bias_bf16: the bias type set explicitly to bf16, which is D's type; a bias type other than D's
+    // is refused: refuses_what_the_library_refuses.)
+    const Types types[] = {{CUDA_R_32F, CUDA_R_32F, false}, {CUDA_R_16BF, CUDA_R_16BF, true},
+                           {CUDA_R_16BF, CUDA_R_32F, false}};
+    const bool gelu = has(epilogue, {CUBLASLT_EPILOGUE_GELU, CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX,
+                                     CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                                     CUBLASLT_EPILOGUE_DGELU_BGRAD});
     for (int trans = 0; trans < 4; trans++)
         for (const Types& t : types)
             for (int batch : {1, 3})
                 for (float beta : {0.0f, 0.5f}) {
+                    if (gelu && beta != 0.0f) continue;  // refused (refuses_what_the_library_refuses)
                     Case c;
                     c.trans_a = trans & 1;
                     c.trans_b = trans & 2;
@@ -331,7 +337,9 @@ TEST(epilogue_bgradb) { run_all_combinations(CUBLASLT_EPILOGUE_BGRADB); }
 TEST(larger_and_degenerate_shapes) {
     Case big;
     big.m = 200, big.n = 150, big.k = 300, big.trans_a = true, big.beta = 0.5f;
-    big.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    big.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    run_case(big);
+    big.beta = 0.0f, big.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;  // GELU epilogues: beta = 0 only
     run_case(big);
     big.ab_type = big.cd_type = CUDA_R_16BF, big.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
     run_case(big);
@@ -497,4 +505,120 @@ TEST(asan_reports_operand_overrun) {
 #else
     SKIP("needs AddressSanitizer: run `make SAN=1 test`");
 #endif
+}
+
+// What the real cuBLASLt refuses, the stand-in refuses too (rules at the top of emu/cublaslt_host.cpp):
+// each case is first run as given (accepted: the call is valid otherwise), then with one rule broken,
+// when the heuristic must find no algorithm and cublasLtMatmul must return an error status.
+namespace {
+
+struct EpilogueCall {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    int64_t aux_ld = 8;
+    size_t bias_shift = 0, aux_shift = 0;  // bytes added to 16-byte aligned pointers
+    int32_t bias_type = -1;                // -1: not set (D's type)
+    float beta = 0.0f;
+};
+
+// m = n = k = 8, fp32; returns {heuristic status, number of algorithms, cublasLtMatmul status}.
+struct Outcome {
+    cublasStatus_t heuristic;
+    int found;
+    cublasStatus_t matmul;
+};
+Outcome run_epilogue_call(const EpilogueCall& call) {
+    const int64_t m = 8;
+    Plain p(CUDA_R_32F, m, m, m, CUBLAS_OP_N, CUBLAS_OP_N);
+    alignas(16) static float a[64], b[64], c[64], d[64], bias[16 + 8], aux[16 * 8 + 8];
+    for (int i = 0; i < 64; i++) a[i] = b[i] = c[i] = 0.01f * i;
+    for (float& x : aux) x = 0.5f;
+    for (float& x : bias) x = 0.25f;
+    cublasLtEpilogue_t e = call.epilogue;
+    check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), "EPILOGUE");
+    void* bias_pointer = reinterpret_cast<char*>(bias) + call.bias_shift;
+    void* aux_pointer = reinterpret_cast<char*>(aux) + call.aux_shift;
+    check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
+                                                sizeof bias_pointer), "BIAS_POINTER");
+    check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_pointer,
+                                                sizeof aux_pointer), "AUX_POINTER");
+    check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &call.aux_ld,
+                                                sizeof call.aux_ld), "AUX_LD");
+    if (call.bias_type != -1)
+        check_status(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &call.bias_type,
+                                                    sizeof call.bias_type), "BIAS_DATA_TYPE");
+    cublasLtMatmulPreference_t pref;
+    check_status(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+    cublasLtMatmulHeuristicResult_t result;
+    Outcome out;
+    out.found = 0;
+    out.heuristic = cublasLtMatmulAlgoGetHeuristic(p.handle, p.desc, p.a, p.b, p.c, p.d, pref, 1, &result, &out.found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    const float one = 1.0f;
+    out.matmul = cublasLtMatmul(p.handle, p.desc, &one, a, p.a, b, p.b, &call.beta, c, p.c, d, p.d, nullptr, nullptr,
+                                0, nullptr);
+    return out;
+}
+
+void check_accepted(const EpilogueCall& call, const char* what) {
+    const Outcome o = run_epilogue_call(call);
+    CHECK_MSG(o.heuristic == CUBLAS_STATUS_SUCCESS && o.found == 1 && o.matmul == CUBLAS_STATUS_SUCCESS,
+              "%s: valid call refused (heuristic %d, %d found, matmul %d)", what, (int)o.heuristic, o.found,
+              (int)o.matmul);
+}
+void check_refused(const EpilogueCall& call, const char* what, bool heuristic_sees_it = true) {
+    const Outcome o = run_epilogue_call(call);
+    if (heuristic_sees_it)
+        CHECK_MSG(o.heuristic != CUBLAS_STATUS_SUCCESS && o.found == 0, "%s: the heuristic found an algorithm",
+                  what);
+    CHECK_MSG(o.matmul != CUBLAS_STATUS_SUCCESS, "%s: cublasLtMatmul accepted it", what);
+}
+
+}  // namespace
+
+TEST(refuses_what_the_library_refuses) {
+    EpilogueCall gelu_aux;
+    gelu_aux.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    check_accepted(gelu_aux, "GELU_AUX_BIAS, aux ld 8");
+    EpilogueCall ld16 = gelu_aux;
+    ld16.aux_ld = 16;
+    check_accepted(ld16, "GELU_AUX_BIAS, aux ld 16");
+    EpilogueCall ld12 = gelu_aux;
+    ld12.aux_ld = 12;  // >= m, not a multiple of 8
+    check_refused(ld12, "EPILOGUE_AUX_LD 12");
+    EpilogueCall dgelu = gelu_aux;
+    dgelu.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    dgelu.aux_ld = 12;
+    check_refused(dgelu, "DGELU with EPILOGUE_AUX_LD 12");
+
+    EpilogueCall bias;
+    bias.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    check_accepted(bias, "BIAS");
+    EpilogueCall shifted_bias = bias;
+    shifted_bias.bias_shift = 8;  // 8-byte aligned only
+    check_refused(shifted_bias, "bias pointer 8-byte aligned");
+    EpilogueCall shifted_aux = gelu_aux;
+    shifted_aux.aux_shift = 4;
+    check_refused(shifted_aux, "aux pointer 4-byte aligned");
+    EpilogueCall bf16_bias = bias;
+    bf16_bias.bias_type = CUDA_R_16BF;  // D is fp32
+    check_refused(bf16_bias, "bf16 bias with fp32 output");
+    EpilogueCall bgrad = bias;
+    bgrad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    check_accepted(bgrad, "BGRADB");
+    bgrad.bias_type = CUDA_R_16BF;
+    check_refused(bgrad, "bf16 bias gradient with fp32 output");
+
+    // beta != 0: the product may accumulate (DEFAULT, BIAS), a GELU epilogue may not.
+    EpilogueCall accumulate = bias;
+    accumulate.beta = 1.0f;
+    check_accepted(accumulate, "BIAS with beta 1");
+    for (cublasLtEpilogue_t e : {CUBLASLT_EPILOGUE_GELU, CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX,
+                                 CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                                 CUBLASLT_EPILOGUE_DGELU_BGRAD}) {
+        EpilogueCall g = gelu_aux;
+        g.epilogue = e;
+        check_accepted(g, tst::format("GELU epilogue %d, beta 0", (int)e).c_str());
+        g.beta = 0.5f;
+        check_refused(g, tst::format("GELU epilogue %d, beta 0.5", (int)e).c_str(), false);
+    }
 }

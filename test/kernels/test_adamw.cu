@@ -8,6 +8,7 @@
 
 #include "cpu/adamw.h"
 #include "kernels/adamw.h"
+#include "kernels/global_norm.h"
 #include "test/kernels/kernel_test.h"
 
 namespace {
@@ -328,4 +329,131 @@ TEST(adamw_index_arithmetic_is_64_bit) {
     CHECK(blocks_for(split.threads(), 256) == (split.groups + 1 + 255) / 256);
     // A slice far into a 1.5B-parameter model draws bits from its global index.
     CHECK(hash_random_bits(7, (size_t)1 << 33) != hash_random_bits(7, 0));
+}
+
+// ---- multi-tensor update: one launch over a table of runs, against adamw_update run by run (bitwise)
+// and against the CPU reference (cpu/adamw.h, per run with its weight decay).
+namespace {
+
+struct RunSpec {
+    size_t offset, n;
+    bool decay;
+};
+// Runs inside one buffer, as the trainer's tensors lie in its parameter buffer: starting on and off
+// 16-byte boundaries, one of 1 element, one of fewer than a group, an empty one, and a gap (elements
+// no run covers, which must keep their values).
+const std::vector<RunSpec> kRuns = {{0, 1024, true},  {1024, 3, false}, {1027, 4001, true}, {5028, 0, true},
+                                    {5028, 1, false}, {5033, 2050, false}, {7083, 7, true}, {7090, 517, true}};
+constexpr size_t kRunsTotal = 7607;
+
+void check_multi_tensor(bool with_master, bool unaligned_state) {
+    Hyper h;
+    const size_t n = kRunsTotal;
+    const State s = initial_state(n, with_master, 21);
+    // The per-run calls (reference of the bits), and the multi-tensor update.
+    DeviceState per_run = to_device(s), multi = to_device(s);
+    // Optionally m and v one float off a boundary: those runs take the element-by-element path.
+    float *m_buffer = nullptr, *v_buffer = nullptr;
+    if (unaligned_state) {
+        m_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
+        v_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
+        CUDA_CHECK(cudaFree(multi.m));
+        CUDA_CHECK(cudaFree(multi.v));
+        multi.m = m_buffer + 1;
+        multi.v = v_buffer + 1;
+    }
+    float* grad_scale = device_poisoned<float>(1);
+    float* norm_squared = device_poisoned<float>(1);
+    std::vector<AdamWRun> runs;
+    for (const RunSpec& r : kRuns)
+        runs.push_back({multi.params + r.offset, with_master ? multi.master + r.offset : nullptr,
+                        multi.m + r.offset, multi.v + r.offset, nullptr, r.n, r.offset, r.decay});
+    std::vector<float> ref_p = with_master ? s.master : s.params, ref_m = s.m, ref_v = s.v;
+    for (int step = 1; step <= 3; step++) {
+        // Gradients large enough that the clipping bites on some steps (norm² = 4.0 · n / 3 · scale²).
+        const float spread = step == 2 ? 0.001f : 2.0f;
+        const std::vector<float> grads = round_to_floatX(random_floats(n, 30 + step, -spread, spread));
+        floatX* d_grads = device_floatX(grads);
+        double norm2 = 0;
+        for (float g : grads) norm2 += (double)g * g;
+        const float clip = 1.0f;
+        const float host_scale = global_norm_clip_scale_host((float)norm2, clip);
+        CUDA_CHECK(cudaMemcpy(norm_squared, std::vector<float>{(float)norm2}.data(), 4, cudaMemcpyHostToDevice));
+        global_norm_clip_scale(grad_scale, norm_squared, clip, 0);
+        for (AdamWRun& r : runs) r.grads = d_grads + (r.params - multi.params);
+        AdamWMultiTensor plan = adamw_multi_tensor_plan(runs.data(), (int)runs.size());
+        CHECK(plan.runs == (int)kRuns.size() - 1);  // the empty run has no entry
+#ifdef EMU_CUDA
+        emu::reset_counters();
+#endif
+        adamw_update_multi_tensor(plan, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, grad_scale, step, h.seed,
+                                  0);
+#ifdef EMU_CUDA
+        CHECK_MSG(emu::launch_count() == 1 && emu::host_sync_count() == 0,
+                  "the update took %llu launches and %llu host synchronisations", emu::launch_count(),
+                  emu::host_sync_count());
+#endif
+        adamw_multi_tensor_free(plan);
+        for (const RunSpec& r : kRuns) {
+            adamw_update(per_run.params + r.offset, with_master ? per_run.master + r.offset : nullptr,
+                         per_run.m + r.offset, per_run.v + r.offset, d_grads + r.offset, r.n, r.offset, h.lr,
+                         h.beta1, h.beta2, h.eps, r.decay ? h.weight_decay : 0.0f, host_scale, step, h.seed, 0);
+            // The reference updates fp32 values: the master when there is one, else the floatX params.
+            adamw_update(ref_p.data() + r.offset, ref_m.data() + r.offset, ref_v.data() + r.offset,
+                         grads.data() + r.offset, r.n, h.lr, h.beta1, h.beta2, h.eps,
+                         r.decay ? h.weight_decay : 0.0f, host_scale, step);
+        }
+        CUDA_CHECK(cudaFree(d_grads));
+    }
+    CHECK_MSG(host_copy_of(grad_scale, 1)[0] == global_norm_clip_scale_host(host_copy_of(norm_squared, 1)[0], 1.0f),
+              "device clip scale differs from the host formula");
+    const State a = from_device(per_run, n, with_master), b = from_device(multi, n, with_master);
+    CHECK_MSG(bitwise_equal(a.params.data(), b.params.data(), n * 4), "params differ from the per-run update");
+    CHECK_MSG(bitwise_equal(a.m.data(), b.m.data(), n * 4) && bitwise_equal(a.v.data(), b.v.data(), n * 4),
+              "m or v differ from the per-run update");
+    if (with_master) CHECK(bitwise_equal(a.master.data(), b.master.data(), n * 4));
+    // Elements between runs (the gap [5029, 5033)) are untouched: m stays 0.
+    for (size_t i = 5029; i < 5033; i++) CHECK_MSG(b.m[i] == 0.0f && b.params[i] == s.params[i], "gap %zu", i);
+    CHECK_CLOSE(b.m, ref_m, 1e-5, "m vs reference");
+    CHECK_CLOSE(b.v, ref_v, 1e-5, "v vs reference");
+    if (with_master) CHECK_CLOSE(b.master, ref_p, 1e-5, "master vs reference");
+    CHECK_CLOSE(b.params, ref_p, KERNEL_TOLERANCE, "params vs reference");
+    free_device(per_run);
+    if (unaligned_state) {
+        multi.m = m_buffer;
+        multi.v = v_buffer;
+    }
+    free_device(multi);
+    CUDA_CHECK(cudaFree(grad_scale));
+    CUDA_CHECK(cudaFree(norm_squared));
+}
+
+}  // namespace
+
+TEST(adamw_multi_tensor_matches_per_run_bitwise_with_master) { check_multi_tensor(true, false); }
+TEST(adamw_multi_tensor_matches_per_run_bitwise_without_master) { check_multi_tensor(false, false); }
+TEST(adamw_multi_tensor_unaligned_state_matches_per_run_bitwise) { check_multi_tensor(true, true); }
+
+// The device clip scale against the host formula, bit for bit, across the threshold.
+TEST(global_norm_clip_scale_matches_host_formula) {
+    const std::vector<float> squares = {0.0f, 1e-30f, 0.25f, 0.999999f, 1.0f, 1.000001f, 4.0f, 12345.678f,
+                                        3.0e38f};
+    float* d_square = device_poisoned<float>(1);
+    float* d_scale = device_poisoned<float>(1);
+    float* d_norm = device_poisoned<float>(1);
+    for (float clip : {1.0f, 0.5f})
+        for (float sq : squares) {
+            CUDA_CHECK(cudaMemcpy(d_square, &sq, 4, cudaMemcpyHostToDevice));
+            global_norm_clip_scale(d_scale, d_square, clip, 0, d_norm);
+            const float scale = host_copy_of(d_scale, 1)[0], norm = host_copy_of(d_norm, 1)[0];
+            const double exact_norm = std::sqrt((double)sq);
+            const float expected = exact_norm > clip ? (float)(clip / exact_norm) : 1.0f;
+            CHECK_MSG(scale == expected, "norm² %.9g clip %g: scale %.9g, expected %.9g", sq, clip, scale,
+                      expected);
+            CHECK(norm == (float)exact_norm);
+            CHECK(scale == global_norm_clip_scale_host(sq, clip));
+        }
+    CUDA_CHECK(cudaFree(d_square));
+    CUDA_CHECK(cudaFree(d_scale));
+    CUDA_CHECK(cudaFree(d_norm));
 }

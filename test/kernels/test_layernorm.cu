@@ -237,6 +237,11 @@ TEST(layernorm_register_lengths_and_shape_checks) {
     CHECK(layernorm_vecs_per_lane(5 * 32 * LAYERNORM_X128) == 6);
     CHECK(layernorm_vecs_per_lane(16 * 32 * LAYERNORM_X128) == 16);
     CHECK(layernorm_vecs_per_lane(kWideC) == 0);
+    // The backward keeps rows of up to 12 vectors per lane in registers (16 spill on sm_90); longer
+    // rows take its wide kernel.
+    CHECK(layernorm_backward_plan(5, 12 * 32 * LAYERNORM_X128 - 8).kernel == layernorm_backward_kernel<12>);
+    CHECK(layernorm_backward_plan(5, 16 * 32 * LAYERNORM_X128 - 8).kernel == layernorm_backward_wide_kernel);
+    CHECK(layernorm_backward_plan(5, kWideC).kernel == layernorm_backward_wide_kernel);
     // C must be a multiple of 8 and tensors 16-byte aligned.
     alignas(16) static floatX buffer[16];
     CHECK(layernorm_shape_error(37, 768, {buffer}) == nullptr);

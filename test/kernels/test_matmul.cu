@@ -5,6 +5,8 @@
 // 768 → 50304 at N = 6 (no bias). Also: determinism, pointers aligned to 16 bytes only, teardown and
 // lazy re-creation, and the 64-bit offsets of the logits at B=64, T=1024.
 #include <vector>
+#include <algorithm>
+#include <string>
 
 #include "cpu/gelu.h"
 #include "cpu/matmul.h"
@@ -260,4 +262,100 @@ TEST(matmul_index_arithmetic_is_64_bit) {
         for (int OC : {C, 3 * C, 4 * C, Vp})
             CHECK(matmul_backward_scratch_bytes(BT, OC) <=
                   std::max((size_t)BIAS_GRAD_TARGET_BLOCKS * strip, (size_t)OC) * sizeof(float));
+}
+
+// matmul_setup / matmul_teardown are reference-counted: the handle is freed once, by the teardown that
+// matches the first setup, and a surplus teardown is harmless.
+TEST(matmul_handle_is_reference_counted) {
+    for (int i = 0; i < 100 && matmul_is_set_up(); i++) matmul_teardown();  // whatever earlier tests left
+    CHECK(!matmul_is_set_up());
+    matmul_setup();
+    matmul_setup();
+    CHECK(matmul_is_set_up());
+    matmul_teardown();
+    CHECK_MSG(matmul_is_set_up(), "the first of two teardowns freed the handle");
+    matmul_teardown();
+    CHECK(!matmul_is_set_up());
+    matmul_teardown();  // one too many: nothing to free
+    CHECK(!matmul_is_set_up());
+    Layer l(8, 32, 64, 800);
+    check_forward(l, true, false, true);  // sets up again on its own
+    CHECK(matmul_is_set_up());
+    matmul_teardown();
+    CHECK(!matmul_is_set_up());
+}
+
+// The fused epilogues the trainer uses are not refused; one that cuBLASLt refuses (here a bias that is
+// only 2- or 4-byte aligned) is recorded once per configuration, with cuBLASLt's status, in the report.
+TEST(matmul_refusals_are_reported) {
+    matmul_clear_refusals();
+    Layer l(16, 64, 96, 810);
+    check_forward(l, true, false, true);
+    check_forward(l, true, true, true);
+    check_backward(l, true, true, true, 811);
+    CHECK_MSG(matmul_refusal_count() == 0, "refused:\n%s", matmul_refusal_report().c_str());
+    CHECK(matmul_refusal_report().empty());
+
+    floatX* out = device_poisoned<floatX>((size_t)l.N * l.OC);
+    for (int repeat = 0; repeat < 2; repeat++)
+        CHECK(!matmul_cublaslt(out, l.d_weight, l.d_inp, l.OC, l.N, l.IC, true, false, false, CUBLASLT_EPILOGUE_BIAS,
+                               l.d_bias + 1, nullptr, 0));
+    CHECK_MSG(matmul_refusal_count() == 1, "%d refusals recorded", matmul_refusal_count());
+    const std::string report = matmul_refusal_report();
+    CHECK_MSG(report.find("BIAS epilogue refused for m=96 n=16 k=64") != std::string::npos &&
+                  report.find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos &&
+                  std::count(report.begin(), report.end(), '\n') == 1,
+              "report: %s", report.c_str());
+    matmul_clear_refusals();
+    CHECK(matmul_refusal_count() == 0);
+    CUDA_CHECK(cudaFree(out));
+}
+
+#ifdef EMU_CUDA
+// What a linear layer costs in launches (the emulator counts them): the forward one (bias fused), the
+// backward four (two products, two bias-gradient kernels), and no host synchronisation.
+TEST(matmul_launches_per_layer) {
+    Layer l(16, 64, 96, 820);
+    floatX* out = device_poisoned<floatX>((size_t)l.N * l.OC);
+    matmul_forward(out, l.d_inp, l.d_weight, l.d_bias, l.N, l.IC, l.OC, 0);  // sets up, caches the algorithm
+    emu::reset_counters();
+    matmul_forward(out, l.d_inp, l.d_weight, l.d_bias, l.N, l.IC, l.OC, 0);
+    CHECK_MSG(emu::launch_count() == 1, "forward: %llu launches", emu::launch_count());
+    floatX *dinp = device_poisoned<floatX>((size_t)l.N * l.IC), *dweight = device_floatX(l.weight),
+           *dbias = device_floatX(l.bias);
+    void* scratch = nullptr;
+    CUDA_CHECK(cudaMalloc(&scratch, matmul_backward_scratch_bytes(l.N, l.OC)));
+    emu::reset_counters();
+    matmul_backward(dinp, dweight, dbias, scratch, out, l.d_inp, l.d_weight, l.N, l.IC, l.OC, 0);
+    CHECK_MSG(emu::launch_count() == 4, "backward: %llu launches", emu::launch_count());
+    CHECK(emu::host_sync_count() == 0);
+    for (void* p : {(void*)out, (void*)dinp, (void*)dweight, (void*)dbias, scratch}) CUDA_CHECK(cudaFree(p));
+}
+#endif
+
+// The opt-in BGRADB path: the bias gradient from cuBLASLt's epilogue (into the scratch) then added into
+// dbias, against the reference; dinp and dweight unchanged by it; and, in the emulator, one launch
+// fewer than the column-sum kernels (two products and the add).
+TEST(matmul_backward_bias_gradient_epilogue) {
+    matmul_set_bias_gradient_epilogue(true);
+    for (int rows : {1, 37, 300}) {
+        Layer l(rows, 64, 264, 830 + rows);
+        check_backward(l, true, false, true, 840 + rows);
+        check_backward(l, true, true, true, 850 + rows);
+    }
+#ifdef EMU_CUDA
+    Layer l(16, 64, 96, 860);
+    floatX* dout = device_floatX(random_floats((size_t)l.N * l.OC, 861));
+    floatX *dinp = device_poisoned<floatX>((size_t)l.N * l.IC), *dweight = device_floatX(l.weight),
+           *dbias = device_floatX(l.bias);
+    void* scratch = nullptr;
+    CUDA_CHECK(cudaMalloc(&scratch, matmul_backward_scratch_bytes(l.N, l.OC)));
+    matmul_backward(dinp, dweight, dbias, scratch, dout, l.d_inp, l.d_weight, l.N, l.IC, l.OC, 0);
+    emu::reset_counters();
+    matmul_backward(dinp, dweight, dbias, scratch, dout, l.d_inp, l.d_weight, l.N, l.IC, l.OC, 0);
+    CHECK_MSG(emu::launch_count() == 3, "backward with BGRADB: %llu launches", emu::launch_count());
+    for (void* p : {(void*)dout, (void*)dinp, (void*)dweight, (void*)dbias, scratch}) CUDA_CHECK(cudaFree(p));
+#endif
+    matmul_set_bias_gradient_epilogue(false);
+    CHECK(matmul_refusal_count() == 0);
 }
