@@ -1,4 +1,4 @@
-# Host stand-ins for cuBLASLt (on cpu/gemm.h) and NCCL (on MPI), for the emulated builds (issue 4).
+# Host stand-ins for cuBLASLt (on cpu/gemm.h) and NCCL (on MPI), for the emulated builds.
 # They are plain .cpp files implementing the functions of NVIDIA's own cublasLt.h and nccl.h.
 # Exposes, for the emulated trainer and tests:
 #   EMU_CUBLASLT_OBJS, EMU_CUBLASLT_LIBS   the cuBLASLt stand-in and what it links (cpu/gemm)

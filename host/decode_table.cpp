@@ -32,6 +32,11 @@ DecodeTable read_decode_table(const std::string& path) {
         fail("%s: EOT token %d is outside the vocabulary of %d", name, table.eot_token, vocab_size);
 
     const uint64_t size = file_size(path);
+    // Every token takes at least two bytes (its length and one byte): a header that announces more
+    // tokens than the file can hold is refused before the table is allocated.
+    if (size - FILE_HEADER_BYTES < 2 * (uint64_t)vocab_size)
+        fail("%s: %llu bytes cannot hold %d tokens (truncated?)", name,
+             (unsigned long long)(size - FILE_HEADER_BYTES), vocab_size);
     std::string body(size - FILE_HEADER_BYTES, '\0');
     read_bytes(path, FILE_HEADER_BYTES, body.data(), body.size());
     table.token_bytes.resize(vocab_size);

@@ -1,6 +1,7 @@
 // llm.c's multiple-choice eval (see hellaswag.h).
 #include "host/hellaswag.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "host/errors.h"
@@ -83,6 +84,29 @@ std::vector<EvalExample> read_eval_file(const std::string& path, int vocab_size)
     return examples;
 }
 
+void write_eval_file(const std::string& path, const std::vector<EvalExample>& examples) {
+    std::vector<uint16_t> stream;
+    size_t longest = 0;
+    for (const EvalExample& e : examples) {
+        std::vector<uint16_t> x = {EXAMPLE_START, 0, (uint16_t)e.index, (uint16_t)e.label,
+                                   (uint16_t)e.completions.size(), (uint16_t)e.context.size()};
+        x.insert(x.end(), e.context.begin(), e.context.end());
+        for (const std::vector<uint16_t>& c : e.completions) {
+            x.push_back((uint16_t)c.size());
+            x.insert(x.end(), c.begin(), c.end());
+        }
+        x[1] = (uint16_t)(x.size() * 2);
+        longest = std::max(longest, x.size() * 2);
+        stream.insert(stream.end(), x.begin(), x.end());
+    }
+    int32_t header[FILE_HEADER_INTS] = {EVAL_FILE_MAGIC, EVAL_FILE_VERSION, (int32_t)examples.size(),
+                                        (int32_t)longest};
+    AtomicFile file(path);
+    file.write(header, sizeof(header));
+    file.write(stream.data(), stream.size() * sizeof(uint16_t));
+    file.commit();
+}
+
 // Mean cross-entropy of the completion's tokens after the context (the last T tokens of the row).
 static double completion_loss(TrainModel& model, const std::vector<uint16_t>& context,
                               const std::vector<uint16_t>& completion, int T,
@@ -108,10 +132,11 @@ static double completion_loss(TrainModel& model, const std::vector<uint16_t>& co
 }
 
 EvalResult evaluate_multiple_choice(TrainModel& model, const std::vector<EvalExample>& examples,
-                                    int T) {
+                                    int T, int rank, int num_ranks) {
     std::vector<float> logits(model.config().vocab_size);
     EvalResult result;
-    for (const EvalExample& e : examples) {
+    for (size_t i = (size_t)rank; i < examples.size(); i += (size_t)num_ranks) {
+        const EvalExample& e = examples[i];
         int best = 0;
         double best_loss = INFINITY;
         for (size_t c = 0; c < e.completions.size(); c++) {
@@ -143,8 +168,23 @@ HellaSwagEval::HellaSwagEval(const TrainOptions& opt, int vocab_size) {
                       examples_.size(), opt.hellaswag_file.c_str());
 }
 
-std::string HellaSwagEval::run(TrainModel& model, int T) const {
-    const EvalResult r = evaluate_multiple_choice(model, examples_, T);
-    return strprintf("HellaSwag: %d/%d correct = %.4f (acc_norm)", r.correct, r.total,
-                     (double)r.correct / r.total);
+// RankGroup offers the mean; counts are integers far below 2^53, so mean times ranks, rounded, is
+// their exact sum.
+EvalResult sum_over_ranks(const EvalResult& mine, RankGroup& ranks) {
+    EvalResult all;
+    all.correct = (int)std::llround(ranks.mean(mine.correct) * ranks.num_ranks);
+    all.total = (int)std::llround(ranks.mean(mine.total) * ranks.num_ranks);
+    return all;
+}
+
+std::string describe_eval_result(const EvalResult& r) {
+    return strprintf("HellaSwag: %d/%d correct = %.4f (acc_norm)", r.correct, r.total, r.accuracy());
+}
+
+EvalResult HellaSwagEval::run(TrainModel& model, int T, RankGroup& ranks) const {
+    // Where forward() is a collective (ZeRO-3 gathers each layer's weights from every rank), every
+    // rank must run the same forwards: then each evaluates every example, as one rank would.
+    if (model.forward_is_collective()) return evaluate_multiple_choice(model, examples_, T);
+    return sum_over_ranks(
+        evaluate_multiple_choice(model, examples_, T, ranks.rank, ranks.num_ranks), ranks);
 }

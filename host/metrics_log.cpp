@@ -25,6 +25,7 @@ std::string metrics_json(const StepMetrics& m) {
         line += ",\"tok_per_s\":" + number(m.tokens_per_s, "%.1f");
     }
     if (m.has_val) line += ",\"val_loss\":" + number(m.val_loss, "%.6f");
+    if (m.has_hellaswag) line += ",\"hellaswag\":" + number(m.hellaswag_accuracy, "%.4f");
     return line + "}";
 }
 

@@ -1,6 +1,8 @@
 // The metrics log: one JSON object per line per step, appended to <output dir>/metrics.jsonl:
-//   {"step":12,"loss":3.4567,"lr":0.0003,"norm":1.234,"ms":123.4,"tok_per_s":54321,"val_loss":3.21}
-// val_loss only on steps where it was measured; a step-0 line may hold val_loss alone. Keys are
+//   {"step":12,"loss":3.4567,"lr":0.0003,"norm":1.234,"ms":123.4,"tok_per_s":54321,"val_loss":3.21,
+//    "hellaswag":0.2950}
+// val_loss and hellaswag (the accuracy, -h 1) only on steps where they were measured; a step-0 line
+// holds the untrained model's alone. Keys are
 // always in this order, which scripts/plot_metrics.sh relies on. Each line is flushed when written.
 #pragma once
 #include <cstdio>
@@ -12,6 +14,8 @@ struct StepMetrics {
     double loss = 0, lr = 0, norm = 0, ms = 0, tokens_per_s = 0;
     bool has_val = false;
     double val_loss = 0;
+    bool has_hellaswag = false;
+    double hellaswag_accuracy = 0;  // correct / examples
 };
 
 class MetricsLog {

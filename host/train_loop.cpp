@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "host/cached_sampling.h"
 #include "host/checkpoint.h"
 #include "host/dataloader.h"
 #include "host/decode_table.h"
@@ -83,11 +84,18 @@ static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, 
     std::vector<int> tokens = {table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1};
     std::vector<float> logits(c.vocab_size);
     std::string text;
+    // Through the model's key/value cache where it has one; the same tokens either way.
+    CachedSampler cached(T, [&] { model.decode_reset(T); },
+                         [&](int token, float* out) { model.decode_next(token, out); });
     for (int i = 0; i < count; i++) {
-        int start = std::max(0, (int)tokens.size() - T);
-        int length = (int)tokens.size() - start;
-        model.forward(tokens.data() + start, nullptr, 1, length);
-        model.logits_at(length - 1, logits.data());
+        if (model.supports_decode()) {
+            cached.next_logits(tokens, logits.data());
+        } else {
+            int start = std::max(0, (int)tokens.size() - T);
+            int length = (int)tokens.size() - start;
+            model.forward(tokens.data() + start, nullptr, 1, length);
+            model.logits_at(length - 1, logits.data());
+        }
         int next = sample_token(logits.data(), c.vocab_size, rng.uniform());
         tokens.push_back(next);
         text += table.decode(next);
@@ -341,17 +349,19 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     int timed_steps = 0;
     RunClock clock = make_run_clock(opt, max_steps, last_step);
     const auto baseline_start = std::chrono::steady_clock::now();
-    if (!resuming && val_loader) {  // the untrained model's validation loss, as a baseline
-        StepMetrics m;
-        m.has_val = true;
-        m.val_loss = ranks.mean(validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets));
-        if (main_rank) printf("val loss %.4f\n", m.val_loss);
-        if (metrics) metrics->write(m);
+    StepMetrics baseline;  // the untrained model's validation loss and HellaSwag accuracy (step 0)
+    if (!resuming && val_loader) {
+        baseline.has_val = true;
+        baseline.val_loss =
+            ranks.mean(validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets));
+        if (main_rank) printf("val loss %.4f\n", baseline.val_loss);
     }
     if (!resuming && hellaswag.active()) {
-        const std::string result = hellaswag.run(*model, T);
-        if (main_rank) printf("%s\n", result.c_str());
+        const EvalResult result = hellaswag.run(*model, T, ranks);
+        baseline.has_hellaswag = true, baseline.hellaswag_accuracy = result.accuracy();
+        if (main_rank) printf("%s\n", describe_eval_result(result).c_str());
     }
+    if (metrics && (baseline.has_val || baseline.has_hellaswag)) metrics->write(baseline);
     if (!resuming && (val_loader || hellaswag.active())) clock.validation.add(ms_since(baseline_start));
     const int first_step = (int)state.step + 1;
     for (int step = first_step; step <= last_step; step++) {
@@ -413,8 +423,9 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
             if (main_rank) printf("val loss %.4f\n", m.val_loss);
         }
         if (hellaswag.active() && validates_at(opt, step, last_step)) {
-            const std::string result = hellaswag.run(*model, T);
-            if (main_rank) printf("%s\n", result.c_str());
+            const EvalResult result = hellaswag.run(*model, T, ranks);
+            m.has_hellaswag = true, m.hellaswag_accuracy = result.accuracy();
+            if (main_rank) printf("%s\n", describe_eval_result(result).c_str());
         }
         if (validates_at(opt, step, last_step)) clock.validation.add(ms_since(eval_start));
         if (metrics) metrics->write(m);

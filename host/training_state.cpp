@@ -109,16 +109,29 @@ TrainingState read_training_state(const std::string& path) {
     uint64_t lengths[3];
     memcpy(lengths, payload.data() + at, sizeof lengths);
     at += sizeof lengths;
-    if (lengths[0] + lengths[1] + lengths[2] != (payload_bytes - at) / 4 ||
-        (payload_bytes - at) % 4)
+    // Compared one by one: a sum of three corrupt lengths could wrap around to the right total.
+    const uint64_t floats = (payload_bytes - at) / 4;
+    if ((payload_bytes - at) % 4 || lengths[0] > floats || lengths[1] > floats - lengths[0] ||
+        lengths[2] != floats - lengths[0] - lengths[1])
         fail("%s: array lengths do not match the file size", path.c_str());
     std::vector<float>* arrays[3] = {&s.params, &s.adam_m, &s.adam_v};
     for (int i = 0; i < 3; i++) {
         arrays[i]->resize(lengths[i]);
-        memcpy(arrays[i]->data(), payload.data() + at, lengths[i] * 4);
+        if (lengths[i]) memcpy(arrays[i]->data(), payload.data() + at, lengths[i] * 4);
         at += lengths[i] * 4;
     }
     validate_config(s.shape.config, path + " config");
+    const RunShape& r = s.shape;
+    if (r.batch_size <= 0 || r.seq_len <= 0 || r.total_batch <= 0 || r.num_ranks <= 0 ||
+        s.rank < 0 || s.rank >= r.num_ranks || s.step < 0 || (s.sharded != 0 && s.sharded != 1))
+        fail("%s: implausible run state (B %d, T %d, -d %lld, rank %d of %d, step %lld, sharded "
+             "%lld)", path.c_str(), r.batch_size, r.seq_len, (long long)r.total_batch, s.rank,
+             r.num_ranks, (long long)s.step, (long long)s.sharded);
+    for (const OutlierDetector* d : {&s.loss_detector, &s.norm_detector})
+        if (d->count < 0 || d->count > OutlierDetector::WINDOW || d->next < 0 ||
+            d->next >= OutlierDetector::WINDOW)
+            fail("%s: outlier window out of range (count %d, next %d; window %d)", path.c_str(),
+                 d->count, d->next, OutlierDetector::WINDOW);
     if (s.params.size() != s.adam_m.size() || s.params.size() != s.adam_v.size())
         fail("%s: master weights and AdamW moments differ in length", path.c_str());
     if (!s.sharded && s.params.size() != param_layout(s.shape.config).total)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds every CUDA program for the lent GPU and packs it, with everything it needs on a bare GPU
-# machine, into one archive for the device tool to carry:
+# Builds every CUDA program on a machine with the toolchain (a cluster's login node, a CI box) and
+# packs it, with everything it needs, into one archive to carry to a GPU machine that has only the
+# driver, the CUDA runtime libraries and (optionally) PyTorch:
 #     gpu_bundle/carry/gpu_bundle.tar.xz   (and MANIFEST.txt beside it: what is inside, and why)
-# scripts/gpu_check.sh, run on the GPU machine, unpacks it and runs the GPU tests and benchmarks.
-# README.md ("Using a lent GPU") has the device-tool call.
+# There, scripts/gpu_check.sh unpacks it and runs the GPU tests and benchmarks (README.md, "Checking
+# a GPU machine without build tools").
 #
 # Usage, from the repository (any folder in it):
 #     bash scripts/gpu_bundle.sh              build what changed, bundle, check the bundle
@@ -12,7 +13,9 @@
 #                                             bare machine: system libraries other than glibc's,
 #                                             libstdc++ and the shell tools' are hidden (root + unshare)
 # Environment: JOBS (make -j, default 2), GPU_ARCH (default 90a: H100 and H200), BUNDLE_EXTRA (more
-# programs, named by their path in the default build, e.g. "build/test/test_nccl").
+# programs, named by their path in the default build, e.g. "build/test/test_nccl"),
+# GPU_BUNDLE_LIMIT_MIB (default 64: the most the archive and the working tree may weigh together,
+# for job systems that copy a working tree and a few files with each job; over it is an error).
 # Exit status: 0 bundle complete; 2 bundle written, but some programs failed to build (listed, and
 # left out); 1 no bundle (or it failed its checks).
 #
@@ -56,10 +59,10 @@ GPU_ARCH=${GPU_ARCH:-90a}
 root=gpu_bundle              # everything of this script lives here (ignored by git)
 build=$root/build            # make's BUILD for the bundle build; BIN is $build/bin
 stage=$root/stage/gpu_bundle # the bundle's tree, as it is packed
-carry=$root/carry            # what the device tool carries
+carry=$root/carry            # what goes to the GPU machine
 archive=$carry/gpu_bundle.tar.xz
 log=$root/build.log
-travel_limit=$((64 * 1024 * 1024))
+travel_limit=$((${GPU_BUNDLE_LIMIT_MIB:-64} * 1024 * 1024))  # archive + working tree
 
 say() { printf '%s\n' "$*"; }
 t_start=$(date +%s)
@@ -310,14 +313,14 @@ tree_bytes=$(git ls-files -z --cached --others --exclude-standard 2>/dev/null | 
 travel=$((archive_bytes + tree_bytes))
 {
     say ""
-    say "sizes: bundle $(mib "$stage_bytes") unpacked, $(mib "$archive_bytes") packed; with the working tree ($(mib "$tree_bytes")) $(mib "$travel") travels, of the device tool's 64 MiB"
+    say "sizes: bundle $(mib "$stage_bytes") unpacked, $(mib "$archive_bytes") packed; with the working tree ($(mib "$tree_bytes")) $(mib "$travel") travels (limit $(mib "$travel_limit"), GPU_BUNDLE_LIMIT_MIB)"
 } | tee -a "$carry/MANIFEST.txt"
 
 status=0
 if [ "$travel" -gt "$travel_limit" ]; then
-    say "ERROR: over the device tool's 64 MiB"; status=1
+    say "ERROR: over the limit of $(mib "$travel_limit") (GPU_BUNDLE_LIMIT_MIB)"; status=1
 elif [ "$travel" -gt $((travel_limit * 3 / 4)) ]; then
-    say "WARNING: more than 3/4 of the device tool's 64 MiB"
+    say "WARNING: more than 3/4 of the limit of $(mib "$travel_limit") (GPU_BUNDLE_LIMIT_MIB)"
 fi
 if [ $problems -gt 0 ]; then
     say "ERROR: $problems libraries would be missing on the GPU machine (see above)"; status=1

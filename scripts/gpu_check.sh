@@ -1,57 +1,72 @@
 #!/usr/bin/env bash
-# The one-command GPU check, run on the lent GPU machine through the device tool (README.md, "Using a
-# lent GPU"), from the repository root:
-#     bash scripts/gpu_check.sh [PART...]      PART: tests emu bench train peer (default: all five)
-# It unpacks the bundle that scripts/gpu_bundle.sh made here (gpu_bundle/carry/gpu_bundle.tar.xz, or
-# GPU_BUNDLE=an archive or an unpacked folder), then
+# The one-command check of a GPU machine that has no build tools (only the driver, the CUDA runtime
+# libraries and perhaps PyTorch): run from the repository root there, after carrying the archive that
+# scripts/gpu_bundle.sh made on a build machine (README.md, "Checking a GPU machine without build
+# tools"). Each group of parts fits in one 10-minute job:
+#     bash scripts/gpu_check.sh              the kernel tests, the trainer (tokens/s, MFU, the loss
+#                                            going down, its first steps beside the CPU reference),
+#                                            the emulator's kernel suite on the device
+#     bash scripts/gpu_check.sh bench peer   every kernel benchmark, then the whole-step benchmark and
+#                                            PyTorch as numerical reference and speed peer
+#     bash scripts/gpu_check.sh PART...      PART: tests train emu bench peer, or all (one longer job)
+# It unpacks the bundle (gpu_bundle/carry/gpu_bundle.tar.xz, or GPU_BUNDLE=an archive or an unpacked
+# folder), then
 #   setup  (always) sets LD_LIBRARY_PATH: the bundle's libraries, CUDA's toolkit, NCCL (the toolkit's
 #          or PyTorch's); prints date, commit, device, driver; checks that every program finds every
 #          library, that glibc and the CPU are new enough, and that OpenBLAS loads (one CPU step);
 #   tests  test/kernels/gpu_kernel_tests.sh: every nvcc-built kernel test, on the device;
-#   emu    test/emu/gpu_vs_emu.sh: the emulator's kernel suite on the device and emulated, same results;
-#   bench  every dev/bin/cuda_* benchmark: its checks, then its timings;
 #   train  train_gpt, when the bundle has it: a short GPT-2 124M run on the built-in dataset, and its
 #          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer);
+#   emu    test/emu/gpu_vs_emu.sh: the emulator's kernel suite on the device and emulated, same results;
+#   bench  every dev/bin/cuda_* benchmark: its checks, then its timings;
 #   peer   (HOOK too) dev/bin/bench_step: GPT-2 124M steps timed whole and split by op class; PyTorch
 #          (dev/gpt2_torch.py, the machine's torch) as the independent reference: train_gpt and
 #          PyTorch train the same weights on the same batches and their losses must agree; and as
 #          the speed peer: torch.compile + flash attention + fused AdamW, tokens/s beside ours.
-#          All parts together may spend the budget before this one: `bash scripts/gpu_check.sh peer`
-#          runs it alone in one call.
-# Each part runs under its own time limit, inside a total budget that keeps the call within the
-# device tool's 10 minutes. Everything goes to stdout and to one report file, $OUT/gpu_report.txt
-# (gpu_bundle/gpu_report.txt where OUT is unset), which ends with the figures and a summary table.
+# Parts run in that order, each under its own time limit, inside a total budget (default 540 s, so
+# that either group ends within 10 minutes with the setup; `all` defaults to the sum of its limits).
+# Everything goes to stdout and to one report file, $OUT/gpu_report.txt (gpu_bundle/gpu_report.txt
+# where OUT is unset), which ends with the figures and a summary table.
 # Without a GPU the GPU parts say SKIPPED (no CUDA device) and setup still runs.
 # Exit status: 0 every check passed (or was SKIPPED for want of a GPU); 1 a check failed or timed out;
 # 2 nothing failed, but some part did not run (the time budget was spent).
-# Environment: GPU_CHECK_BUDGET_S (total seconds, default 540); GPU_CHECK_LIMIT_TESTS, _EMU, _BENCH,
-# _BENCH_EACH, _TRAIN, _PEER (seconds per part); GPU_CHECK_BENCHES (which benchmarks, e.g. "matmul gelu");
-# GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run), GPU_CHECK_COMPARE_ARGS (flags of the runs
-# compared with train_gpt_cpu); GPU_CHECK_PEER_ARGS (flags of the runs compared with PyTorch),
-# GPU_CHECK_PYTHON (the python with torch, default python3), GPU_CHECK_PEER_MODEL, _PEER_T, _PEER_B
-# (the peer part's model, T and first B: d12, 1024, 16); GPU_CHECK_WORKDIR (where to unpack).
+# Environment: GPU_CHECK_BUDGET_S (total seconds); GPU_CHECK_LIMIT_TESTS, _TRAIN, _EMU, _BENCH,
+# _BENCH_EACH, _PEER (seconds per part: 150, 150, 90, 180, 90, 300); GPU_CHECK_BENCHES (which
+# benchmarks, e.g. "matmul gelu"); GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run),
+# GPU_CHECK_COMPARE_ARGS (flags of the runs compared with train_gpt_cpu); GPU_CHECK_PEER_ARGS (flags
+# of the runs compared with PyTorch), GPU_CHECK_PYTHON (the python with torch, default python3),
+# GPU_CHECK_PEER_MODEL, _PEER_T, _PEER_B (the peer part's model, T and first B: d12, 1024, 16);
+# GPU_CHECK_WORKDIR (where to unpack).
 set -uo pipefail
 script_dir=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$script_dir")
 t_start=$(date +%s)
-deadline=$((t_start + ${GPU_CHECK_BUDGET_S:-540}))
 limit_tests=${GPU_CHECK_LIMIT_TESTS:-150}
-limit_emu=${GPU_CHECK_LIMIT_EMU:-90}
-limit_bench=${GPU_CHECK_LIMIT_BENCH:-200}
-limit_bench_each=${GPU_CHECK_LIMIT_BENCH_EACH:-90}
 limit_train=${GPU_CHECK_LIMIT_TRAIN:-150}
-limit_peer=${GPU_CHECK_LIMIT_PEER:-330}
+limit_emu=${GPU_CHECK_LIMIT_EMU:-90}
+limit_bench=${GPU_CHECK_LIMIT_BENCH:-180}
+limit_bench_each=${GPU_CHECK_LIMIT_BENCH_EACH:-90}
+limit_peer=${GPU_CHECK_LIMIT_PEER:-300}
 
-parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(tests emu bench train peer)
-for p in "${parts[@]}"; do
+parts=()
+for p in "$@"; do
     case $p in
-        tests | emu | bench | train | peer) ;;
+        tests | train | emu | bench | peer) parts+=("$p") ;;
+        all) parts+=(tests train emu bench peer) ;;
         -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "gpu_check.sh: unknown part '$p' (parts: tests emu bench train peer)" >&2; exit 1 ;;
+        *) echo "gpu_check.sh: unknown part '$p' (parts: tests train emu bench peer, or all)" >&2; exit 1 ;;
     esac
 done
+[ ${#parts[@]} -gt 0 ] || parts=(tests train emu)
 wanted() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+# The budget: 540 s fits either group and the setup in 10 minutes; more parts get the sum of their
+# limits and 60 s for the setup.
+budget=60
+for p in tests train emu bench peer; do
+    wanted $p && budget=$((budget + $(eval echo "\$limit_$p")))
+done
+[ $budget -lt 540 ] && budget=540
+deadline=$((t_start + ${GPU_CHECK_BUDGET_S:-$budget}))
 
 # ---- the report: everything below goes to stdout and to the report file -------------------------
 report_dir=${OUT:-$repo/gpu_bundle}
@@ -257,33 +272,6 @@ if wanted tests && gpu_part kernel_tests; then
     run_part kernel_tests "$limit_tests" bash test/kernels/gpu_kernel_tests.sh
 fi
 
-# ---- emu: the emulator's kernel suite, on the device and emulated -------------------------------
-if wanted emu && gpu_part gpu_vs_emu; then
-    run_part gpu_vs_emu "$limit_emu" env BUILD=build bash test/emu/gpu_vs_emu.sh
-fi
-
-# ---- bench: every benchmark: checks, then timings -----------------------------------------------
-if wanted bench && gpu_part benchmarks; then
-    bench_deadline=$(($(date +%s) + limit_bench))
-    found=0
-    for b in dev/bin/cuda_*; do
-        [ -x "$b" ] || continue
-        name=${b#dev/bin/cuda_}
-        if [ -n "${GPU_CHECK_BENCHES:-}" ] && [[ " $GPU_CHECK_BENCHES " != *" $name "* ]]; then continue; fi
-        found=1
-        left=$((bench_deadline - $(date +%s)))
-        if [ $left -lt 10 ]; then
-            record "bench $name" "NOT RUN" 0 "the benchmarks' $limit_bench s are spent"; continue
-        fi
-        run_checked "bench $name" $((left < limit_bench_each ? left : limit_bench_each)) "$b"
-        record "bench $name" "$run_status" "$run_secs" "$run_detail"
-        # The figures: lines with a rate or a share of a ceiling.
-        while IFS= read -r line; do figures+=("$name: $line"); done \
-            < <(grep -E 'GB/s|TFLOP/s|GFLOP/s|% of' "$run_out" | grep -vE '^(PASS|FAIL|SKIPPED)')
-    done
-    [ $found -eq 1 ] || { echo "SKIPPED benchmarks (none in the bundle)"; record benchmarks SKIPPED 0 "none in the bundle"; }
-fi
-
 # ---- train: train_gpt -------------------------------------------------------------------------------
 # HOOK: the trainer's checks on the GPU. Grow this section as train_gpt grows (resume, ZeRO, longer
 # runs, PyTorch as the reference and speed peer). Each check: run_checked with a limit, then record.
@@ -390,6 +378,33 @@ if wanted train && gpu_part train_gpt; then
             train_compare $((left / 2 > 10 ? left / 2 : 10))
         fi
     fi
+fi
+
+# ---- emu: the emulator's kernel suite, on the device and emulated -------------------------------
+if wanted emu && gpu_part gpu_vs_emu; then
+    run_part gpu_vs_emu "$limit_emu" env BUILD=build bash test/emu/gpu_vs_emu.sh
+fi
+
+# ---- bench: every benchmark: checks, then timings -----------------------------------------------
+if wanted bench && gpu_part benchmarks; then
+    bench_deadline=$(($(date +%s) + limit_bench))
+    found=0
+    for b in dev/bin/cuda_*; do
+        [ -x "$b" ] || continue
+        name=${b#dev/bin/cuda_}
+        if [ -n "${GPU_CHECK_BENCHES:-}" ] && [[ " $GPU_CHECK_BENCHES " != *" $name "* ]]; then continue; fi
+        found=1
+        left=$((bench_deadline - $(date +%s)))
+        if [ $left -lt 10 ]; then
+            record "bench $name" "NOT RUN" 0 "the benchmarks' $limit_bench s are spent"; continue
+        fi
+        run_checked "bench $name" $((left < limit_bench_each ? left : limit_bench_each)) "$b"
+        record "bench $name" "$run_status" "$run_secs" "$run_detail"
+        # The figures: lines with a rate or a share of a ceiling.
+        while IFS= read -r line; do figures+=("$name: $line"); done \
+            < <(grep -E 'GB/s|TFLOP/s|GFLOP/s|% of' "$run_out" | grep -vE '^(PASS|FAIL|SKIPPED)')
+    done
+    [ $found -eq 1 ] || { echo "SKIPPED benchmarks (none in the bundle)"; record benchmarks SKIPPED 0 "none in the bundle"; }
 fi
 
 # ---- peer (HOOK): the step split by op class, and PyTorch as reference and speed peer -----------

@@ -14,6 +14,9 @@ APT_PACKAGES=(
   libopenmpi-dev       # MPI headers and library
   gnuplot-nox          # metrics log -> PNG chart
   libssl-dev           # SHA-256 (libcrypto) to check GPT-2's vocabulary files
+  clang                # the parsers' fuzzers (scripts/fuzz.sh) are built with clang ...
+  libclang-rt-dev      # ... against its libFuzzer and sanitizer runtimes
+  llvm                 # llvm-symbolizer: file and line in the sanitizers' reports
 )
 # node + npm run the reference tokenizers (js-tiktoken, gpt-tokenizer) in the tests. Many images ship
 # a node that bundles npm, which Debian's npm package conflicts with: install them only when absent.

@@ -162,6 +162,12 @@ TEST(decode_table_round_trips_every_token) {
     CHECK(error_of([&] { read_decode_table(dir + "/short.bin"); }).find("truncated") != std::string::npos);
     write_file(dir + "/long.bin", bytes + "x");
     CHECK(error_of([&] { read_decode_table(dir + "/long.bin"); }).find("unexpected bytes") != std::string::npos);
+    // A header announcing more tokens than the file can hold is refused before any allocation.
+    std::string huge = bytes.substr(0, FILE_HEADER_BYTES + 100);
+    const int32_t many = 1 << 24;
+    memcpy(&huge[8], &many, 4);
+    write_file(dir + "/huge.bin", huge);
+    CHECK(error_of([&] { read_decode_table(dir + "/huge.bin"); }).find("100 bytes cannot hold 16777216 tokens") != std::string::npos);
     std::string bad_magic = bytes;
     bad_magic[0] ^= 1;
     write_file(dir + "/magic.bin", bad_magic);

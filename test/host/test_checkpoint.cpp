@@ -83,6 +83,42 @@ TEST(corrupted_training_state_is_a_clear_error) {
     expect_input_error([&] { read_training_state(path); }, {path, "too short"});
 }
 
+// Fields behind a valid checksum that a resumed run would trust: an outlier window's slot (an index
+// into its array), the rank and step, and array lengths whose sum wraps around to the right total.
+TEST(training_state_with_fields_out_of_range_is_refused) {
+    const std::string path = tst::make_temp_dir() + "/state.bin";
+    TrainingState s = sample_state();
+    s.loss_detector.next = 500;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "outlier window out of range"});
+    s = sample_state();
+    s.norm_detector.count = -1;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "outlier window out of range"});
+    s = sample_state();
+    s.rank = 1;  // of 1 rank
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible run state"});
+    s = sample_state();
+    s.step = -5;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible run state"});
+    // The three lengths sit just before the arrays; make the first two huge, keeping their sum.
+    write_training_state(path, sample_state());
+    std::vector<unsigned char> bytes = read_all(path);
+    const size_t n = param_layout(sample_state().shape.config).total;
+    const size_t lengths_at = bytes.size() - 3 * n * 4 - 3 * 8;
+    uint64_t lengths[3];
+    memcpy(lengths, &bytes[lengths_at], sizeof lengths);
+    CHECK(lengths[0] == n && lengths[1] == n && lengths[2] == n);
+    lengths[0] += 1ull << 63, lengths[1] += 1ull << 63;
+    memcpy(&bytes[lengths_at], lengths, sizeof lengths);
+    const uint64_t checksum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    memcpy(&bytes[24], &checksum, 8);
+    write_all(path, bytes);
+    expect_input_error([&] { read_training_state(path); }, {path, "array lengths do not match"});
+}
+
 TEST(resume_rejects_a_different_run) {
     TrainingState s = sample_state();
     RunShape other = s.shape;

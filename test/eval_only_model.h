@@ -1,0 +1,19 @@
+// A base for the tests' fake models that only evaluate: every training method of TrainModel is a
+// no-op, so a fake defines just config(), description(), forward() and logits_at().
+#pragma once
+#include "host/train_model.h"
+
+class EvalOnlyModel : public TrainModel {
+public:
+    void zero_grad() override {}
+    float forward_backward(const int*, const int*, int, int, float, bool) override { return 0; }
+    double grad_norm() override { return 0; }
+    void update(const AdamWSettings&, int) override {}
+    WeightType working_weight_type() const override { return WeightType::FP32; }
+    void set_working_weights(const std::vector<float>&) override {}
+    std::vector<float> working_weights() override { return {}; }
+    void set_optimizer_state(const std::vector<float>&, const std::vector<float>&,
+                             const std::vector<float>&) override {}
+    void optimizer_state(std::vector<float>*, std::vector<float>*, std::vector<float>*) override {}
+    ModelMemory memory() const override { return {}; }
+};

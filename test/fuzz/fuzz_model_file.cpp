@@ -1,0 +1,9 @@
+// Fuzz target: llm.c model files, fp32 (version 3) and bf16 (version 5), through read_model_file.
+#include "host/model_file.h"
+#include "test/fuzz/fuzz_target.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const std::string path = write_scratch("model.bin", data, size);
+    expect_clean([&] { read_model_file(path); });
+    return 0;
+}
