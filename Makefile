@@ -149,7 +149,7 @@ ifneq ($(CUDA_INCLUDE),)
       TESTS += $(BUILD)/test/parallel/test_data_parallel
     endif
     $(BUILD)/test/parallel/test_data_parallel: $(BUILD)/test/parallel/test_data_parallel.o $(HOST_OBJS) \
-                                           $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32
+                                           $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(BIN)/train_gpt_emu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
   endif
