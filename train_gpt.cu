@@ -206,15 +206,11 @@ public:
     WeightType working_weight_type() const override;
     void set_working_weights(const std::vector<float>& weights) override;
     std::vector<float> working_weights() override { return store_.weights_in_layout_order(); }
-    std::vector<float> gather_working_weights(bool wanted) override {
-        return store_.weights_in_layout_order(wanted);
-    }
+    ModelPart working_weights_part() override { return store_.weights_part(); }
     bool forward_is_collective() const override { return store_.stage() >= 3; }
     void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) override;
-    void optimizer_state(std::vector<float>* master, std::vector<float>* m,
-                         std::vector<float>* v) override;
-    bool optimizer_sharded() const override { return store_.optimizer_sharded(); }
+    OptimizerPart optimizer_part() override { return store_.optimizer_part(); }
     ModelMemory memory() const override { return memory_; }
     // The gradients, widened to fp32 (for tests and debugging; -z 0 and 1).
     std::vector<float> gradients() { return store_.gradients_in_layout_order(); }
@@ -581,10 +577,6 @@ void GPUModel::set_working_weights(const std::vector<float>& weights) { store_.s
 void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                    const std::vector<float>& v) {
     store_.set_optimizer_state(master, m, v);
-}
-void GPUModel::optimizer_state(std::vector<float>* master, std::vector<float>* m,
-                               std::vector<float>* v) {
-    store_.optimizer_state(master, m, v);
 }
 
 // ------------------------------------------------------------------------------------------------

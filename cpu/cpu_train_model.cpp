@@ -82,11 +82,9 @@ public:
         gpt_cpu_adam_m(model_) = m;
         gpt_cpu_adam_v(model_) = v;
     }
-    void optimizer_state(std::vector<float>* master, std::vector<float>* m,
-                         std::vector<float>* v) override {
-        *master = gpt_cpu_params(model_);
-        *m = gpt_cpu_adam_m(model_);
-        *v = gpt_cpu_adam_v(model_);
+    OptimizerPart optimizer_part() override {
+        return {whole_model_ranges(gpt_cpu_params(model_).size()), gpt_cpu_params(model_),
+                gpt_cpu_adam_m(model_), gpt_cpu_adam_v(model_)};
     }
 
     ModelMemory memory() const override { return model_memory(gpt_cpu_memory(model_)); }

@@ -442,7 +442,7 @@ void run_update(StepBuffers& s, const std::vector<OwnedRun>& runs) {
     CUDA_CHECK(cudaStreamSynchronize(0));
     for (const OwnedRun& r : runs)
         adamw_update(s.params + r.device_offset, s.master + r.device_offset, s.m + r.device_offset,
-                     s.v + r.device_offset, s.grads + r.device_offset, r.length, r.layout_offset, 3e-4f, 0.9f,
+                     s.v + r.device_offset, s.grads + r.device_offset, r.length, r.key_offset, 3e-4f, 0.9f,
                      0.95f, 1e-8f, is_weight_matrix(r.tensor) ? 0.1f : 0.0f, 1.0f, 1, 7, 0);
 }
 

@@ -1,8 +1,9 @@
 # Host code shared by every trainer: each host/*.cpp becomes one object in HOST_OBJS.
 # HOST_LIBS: nothing beyond libc and libstdc++ so far.
 HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard host/*.cpp))
-# The parameter buckets and ZeRO shards (parallel/): the loop re-assembles sharded checkpoints.
-HOST_OBJS += $(BUILD)/parallel/param_buckets.o
+# From parallel/, the host-only parts the loop and the trainers share: the mesh of ranks, and the
+# parameter buckets and their ZeRO shards.
+HOST_OBJS += $(BUILD)/parallel/mesh.o $(BUILD)/parallel/param_buckets.o
 HOST_LIBS :=
 
 # Host tests: one C++ program per module family.

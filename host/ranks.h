@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 class RankGroup {
 public:
@@ -20,6 +21,8 @@ public:
     // do not all pass the same `fingerprint`; `what` names what was compared.
     virtual void check_same(uint64_t fingerprint, const char* what) { (void)fingerprint, (void)what; }
     virtual void barrier() {}
+    // Every rank's bytes on rank 0, in rank order (the other ranks get an empty vector).
+    virtual std::vector<std::vector<char>> gather_on_rank0(const std::vector<char>& mine) { return {mine}; }
     // Ends every rank's process now with `status` (after an error on this rank only, which would
     // leave the others waiting in a collective).
     [[noreturn]] virtual void abort_all(int status) { exit(status); }

@@ -3,6 +3,7 @@
 // all read that table.
 #include "host/train_flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -98,6 +99,17 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-z", "--zero-stage", Kind::INT, FIELD(zero_stage), 0, 3,
          "ZeRO stage over the ranks (CUDA trainer): 0 all-reduce; shard 1 the optimizer state, "
          "2 also the gradients, 3 also the weights"},
+        {"-tp", "--tensor-parallel", Kind::INT, FIELD(tensor_parallel), 1, 1024,
+         "ranks per tensor-parallel group (CUDA trainer): each layer's heads, MLP and the vocabulary "
+         "split across them; within a node"},
+        {"-sp", "--sequence-parallel", Kind::INT, FIELD(sequence_parallel), -1, 1,
+         "with -tp: 1 also split LayerNorms and the residual stream along the sequence, 0 not "
+         "(-1: 1 when -tp > 1)"},
+        {"-pp", "--pipeline-parallel", Kind::INT, FIELD(pipeline_parallel), 1, 1024,
+         "pipeline stages (CUDA trainer): the layers split into consecutive stages on different ranks"},
+        {"", "--pp-schedule", Kind::STRING, FIELD(pp_schedule), 0, 0,
+         "pipeline schedule: 1f1b (one forward, one backward) or gpipe (all forwards, then all "
+         "backwards)"},
         {"-r", "--recompute", Kind::INT, FIELD(recompute), 0, 2,
          "recompute in backward: 0 none, 1 GELU, 2 GELU+LayerNorm (CUDA trainer)"},
         {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
@@ -260,15 +272,42 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
     return FlagsResult::RUN;
 }
 
+// -tp, -sp, -pp and --pp-schedule against the ranks and the model's shape.
+static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ranks) {
+    const int tp = o->tensor_parallel, pp = o->pipeline_parallel;
+    if (num_ranks % (tp * pp) != 0)
+        fail("-tp (--tensor-parallel) %d x -pp (--pipeline-parallel) %d = %d does not divide the %d "
+             "ranks", tp, pp, tp * pp, num_ranks);
+    if (o->sequence_parallel == -1) o->sequence_parallel = tp > 1 ? 1 : 0;
+    if (o->pp_schedule != "1f1b" && o->pp_schedule != "gpipe")
+        fail("--pp-schedule: unknown schedule '%s' (1f1b, gpipe)", o->pp_schedule.c_str());
+    if (pp > c.num_layers)
+        fail("-pp (--pipeline-parallel): %d stages for %d layers; each stage needs a layer", pp,
+             c.num_layers);
+    if (tp == 1) return;
+    if (c.num_heads % tp != 0)
+        fail("-tp (--tensor-parallel): %d does not divide the model's %d attention heads", tp,
+             c.num_heads);
+    if (c.channels / tp % 8 != 0 || c.padded_vocab_size % tp != 0 || c.padded_vocab_size / tp % 8 != 0)
+        fail("-tp (--tensor-parallel): %d splits the channels (%d) or the padded vocabulary (%d) into "
+             "slices that are not multiples of 8", tp, c.channels, c.padded_vocab_size);
+    if (o->sequence_parallel == 1 && (long long)o->batch_size * o->seq_len % tp != 0)
+        fail("-sp (--sequence-parallel): B*T = %d*%d positions do not split into %d equal parts (-tp); "
+             "change -b or -t, or -sp 0", o->batch_size, o->seq_len, tp);
+}
+
 void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ranks) {
     if (o->seq_len > config.max_seq_len)
         fail("-t (--seq-len): %d exceeds the model's maximum sequence length %d", o->seq_len,
              config.max_seq_len);
-    const long long per_micro_step = (long long)o->batch_size * o->seq_len * num_ranks;
+    check_model_parallel(o, config, num_ranks);
+    const int data = data_ranks(*o, num_ranks);
+    const long long per_micro_step = (long long)o->batch_size * o->seq_len * data;
     if (o->total_batch == -1) o->total_batch = per_micro_step;
     if (o->total_batch <= 0 || o->total_batch % per_micro_step != 0)
-        fail("-d (--total-batch): %lld is not a positive multiple of B*T*ranks = %d*%d*%d = %lld",
-             o->total_batch, o->batch_size, o->seq_len, num_ranks, per_micro_step);
+        fail("-d (--total-batch): %lld is not a positive multiple of B*T*%s = %d*%d*%d = %lld",
+             o->total_batch, data == num_ranks ? "ranks" : "data ranks", o->batch_size, o->seq_len, data,
+             per_micro_step);
     if (o->total_batch / per_micro_step > 1000000)
         fail("-d (--total-batch): %lld tokens would take %lld micro-steps of B*T*ranks = %lld per "
              "optimizer step (at most 1000000)",
@@ -325,6 +364,10 @@ std::vector<std::string> llmc_flag_notes(const TrainOptions& o) {
     return notes;
 }
 
+int data_ranks(const TrainOptions& o, int num_ranks) {
+    return std::max(1, num_ranks / (o.tensor_parallel * o.pipeline_parallel));
+}
+
 int grad_accum_steps(const TrainOptions& o, int num_ranks) {
-    return (int)(o.total_batch / ((long long)o.batch_size * o.seq_len * num_ranks));
+    return (int)(o.total_batch / ((long long)o.batch_size * o.seq_len * data_ranks(o, num_ranks)));
 }

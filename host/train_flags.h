@@ -48,6 +48,11 @@ struct TrainOptions {
     int shuffle = 0;     // --shuffle: shuffled (1) or sequential (0) data order
     // CUDA trainer only
     int zero_stage = 0;    // -z
+    int tensor_parallel = 1;     // -tp: ranks per tensor-parallel group
+    int sequence_parallel = -1;  // -sp: 1 split LayerNorms and residuals along the sequence too
+                                 // (-1: on with -tp > 1)
+    int pipeline_parallel = 1;   // -pp: pipeline stages
+    std::string pp_schedule = "1f1b";  // --pp-schedule: 1f1b or gpipe
     int recompute = 1;     // -r
     std::string attention_kernel = "auto";  // --attention-kernel: auto, hopper, mma, cuda-cores
     int tf32 = 1;          // -f
@@ -89,9 +94,9 @@ std::vector<FlagValue> train_flag_values(const TrainOptions& options);
 // The help text (flags, long names, meaning, current defaults).
 std::string train_flags_help(const char* program, const TrainOptions& defaults);
 
-// Checks combinations once the model is known and fills in derived values (total_batch = B·T·ranks
-// when -1). Throws InputError naming the flags, e.g. "-d 1000 is not a multiple of B·T·ranks =
-// 256".
+// Checks combinations once the model is known and fills in derived values (total_batch = B·T·data
+// ranks when -1; sequence_parallel when -1). Throws InputError naming the flags, e.g. "-d 1000 is not
+// a multiple of B·T·data ranks = 256", or "-tp 3 does not divide the 4 heads".
 void validate_train_options(TrainOptions* options, const GPTConfig& config, int num_ranks);
 
 // Refuses llm.c's multi-node flags where they disagree with how the ranks were started, or ask for a
@@ -102,5 +107,8 @@ void check_llmc_launch_flags(const TrainOptions& options, int num_ranks);
 // (-lg, -ge, -pg), each saying why or what to do instead.
 std::vector<std::string> llmc_flag_notes(const TrainOptions& options);
 
-// Gradient-accumulation micro-steps per step: total_batch / (B·T·ranks), after validation.
+// The data-parallel ranks among num_ranks: num_ranks / (tensor_parallel · pipeline_parallel).
+int data_ranks(const TrainOptions& options, int num_ranks);
+
+// Gradient-accumulation micro-steps per step: total_batch / (B·T·data ranks), after validation.
 int grad_accum_steps(const TrainOptions& options, int num_ranks);

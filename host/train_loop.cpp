@@ -30,7 +30,8 @@
 #include "host/run_report.h"
 #include "host/sampling.h"
 #include "host/training_state.h"
-#include "parallel/param_buckets.h"
+#include "host/model_part.h"
+#include "parallel/mesh.h"
 
 constexpr double GRAD_CLIP = 1.0;  // global gradient-norm clipping threshold
 
@@ -103,24 +104,27 @@ static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, 
     if (print) printf("sample: %s\n---\n", text.c_str());
 }
 
-// A data loader over this rank's slices; an error in its shards also names the flag.
+// A data loader over this rank's slices (the ranks of one data-parallel replica read the same ones);
+// an error in its shards also names the flag.
 static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::string& pattern, int B,
                                                int T, const GPTConfig& config, bool shuffle,
-                                               uint64_t seed, const RankGroup& ranks) {
+                                               uint64_t seed, const Mesh& mesh) {
     try {
-        return std::make_unique<DataLoader>(pattern, B, T, ranks.rank, ranks.num_ranks,
-                                            config.vocab_size, shuffle, seed);
+        return std::make_unique<DataLoader>(pattern, B, T, mesh.data_rank, mesh.data, config.vocab_size,
+                                            shuffle, seed);
     } catch (const InputError& e) { fail("%s: %s", flag, e.what()); }
 }
 
-// Every rank writes its own state file (its ZeRO-1 shard, or the whole optimizer state); rank 0 also
-// writes the model file, and marks the checkpoint done once every rank has finished writing.
+// Every rank writes its own state file (the part of the optimizer state it is responsible for); rank 0
+// also writes the model file, assembled from every rank's part of the weights, and marks the
+// checkpoint done once every rank has finished writing.
 static void save_checkpoint(const std::string& dir, int keep, int major_every, TrainModel& model,
                             TrainingState state, RankGroup& ranks) {
-    model.optimizer_state(&state.params, &state.adam_m, &state.adam_v);
-    state.sharded = model.optimizer_sharded();
-    // Only rank 0 writes the model file; under ZeRO-3 every rank takes part in gathering it.
-    const std::vector<float> weights = model.gather_working_weights(ranks.rank == 0);
+    OptimizerPart part = model.optimizer_part();
+    state.ranges = std::move(part.ranges);
+    state.params = std::move(part.master), state.adam_m = std::move(part.m), state.adam_v = std::move(part.v);
+    const std::vector<float> weights =
+        assemble_on_rank0(model.working_weights_part(), param_layout(model.config()).total, ranks);
     if (ranks.rank == 0)
         write_model_file(checkpoint_model_path(dir, state.step), model.config(), weights.data(),
                          model.working_weight_type());
@@ -150,31 +154,27 @@ static uint64_t data_fingerprint(const DataLoader& loader) {
     return hash;
 }
 
-// The optimizer state of checkpoint `step` as the whole model's (ParamLayout order), whatever number
-// of ranks wrote it: a ZeRO-1 checkpoint of R ranks is R shards, put back together here, so a run can
-// resume on more or fewer ranks. `first` is rank 0's state, already read.
+// The optimizer state of checkpoint `step` as the whole model's (ParamLayout order), whatever mesh
+// and ZeRO stage wrote it: each rank's file holds its part with its ranges, and together they cover
+// the model once (checked). `first` is rank 0's state, already read.
 static void read_whole_optimizer_state(const std::string& dir, long long step,
                                        const TrainingState& first, std::vector<float>* master,
                                        std::vector<float>* m, std::vector<float>* v) {
-    if (!first.sharded) {
-        *master = first.params, *m = first.adam_m, *v = first.adam_v;
-        return;
-    }
-    const GPTConfig& config = first.shape.config;
+    const size_t total = param_layout(first.shape.config).total;
     const int saved_ranks = first.shape.num_ranks;
-    const ParamBuckets buckets = make_param_buckets(config, saved_ranks);
-    const size_t total = param_layout(config).total;
     master->assign(total, 0.0f), m->assign(total, 0.0f), v->assign(total, 0.0f);
+    Coverage coverage(total);
     for (int r = 0; r < saved_ranks; r++) {
         const std::string path = checkpoint_state_path(dir, step, r);
-        const TrainingState shard = r == 0 ? first : read_training_state(path);
-        if (!shard.sharded || shard.rank != r || shard.shape.num_ranks != saved_ranks ||
-            shard.params.size() != buckets.shard_size())
-            fail("%s: not shard %d of %d of this checkpoint", path.c_str(), r, saved_ranks);
-        scatter_shard(buckets, r, true, shard.params, master);
-        scatter_shard(buckets, r, true, shard.adam_m, m);
-        scatter_shard(buckets, r, true, shard.adam_v, v);
+        const TrainingState part = r == 0 ? first : read_training_state(path);
+        if (part.rank != r || part.shape.num_ranks != saved_ranks)
+            fail("%s: not rank %d of %d of this checkpoint", path.c_str(), r, saved_ranks);
+        coverage.add(part.ranges, path);
+        scatter_part(part.ranges, part.params.data(), master);
+        scatter_part(part.ranges, part.adam_m.data(), m);
+        scatter_part(part.ranges, part.adam_v.data(), v);
     }
+    coverage.fail_if_incomplete(strprintf("the state files of step %lld in %s", step, dir.c_str()));
 }
 
 // The loader position of a run saved on `saved_ranks` ranks, for this run's ranks: a chunk holds
@@ -216,17 +216,19 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         config = model_file.config;
     }
     const int planned = planned_ranks(opt, ranks);
+    if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
+        fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");
     validate_train_options(&opt, config, planned);
     if (opt.dry_run) return print_run_plan(spec, opt, config, planned, main_rank);
+    const Mesh mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel);
     const int B = opt.batch_size, T = opt.seq_len;
     const int accum_steps = grad_accum_steps(opt, ranks.num_ranks);
 
     std::unique_ptr<DataLoader> train_loader = open_loader(
-        "-i (--train-data)", opt.train_data, B, T, config, opt.shuffle, opt.seed, ranks);
+        "-i (--train-data)", opt.train_data, B, T, config, opt.shuffle, opt.seed, mesh);
     std::unique_ptr<DataLoader> val_loader;
     if (opt.val_every > 0 && !opt.val_data.empty())
-        val_loader = open_loader("-j (--val-data)", opt.val_data, B, T, config, false, opt.seed,
-                                 ranks);
+        val_loader = open_loader("-j (--val-data)", opt.val_data, B, T, config, false, opt.seed, mesh);
     ranks.check_same(data_fingerprint(*train_loader), "the training data files (-i)");
     const int max_steps =
         opt.max_steps > 0
@@ -237,6 +239,8 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     TrainingState state;  // what a checkpoint saves; state.step = updates done so far
     state.shape = {config, B, T, opt.total_batch, ranks.num_ranks, opt.shuffle, opt.seed};
     state.rank = ranks.rank;
+    state.data_ranks = mesh.data, state.tensor_parallel = mesh.tensor;
+    state.pipeline_parallel = mesh.pipeline;
     state.sample_rng_state =
         opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
     // -y 1 resumes from the newest complete checkpoint, or starts afresh when there is none yet (as
@@ -258,7 +262,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         read_whole_optimizer_state(opt.output_dir, checkpoints.back(), resumed, &resumed_master,
                                    &resumed_m, &resumed_v);
         train_loader->set_position(
-            position_for_ranks(resumed.loader, resumed.shape.num_ranks, ranks.num_ranks, path));
+            position_for_ranks(resumed.loader, resumed.data_ranks, mesh.data, path));
         state.step = resumed.step;
         state.sample_rng_state = resumed.sample_rng_state;
         state.loss_detector = resumed.loss_detector;
@@ -283,7 +287,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     }
     model_file = ModelFile();
     resumed_weights = ModelFile();
-    const int resumed_ranks = resumed.shape.num_ranks;
+    const Mesh resumed_mesh = {resumed.data_ranks, resumed.pipeline_parallel, resumed.tensor_parallel};
     resumed = TrainingState();
     resumed_master = resumed_m = resumed_v = std::vector<float>();
 
@@ -315,17 +319,22 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
                describe_config(config).c_str(), param_layout(config).total);
         printf("compute: %s\n", model->description().c_str());
         if (ranks.num_ranks > 1) printf("ranks: %s\n", ranks.description().c_str());
+        if (mesh.tensor > 1 || mesh.pipeline > 1)
+            printf("mesh: %s (tensor groups of consecutive ranks, then pipeline stages)\n",
+                   mesh.shape().c_str());
         print_memory_report(model->memory());
-        printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d ranks), %d steps, %s "
+        printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d %s), %d steps, %s "
                "schedule, lr %.2e\n",
-               B, T, opt.total_batch, accum_steps, ranks.num_ranks, max_steps,
-               schedule_name(opt.schedule), opt.learning_rate);
-        print_data_report(data_choice, opt, *train_loader, max_steps, accum_steps, ranks.num_ranks);
+               B, T, opt.total_batch, accum_steps, mesh.data,
+               mesh.data == ranks.num_ranks ? "ranks" : "data ranks", max_steps, schedule_name(opt.schedule),
+               opt.learning_rate);
+        print_data_report(data_choice, opt, *train_loader, max_steps, accum_steps, mesh.data);
         if (resuming)
             printf("resumed from step %lld in %s%s\n", (long long)state.step, opt.output_dir.c_str(),
-                   resumed_ranks != ranks.num_ranks
-                       ? strprintf(" (saved on %d ranks, now %d: optimizer state re-sharded)",
-                                   resumed_ranks, ranks.num_ranks).c_str()
+                   resumed_mesh.shape() != mesh.shape()
+                       ? strprintf(" (saved on %d ranks as %s, now %d as %s: optimizer state re-sharded)",
+                                   resumed_mesh.size(), resumed_mesh.shape().c_str(), ranks.num_ranks,
+                                   mesh.shape().c_str()).c_str()
                        : "");
         if (opt.resume && !resuming)
             printf("note: no complete checkpoint in %s yet, so training starts from step 0\n",

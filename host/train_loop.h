@@ -33,6 +33,8 @@ struct TrainerSpec {
     std::function<ModelMemory(const GPTConfig&, const TrainOptions&, int num_ranks, bool communicates)>
         plan_memory;
     std::function<double()> device_memory;
+    // Whether the trainer splits a model across ranks (-tp, -pp).
+    bool model_parallel = false;
 };
 
 // Parses argv, trains, and returns the process exit status (0, 1 after an "error:" line, or 128 +

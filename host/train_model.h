@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "host/gpt_config.h"
+#include "host/model_part.h"
 #include "host/model_file.h"
 
 struct AdamWSettings {
@@ -60,27 +61,26 @@ public:
     // One AdamW step; step counts from 1 (bias correction).
     virtual void update(const AdamWSettings& settings, int step) = 0;
 
-    // Parameters and optimizer state in and out, as fp32 vectors of param_layout(config).total.
+    // Parameters and optimizer state in: fp32 vectors of the whole model (param_layout(config).total,
+    // ParamLayout order); a model spread over ranks keeps its own part of them.
     virtual WeightType working_weight_type() const = 0;
     virtual void set_working_weights(const std::vector<float>& weights) = 0;  // also the master copy
-    virtual std::vector<float> working_weights() = 0;
-    // The same, where the weights may be spread over the ranks (ZeRO-3): every rank calls it at the
-    // same point (the gathers are collective), and only ranks that pass `wanted` receive the weights
-    // (the others get an empty vector, so they never hold a host copy of the whole model).
-    virtual std::vector<float> gather_working_weights(bool wanted) {
-        return wanted ? working_weights() : std::vector<float>();
-    }
-    // True when forward() is a collective (ZeRO-3 gathers each layer's weights from every rank): then
-    // every rank must run the same forwards, e.g. all ranks generate a sample, rank 0 prints it.
-    virtual bool forward_is_collective() const { return false; }
-    // In: the whole model's master weights and moments (ParamLayout order); a sharded model keeps
-    // its own shard. Out: what this rank holds: the whole model's, or with optimizer_sharded() its
-    // ZeRO shard in shard order (parallel/param_buckets.h), which is what its state file stores.
     virtual void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                      const std::vector<float>& v) = 0;
-    virtual void optimizer_state(std::vector<float>* master, std::vector<float>* m,
-                                 std::vector<float>* v) = 0;
-    virtual bool optimizer_sharded() const { return false; }
+    // Out: the whole model's working weights, where this rank holds all of them (tests, one rank).
+    virtual std::vector<float> working_weights() = 0;
+    // Out, for checkpoints (host/model_part.h): the part of the working weights this rank writes into
+    // the model file, and the part of the master weights and moments its state file stores. The parts
+    // of all ranks cover the model exactly once. Every rank calls working_weights_part at the same
+    // point (under ZeRO-3 or a model split across ranks it gathers collectively).
+    virtual ModelPart working_weights_part() {
+        return {whole_model_ranges(param_layout(config()).total), working_weights()};
+    }
+    virtual OptimizerPart optimizer_part() = 0;
+    // True when forward() is a collective (ZeRO-3 gathers each layer's weights from every rank; a model
+    // split across ranks computes each layer together): then every rank must run the same forwards,
+    // e.g. all ranks generate a sample, rank 0 prints it.
+    virtual bool forward_is_collective() const { return false; }
 
     virtual ModelMemory memory() const = 0;
 

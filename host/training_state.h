@@ -3,10 +3,13 @@
 //   header  magic "GPTSTATE" (8 bytes), version (u32), 0 (u32), payload bytes (u64),
 //           FNV-1a 64 checksum of the payload (u64)
 //   payload RunShape (the run's configuration, checked on resume), step, data loader position,
-//           sampling RNG state, the loss and grad-norm outlier windows, then the fp32 master
-//           weights and AdamW m and v: the whole model's in ParamLayout order, or with `sharded`
-//           set, this rank's ZeRO shard of them, the same for every stage
-//           (parallel/param_buckets.h: the rank's chunk of every bucket, for RunShape::num_ranks ranks).
+//           sampling RNG state, the loss and grad-norm outlier windows, the mesh that wrote it
+//           (data ranks, -tp, -pp), then the part of the fp32 master weights and AdamW m and v this
+//           rank is responsible for: its ranges in ParamLayout order (u64 count, then u64 offset and
+//           length pairs) and the three arrays (u64 lengths, then fp32 values).
+// The files of all ranks of a checkpoint cover the model exactly once (host/model_part.h), so a run
+// on any mesh and ZeRO stage reassembles them without knowing how they were cut. Version 1 files
+// (whole-model state without ranges) are read too.
 // Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
 // checksum, each failure a one-line InputError naming the file.
 #pragma once
@@ -16,6 +19,7 @@
 
 #include "host/dataloader.h"
 #include "host/gpt_config.h"
+#include "host/model_part.h"
 #include "host/outlier_detector.h"
 
 // What must be the same for a resumed run to be a continuation.
@@ -36,12 +40,14 @@ struct TrainingState {
     LoaderPosition loader;
     uint64_t sample_rng_state = 0;
     OutlierDetector loss_detector, norm_detector;  // windows behind -sl and -sg
-    int64_t sharded = 0;  // 1: params, adam_m, adam_v hold this rank's ZeRO shard; 0: the whole model
-    std::vector<float> params;  // fp32 master weights, param_layout(config).total
+    int32_t data_ranks = 1;  // data-parallel ranks: the loader's slices (shape.num_ranks are all ranks)
+    int32_t tensor_parallel = 1, pipeline_parallel = 1;  // the rest of the mesh that wrote it
+    std::vector<LayoutRange> ranges;  // where params, adam_m, adam_v belong in ParamLayout order
+    std::vector<float> params;        // fp32 master weights
     std::vector<float> adam_m, adam_v;
 };
 
-constexpr uint32_t TRAINING_STATE_VERSION = 1;
+constexpr uint32_t TRAINING_STATE_VERSION = 2;
 
 void write_training_state(const std::string& path, const TrainingState& state);
 TrainingState read_training_state(const std::string& path);

@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -55,6 +56,28 @@ public:
     }
 
     void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+
+    // Point to point, in pieces of at most 1 GiB (MPI counts are int).
+    std::vector<std::vector<char>> gather_on_rank0(const std::vector<char>& mine) override {
+        const size_t kPiece = size_t(1) << 30;
+        unsigned long long bytes = mine.size();
+        std::vector<unsigned long long> sizes(num_ranks);
+        MPI_Gather(&bytes, 1, MPI_UNSIGNED_LONG_LONG, sizes.data(), 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        if (rank != 0) {
+            for (size_t at = 0; at < mine.size(); at += kPiece)
+                MPI_Send(mine.data() + at, (int)std::min(kPiece, mine.size() - at), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+            return {};
+        }
+        std::vector<std::vector<char>> all(num_ranks);
+        all[0] = mine;
+        for (int r = 1; r < num_ranks; r++) {
+            all[r].resize(sizes[r]);
+            for (size_t at = 0; at < all[r].size(); at += kPiece)
+                MPI_Recv(all[r].data() + at, (int)std::min(kPiece, all[r].size() - at), MPI_BYTE, r, 0,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        return all;
+    }
 
     [[noreturn]] void abort_all(int status) override {
         fflush(stdout);

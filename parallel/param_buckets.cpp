@@ -1,7 +1,5 @@
-// Parameter buckets and ZeRO shards (see param_buckets.h).
+// Parameter buckets, tensor-parallel slices and ZeRO shards (see param_buckets.h).
 #include "parallel/param_buckets.h"
-
-#include <algorithm>
 
 constexpr size_t BUCKET_ALIGN = 128;  // elements: 256 bytes of bf16
 
@@ -9,44 +7,97 @@ namespace {
 
 size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
+// Appends segments and buckets to a ParamBuckets in device order.
+class BucketBuilder {
+public:
+    explicit BucketBuilder(ParamBuckets* b) : b_(b) {}
+
+    void begin() { bucket_ = {b_->total, 0, (int)b_->segments.size(), 0, 0, 0}, at_ = b_->total; }
+    // A tensor piece that is `length / row_length` rows of row_length elements, row_stride apart, in
+    // ParamLayout order; merged into the previous segment where it continues it in both orders.
+    void add(int tensor, int layer, size_t layout_offset, size_t length, size_t row_length, size_t row_stride,
+             size_t key_offset, bool replicated) {
+        if (row_stride == row_length) row_length = row_stride = length;  // contiguous after all
+        std::vector<ParamSegment>& segments = b_->segments;
+        const bool first = (int)segments.size() == bucket_.first_segment;
+        ParamSegment* last = first ? nullptr : &segments.back();
+        if (last && last->tensor == tensor && last->layer == layer && last->row_length == last->length &&
+            row_length == length && last->layout_offset + last->length == layout_offset &&
+            last->key_offset + last->length == key_offset && last->replicated == replicated) {
+            last->length += length;
+            last->row_length = last->row_stride = last->length;
+        } else {
+            segments.push_back({tensor, layer, at_, length, layout_offset, row_length, row_stride, key_offset,
+                                replicated});
+        }
+        at_ += length;
+        if (replicated) bucket_.replicated += length;
+    }
+    void add_contiguous(int tensor, int layer, size_t layout_offset, size_t length, bool replicated) {
+        add(tensor, layer, layout_offset, length, length, length, layout_offset, replicated);
+    }
+    void end(size_t sequence_summed) {
+        bucket_.segment_count = (int)b_->segments.size() - bucket_.first_segment;
+        bucket_.sequence_summed = sequence_summed;
+        bucket_.length = round_up(at_ - b_->total, BUCKET_ALIGN * b_->num_ranks);
+        b_->total += bucket_.length;
+        b_->buckets.push_back(bucket_);
+    }
+
+private:
+    ParamBuckets* b_;
+    ParamBucket bucket_{};
+    size_t at_ = 0;
+};
+
 }  // namespace
 
-ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks) {
+ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks, int t, int T) {
     ParamBuckets b;
-    b.num_ranks = num_ranks;
+    b.num_ranks = num_ranks, b.tensor_rank = t, b.tensor_ranks = T;
     const ParamLayout layout = param_layout(c);
-    const int L = c.num_layers;
-    auto add_bucket = [&](const std::vector<std::pair<int, int>>& tensors_and_layers) {
-        ParamBucket bucket;
-        bucket.offset = b.total;
-        bucket.first_segment = (int)b.segments.size();
-        size_t at = b.total;
-        for (auto [t, l] : tensors_and_layers) {
-            const bool per_layer = t >= LN1W && t <= FCPROJB;
-            const size_t length = per_layer ? layout.size[t] / L : layout.size[t];
-            b.segments.push_back({t, l, layout.offset[t] + (per_layer ? l * length : 0), at, length});
-            at += length;
-        }
-        bucket.segment_count = (int)b.segments.size() - bucket.first_segment;
-        bucket.length = round_up(at - b.total, BUCKET_ALIGN * num_ranks);
-        b.total += bucket.length;
-        b.buckets.push_back(bucket);
-    };
-    add_bucket({{WTE, 0}, {WPE, 0}});
-    for (int l = 0; l < L; l++) {
-        std::vector<std::pair<int, int>> layer;
-        for (int t = LN1W; t <= FCPROJB; t++) layer.push_back({t, l});
-        add_bucket(layer);
+    b.layout_total = layout.total;
+    const size_t L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size, maxT = c.max_seq_len;
+    // Where tensor `tensor` of layer l starts in ParamLayout order.
+    auto base = [&](int tensor, size_t l) { return layout.offset[tensor] + l * (layout.size[tensor] / L); };
+    BucketBuilder bucket(&b);
+
+    bucket.begin();
+    bucket.add_contiguous(WPE, 0, layout.offset[WPE], maxT * C, true);
+    bucket.add_contiguous(WTE, 0, layout.offset[WTE] + t * (Vp / T) * C, (Vp / T) * C, false);
+    bucket.end(0);
+
+    for (size_t l = 0; l < L; l++) {
+        bucket.begin();
+        for (int tensor : {LN1W, LN1B, LN2W, LN2B}) bucket.add_contiguous(tensor, l, base(tensor, l), C, true);
+        for (int tensor : {ATTPROJB, FCPROJB}) bucket.add_contiguous(tensor, l, base(tensor, l), C, true);
+        // Column-parallel: this rank's rows of the query, key and value thirds; of fc.
+        for (size_t third = 0; third < 3; third++)
+            bucket.add_contiguous(QKVW, l, base(QKVW, l) + (third * C + t * C / T) * C, C / T * C, false);
+        for (size_t third = 0; third < 3; third++)
+            bucket.add_contiguous(QKVB, l, base(QKVB, l) + third * C + t * C / T, C / T, false);
+        // Row-parallel: this rank's columns of every row (its key counter: the rank's block of the layer's tensor).
+        bucket.add(ATTPROJW, l, base(ATTPROJW, l) + t * C / T, C * C / T, C / T, C, base(ATTPROJW, l) + t * C * C / T,
+                   false);
+        bucket.add_contiguous(FCW, l, base(FCW, l) + t * 4 * C / T * C, 4 * C / T * C, false);
+        bucket.add_contiguous(FCB, l, base(FCB, l) + t * 4 * C / T, 4 * C / T, false);
+        bucket.add(FCPROJW, l, base(FCPROJW, l) + t * 4 * C / T, C * 4 * C / T, 4 * C / T, 4 * C,
+                   base(FCPROJW, l) + t * C * 4 * C / T, false);
+        bucket.end(4 * C);  // the LayerNorms' weights and biases
     }
-    add_bucket({{LNFW, 0}, {LNFB, 0}});
+
+    bucket.begin();
+    bucket.add_contiguous(LNFW, 0, layout.offset[LNFW], C, true);
+    bucket.add_contiguous(LNFB, 0, layout.offset[LNFB], C, true);
+    bucket.end(2 * C);
     return b;
 }
 
 size_t ParamBuckets::device_offset(int tensor, int layer) const {
-    if (tensor == WTE || tensor == WPE) return segments[tensor - WTE].device_offset;
-    if (tensor == LNFW || tensor == LNFB)
-        return segments[buckets.back().first_segment + (tensor - LNFW)].device_offset;
-    return segments[buckets[layer_bucket(layer)].first_segment + (tensor - LN1W)].device_offset;
+    const ParamBucket& b = buckets[bucket_of(tensor, layer)];
+    for (int i = 0; i < b.segment_count; i++)
+        if (segments[b.first_segment + i].tensor == tensor) return segments[b.first_segment + i].device_offset;
+    return b.offset;  // unreachable: every tensor has a segment in its bucket
 }
 
 int ParamBuckets::bucket_of(int tensor, int layer) const {
@@ -68,12 +119,14 @@ std::vector<OwnedRun> owned_runs(const ParamBuckets& b, int rank, bool sharded) 
         const size_t chunk = sharded ? bucket.length / b.num_ranks : bucket.length;
         const size_t begin = bucket.offset + (sharded ? rank * chunk : 0), end = begin + chunk;
         for (int i = 0; i < bucket.segment_count; i++) {
-            const ParamSegment& s = b.segments[bucket.first_segment + i];
+            const int index = bucket.first_segment + i;
+            const ParamSegment& s = b.segments[index];
             const size_t from = std::max(begin, s.device_offset);
             const size_t to = std::min(end, s.device_offset + s.length);
             if (from >= to) continue;
-            runs.push_back({s.tensor, from, state_at + (from - begin),
-                            s.layout_offset + (from - s.device_offset), to - from});
+            const size_t in_segment = from - s.device_offset;
+            runs.push_back({s.tensor, index, from, state_at + (from - begin), s.key_offset + in_segment, in_segment,
+                            to - from});
         }
         state_at += chunk;
     }
@@ -83,17 +136,23 @@ std::vector<OwnedRun> owned_runs(const ParamBuckets& b, int rank, bool sharded) 
 std::vector<float> to_device_order(const ParamBuckets& b, const std::vector<float>& layout_order) {
     std::vector<float> device(b.total, 0.0f);
     for (const ParamSegment& s : b.segments)
-        std::copy_n(layout_order.begin() + s.layout_offset, s.length, device.begin() + s.device_offset);
+        for_each_layout_run(s, 0, s.length, [&](size_t layout_at, size_t index, size_t count) {
+            std::copy_n(layout_order.begin() + layout_at, count, device.begin() + s.device_offset + index);
+        });
     return device;
 }
 
-std::vector<float> to_layout_order(const ParamBuckets& b, const std::vector<float>& device_order) {
-    size_t total = 0;
-    for (const ParamSegment& s : b.segments) total += s.length;
-    std::vector<float> layout(total);
-    for (const ParamSegment& s : b.segments)
-        std::copy_n(device_order.begin() + s.device_offset, s.length, layout.begin() + s.layout_offset);
-    return layout;
+ModelPart device_part(const ParamBuckets& b, const std::vector<float>& device_order) {
+    ModelPart part;
+    for (const ParamSegment& s : b.segments) {
+        if (s.replicated && !b.writes_replicated()) continue;
+        for_each_layout_run(s, 0, s.length, [&](size_t layout_at, size_t index, size_t count) {
+            append_range(&part.ranges, layout_at, count);
+            const auto from = device_order.begin() + s.device_offset + index;
+            part.values.insert(part.values.end(), from, from + count);
+        });
+    }
+    return part;
 }
 
 static size_t state_size(const ParamBuckets& b, bool sharded) {
@@ -104,12 +163,39 @@ std::vector<float> gather_shard(const ParamBuckets& b, int rank, bool sharded,
                                 const std::vector<float>& layout_order) {
     std::vector<float> state(state_size(b, sharded), 0.0f);
     for (const OwnedRun& r : owned_runs(b, rank, sharded))
-        std::copy_n(layout_order.begin() + r.layout_offset, r.length, state.begin() + r.state_offset);
+        for_each_layout_run(b.segments[r.segment], r.in_segment, r.length,
+                            [&](size_t layout_at, size_t index, size_t count) {
+                                std::copy_n(layout_order.begin() + layout_at, count,
+                                            state.begin() + r.state_offset + index);
+                            });
     return state;
 }
 
-void scatter_shard(const ParamBuckets& b, int rank, bool sharded, const std::vector<float>& state,
-                   std::vector<float>* layout_order) {
+// The runs whose state this rank writes: without sharding, data rank 0 writes for every data rank;
+// replicated tensors only on tensor rank 0.
+template <typename F>
+static void for_each_written_run(const ParamBuckets& b, int rank, bool sharded, F&& f) {
+    if (!sharded && rank != 0) return;
     for (const OwnedRun& r : owned_runs(b, rank, sharded))
-        std::copy_n(state.begin() + r.state_offset, r.length, layout_order->begin() + r.layout_offset);
+        if (!b.segments[r.segment].replicated || b.writes_replicated()) f(r);
+}
+
+std::vector<LayoutRange> state_ranges(const ParamBuckets& b, int rank, bool sharded) {
+    std::vector<LayoutRange> ranges;
+    for_each_written_run(b, rank, sharded, [&](const OwnedRun& r) {
+        for_each_layout_run(b.segments[r.segment], r.in_segment, r.length,
+                            [&](size_t layout_at, size_t, size_t count) { append_range(&ranges, layout_at, count); });
+    });
+    return ranges;
+}
+
+std::vector<float> state_values(const ParamBuckets& b, int rank, bool sharded, const std::vector<float>& state) {
+    std::vector<float> values;
+    for_each_written_run(b, rank, sharded, [&](const OwnedRun& r) {
+        for_each_layout_run(b.segments[r.segment], r.in_segment, r.length, [&](size_t, size_t index, size_t count) {
+            const auto from = state.begin() + r.state_offset + index;
+            values.insert(values.end(), from, from + count);
+        });
+    });
+    return values;
 }

@@ -1,42 +1,65 @@
-// Where each parameter lives on the device, in buckets: the unit of communication across
+// Where each parameter lives on a rank's device, in buckets: the unit of communication across
 // data-parallel ranks and of ZeRO sharding (parallel/zero.h).
 //
 // Files and the host keep the 16 tensors in ParamLayout order (wte, wpe, ln1w of every layer, ...).
-// The device keeps them by bucket instead, so that everything one layer's backward pass finishes is
-// one contiguous range that can be sent while the layers below are still being computed:
-//   bucket 0        wte, wpe                      (final last: the encoder's backward ends the pass)
-//   bucket 1 + l    layer l's 12 tensors           (final when layer l's backward is done)
-//   bucket L + 1    lnfw, lnfb                     (final first)
-// Each bucket is padded to a multiple of 128·R elements (R = ranks), so it splits into R equal
-// chunks that are 256-byte aligned in bf16. Under ZeRO (-z 1, 2, 3), rank r owns chunk r of every
+// A rank's device keeps its slice of them (below) by bucket instead, so that everything one layer's
+// backward pass finishes is one contiguous range that can be sent while the layers below are still
+// being computed:
+//   bucket 0        wpe, wte                                   (final last: the encoder's backward)
+//   bucket 1 + l    layer l: ln1w ln1b ln2w ln2b attprojb fcprojb, then qkvw qkvb attprojw fcw fcb fcprojw
+//   bucket L + 1    lnfw, lnfb                                 (final first)
+// Each bucket is padded to a multiple of 128·R elements (R = data ranks), so it splits into R equal
+// chunks that are 256-byte aligned in bf16. Under ZeRO (-z 1, 2, 3), data rank r owns chunk r of every
 // bucket: it keeps the fp32 master weights and AdamW moments of those elements only (its "shard", the
 // chunks one after another; under -z 2 also their gradients, under -z 3 also their weights), receives
-// their averaged gradients by a reduce-scatter, and updates them. Any parameter count works: the
-// padding is never updated.
+// their averaged gradients by a reduce-scatter, and updates them. The padding is never updated.
+//
+// Tensor parallelism (-tp T, Megatron-LM's layout): tensor rank t holds
+//   qkvw, qkvb   rows [t·C/T, (t+1)·C/T) of each of the query, key and value thirds (its heads), in
+//                that order: column-parallel, its output is (N, 3C/T) for NH/T heads
+//   attprojw     columns [t·C/T, (t+1)·C/T) of every row: row-parallel, (C, C/T)
+//   fcw, fcb     rows [t·4C/T, (t+1)·4C/T): column-parallel
+//   fcprojw      columns [t·4C/T, (t+1)·4C/T) of every row: row-parallel, (C, 4C/T)
+//   wte          vocabulary rows [t·Vp/T, (t+1)·Vp/T): the embedding and the classifier vocab-parallel
+//   the rest     whole on every tensor rank ("replicated": wpe, the LayerNorms, attprojb, fcprojb)
+// The replicated tensors come first in their bucket, the LayerNorms' first of all (under sequence
+// parallelism each tensor rank computes their gradients from its own positions, and the group sums
+// them). With T = 1 every tensor is whole and this is the plain layout.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
 #include "host/gpt_config.h"
+#include "host/model_part.h"
 
-// One tensor's slice for one layer (or the whole tensor, for wte, wpe, lnfw, lnfb).
+// A piece of one tensor of one layer (or of wte, wpe, lnfw, lnfb) that is contiguous on the device.
+// In ParamLayout order it is `length / row_length` rows of row_length elements, row_stride apart
+// (one row when contiguous there too).
 struct ParamSegment {
     int tensor, layer;
-    size_t layout_offset;  // first element in ParamLayout order
-    size_t device_offset;  // first element in the bucketed device order
-    size_t length;
+    size_t device_offset, length;
+    size_t layout_offset, row_length, row_stride;
+    // Stochastic rounding's counter for the first element (kernels/adamw.h): unique per element of
+    // the model across the tensor group, the same on every tensor rank for replicated tensors.
+    size_t key_offset;
+    bool replicated;  // whole on every tensor rank
 };
 
 struct ParamBucket {
     size_t offset, length;  // device order; length is padded to a multiple of 128·ranks
     int first_segment, segment_count;
+    size_t replicated;       // elements at its start replicated across the tensor group
+    size_t sequence_summed;  // of those, the first ones whose gradients sequence parallelism sums
 };
 
 struct ParamBuckets {
-    int num_ranks = 1;
+    int num_ranks = 1;                       // data ranks: the chunks of each bucket
+    int tensor_rank = 0, tensor_ranks = 1;   // this rank's slice of every tensor
     std::vector<ParamSegment> segments;
     std::vector<ParamBucket> buckets;
     size_t total = 0;  // device elements, padding included
+    size_t layout_total = 0;  // the whole model's parameters (ParamLayout)
 
     size_t device_offset(int tensor, int layer = 0) const;
     int layer_bucket(int layer) const { return 1 + layer; }
@@ -52,26 +75,49 @@ struct ParamBuckets {
     // What each rank owns of a bucket under ZeRO, and of all buckets (its shard).
     size_t chunk(int bucket) const { return buckets[bucket].length / num_ranks; }
     size_t shard_size() const;
+    // Whether this rank is the one that writes the replicated tensors to checkpoints and counts them
+    // in the gradient norm (tensor rank 0; the other tensor ranks hold copies).
+    bool writes_replicated() const { return tensor_rank == 0; }
 };
 
-ParamBuckets make_param_buckets(const GPTConfig& config, int num_ranks);
+// The buckets of tensor rank `tensor_rank` of `tensor_ranks`, for `num_ranks` data ranks.
+ParamBuckets make_param_buckets(const GPTConfig& config, int num_ranks, int tensor_rank = 0,
+                                int tensor_ranks = 1);
+
+// Calls f(layout_offset, index, count) for each run of `count` elements of segment s, starting at
+// element `from` of the segment and `n` long, that is contiguous in ParamLayout order; `index` counts
+// from `from`.
+template <typename F>
+void for_each_layout_run(const ParamSegment& s, size_t from, size_t n, F&& f) {
+    for (size_t done = 0; done < n;) {
+        const size_t at = from + done, row = at / s.row_length, column = at % s.row_length;
+        const size_t count = std::min(n - done, s.row_length - column);
+        f(s.layout_offset + row * s.row_stride + column, done, count);
+        done += count;
+    }
+}
 
 // A run of elements a rank updates: `length` parameters starting at `device_offset`, whose optimizer
 // state is at `state_offset` of the rank's state arrays (shard order under ZeRO, device order
-// otherwise), all inside one tensor (so one weight-decay setting) starting at `layout_offset`.
+// otherwise), all inside segment `segment` starting at its element `in_segment` (so inside one tensor:
+// one weight-decay setting); `key_offset` is the first one's stochastic-rounding counter.
 struct OwnedRun {
-    int tensor;
-    size_t device_offset, state_offset, layout_offset, length;
+    int tensor, segment;
+    size_t device_offset, state_offset, key_offset, in_segment, length;
 };
-// The runs rank `rank` updates: its chunk of every bucket when sharded, everything otherwise.
+// The runs data rank `rank` updates: its chunk of every bucket when sharded, everything otherwise.
 std::vector<OwnedRun> owned_runs(const ParamBuckets& buckets, int rank, bool sharded);
 
-// Host conversions between ParamLayout order (files) and device order (padding is zero).
+// Host conversions between the whole model in ParamLayout order (files) and this rank's device order
+// (its slice; padding zero).
 std::vector<float> to_device_order(const ParamBuckets& buckets, const std::vector<float>& layout_order);
-std::vector<float> to_layout_order(const ParamBuckets& buckets, const std::vector<float>& device_order);
-// A rank's optimizer state from the whole model's (ParamLayout order), and back: state arrays are in
-// the rank's state order (see OwnedRun); scatter_shard writes only the elements the rank owns.
+// The part of device-order values that this rank writes to a checkpoint (replicated tensors only on
+// tensor rank 0).
+ModelPart device_part(const ParamBuckets& buckets, const std::vector<float>& device_order);
+// A rank's optimizer state (state order, see OwnedRun) from the whole model's, and the part of it
+// the rank writes (its runs, replicated ones only on tensor rank 0) with their ParamLayout ranges.
 std::vector<float> gather_shard(const ParamBuckets& buckets, int rank, bool sharded,
                                 const std::vector<float>& layout_order);
-void scatter_shard(const ParamBuckets& buckets, int rank, bool sharded,
-                   const std::vector<float>& state, std::vector<float>* layout_order);
+std::vector<LayoutRange> state_ranges(const ParamBuckets& buckets, int rank, bool sharded);
+std::vector<float> state_values(const ParamBuckets& buckets, int rank, bool sharded,
+                                const std::vector<float>& state);

@@ -257,17 +257,25 @@ public:
     }
 
     // ---- the update
-    // Adds the squared L2 norm of the reduced gradients to *norm_squared (device), summed over ranks
-    // when each holds a part of them. (Padding holds zeros.)
+    // Adds the squared L2 norm of the reduced gradients to *norm_squared (device), summed over the data
+    // ranks when each holds a part of them. (Padding holds zeros.) On tensor ranks other than 0 the
+    // copies of replicated tensors are left out, so that the sum over the tensor group (the caller's)
+    // counts every parameter once.
     void add_gradient_norm_squared(float* norm_squared, void* scratch) {
-        if (stage_ >= 2) {
+        const bool whole = buckets_.writes_replicated();
+        if (stage_ >= 2 && whole) {
             global_norm_squared(norm_squared, grads_, buckets_.shard_size(), scratch, compute_);
-        } else if (stage_ == 1) {
-            for (int b = 0; b < (int)buckets_.buckets.size(); b++)
-                global_norm_squared(norm_squared, grads_ + buckets_.buckets[b].offset + rank_ * buckets_.chunk(b),
-                                    buckets_.chunk(b), scratch, compute_);
-        } else {
+        } else if (stage_ == 0 && whole) {
             global_norm_squared(norm_squared, grads_, buckets_.total, scratch, compute_);
+        } else {  // bucket by bucket: this rank's chunk (-z 1..3) or all of it, past the copies
+            for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+                const ParamBucket& bucket = buckets_.buckets[b];
+                const size_t chunk = sharded_ ? buckets_.chunk(b) : bucket.length;
+                const size_t begin = sharded_ ? rank_ * chunk : 0;  // within the bucket
+                const size_t from = std::max(begin, whole ? 0 : bucket.replicated), to = begin + chunk;
+                const floatX* g = stage_ >= 2 ? grads_ + shard_offset_[b] - begin : grads_ + bucket.offset;
+                if (from < to) global_norm_squared(norm_squared, g + from, to - from, scratch, compute_);
+            }
         }
         if (sharded_)
             NCCL_CHECK(ncclAllReduce(norm_squared, norm_squared, 1, ncclFloat32, ncclSum, comm_, compute_));
@@ -281,7 +289,7 @@ public:
             floatX* param = params_ + (stage_ >= 3 ? run.state_offset : run.device_offset);
             const floatX* grad = grads_ + (stage_ >= 2 ? run.state_offset : run.device_offset);
             adamw_update(param, master_ ? master_ + run.state_offset : nullptr, adam_m_ + run.state_offset,
-                         adam_v_ + run.state_offset, grad, run.length, run.layout_offset, s.learning_rate,
+                         adam_v_ + run.state_offset, grad, run.length, run.key_offset, s.learning_rate,
                          s.beta1, s.beta2, s.eps, is_weight_matrix(run.tensor) ? s.weight_decay : 0.0f,
                          s.grad_scale, step, seed, compute_);
         }
@@ -302,27 +310,30 @@ public:
             upload(params_, to_device_order(buckets_, weights));
         if (master_) upload(master_, gather_shard(buckets_, rank_, sharded_, weights));
     }
-    // The whole model's working weights. Under -z 3 every rank must call it (the buckets are gathered
-    // one at a time through a slot: no rank holds the whole model on its device); only ranks that pass
-    // `wanted` copy them to the host (the others get an empty vector).
-    std::vector<float> weights_in_layout_order(bool wanted = true) {
-        if (stage_ < 3) return wanted ? to_layout_order(buckets_, download(params_, buckets_.total)) : std::vector<float>();
-        std::vector<float> device_order(wanted ? buckets_.total : 0);
+    // The part of the working weights this rank writes to the model file (host/model_part.h): data
+    // rank 0's slice (replicated tensors from tensor rank 0 only). Under -z 3 every rank must call it:
+    // the buckets are gathered one at a time through a slot, so no rank holds its whole slice on the
+    // device at once.
+    ModelPart weights_part() {
+        if (stage_ < 3) return rank_ == 0 ? device_part(buckets_, download(params_, buckets_.total)) : ModelPart();
+        std::vector<float> device_order(rank_ == 0 ? buckets_.total : 0);
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
             gather_weights(b);
             wait_for_weights(b);
-            if (wanted) {
+            if (rank_ == 0) {
                 const std::vector<float> bucket = download(weights(b), buckets_.buckets[b].length);
                 std::copy(bucket.begin(), bucket.end(), device_order.begin() + buckets_.buckets[b].offset);
             }
             release_weights(b);
         }
-        return wanted ? to_layout_order(buckets_, device_order) : std::vector<float>();
+        return rank_ == 0 ? device_part(buckets_, device_order) : ModelPart();
     }
-    // The gradients, whole, widened to fp32 (for tests; -z 0/1 only).
+    // The whole model's weights or gradients widened to fp32, where this rank holds all of them: one
+    // tensor rank (for tests; gradients under -z 0/1 only).
+    std::vector<float> weights_in_layout_order() { return whole_model(weights_part()); }
     std::vector<float> gradients_in_layout_order() {
         if (stage_ >= 2) fail("the whole gradients are never on one rank under ZeRO-%d", stage_);
-        return to_layout_order(buckets_, download(grads_, buckets_.total));
+        return whole_model(device_part(buckets_, download(grads_, buckets_.total)));
     }
     void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) {
@@ -330,21 +341,21 @@ public:
         upload(adam_m_, gather_shard(buckets_, rank_, sharded_, m));
         upload(adam_v_, gather_shard(buckets_, rank_, sharded_, v));
     }
-    // What this rank's state file stores: its shard (state order) when sharded, else the whole
-    // model's state in ParamLayout order. Without separate master weights they are the working ones.
-    void optimizer_state(std::vector<float>* master, std::vector<float>* m, std::vector<float>* v) {
+    // What this rank's state file stores: the master weights and moments of its runs (its shard under
+    // ZeRO, everything on data rank 0 otherwise; replicated tensors from tensor rank 0 only), with
+    // their ParamLayout ranges. Without separate master weights they are the working ones.
+    OptimizerPart optimizer_part() {
         const size_t S = state_size();
-        auto in_file_order = [&](std::vector<float> state) {
-            return sharded_ ? state : to_layout_order(buckets_, state);
-        };
+        std::vector<float> master;
         if (master_)
-            *master = in_file_order(download(master_, S));
+            master = download(master_, S);
         else if (stage_ >= 3)
-            *master = download(params_, S);
+            master = download(params_, S);
         else
-            *master = in_file_order(gather_shard(buckets_, rank_, sharded_, weights_in_layout_order()));
-        *m = in_file_order(download(adam_m_, S));
-        *v = in_file_order(download(adam_v_, S));
+            master = gather_shard(buckets_, rank_, sharded_, to_layout_order_whole(download(params_, buckets_.total)));
+        auto written = [&](const std::vector<float>& state) { return state_values(buckets_, rank_, sharded_, state); };
+        return {state_ranges(buckets_, rank_, sharded_), written(master), written(download(adam_m_, S)),
+                written(download(adam_v_, S))};
     }
 
 private:
@@ -353,6 +364,23 @@ private:
         if (bucket == buckets_.embedding_bucket()) return EMBEDDING_SLOT;
         if (bucket == buckets_.final_norm_bucket()) return FINAL_NORM_SLOT;
         return (bucket - buckets_.layer_bucket(0)) % 2;
+    }
+
+    // A part that covers the model (one tensor rank) as the whole model in ParamLayout order.
+    std::vector<float> whole_model(const ModelPart& part) const {
+        std::vector<float> whole(buckets_.layout_total, 0.0f);
+        scatter_part(part.ranges, part.values.data(), &whole);
+        return whole;
+    }
+    // This rank's device-order values in ParamLayout order, for gather_shard: the elements of its
+    // slice where they belong, zeros elsewhere.
+    std::vector<float> to_layout_order_whole(const std::vector<float>& device_order) const {
+        std::vector<float> whole(buckets_.layout_total, 0.0f);
+        for (const ParamSegment& seg : buckets_.segments)
+            for_each_layout_run(seg, 0, seg.length, [&](size_t layout_at, size_t index, size_t count) {
+                std::copy_n(device_order.begin() + seg.device_offset + index, count, whole.begin() + layout_at);
+            });
+        return whole;
     }
 
     // -z 1/2: every rank's updated chunk of every bucket to every rank, as one group.

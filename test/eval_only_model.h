@@ -14,6 +14,6 @@ public:
     std::vector<float> working_weights() override { return {}; }
     void set_optimizer_state(const std::vector<float>&, const std::vector<float>&,
                              const std::vector<float>&) override {}
-    void optimizer_state(std::vector<float>*, std::vector<float>*, std::vector<float>*) override {}
+    OptimizerPart optimizer_part() override { return {}; }
     ModelMemory memory() const override { return {}; }
 };

@@ -15,7 +15,7 @@ PARSER_SRCS  := $(addprefix host/,checkpoint.cpp dataloader.cpp decode_table.cpp
                   file_io.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp metrics_log.cpp model_descriptor.cpp \
                   model_file.cpp outlier_detector.cpp repository.cpp rng.cpp run_folder.cpp \
                   safetensors.cpp train_flags.cpp training_state.cpp) \
-                data/gpt2_vocab.cpp data/read_file.cpp data/token_shard.cpp
+                data/gpt2_vocab.cpp data/read_file.cpp data/token_shard.cpp host/model_part.cpp
 PARSER_OBJS  := $(patsubst %.cpp,$(FUZZ_OBJ)/%.o,$(PARSER_SRCS))
 
 .PHONY: all corpus-tool

@@ -102,8 +102,15 @@ static void state_seeds() {
     s.step = 3;
     s.params = some_values(param_layout(s.shape.config).total);
     s.adam_m = s.adam_v = s.params;
+    s.ranges = whole_model_ranges(s.params.size());
     const Bytes valid = written([&](auto& path) { write_training_state(path, s); });
     put("training_state", "valid.bin", valid);
+    // One rank's part of a split model: rank 1 of 2 tensor ranks, two ranges. (valid_v1.bin, a
+    // whole-model state in the version 1 format, was written by the earlier writer and is kept.)
+    s.shape.num_ranks = 2, s.rank = 1, s.tensor_parallel = 2;
+    s.ranges = {{4, 6}, {20, 10}};
+    s.params.resize(16), s.adam_m.resize(16), s.adam_v.resize(16);
+    put("training_state", "valid_part.bin", written([&](auto& path) { write_training_state(path, s); }));
     put("training_state", "bad_truncated.bin", valid.substr(0, valid.size() - 4));
     Bytes flipped = valid;
     flipped[flipped.size() / 2] ^= 1;

@@ -25,10 +25,10 @@ static TrainingState sample_state() {
     s.step = 1234567890123ll;
     s.loader = {3, 1, 42};
     s.sample_rng_state = 0x0123456789ABCDEFull;
-    s.sharded = 0;
     for (int i = 0; i < 130; i++) s.loss_detector.update(i * 0.5);
     for (int i = 0; i < 7; i++) s.norm_detector.update(i);
     const size_t n = param_layout(s.shape.config).total;
+    s.ranges = whole_model_ranges(n);
     Rng rng(5);
     for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) {
         v->resize(n);
@@ -56,6 +56,55 @@ TEST(training_state_round_trip) {
     CHECK(memcmp(r.adam_v.data(), s.adam_v.data(), s.adam_v.size() * 4) == 0);
     write_training_state(dir + "/again.bin", r);
     CHECK(read_all(dir + "/state.bin") == read_all(dir + "/again.bin"));
+}
+
+// A part of the state (what one rank of a split model writes): its ranges come back as written, and
+// ranges that leave the model or do not match the arrays are refused.
+TEST(training_state_part_keeps_its_ranges) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
+    TrainingState s = sample_state();
+    s.shape.num_ranks = 4, s.rank = 3, s.data_ranks = 1, s.tensor_parallel = 2, s.pipeline_parallel = 2;
+    s.ranges = {{10, 5}, {100, 20}};
+    for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) v->resize(25);
+    write_training_state(path, s);
+    const TrainingState r = read_training_state(path);
+    CHECK(r.ranges.size() == 2 && r.ranges[0].offset == 10 && r.ranges[0].length == 5 &&
+          r.ranges[1].offset == 100 && r.ranges[1].length == 20);
+    CHECK(r.data_ranks == 1 && r.tensor_parallel == 2 && r.pipeline_parallel == 2 && r.params == s.params);
+    s.ranges = {{param_layout(s.shape.config).total - 4, 25}};
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "lies outside the model"});
+    s.ranges = {{10, 24}};
+    expect_input_error([&] { write_training_state(path, s); }, {"ranges list 24"});
+    s.ranges = {{10, 25}}, s.tensor_parallel = 3;  // 1 x 2 x 3 meshes do not make 4 ranks
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible run state"});
+}
+
+// The version 1 format (a whole-model state, before the ranges) is still read: the file is rebuilt
+// here from a version 2 one by the old layout (a zero `sharded` flag where the mesh is, no ranges).
+TEST(version1_training_state_is_read) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
+    const TrainingState s = sample_state();
+    write_training_state(path, s);
+    std::vector<unsigned char> v2 = read_all(path);
+    const size_t n = s.params.size();
+    const size_t mesh_at = v2.size() - 3 * n * 4 - 3 * 8 - 16 - 8 - 16;  // mesh, range count, one range
+    std::vector<unsigned char> v1(v2.begin(), v2.begin() + mesh_at);
+    v1.insert(v1.end(), 8, 0);                                             // sharded = 0
+    v1.insert(v1.end(), v2.begin() + mesh_at + 16 + 8 + 16, v2.end());    // lengths and arrays
+    const uint32_t version = 1;
+    const uint64_t payload = v1.size() - 32, checksum = fnv1a64(&v1[32], payload, FNV_OFFSET);
+    memcpy(&v1[8], &version, 4), memcpy(&v1[16], &payload, 8), memcpy(&v1[24], &checksum, 8);
+    write_all(path, v1);
+    const TrainingState r = read_training_state(path);
+    CHECK(r.step == s.step && r.params == s.params && r.adam_v == s.adam_v && r.data_ranks == 1);
+    CHECK(r.ranges.size() == 1 && r.ranges[0].offset == 0 && r.ranges[0].length == n);
+    v1[mesh_at] = 1;  // a version 1 ZeRO shard: refused with what to do
+    const uint64_t resum = fnv1a64(&v1[32], payload, FNV_OFFSET);
+    memcpy(&v1[24], &resum, 8);
+    write_all(path, v1);
+    expect_input_error([&] { read_training_state(path); }, {path, "version 1", "build that wrote it"});
 }
 
 TEST(corrupted_training_state_is_a_clear_error) {
