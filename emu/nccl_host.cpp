@@ -1,19 +1,24 @@
 // Host stand-in for the part of NCCL that a data-parallel trainer calls, over MPI, for the emulated
 // (g++) build: ranks are real processes started by mpirun. It implements functions declared in
-// NVIDIA's own nccl.h: unique ids, communicators, all-reduce (sum, avg), reduce-scatter, all-gather,
-// broadcast and groups, on fp32 and bf16 buffers (device memory is host memory in the emulator).
+// NVIDIA's own nccl.h: unique ids, communicators and their splits, all-reduce (sum, avg, max),
+// reduce-scatter, all-gather, broadcast, point-to-point send and receive, and groups, on fp32 and
+// bf16 buffers (device memory is host memory in the emulator).
 //
 // Reductions are computed here, not by MPI's reduction operators, so the result is the same on every
 // rank and independent of MPI's algorithm: each element is summed in fp32 in rank order 0..n-1 on one
 // rank (an MPI_Alltoall brings it the values), divided by n for ncclAvg, rounded once to the buffer's
 // type, and then broadcast. bf16 is therefore summed in fp32 and rounded once, as NCCL does.
-// Operations run when they are issued, also inside ncclGroupStart/End: every rank issues the same
+// Collectives run when they are issued, also inside ncclGroupStart/End: every rank issues the same
 // collectives in the same order (NCCL requires that too), so the result is what the group would give.
+// Sends and receives inside a group are started when issued and completed together at the group's
+// end (as NCCL progresses them concurrently, so a pair of ranks may each send to the other first);
+// outside a group each completes before the call returns, which deadlocks where NCCL would too.
 // Streams are ignored: emulated streams run synchronously.
 #include <mpi.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +36,7 @@ struct ncclComm {
 namespace {
 
 int g_group_depth = 0;
+std::vector<MPI_Request> g_pending;  // sends and receives of the open group
 char g_last_error[256] = "";
 
 // Records (and prints, one line) why a call was refused, then returns the result code.
@@ -55,8 +61,9 @@ ncclResult_t check_args(const char* op, ncclDataType_t type, ncclComm_t comm) {
 }
 
 ncclResult_t check_op(const char* op, ncclRedOp_t red) {
-    if (red != ncclSum && red != ncclAvg)
-        return refuse(ncclInvalidArgument, "%s: reduction %d not supported (ncclSum, ncclAvg only)", op, (int)red);
+    if (red != ncclSum && red != ncclAvg && red != ncclMax)
+        return refuse(ncclInvalidArgument, "%s: reduction %d not supported (ncclSum, ncclAvg, ncclMax only)", op,
+                      (int)red);
     return ncclSuccess;
 }
 
@@ -82,7 +89,7 @@ void broadcast_bytes(void* data, size_t bytes, int root, MPI_Comm comm) {
 // The reduction everything else builds on. `send` holds comm->size blocks of `block` elements, of
 // which only the first `count` exist (the rest count as zero). Writes to `out` (block elements, or
 // fewer where the last block is short) the sum over ranks, in rank order, of this rank's block,
-// divided by the rank count for ncclAvg, rounded once to `type`.
+// divided by the rank count for ncclAvg (or their maximum for ncclMax), rounded once to `type`.
 void reduce_my_block(const void* send, size_t count, size_t block, void* out, ncclDataType_t type, ncclRedOp_t red,
                      ncclComm* comm) {
     const int n = comm->size;
@@ -100,9 +107,10 @@ void reduce_my_block(const void* send, size_t count, size_t block, void* out, nc
             }
         MPI_Alltoall(outgoing.data(), (int)piece, MPI_FLOAT, incoming.data(), (int)piece, MPI_FLOAT, comm->mpi);
         for (size_t i = 0; i < piece; i++) {
-            float sum = 0.0f;
+            float sum = 0.0f, max = -INFINITY;
             for (int q = 0; q < n; q++) sum += incoming[(size_t)q * piece + i];
-            result[offset + i] = red == ncclAvg ? sum / (float)n : sum;
+            for (int q = 0; q < n; q++) max = std::max(max, incoming[(size_t)q * piece + i]);
+            result[offset + i] = red == ncclMax ? max : red == ncclAvg ? sum / (float)n : sum;
         }
     }
     // Written only now: with in-place calls `out` overlaps `send`, which the loop above still read.
@@ -206,6 +214,23 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     return ncclSuccess;
 }
 
+// The members of `comm` that pass the same colour form one new communicator, ordered by key (then by
+// their rank in comm); NCCL_SPLIT_NOCOLOR gives a null one. Collective over comm.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* /*config*/) {
+    if (!comm || !newcomm) return refuse(ncclInvalidArgument, "ncclCommSplit: null argument");
+    MPI_Comm split;
+    MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &split);
+    if (split == MPI_COMM_NULL) {
+        *newcomm = nullptr;
+        return ncclSuccess;
+    }
+    int size = 0, rank = 0;
+    MPI_Comm_size(split, &size);
+    MPI_Comm_rank(split, &rank);
+    *newcomm = new ncclComm{split, rank, size};
+    return ncclSuccess;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
     int finalized = 0;
@@ -292,8 +317,50 @@ ncclResult_t ncclGroupStart() {
 
 ncclResult_t ncclGroupEnd() {
     if (g_group_depth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
-    g_group_depth--;
+    if (--g_group_depth == 0 && !g_pending.empty()) {
+        MPI_Waitall((int)g_pending.size(), g_pending.data(), MPI_STATUSES_IGNORE);
+        g_pending.clear();
+    }
     return ncclSuccess;
+}
+
+// Point to point, as bytes in pieces of at most kChunk (MPI counts are int); each piece its own
+// message, matched in order between the same two ranks.
+static ncclResult_t point_to_point(bool send, void* buffer, size_t count, ncclDataType_t type, int peer,
+                                   ncclComm_t comm) {
+    const char* op = send ? "ncclSend" : "ncclRecv";
+    if (ncclResult_t r = check_args(op, type, comm)) return r;
+    if (peer < 0 || peer >= comm->size || peer == comm->rank)
+        return refuse(ncclInvalidArgument, "%s: peer %d is not another rank of %d", op, peer, comm->size);
+    if (count == 0) return ncclSuccess;
+    if (!buffer) return refuse(ncclInvalidArgument, "%s: null buffer", op);
+    const size_t bytes = count * type_size(type);
+    std::vector<MPI_Request> requests;
+    for (size_t done = 0; done < bytes; done += kChunk) {
+        MPI_Request request;
+        const int piece = (int)std::min(kChunk, bytes - done);
+        char* at = static_cast<char*>(buffer) + done;
+        if (send)
+            MPI_Isend(at, piece, MPI_BYTE, peer, 7, comm->mpi, &request);
+        else
+            MPI_Irecv(at, piece, MPI_BYTE, peer, 7, comm->mpi, &request);
+        requests.push_back(request);
+    }
+    if (g_group_depth > 0)
+        g_pending.insert(g_pending.end(), requests.begin(), requests.end());
+    else
+        MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t /*stream*/) {
+    return point_to_point(true, const_cast<void*>(sendbuff), count, type, peer, comm);
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t /*stream*/) {
+    return point_to_point(false, recvbuff, count, type, peer, comm);
 }
 
 }  // extern "C"

@@ -2,7 +2,7 @@
 // Every process knows every rank's input (a hash of rank, test and index), so it computes each
 // expected result itself, in double precision, and compares its own output. It also checks that all
 // ranks hold bitwise identical results. Every op, fp32 and bf16, sum and avg, in place and out of
-// place, groups, two communicators side by side, and refused arguments. Rank 0 prints one
+// place, groups, two communicators side by side, splits, max, send and receive, and refused arguments. Rank 0 prints one
 // "PASS name" / "FAIL name: why" line per test for the whole job.
 #include <mpi.h>
 #include <nccl.h>
@@ -304,6 +304,84 @@ void test_two_communicators() {
     check_ok(ncclCommDestroy(sub), "ncclCommDestroy");
 }
 
+// ncclMax: the elementwise maximum over ranks, exact.
+void test_all_reduce_max() {
+    for (ncclDataType_t type : {ncclFloat32, ncclBfloat16}) {
+        const size_t n = 2049;
+        Buffer buf(type, n);
+        fill_input(buf, 700, g_rank);
+        check_ok(ncclAllReduce(buf.data(), buf.data(), n, type, ncclMax, g_comm, nullptr), "ncclAllReduce max");
+        for (size_t i = 0; i < n; i++) {
+            double expected = -INFINITY;
+            for (int q = 0; q < g_size; q++) expected = std::fmax(expected, stored_input(type, 700, q, i));
+            EXPECT(buf.get(i) == expected, "%s max element %zu is %.9g, expected %.9g", type_label(type), i,
+                   buf.get(i), expected);
+        }
+    }
+}
+
+// ncclCommSplit: ranks of the same parity form one communicator, ordered by a key that reverses world
+// order; the last rank passes NCCL_SPLIT_NOCOLOR (with 4 ranks) and gets none. An all-reduce in each
+// stays within it.
+void test_split() {
+    const bool left_out = g_size == 4 && g_rank == 3;
+    ncclComm_t sub = nullptr;
+    check_ok(ncclCommSplit(g_comm, left_out ? NCCL_SPLIT_NOCOLOR : g_rank % 2, g_size - g_rank, &sub, nullptr),
+             "ncclCommSplit");
+    if (left_out) {
+        EXPECT(sub == nullptr, "NCCL_SPLIT_NOCOLOR returned a communicator");
+        return;
+    }
+    std::vector<int> members;  // in the new communicator's rank order: descending world rank
+    for (int q = g_size - 1; q >= 0; q--)
+        if (q % 2 == g_rank % 2 && !(g_size == 4 && q == 3)) members.push_back(q);
+    int count = 0, rank = -1;
+    ncclCommCount(sub, &count);
+    ncclCommUserRank(sub, &rank);
+    EXPECT(count == (int)members.size() && members[rank] == g_rank, "split: size %d rank %d", count, rank);
+    const size_t n = 300;
+    Buffer buf(ncclFloat32, n);
+    fill_input(buf, 800, g_rank);
+    check_ok(ncclAllReduce(buf.data(), buf.data(), n, ncclFloat32, ncclSum, sub, nullptr), "ncclAllReduce");
+    for (size_t i = 0; i < n; i++)
+        EXPECT(close_enough(ncclFloat32, buf.get(i), reduce_reference(ncclFloat32, 800, members, i, ncclSum)),
+               "split all-reduce element %zu is %.9g", i, buf.get(i));
+    check_ok(ncclCommDestroy(sub), "ncclCommDestroy");
+}
+
+// Send and receive: in a group every rank sends to the next and receives from the previous at once
+// (a ring, more than one MPI piece long); outside a group, pairs exchange in an order that cannot
+// deadlock (the lower rank sends first).
+void test_send_recv() {
+    if (g_size == 1) return;
+    const size_t n = (size_t(1) << 15) + 11;  // bf16: more bytes than one piece of the stand-in
+    const int next = (g_rank + 1) % g_size, previous = (g_rank + g_size - 1) % g_size;
+    Buffer out(ncclBfloat16, n), in(ncclBfloat16, n);
+    fill_input(out, 900, g_rank);
+    check_ok(ncclGroupStart(), "ncclGroupStart");
+    check_ok(ncclSend(out.data(), n, ncclBfloat16, next, g_comm, nullptr), "ncclSend");
+    check_ok(ncclRecv(in.data(), n, ncclBfloat16, previous, g_comm, nullptr), "ncclRecv");
+    check_ok(ncclGroupEnd(), "ncclGroupEnd");
+    for (size_t i = 0; i < n; i++)
+        EXPECT(in.get(i) == stored_input(ncclBfloat16, 900, previous, i), "ring: element %zu from rank %d", i,
+               previous);
+    const int partner = g_rank ^ 1;
+    if (partner >= g_size) return;
+    Buffer a(ncclFloat32, 77), b(ncclFloat32, 77);
+    fill_input(a, 901, g_rank);
+    if (g_rank < partner) {
+        check_ok(ncclSend(a.data(), 77, ncclFloat32, partner, g_comm, nullptr), "ncclSend");
+        check_ok(ncclRecv(b.data(), 77, ncclFloat32, partner, g_comm, nullptr), "ncclRecv");
+    } else {
+        check_ok(ncclRecv(b.data(), 77, ncclFloat32, partner, g_comm, nullptr), "ncclRecv");
+        check_ok(ncclSend(a.data(), 77, ncclFloat32, partner, g_comm, nullptr), "ncclSend");
+    }
+    for (size_t i = 0; i < 77; i++)
+        EXPECT(b.get(i) == stored_input(ncclFloat32, 901, partner, i), "pair: element %zu from rank %d", i, partner);
+    EXPECT(ncclSend(a.data(), 77, ncclFloat32, g_rank, g_comm, nullptr) == ncclInvalidArgument,
+           "a send to itself was accepted");
+}
+
 // Unsupported types and reductions, a group end without start, and an impossible nranks are refused
 // on every rank alike (no rank is left waiting in a collective).
 void test_refusals() {
@@ -354,6 +432,9 @@ int main(int argc, char** argv) {
     run("broadcast", test_broadcast);
     run("group", test_group);
     run("two_communicators", test_two_communicators);
+    run("all_reduce_max", test_all_reduce_max);
+    run("split", test_split);
+    run("send_recv", test_send_recv);
     run("refusals", test_refusals);
 
     ncclCommDestroy(g_comm);
