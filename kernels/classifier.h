@@ -20,6 +20,27 @@
 // Per call: compulsory DRAM traffic N·Vp·sizeof(floatX) read + the same written (write_dlogits), plus
 // 8N bytes of targets and losses (classifier_bytes()); about 8 FLOPs and 2 exponentials per element.
 // Memory bound.
+//
+// Vocabulary-parallel cross-entropy: the same losses and gradient when the logits' columns are cut
+// into R slices of Vs = Vp / R (tensor parallelism: slice r, columns [vocab_begin, vocab_begin + Vs)
+// with vocab_begin = r·Vs, lives on rank r), so that no rank ever holds a whole row. `valid` is the
+// number of real-token columns in the slice, clamp(V − vocab_begin, 0, Vs); columns [valid, Vs) are
+// padding. The functions know one slice only; the trainer all-gathers the stats between the calls.
+//   classifier_slice_stats     stats[n] = (m, s, t) of the slice's logits x (N × Vs), fp32:
+//                              m = max_{j<valid} x[n,j], s = Σ_{j<valid} exp(x[n,j] − m) (one read,
+//                              online as above), t = x[n, target_n − vocab_begin] if the slice holds
+//                              the target, else 0; a slice without valid columns gives (−inf, 0, 0)
+//   classifier_combine_stats   from the R slices' stats, rank-major (R, N, 3), in the order r = 0..R−1:
+//                              M = max_r m_r, lse[n] = M + log Σ_r s_r·exp(m_r − M) (m_r = −inf
+//                              skipped), losses[n] = lse[n] − Σ_r t_r
+//   classifier_slice_gradient  in place, x[n,j] ← dloss·(exp(x[n,j] − lse[n]) − [vocab_begin + j =
+//                              target_n]) for j < valid, 0 for valid ≤ j < Vs
+// With R = 1 (vocab_begin 0, valid V, Vs Vp) the three calls give fused_classifier's losses and
+// gradient to the bit: the same sweeps with the same block size, the one slice's sum scaled by 1.
+// Per call, with S = sizeof(floatX) (targets int32; stats, lse and losses fp32):
+//   classifier_slice_stats     reads N·Vs·S + 4N, writes 12N bytes;   ~4 FLOPs + 1 exp per valid element
+//   classifier_combine_stats   reads 12RN, writes 4N (8N w/ losses);  ~5R FLOPs + R exp + 1 log per row
+//   classifier_slice_gradient  reads N·Vs·S + 8N, writes N·Vs·S;      ~4 FLOPs + 1 exp per valid element
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,12 +72,52 @@ __device__ __forceinline__ void online_softmax_add(float& running_max, float& ru
     running_sum = sum;
 }
 
+// The two sweeps over a row x of the logits, run by every thread of a block (a multiple of 32
+// threads, up to 1024), shared by fused_classifier and the vocabulary-parallel kernels.
+//
+// Sweep 1: the block's maximum of the columns [0, valid) and the sum of their exp(x − maximum),
+// from running ones per thread over the vectors holding those columns. Every thread gets both;
+// (−inf, 0) when valid is 0.
+__device__ __forceinline__ void classifier_row_max_sum(const floatX* x, int valid, float& row_max,
+                                                       float& row_sum) {
+    constexpr int P = Packed128<floatX>::size;  // elements per 16-byte vector
+    float running_max = -INFINITY, running_sum = 0.0f;
+    const int real_vectors = ceil_div(valid, P);
+    for (int i = threadIdx.x; i < real_vectors; i += blockDim.x) {
+        const Packed128<floatX> packed = load128(x + i * P);
+        float values[P];
+        for (int k = 0; k < P; k++) values[k] = i * P + k < valid ? to_float(packed[k]) : -INFINITY;
+        online_softmax_add<P>(running_max, running_sum, values);
+    }
+    row_max = block_reduce_max(running_max);
+    // Threads that saw no vector (running_max = −inf) contribute 0; the others rescale to row_max.
+    const float rescaled = running_max == -INFINITY ? 0.0f : running_sum * __expf(running_max - row_max);
+    row_sum = block_reduce_sum(rescaled);
+}
+
+// Sweep 2: the columns [0, width) of the row overwritten with the gradient,
+// dloss·(exp(x − logsumexp) − [column = target]) in the columns [0, valid), 0 in the others.
+__device__ __forceinline__ void classifier_row_gradient(floatX* x, int valid, int width, int target,
+                                                        float logsumexp, float dloss) {
+    constexpr int P = Packed128<floatX>::size;
+    for (int i = threadIdx.x; i < width / P; i += blockDim.x) {
+        const Packed128<floatX> packed = load128cs(x + i * P);
+        Packed128<floatX> gradient;
+        for (int k = 0; k < P; k++) {
+            const int column = i * P + k;
+            const float probability = column < valid ? __expf(to_float(packed[k]) - logsumexp) : 0.0f;
+            const float indicator = column == target ? 1.0f : 0.0f;
+            gradient[k] = from_float<floatX>(column < valid ? dloss * (probability - indicator) : 0.0f);
+        }
+        store128_streaming(x + i * P, gradient);
+    }
+}
+
 // One block per row (blockIdx.x). Any block size that is a multiple of 32, up to 1024; the launch
 // bounds keep registers at 32 or fewer, so that two blocks of 1024 fit on an SM.
 __global__ void __launch_bounds__(1024, 2)
     fused_classifier_kernel(floatX* logits, float* losses, float dloss, const int* targets, int V, int Vp,
                             bool write_dlogits) {
-    constexpr int P = Packed128<floatX>::size;  // elements per 16-byte vector
     const int row = blockIdx.x;
     floatX* x = logits + classifier_row_offset(row, Vp);
     const int target = targets[row];
@@ -64,34 +125,14 @@ __global__ void __launch_bounds__(1024, 2)
     const float target_logit = threadIdx.x == 0 ? to_float(x[target]) : 0.0f;
 
     // Sweep 1: running max and sum over the vectors that hold real columns.
-    float running_max = -INFINITY, running_sum = 0.0f;
-    const int real_vectors = ceil_div(V, P);
-    for (int i = threadIdx.x; i < real_vectors; i += blockDim.x) {
-        const Packed128<floatX> packed = load128(x + i * P);
-        float values[P];
-        for (int k = 0; k < P; k++) values[k] = i * P + k < V ? to_float(packed[k]) : -INFINITY;
-        online_softmax_add<P>(running_max, running_sum, values);
-    }
-    const float row_max = block_reduce_max(running_max);
-    // Threads that saw no vector (running_max = −inf) contribute 0; the others rescale to row_max.
-    const float rescaled = running_max == -INFINITY ? 0.0f : running_sum * __expf(running_max - row_max);
-    const float row_sum = block_reduce_sum(rescaled);
+    float row_max, row_sum;
+    classifier_row_max_sum(x, V, row_max, row_sum);
     const float logsumexp = row_max + logf(row_sum);
     if (threadIdx.x == 0 && losses != nullptr) losses[row] = logsumexp - target_logit;
     if (!write_dlogits) return;
 
     // Sweep 2: the gradient, written over the logits; the padding columns get 0.
-    for (int i = threadIdx.x; i < Vp / P; i += blockDim.x) {
-        const Packed128<floatX> packed = load128cs(x + i * P);
-        Packed128<floatX> gradient;
-        for (int k = 0; k < P; k++) {
-            const int column = i * P + k;
-            const float probability = column < V ? __expf(to_float(packed[k]) - logsumexp) : 0.0f;
-            const float indicator = column == target ? 1.0f : 0.0f;
-            gradient[k] = from_float<floatX>(column < V ? dloss * (probability - indicator) : 0.0f);
-        }
-        store128_streaming(x + i * P, gradient);
-    }
+    classifier_row_gradient(x, V, Vp, target, logsumexp, dloss);
 }
 
 // ---- host launch function
@@ -118,5 +159,112 @@ inline void fused_classifier(floatX* logits, float* losses, float dloss, const i
     if (N == 0) return;
     LAUNCH(fused_classifier_kernel, N, classifier_block_size(Vp), 0, stream, logits, losses, dloss, targets,
            V, Vp, write_dlogits);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- vocabulary-parallel cross-entropy (see the top of the file)
+
+constexpr int kClassifierStats = 3;  // per row: (max, sum of exp(x − max), target logit)
+
+// One block per row of the slice (blockIdx.x): fused_classifier's first sweep over the valid columns,
+// and the target's logit when the slice holds it.
+__global__ void __launch_bounds__(1024, 2)
+    classifier_slice_stats_kernel(float* stats, const floatX* logits, const int* targets, int vocab_begin,
+                                  int valid, int Vs) {
+    const int row = blockIdx.x;
+    const floatX* x = logits + classifier_row_offset(row, Vs);
+    float row_max, row_sum;
+    classifier_row_max_sum(x, valid, row_max, row_sum);
+    if (threadIdx.x != 0) return;
+    // Unsigned: a target below vocab_begin wraps around and fails the test too.
+    const unsigned column = (unsigned)targets[row] - (unsigned)vocab_begin;
+    float* out = stats + (size_t)row * kClassifierStats;
+    out[0] = row_max;
+    out[1] = row_sum;
+    out[2] = column < (unsigned)valid ? to_float(x[column]) : 0.0f;
+}
+
+// One thread per row: the R slices' stats combined in rank order.
+__global__ void classifier_combine_stats_kernel(float* lse, float* losses, const float* gathered, int R,
+                                                int N) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    auto slice = [&](int r) { return gathered + ((size_t)r * N + row) * kClassifierStats; };
+    float row_max = -INFINITY;
+    for (int r = 0; r < R; r++) row_max = fmaxf(row_max, slice(r)[0]);
+    float row_sum = 0.0f, target_logit = 0.0f;
+    for (int r = 0; r < R; r++) {
+        const float* s = slice(r);
+        // The slice holding the maximum is scaled by exactly 1; empty slices (−inf) add nothing.
+        if (s[0] == row_max)
+            row_sum += s[1];
+        else if (s[0] != -INFINITY)
+            row_sum += s[1] * __expf(s[0] - row_max);
+        target_logit += s[2];  // one slice holds the target, the others give 0
+    }
+    const float logsumexp = row_max + logf(row_sum);
+    lse[row] = logsumexp;
+    if (losses != nullptr) losses[row] = logsumexp - target_logit;
+}
+
+// One block per row of the slice: fused_classifier's second sweep, the target's column shifted into
+// the slice (outside [0, valid) when another slice holds it).
+__global__ void __launch_bounds__(1024, 2)
+    classifier_slice_gradient_kernel(floatX* logits, const float* lse, const int* targets, float dloss,
+                                     int vocab_begin, int valid, int Vs) {
+    const int row = blockIdx.x;
+    classifier_row_gradient(logits + classifier_row_offset(row, Vs), valid, Vs, targets[row] - vocab_begin,
+                            lse[row], dloss);
+}
+
+// Checks a slice's shape: 0 <= vocab_begin, 0 <= valid <= Vs, Vs a positive multiple of 8, N >= 0,
+// 16-byte aligned logits.
+inline void classifier_slice_check(const char* function, const floatX* logits, int N, int vocab_begin,
+                                   int valid, int Vs) {
+    if (N >= 0 && vocab_begin >= 0 && valid >= 0 && valid <= Vs && Vs > 0 && Vs % 8 == 0 &&
+        (uintptr_t)logits % 16 == 0)
+        return;
+    fprintf(
+        stderr,
+        "%s: need vocab_begin >= 0, 0 <= valid <= Vs, Vs a positive multiple of 8, N >= 0, 16-byte aligned "
+        "logits (N=%d vocab_begin=%d valid=%d Vs=%d)\n",
+        function, N, vocab_begin, valid, Vs);
+    exit(1);
+}
+
+// stats (N × 3 fp32) of the slice's logits (N × Vs): its max and sum of exp(x − max) over the valid
+// columns, and the target's logit when the target is in [vocab_begin, vocab_begin + valid) (else 0).
+// targets: N ints on the device (ids of the whole vocabulary).
+inline void classifier_slice_stats(float* stats, const floatX* logits, const int* targets, int N,
+                                   int vocab_begin, int valid, int Vs, cudaStream_t stream) {
+    classifier_slice_check("classifier_slice_stats", logits, N, vocab_begin, valid, Vs);
+    if (N == 0) return;
+    LAUNCH(classifier_slice_stats_kernel, N, classifier_block_size(Vs), 0, stream, stats, logits, targets,
+           vocab_begin, valid, Vs);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// lse (N fp32) and, unless null, losses (N fp32) from gathered: the R slices' stats, (R, N, 3) fp32.
+inline void classifier_combine_stats(float* lse, float* losses, const float* gathered, int R, int N,
+                                     cudaStream_t stream) {
+    if (R < 1 || N < 0) {
+        fprintf(stderr, "classifier_combine_stats: need R >= 1 and N >= 0 (R=%d N=%d)\n", R, N);
+        exit(1);
+    }
+    if (N == 0) return;
+    const int threads = 256;
+    LAUNCH(classifier_combine_stats_kernel, ceil_div(N, threads), threads, 0, stream, lse, losses, gathered,
+           R, N);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// The slice's logits (N × Vs) overwritten with their gradient: dloss·(exp(x − lse) − onehot(target)) in
+// the valid columns, 0 in the padding. lse: N fp32 from classifier_combine_stats.
+inline void classifier_slice_gradient(floatX* logits, const float* lse, const int* targets, float dloss,
+                                      int N, int vocab_begin, int valid, int Vs, cudaStream_t stream) {
+    classifier_slice_check("classifier_slice_gradient", logits, N, vocab_begin, valid, Vs);
+    if (N == 0) return;
+    LAUNCH(classifier_slice_gradient_kernel, N, classifier_block_size(Vs), 0, stream, logits, lse, targets,
+           dloss, vocab_begin, valid, Vs);
     CUDA_CHECK(cudaGetLastError());
 }

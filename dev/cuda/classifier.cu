@@ -10,9 +10,13 @@
 //      shipped fused_classifier (1024 threads per row). Also timed with 256 and 512 threads per row
 //      (more rows in flight: less of the second read hits L2), and forward only.
 // Then the whole LM head (product, classifier, both backward products) with the logits whole vs in
-// chunks of rows (kernels/chunked_classifier.h).
+// chunks of rows (kernels/chunked_classifier.h), and the vocabulary-parallel classifier of tensor
+// parallelism: one rank's calls on its slice of Vp / R columns (stats, combining the R gathered
+// stats, gradient; the all-gather between them left out) for R = 2, 4, 8, checked against the
+// reference on the whole rows, then timed beside the fused classifier on rows of the slice's width.
 // Bandwidth counts the compulsory traffic of the op (classifier_bytes: the logits read once, dlogits
 // written once), the same for every version, so the figures compare the versions' time.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -230,6 +234,78 @@ void time_lm_head(int N, int C, int V, int Vp) {
     device_free(lnf, wte, d_lnf, d_wte, logits, targets, losses);
 }
 
+// The vocabulary-parallel classifier over R slices of Vs = Vp / R columns: every slice's three calls
+// checked against the reference on the whole rows; on a GPU, the last slice's (it ends in the padding)
+// calls timed, as one rank runs them, beside fused_classifier on rows of Vs columns.
+void vocab_slices(int N, int V, int Vp, int R, double ceiling) {
+    const HostCase c = random_case(N, V, Vp, 31 + R);
+    const int Vs = Vp / R;
+    const float dloss = 1.0f / N;
+    std::vector<float> ref_losses(N), logsumexp(N), ref_dlogits((size_t)N * Vp, 0.0f);
+    crossentropy_forward(ref_losses.data(), logsumexp.data(), c.logits.data(), c.targets.data(), N, V, Vp);
+    crossentropy_backward(ref_dlogits.data(), c.logits.data(), logsumexp.data(), c.targets.data(), dloss, N,
+                          V, Vp);
+    int* targets = device_buffer<int>(N);
+    copy_to_device(targets, c.targets);
+    float *gathered = device_buffer<float>((size_t)R * N * kClassifierStats), *lse = device_buffer<float>(N),
+          *losses = device_buffer<float>(N);
+    std::vector<floatX*> slices(R);
+    auto valid = [&](int r) { return std::min(std::max(V - r * Vs, 0), Vs); };
+    auto stats = [&](int r) {
+        classifier_slice_stats(gathered + (size_t)r * N * kClassifierStats, slices[r], targets, N, r * Vs,
+                               valid(r), Vs, 0);
+    };
+    auto gradient = [&](int r) {
+        classifier_slice_gradient(slices[r], lse, targets, dloss, N, r * Vs, valid(r), Vs, 0);
+    };
+    poison(gathered, (size_t)R * N * kClassifierStats);
+    poison(lse, N);
+    poison(losses, N);
+    for (int r = 0; r < R; r++) {
+        std::vector<float> slice((size_t)N * Vs);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < Vs; j++) slice[(size_t)n * Vs + j] = c.logits[(size_t)n * Vp + r * Vs + j];
+        slices[r] = device_buffer<floatX>((size_t)N * Vs);
+        copy_floats_to_device(slices[r], slice);
+        stats(r);
+    }
+    classifier_combine_stats(lse, losses, gathered, R, N, 0);
+    std::vector<float> dlogits((size_t)N * Vp);
+    for (int r = 0; r < R; r++) {
+        gradient(r);
+        const std::vector<float> slice = host_floats_of(slices[r], (size_t)N * Vs);
+        for (int n = 0; n < N; n++)
+            std::copy(slice.begin() + (size_t)n * Vs, slice.begin() + (size_t)(n + 1) * Vs,
+                      dlogits.begin() + (size_t)n * Vp + r * Vs);
+    }
+    const std::string shape = " (N=" + std::to_string(N) + " V=" + std::to_string(V) +
+                              " Vp=" + std::to_string(Vp) + " R=" + std::to_string(R) + ")";
+    report_check("vocabulary slices losses" + shape, relative_error(host_copy_of(losses, N), ref_losses),
+                 1e-5);
+    report_check("vocabulary slices dlogits" + shape, relative_error(dlogits, ref_dlogits));
+
+    if (BENCH_ON_GPU) {  // one rank's calls on the last slice (they run on its gradient: the same time)
+        const int r = R - 1;
+        const double S = sizeof(floatX), rows = (double)N * Vs * S;
+        char name[80];
+        snprintf(name, sizeof name, "slice stats, R=%d (Vs=%d)", R, Vs);
+        report_bandwidth(name, time_median_ms([&] { stats(r); }), rows + 16.0 * N, ceiling);
+        snprintf(name, sizeof name, "combine stats, R=%d", R);
+        report_bandwidth(name,
+                         time_median_ms([&] { classifier_combine_stats(lse, losses, gathered, R, N, 0); }),
+                         12.0 * R * N + 8.0 * N, ceiling);
+        snprintf(name, sizeof name, "slice gradient, R=%d", R);
+        report_bandwidth(name, time_median_ms([&] { gradient(r); }), 2 * rows + 8.0 * N, ceiling);
+        snprintf(name, sizeof name, "fused classifier on Vs=%d columns", Vs);
+        report_bandwidth(name, time_median_ms([&] {
+                             fused_classifier(slices[r], losses, dloss, targets, N, Vs, Vs, true, 0);
+                         }),
+                         classifier_bytes(N, Vs, true), ceiling);
+    }
+    for (floatX* slice : slices) device_free(slice);
+    device_free(targets, gathered, lse, losses);
+}
+
 int main() {
     print_device_header();
     if (BENCH_ON_GPU) {
@@ -237,9 +313,13 @@ int main() {
         check_versions(37, 1000, 1024);
         time_versions(8192, 50257, 50304);
         time_lm_head(8192, 768, 50257, 50304);
+        const double ceiling = measure_copy_bandwidth_gbs();
+        for (int R : {2, 4, 8}) vocab_slices(8192, 50257, 50304, R, ceiling);
     } else {
         check_versions(4, 50257, 50304);
         check_versions(37, 997, 1008);
+        vocab_slices(3, 50257, 50304, 4, 0);
+        vocab_slices(5, 100, 128, 8, 0);
     }
     return bench_exit_status();
 }
