@@ -4,6 +4,7 @@
 #include "emu/async_state.h"
 
 #include <algorithm>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -45,6 +46,23 @@ void warp_collective(WarpCombine combine, unsigned mask, void* lane_data) {
 unsigned live_lanes() { return running("__activemask()").live_lanes(); }
 void spin_yield(bool new_wait) { running("a spin-wait").spin_yield(new_wait); }
 int linear_thread_index() { return running("a thread index").thread_index(); }
+void kernel_error(const char* format, ...) {
+    char text[600];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    BlockRunner::for_this_thread().fail(text);
+}
+
+// No temporaries with heap memory here or in kernel_error: a fiber never resumed would leak them.
+void BlockRunner::fail(const char* message) {
+    if (failure_.empty()) failure_ = message;
+    if (!current_) return;  // a combine function, on the scheduler's side
+    current_->state = State::Failed;
+    fibers_[current_ - threads_.data()]->yield();  // never resumed: the block ends
+    abort();
+}
 
 BlockRunner& BlockRunner::for_this_thread() {
     static thread_local BlockRunner runner;
@@ -99,6 +117,7 @@ bool BlockRunner::run(const LaunchConfig& config, uint3 block_idx, void (*thread
     std::iota(order_.begin(), order_.end(), 0);
     thread_body_ = thread_body;
     thread_arg_ = arg;
+    failure_.clear();
     for (size_t i = 0; i < n; i++) {
         Thread& t = threads_[i];
         t = Thread{};
@@ -128,13 +147,24 @@ bool BlockRunner::run(const LaunchConfig& config, uint3 block_idx, void (*thread
             current_ = &t;
             t_thread_idx = t.idx;
             fibers_[i]->resume();
+            if (!failure_.empty()) {  // a twin's error: the block stops here
+                t_runner = nullptr;
+                current_ = nullptr;
+                *report = describe_block() + describe(t) + ": " + failure_;
+                return false;
+            }
             if (fibers_[i]->finished()) t.state = State::Done;
             if (!(was_spinning && t.state == State::Spinning && !t.new_wait)) progressed = true;
         }
         t_runner = nullptr;
         current_ = nullptr;
         Progress p = release_waiting(report, progressed);
-        if (p == Progress::Finished) return true;
+        if (p == Progress::Finished) {
+            if (copies_in_flight() == 0) return true;
+            *report = describe_block() + "exited with " + std::to_string(copies_in_flight()) +
+                      " TMA copies in flight (no thread waited on their mbarrier's phase)";
+            return false;
+        }
         if (p == Progress::Failed) {
             *report = describe_block() + *report;
             return false;
@@ -264,6 +294,10 @@ bool BlockRunner::release_warps(std::string* report, bool* released) {
             }
             if (!ready) continue;
             if (t.combine) t.combine(data, group);
+            if (!failure_.empty()) {
+                *report = describe(t) + "'s warp: " + failure_;
+                return false;
+            }
             for (size_t j = 0; j < lanes; j++)
                 if (group >> j & 1) threads_[first + j].state = State::Runnable;
             *released = true;

@@ -30,9 +30,12 @@ class BlockRunner {
     // returns. A round in which every remaining thread only polls in vain is a deadlock.
     void spin_yield(bool new_wait);
     int thread_index() const { return (int)(current_ - threads_.data()); }
+    // A twin's error (emu::kernel_error): the block ends with `message`. From a thread's fiber
+    // the thread stops for good; from a warp collective's combine (scheduler side) it returns.
+    void fail(const char* message);
 
   private:
-    enum class State : unsigned char { Runnable, AtBarrier, AtWarp, Spinning, Done };
+    enum class State : unsigned char { Runnable, AtBarrier, AtWarp, Spinning, Done, Failed };
     struct Thread {
         uint3 idx;
         State state;
@@ -58,6 +61,7 @@ class BlockRunner {
     Thread* current_ = nullptr;
     void (*thread_body_)(void*) = nullptr;
     void* thread_arg_ = nullptr;
+    std::string failure_;  // the first kernel_error() of the block being run
 };
 
 }  // namespace emu

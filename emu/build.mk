@@ -24,6 +24,10 @@ $(BUILD)/%.emu.o: %.cu
 # stand-ins, and the helper the detection test runs to see ASan catch an out-of-bounds write.
 EMU_TESTS := emu_kernel_suite emu_detect emu_runtime
 TESTS += $(addprefix $(BUILD)/test/, $(EMU_TESTS)) test/emu/gpu_vs_emu.sh
+# The emulated trainer on the Hopper attention kernels against train_gpt_cpu (plain build only).
+ifneq ($(SAN),1)
+  TESTS += test/emu/test_hopper_trainer.sh
+endif
 $(BUILD)/test/emu_kernel_suite: $(BUILD)/test/emu/kernel_suite.emu.o
 $(BUILD)/test/emu_detect: $(BUILD)/test/emu/detect_test.emu.o | $(BUILD)/test/emu_oob_kernel
 $(BUILD)/test/emu_runtime: $(BUILD)/test/emu/runtime_test.emu.o

@@ -33,6 +33,11 @@ unsigned live_lanes();  // lanes of the caller's warp that have not exited
 // yield). A round where every unfinished thread only polled again in vain is reported as a deadlock.
 void spin_yield(bool new_wait);
 int linear_thread_index();  // the caller's index in its block (x fastest), for twins of warp ops
+// An error a twin finds while a kernel runs (a missing wgmma.fence, an mbarrier misuse, a TMA copy
+// into the wrong place): ends the block with this one-line report and fails the launch
+// (cudaErrorLaunchFailure), like the scheduler's own reports. Called by a thread, it does not
+// return; called from a warp collective's combine function, it returns and the combine must too.
+void kernel_error(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 enum class ShuffleKind : int { Index, Up, Down, Xor };
 struct ShuffleSlot {

@@ -86,7 +86,8 @@ inline bool attention_hopper_runnable() {
     static const bool runnable = [] {
         if (!hopper_units_available()) return false;
         cudaFuncAttributes attributes;
-        if (cudaFuncGetAttributes(&attributes, attention_hopper::forward_kernel<64>) != cudaSuccess) return false;
+        if (cudaFuncGetAttributes(&attributes, attention_hopper::forward_kernel<64, true>) != cudaSuccess)
+            return false;
         return attributes.binaryVersion == 90;
     }();
     return runnable;

@@ -1,5 +1,5 @@
-// Causal self-attention forward on Hopper (sm_90a): warp-specialised, TMA-fed, wgmma flash
-// attention. Same op and layouts as kernels/attention.h documents:
+// Causal self-attention on Hopper (sm_90a): warp-specialised, TMA-fed, wgmma flash attention,
+// forward and backward. Same op and layouts as kernels/attention.h documents:
 //   S = scale · Q·Kᵀ (causal), P = softmax_rows(S), out = P·V, lse = log Σ_j exp(S[i][j]) (natural log)
 // qkv (B, T, 3C) bf16, out (B, T, C) bf16, lse (B, NH, T) fp32; head size HS = 64 or 128; any T.
 //
@@ -7,7 +7,7 @@
 // rest from L2), writes out and lse (2·B·T·C + 4·B·NH·T bytes); FLOPs counted 2·N (tensor cores run
 // ~2·N + a diagonal tile per 64 rows).
 //
-// The block (query block of 128 rows, head, batch) is three warpgroups:
+// Forward: the block (query block of 128 rows, head, batch) is three warpgroups:
 //   - producer (warpgroup 0): one thread issues TMA loads (kernels/tma.h) of Q once and of K and V
 //     tiles (64 keys) into a ring of kStages shared-memory stages, each stage guarded by mbarriers
 //     (kernels/mbarrier.h): k_full / v_full (expect_tx by the producer, completed by the TMA bytes)
@@ -15,12 +15,20 @@
 //   - two consumers (warpgroups 1, 2), 64 query rows each: S = Q·Kᵀ with wgmma (both operands in
 //     shared memory, K-major, 128-byte swizzle), causal mask and online softmax in registers, then
 //     O += P·V with wgmma, P straight from the S accumulators as the A operand in registers and V
-//     read MN-major from shared memory. At HS 64 each consumer issues the next tile's S = Q·Kᵀ
-//     before this tile's softmax, so its own MMAs overlap its softmax (kOverlapSoftmax); across the
-//     two consumers, MMAs and softmaxes interleave as the warp schedulers pick (no enforced
-//     ping-pong order), while the producer keeps the next stage loading.
+//     read MN-major from shared memory. Each consumer issues the next tile's S = Q·Kᵀ before this
+//     tile's softmax (kOverlapSoftmax), so its own MMAs run during its softmax, as FlashAttention-3's
+//     intra-warpgroup pipelining; across the two consumers, MMAs and softmaxes interleave as the
+//     warp schedulers pick (no enforced ping-pong order), while the producer keeps the next stage
+//     loading.
 // Causal tile skipping: the block loads key tiles up to its last row only; a consumer whose rows all
 // lie before a tile skips its MMAs (still waiting and arriving, to keep the ring in step).
+// Registers: 384 threads launch with 168 each; setmaxnreg moves them to where the work is: the
+// producer keeps 24, each consumer thread takes 240 (O, two S tiles, P fragments).
+//
+// ptxas (nvcc 13.0, sm_90a, -O3): no spills in any kernel here. Registers at entry: forward<64>,
+// forward<128> and backward<64> 168 (then 24 producer / 240 consumer); backward<128> (one consumer,
+// no setmaxnreg) 248 for the key-row pass, 177 for the query-row pass. No wait is added by ptxas
+// (no C7517/C7510 notes). Check: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v.
 //
 // Shared memory (1024-byte aligned; tiles as 128-byte-swizzled panels of 64 columns, what TMA
 // writes and the wgmma descriptors read): Q [2 consumers][HS/64 panels][64 rows][64],
@@ -53,10 +61,9 @@ struct ForwardTraits {
     static constexpr int kTileBytes = kPanels * kPanelBytes;   // 64 rows × HS
     static constexpr int kQBytes = kConsumers * kTileBytes;
     static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
-    // Issue the next tile's S = Q·Kᵀ before this tile's softmax, so that the tensor cores work
-    // during it (two S accumulator sets: +32 registers, which fit at HS 64 and spill at HS 128 with
-    // three warpgroups sharing the register file).
-    static constexpr bool kOverlapSoftmax = HS == 64;
+    // Registers per thread (setmaxnreg): the launch gives 65536 / 384 -> 168 each; the producer
+    // hands back down to 24 and the consumers take 240 (128·24 + 256·240 = 384·168).
+    static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
     static constexpr size_t shared_bytes() {
         return 1024 /* alignment slack */ + kQBytes + 2 * kStages * kTileBytes + kBarrierBytes;
     }
@@ -70,7 +77,9 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return u;
 }
 
-template <int HS>
+// kOverlapSoftmax: issue the next tile's S = Q·Kᵀ before this tile's softmax, so that the tensor
+// cores work during it (a second set of S accumulators, 32 registers).
+template <int HS, bool kOverlapSoftmax>
 __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
     forward_kernel(bf16* out, float* lse, const __grid_constant__ CUtensorMap qkv_map, int T, int NH) {
     using Tr = ForwardTraits<HS>;
@@ -106,6 +115,7 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
 
     if (warpgroup == 0) {
         // ---- producer: one thread drives the TMA unit; the others have nothing to do.
+        warpgroup_release_registers<Tr::kProducerRegisters>();
         if (threadIdx.x != 0) return;
         tma_prefetch_map(&qkv_map);
         // Coordinates in the (3C, T, B) view: column part·C + h·HS + 64·panel, row t, batch b.
@@ -130,6 +140,7 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
     }
 
     // ---- consumer: 64 query rows; thread i of the warpgroup holds rows wgmma_d_element(i, r).row.
+    warpgroup_claim_registers<Tr::kConsumerRegisters>();
     const int consumer = warpgroup - 1, thread = threadIdx.x % 128, lane = threadIdx.x % 32;
     const int row_base = q0 + consumer * Tr::kRowsPerConsumer;  // first query row of this consumer
     const int my_row0 = row_base + wgmma_d_element(thread, 0).row;  // the thread's rows: +0 and +8
@@ -213,11 +224,11 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
 
     mbarrier_wait(q_full, 0);
     float s_cur[Tr::kBlockK / 2], s_next[Tr::kBlockK / 2];  // S, then P: 64 rows × 64 keys
-    if (Tr::kOverlapSoftmax && work_tiles > 0) issue_scores(s_cur, 0);
+    if (kOverlapSoftmax && work_tiles > 0) issue_scores(s_cur, 0);
     for (int j = 0; j < tiles; j++) {
         const int s = j % Tr::kStages;
         if (j < work_tiles) {
-            if constexpr (Tr::kOverlapSoftmax) {
+            if constexpr (kOverlapSoftmax) {
                 if (j + 1 < work_tiles) {
                     issue_scores(s_next, j + 1);  // the tensor cores work on it during this softmax
                     wgmma_wait_group<1, Tr::kBlockK>(s_cur);
@@ -231,7 +242,7 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
             softmax(s_cur, j * Tr::kBlockK);
             accumulate_pv(s_cur, j);
             wgmma_wait_group<0, HS>(o);
-            if constexpr (Tr::kOverlapSoftmax) {
+            if constexpr (kOverlapSoftmax) {
                 wgmma_fence_operands(WgmmaShape<Tr::kBlockK>{}, s_next);  // complete too: keep reads after
                 ATTENTION_UNROLL
                 for (int r = 0; r < Tr::kBlockK / 2; r++) s_cur[r] = s_next[r];
@@ -243,6 +254,7 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&kv_empty[s]);  // this warp no longer reads the stage
     }
+    wgmma_wait_group<0, HS>(o);  // nothing pending; says so to ptxas, which would otherwise add a wait
 
     // Finish: full row sums over the 4 lanes of a row, lse, out = O / sum.
     float inv_sum[2];
@@ -292,9 +304,11 @@ inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int C)
 template <int HS>
 struct BackwardTraits {
     static_assert(HS == 64 || HS == 128, "head sizes 64 and 128");
-    // Two consumers at HS 64; at HS 128 one (its accumulators and products need ~200 registers,
-    // more than 3 warpgroups can have without setmaxnreg).
+    // Two consumers at HS 64 (with setmaxnreg: 240 registers each, as the forward's); at HS 128
+    // one, whose accumulators and products need ~250 registers (two would not fit in 64K).
     static constexpr int kConsumers = HS == 64 ? 2 : 1;
+    static constexpr bool kSplitRegisters = kConsumers == 2;
+    static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
     static constexpr int kRowsPerConsumer = 64;
     static constexpr int kBlockRows = kConsumers * kRowsPerConsumer;
     static constexpr int kBlockCols = 64;
@@ -351,6 +365,7 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     __syncthreads();
 
     if (warpgroup == 0) {  // ---- producer
+        if constexpr (Tr::kSplitRegisters) warpgroup_release_registers<Tr::kProducerRegisters>();
         if (threadIdx.x != 0) return;
         tma_prefetch_map(&qkv_map);
         tma_prefetch_map(&dout_map);
@@ -376,6 +391,7 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     }
 
     // ---- consumer: rows row_base .. +63 (keys or queries).
+    if constexpr (Tr::kSplitRegisters) warpgroup_claim_registers<Tr::kConsumerRegisters>();
     const int consumer = warpgroup - 1, thread = threadIdx.x % 128, lane = threadIdx.x % 32;
     const int row_base = r0 + consumer * Tr::kRowsPerConsumer;
     const bool active_rows = row_base < T;
@@ -519,15 +535,17 @@ void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bf
            dout_map, T, NH);
 }
 
-template <int HS>
+// kOverlapSoftmax false: the same kernel without the softmax/MMA overlap (dev/cuda/attention.cu's ladder).
+template <int HS, bool kOverlapSoftmax = true>
 void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
                               cudaStream_t stream) {
     using namespace attention_hopper;
     using Tr = ForwardTraits<HS>;
-    static const bool once = (attention_allow_shared_bytes(forward_kernel<HS>, Tr::shared_bytes()), true);
+    static const bool once =
+        (attention_allow_shared_bytes(forward_kernel<HS, kOverlapSoftmax>, Tr::shared_bytes()), true);
     (void)once;
     CUtensorMap map;
     make_qkv_map(&map, qkv, B, T, NH * HS);
-    LAUNCH((forward_kernel<HS>), dim3(ceil_div(T, Tr::kBlockQ), NH, B), Tr::kThreads, Tr::shared_bytes(), stream,
-           out, lse, map, T, NH);
+    LAUNCH((forward_kernel<HS, kOverlapSoftmax>), dim3(ceil_div(T, Tr::kBlockQ), NH, B), Tr::kThreads,
+           Tr::shared_bytes(), stream, out, lse, map, T, NH);
 }

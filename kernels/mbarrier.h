@@ -17,8 +17,10 @@
 //
 // Emulated twin (emu/async_state.h): the barrier's state lives beside the block, keyed by address;
 // copies that complete on it land when a thread polls it; a poll that cannot succeed yields to the
-// other threads, and a block whose threads only poll in vain is reported as a deadlock (a wrong
-// expect_tx byte count or a missing arrival ends there instead of hanging).
+// other threads, and a block whose threads only poll in vain is reported as a deadlock (too many
+// expect_tx bytes or a missing arrival ends there instead of hanging). Misuses end the launch with
+// a report (emu::kernel_error): an arrival with none pending, more bytes landing than expect_tx
+// announced, a TMA copy completing on a barrier whose init no fence.mbarrier_init followed.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -35,10 +37,7 @@
 namespace emu {
 inline MbarrierState& mbarrier_state(const void* bar, const char* what) {
     auto it = t_mbarriers.find(bar);
-    if (it == t_mbarriers.end()) {
-        fprintf(stderr, "emu: %s on %p, which is not an initialised mbarrier\n", what, bar);
-        abort();
-    }
+    if (it == t_mbarriers.end()) kernel_error("%s on %p, which is not an initialised mbarrier", what, bar);
     return it->second;
 }
 inline void mbarrier_advance(MbarrierState& s) {
@@ -50,8 +49,9 @@ inline void mbarrier_advance(MbarrierState& s) {
 }
 // Lands every copy that completes on this barrier (its bytes count down the transaction count).
 inline void mbarrier_land_copies(MbarrierState& s) {
-    for (BulkCopy& c : s.copies) {
+    for (BulkCopy& c : s.copies) {  // into shared memory as both proxies see it
         memcpy(c.dst, c.bytes.data(), c.bytes.size());
+        memcpy(async_view() + smem_address(c.dst), c.bytes.data(), c.bytes.size());
         s.tx -= (long long)c.bytes.size();
     }
     s.copies.clear();
@@ -69,10 +69,8 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
     hopper_unsupported();
 #else
     smem_address(bar);  // checks that it is in shared memory
-    if ((uintptr_t)bar % 8 != 0 || count == 0) {
-        fprintf(stderr, "emu: mbarrier.init needs an 8-byte aligned barrier and count >= 1\n");
-        abort();
-    }
+    if ((uintptr_t)bar % 8 != 0 || count == 0)
+        emu::kernel_error("mbarrier.init needs an 8-byte aligned barrier and count >= 1");
     emu::MbarrierState s;
     s.expected = s.pending = count;
     emu::t_mbarriers[bar] = s;
@@ -82,6 +80,8 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
 __device__ __forceinline__ void mbarrier_init_fence() {
 #if defined(HOPPER_DEVICE_CODE)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#elif !defined(__CUDACC__)
+    for (auto& entry : emu::t_mbarriers) entry.second.init_fenced = true;
 #endif
 }
 
@@ -92,10 +92,8 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
     hopper_unsupported();
 #else
     emu::MbarrierState& s = emu::mbarrier_state(bar, "mbarrier.arrive");
-    if (s.pending == 0) {
-        fprintf(stderr, "emu: mbarrier.arrive on %p with no arrival pending in the phase\n", (void*)bar);
-        abort();
-    }
+    if (s.pending == 0)
+        emu::kernel_error("mbarrier.arrive on +%u with no arrival pending in the phase", smem_address(bar));
     s.pending--;
     emu::mbarrier_advance(s);
 #endif
@@ -109,10 +107,8 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
     hopper_unsupported();
 #else
     emu::MbarrierState& s = emu::mbarrier_state(bar, "mbarrier.arrive.expect_tx");
-    if (s.pending == 0) {
-        fprintf(stderr, "emu: mbarrier.arrive.expect_tx on %p with no arrival pending\n", (void*)bar);
-        abort();
-    }
+    if (s.pending == 0)
+        emu::kernel_error("mbarrier.arrive.expect_tx on +%u with no arrival pending", smem_address(bar));
     s.tx += bytes;
     s.pending--;
     emu::mbarrier_advance(s);
@@ -137,11 +133,9 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t
 #else
     emu::MbarrierState& s = emu::mbarrier_state(bar, "mbarrier.try_wait.parity");
     emu::mbarrier_land_copies(s);
-    if (s.tx < 0 && s.pending == 0) {  // (negative counts are legal while arrivals are pending)
-        fprintf(stderr, "emu: mbarrier %p received %lld more bytes than expect_tx announced\n", (void*)bar,
-                -s.tx);
-        abort();
-    }
+    if (s.tx < 0 && s.pending == 0)  // (negative counts are legal while arrivals are pending)
+        emu::kernel_error("mbarrier at +%u received %lld more bytes than expect_tx announced",
+                          smem_address(bar), -s.tx);
     return (s.phase & 1u) != (parity & 1u);
 #endif
 }

@@ -39,26 +39,15 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
     const char* base = static_cast<const char*>(::emu::t_dynamic_shared);
     const char* q = static_cast<const char*>(p);
     if (q < base || q >= base + ::emu::t_dynamic_shared_bytes) {
-        fprintf(stderr, "emu: %p is not in this block's dynamic shared memory (TMA, mbarrier and wgmma "
-                        "operands must be)\n", p);
-        abort();
+        ::emu::kernel_error(
+            "%p is not in this block's dynamic shared memory (TMA, mbarrier and wgmma operands "
+            "must be)",
+            p);
+        return 0;
     }
     return (uint32_t)(q - base);
 #endif
 }
-#ifndef __CUDACC__
-namespace emu {
-// The pointer behind an emulated shared-memory address.
-inline unsigned char* shared_pointer(uint32_t address) {
-    if (address >= t_dynamic_shared_bytes) {
-        fprintf(stderr, "emu: shared-memory address %u past the block's %zu bytes\n", address,
-                t_dynamic_shared_bytes);
-        abort();
-    }
-    return static_cast<unsigned char*>(t_dynamic_shared) + address;
-}
-}  // namespace emu
-#endif
 
 // Round a pointer into dynamic shared memory up to a multiple of `alignment` bytes (a power of 2).
 template <typename T>

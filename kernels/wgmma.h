@@ -33,12 +33,16 @@
 //     async proxy first (fence_proxy_async_shared()); memory written by TMA already is.
 //
 // Emulated twin (emu/async_state.h): each warp keeps its groups. mma_async records its operands,
-// captures the accumulators' input and poisons them (NaN); the products are computed, reading
-// shared memory then, and written back at the wait_group that completes the group. A read of the
-// accumulators before the wait gives NaN; an mma_async with no wgmma.fence since the warp's last
-// wait_group aborts with a message (stricter than the PTX rule, which needs the fence only if the
-// registers were touched; every use here touches them). Not modelled: the async proxy fence, and a
-// check that all four warps issue the same operation.
+// captures the accumulators' input and the A registers, and poisons the accumulators (NaN); the
+// products are computed, reading shared memory then (as the async proxy sees it: ordinary stores
+// only after fence_proxy_async_shared()), and written back at the wait_group that completes the
+// group. So a read of the accumulators before the wait gives NaN, an operand overwritten before
+// the wait gives a wrong product, an uncommitted operation never lands (NaN), and a missing proxy
+// fence reads stale bytes. An mma_async with no wgmma.fence since the warp's last wait_group ends
+// the launch with a report (stricter than the PTX rule, which needs the fence only if the
+// registers were touched; every use here touches them), as does a warp whose k-th mma_async
+// differs from another warp's of its warpgroup. Not modelled: a change to the A registers between
+// issue and wait (taken at issue).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -113,13 +117,15 @@ struct WgmmaLane {
     const uint32_t* a;  // A registers, or nullptr when A comes from shared memory
     float* d;
 };
+// One bf16 operand element as the async proxy sees shared memory (scheduler side: errors return NaN).
 inline float shared_bf16(uint32_t address) {
-    if (address % 2 != 0) {
-        fprintf(stderr, "emu: wgmma operand address %u is not 2-byte aligned\n", address);
-        abort();
+    if (address % 2 != 0 || address + 2 > t_dynamic_shared_bytes) {
+        kernel_error("wgmma operand address %u is misaligned or past the block's %zu bytes of shared memory",
+                     address, t_dynamic_shared_bytes);
+        return std::nanf("");
     }
     uint16_t bits;
-    memcpy(&bits, shared_pointer(address), 2);
+    memcpy(&bits, async_view() + address, 2);
     __nv_bfloat16 h;
     memcpy((void*)&h, &bits, 2);
     return __bfloat162float(h);
@@ -130,26 +136,48 @@ inline float register_bf16(uint32_t reg, int which) {
     memcpy((void*)&h, &bits, 2);
     return __bfloat162float(h);
 }
+// Checks the warp's issue against the warpgroup's: the k-th mma_async of each of the four warps must
+// be the same operation (each warp computes its own 16 rows of it).
+inline bool same_as_warpgroup(const WgmmaLane& l, WgmmaWarpState& state) {
+    if (t_block_dim.x * t_block_dim.y * t_block_dim.z % 128 != 0) {
+        kernel_error("wgmma.mma_async in a block of %u threads: warpgroups need a multiple of 128",
+                     t_block_dim.x * t_block_dim.y * t_block_dim.z);
+        return false;
+    }
+    const uint64_t desc_a = l.a ? 0 : l.desc_a;  // (ignored with A in registers)
+    const WgmmaSignature sig{l.n, l.scale_d, l.trans_a, l.trans_b, l.a != nullptr, desc_a, l.desc_b};
+    std::vector<WgmmaSignature>& issued = t_wgmma_issued[l.warp / 4];
+    const size_t k = state.issued++;
+    if (k == issued.size())
+        issued.push_back(sig);
+    else if (!(issued[k] == sig)) {
+        kernel_error("warp %d's wgmma.mma_async #%zu differs from another warp's of its warpgroup", l.warp,
+                     k);
+        return false;
+    }
+    return true;
+}
 inline void combine_wgmma_mma(void* const lane_data[32], unsigned group) {
     const WgmmaLane& first = *static_cast<const WgmmaLane*>(lane_data[0]);
     if (group != 0xffffffffu) {
-        fprintf(stderr, "emu: wgmma.mma_async needs all 32 lanes of each warp (mask 0x%08x)\n", group);
-        abort();
+        kernel_error("wgmma.mma_async needs all 32 lanes of each warp (mask 0x%08x)", group);
+        return;
     }
     for (int lane = 1; lane < 32; lane++) {
         const WgmmaLane& l = *static_cast<const WgmmaLane*>(lane_data[lane]);
         if (l.n != first.n || l.desc_a != first.desc_a || l.desc_b != first.desc_b || l.scale_d != first.scale_d ||
             (l.a == nullptr) != (first.a == nullptr) || l.trans_a != first.trans_a || l.trans_b != first.trans_b) {
-            fprintf(stderr, "emu: lanes of one warp issue different wgmma.mma_async operations\n");
-            abort();
+            kernel_error("lanes of warp %d issue different wgmma.mma_async operations", first.warp);
+            return;
         }
     }
     WgmmaWarpState& state = t_wgmma_warps[first.warp];
     if (!state.fenced) {
-        fprintf(stderr, "emu: wgmma.mma_async by warp %d without a wgmma.fence since its last wait_group\n",
-                first.warp);
-        abort();
+        kernel_error("wgmma.mma_async by warp %d without a wgmma.fence since its last wait_group",
+                     first.warp);
+        return;
     }
+    if (!same_as_warpgroup(first, state)) return;
     const int n = first.n, quarter = first.warp % 4;  // this warp's rows: 16·quarter ..
     // The inputs the hardware takes at issue: A from registers, and the accumulators — unless an
     // earlier operation still in flight writes them: then this one chains on its result, read when
@@ -220,6 +248,15 @@ inline void combine_wgmma_wait(void* const lane_data[32], unsigned) {
         s.committed.pop_front();
     }
     s.fenced = false;
+}
+// setmaxnreg: every lane of the warp, the same count (the twin has no register file to resize).
+inline void combine_setmaxnreg(void* const lane_data[32], unsigned group) {
+    const int count = *static_cast<const int*>(lane_data[0]);
+    for (int lane = 0; lane < 32; lane++)
+        if (group != 0xffffffffu || *static_cast<const int*>(lane_data[lane]) != count) {
+            kernel_error("setmaxnreg needs every lane of the warp with the same count (mask 0x%08x)", group);
+            return;
+        }
 }
 inline void wgmma_sync(WarpCombine combine, int pending) {
     WgmmaSyncLane lane{linear_thread_index() / 32, pending};
@@ -343,7 +380,40 @@ __device__ __forceinline__ void wgmma_wait_group(float* d) {
 __device__ __forceinline__ void fence_proxy_async_shared() {
 #if defined(HOPPER_DEVICE_CODE)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#elif !defined(__CUDACC__)
+    if (emu::t_dynamic_shared_bytes)  // the stores so far, every thread's
+        memcpy(emu::async_view(), emu::t_dynamic_shared, emu::t_dynamic_shared_bytes);
 #endif
+}
+
+// setmaxnreg (sm_90a): a warpgroup gives registers back to the block's pool or takes more from it,
+// so that consumer warpgroups can hold more than 64K / blockDim registers per thread while the
+// producer keeps few. Every thread of the warpgroup executes it, with an immediate count (a multiple
+// of 8, 24..256); an increase waits until the pool has the registers, so the decreases and
+// increases must balance against what the kernel was launched with (65536 / blockDim, rounded down
+// to a multiple of 8, which ptxas then allocates at entry). No-op for the twin, which checks that
+// whole warps call it.
+// kClaim: setmaxnreg.inc (take registers, waiting until the pool has them), else .dec (give back).
+template <bool kClaim, int kRegisters>
+__device__ __forceinline__ void warpgroup_set_max_registers() {
+    static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256, "setmaxnreg: 24..256, x8");
+#if defined(HOPPER_DEVICE_CODE)
+    if constexpr (kClaim) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+    else asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#elif defined(__CUDACC__)
+    hopper_unsupported();
+#else
+    int count = kRegisters;
+    emu::warp_collective(&emu::combine_setmaxnreg, 0xffffffffu, &count);
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_release_registers() {
+    warpgroup_set_max_registers<false, kRegisters>();
+}
+template <int kRegisters>
+__device__ __forceinline__ void warpgroup_claim_registers() {
+    warpgroup_set_max_registers<true, kRegisters>();
 }
 
 // D (64×N) = A·B + (scale_d ? D : 0), A and B in shared memory (descriptors), K-major unless

@@ -14,6 +14,7 @@
 #   setup  (always) sets LD_LIBRARY_PATH: the bundle's libraries, CUDA's toolkit, NCCL (the toolkit's
 #          or PyTorch's); prints date, commit, device, driver; checks that every program finds every
 #          library, that glibc and the CPU are new enough, and that OpenBLAS loads (one CPU step);
+#          where cuobjdump exists, counts train_gpt's HGMMA and UTMALDG (Hopper) instructions;
 #   tests  test/kernels/gpu_kernel_tests.sh: every nvcc-built kernel test, on the device;
 #   train  train_gpt, when the bundle has it: a short GPT-2 124M run on the built-in dataset, and its
 #          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer);
@@ -258,6 +259,19 @@ fi
 # One step of the CPU reference trainer: OpenBLAS (dlopen()ed) and the dataset load here.
 if [ -x ./train_gpt_cpu ]; then
     run_part cpu_reference_one_step 60 ./train_gpt_cpu -e custom:L2:C64:H4 -b 1 -t 64 -x 1 -v 0 -s 0
+fi
+
+# The Hopper kernels in ./train_gpt's machine code: where a cuobjdump exists (a CUDA toolkit), count its
+# warpgroup MMAs (HGMMA) and TMA tile loads (UTMALDG), both sm_90a only. A figure, never a failure.
+cuobjdump_bin=$(command -v cuobjdump || ls "${nvcc_bin%/*}/cuobjdump" /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -n1)
+if [ -x ./train_gpt ] && [ -n "$cuobjdump_bin" ]; then
+    section "Hopper instructions in ./train_gpt"
+    counts=$(timeout 120 "$cuobjdump_bin" -sass ./train_gpt 2>/dev/null |
+        awk '/HGMMA/ { h++ } /UTMALDG/ { u++ } END { print h + 0, u + 0 }')
+    echo "./train_gpt SASS ($cuobjdump_bin): ${counts% *} HGMMA, ${counts#* } UTMALDG instructions"
+    figures+=("train_gpt SASS: ${counts% *} HGMMA, ${counts#* } UTMALDG (Hopper attention: both > 0)")
+else
+    echo "no cuobjdump here (or no ./train_gpt): HGMMA and UTMALDG in train_gpt's SASS not counted"
 fi
 
 gpu_part() {  # NAME: false (and records SKIPPED) when there is no GPU

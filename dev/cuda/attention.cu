@@ -14,12 +14,15 @@
 //   5 + cp.async tile loads, double-buffered (the next tile streams in during this one): the shipped
 //     kernel on sm_80
 //   6 Hopper (sm_90a, HS 64/128): a producer warpgroup loads Q, K, V (and dO) tiles by TMA into an
-//     mbarrier-guarded ring; consumer warpgroups multiply with wgmma from shared memory, P and dS
-//     as register operands (kernels/attention_hopper.h): the shipped kernel on sm_90
+//     mbarrier-guarded ring; two consumer warpgroups (setmaxnreg: 240 registers each) multiply with
+//     wgmma from shared memory, P and dS as register operands (kernels/attention_hopper.h)
+//   7 + each consumer issues the next tile's QK^T before this tile's softmax, so its own MMAs run
+//     during the softmax: the shipped kernel on sm_90 (the backward is 6's)
 //   last: what kernels/attention.h dispatches to (--attention-kernel NAME forces one: auto, hopper,
 //     mma, cuda-cores)
-// Versions 3-6 exist in the bf16 build only; 6 runs where attention_hopper_runnable() (an sm_90 GPU,
-// or the emulator).
+// Versions 3-7 exist in the bf16 build only; 6 and 7 run where attention_hopper_runnable() (an sm_90
+// GPU, or the emulator). On a GPU, the last lines weigh the shipped kernel against the Hopper goals
+// (fwd+bwd >= 300 TFLOP/s at T 1024, >= 350 at T 2048, fwd >= 400 at T 2048; HS 64, causal).
 //
 // Build and run: make dev/bin/cuda_attention && ./dev/bin/cuda_attention [--attention-kernel NAME]
 //                make build/dev/cuda/attention_emu && ./build/dev/cuda/attention_emu  (emulated check)
@@ -263,6 +266,21 @@ void tensor_core_backward(Problem& p) {
     fprintf(stderr, "no tensor-core kernel for HS=%d\n", p.HS);
     exit(1);
 }
+template <bool kOverlapSoftmax>
+void hopper_forward(Problem& p) {
+    if (p.HS == 64)
+        attention_forward_hopper<64, kOverlapSoftmax>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+    else
+        attention_forward_hopper<128, kOverlapSoftmax>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+}
+void hopper_backward(Problem& p) {
+    if (p.HS == 64)
+        attention_backward_hopper<64>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
+                                      p.NH, 0);
+    else
+        attention_backward_hopper<128>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
+                                       p.NH, 0);
+}
 #endif
 
 std::vector<Version> versions() {
@@ -282,21 +300,10 @@ std::vector<Version> versions() {
                  tensor_core_backward<kLdmatrixSwizzle>});
     v.push_back({"5 + cp.async pipeline", tensor_core_forward<kCpAsyncPipeline>,
                  tensor_core_backward<kCpAsyncPipeline>});
-    Version hopper{"6 Hopper: TMA ring, warp-specialised wgmma",
-                   [](Problem& p) {
-                       if (p.HS == 64) attention_forward_hopper<64>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
-                       else attention_forward_hopper<128>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
-                   },
-                   [](Problem& p) {
-                       if (p.HS == 64)
-                           attention_backward_hopper<64>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv,
-                                                         p.B, p.T, p.NH, 0);
-                       else
-                           attention_backward_hopper<128>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse,
-                                                          p.d_qkv, p.B, p.T, p.NH, 0);
-                   }};
-    hopper.runs_here = [](int HS) { return (HS == 64 || HS == 128) && attention_hopper_runnable(); };
-    v.push_back(hopper);
+    const auto hopper_here = [](int HS) { return (HS == 64 || HS == 128) && attention_hopper_runnable(); };
+    v.push_back(
+        {"6 Hopper: TMA ring, warp-specialised wgmma", hopper_forward<false>, hopper_backward, hopper_here});
+    v.push_back({"7 + softmax during the next QK^T", hopper_forward<true>, hopper_backward, hopper_here});
 #endif
 #ifdef ENABLE_FP32
     const char* shipped = "shipped (version 2 in the fp32 build)";
@@ -312,8 +319,14 @@ std::vector<Version> versions() {
     return v;
 }
 
+// The last version's rates at one shape (TFLOP/s, causal FLOPs; 0 where not timed).
+struct Rates {
+    double forward = 0, both = 0;
+};
+
 // Checks every version (or only the shipped one) at one shape, then times it on a GPU.
-void run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
+Rates run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
+    Rates rates;
     printf("-- B=%d T=%d NH=%d HS=%d\n", B, T, NH, HS);
     std::vector<Version> list = versions();
     if (!all_versions) list.erase(list.begin(), list.end() - 1);
@@ -343,14 +356,23 @@ void run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
             report_check(v.name + names[part] + shape,
                          relative_error(part_of(dqkv, p, part), part_of(ref.dqkv, p, part)));
         if (!BENCH_ON_GPU) continue;
-        report_flops(("fwd  " + v.name).c_str(), time_median_ms([&] { v.forward(p); }), forward_flops,
-                     gemm_tflops);
+        const double fwd_ms = time_median_ms([&] { v.forward(p); });
+        const double both_ms = time_median_ms([&] { v.forward(p), v.backward(p); });
+        report_flops(("fwd  " + v.name).c_str(), fwd_ms, forward_flops, gemm_tflops);
         report_flops(("bwd  " + v.name).c_str(), time_median_ms([&] { v.backward(p); }), backward_flops,
                      gemm_tflops);
-        report_flops(("both " + v.name).c_str(), time_median_ms([&] { v.forward(p), v.backward(p); }),
-                     forward_flops + backward_flops, gemm_tflops);
+        report_flops(("both " + v.name).c_str(), both_ms, forward_flops + backward_flops, gemm_tflops);
+        rates.forward = forward_flops / (fwd_ms * 1e-3) / 1e12;
+        rates.both = (forward_flops + backward_flops) / (both_ms * 1e-3) / 1e12;
     }
     free_problem(p);
+    return rates;
+}
+
+// The Hopper goals (H100, causal, bf16, HS 64, B·NH 96..192), for the shipped kernel.
+void report_goal(const char* what, double tflops, double goal) {
+    printf("goal %-44s %7.1f TFLOP/s (goal >= %.0f): %s\n", what, tflops, goal,
+           tflops >= goal ? "met" : "NOT met");
 }
 
 }  // namespace
@@ -369,10 +391,18 @@ int main(int argc, char** argv) {
         print_device_header();
         gemm_tflops = measure_bf16_gemm_tflops();
         printf("bf16 GEMM rate (cuBLASLt, 8192^3): %.1f TFLOP/s\n", gemm_tflops);
-        run(8, 1024, 12, 64, true, gemm_tflops);   // GPT-2 124M: the target shape
+        const Rates t1024 = run(8, 1024, 12, 64, true, gemm_tflops);         // GPT-2 124M: B·NH 96
+        const Rates t1024_wide = run(16, 1024, 12, 64, false, gemm_tflops);  // B·NH 192
         run(8, 1024, 24, 32, false, gemm_tflops);  // head size 32 (the quickstart model's)
         run(8, 1024, 8, 128, false, gemm_tflops);  // head size 128 (large GPT-3 configurations)
-        run(4, 2048, 12, 64, false, gemm_tflops);  // longer sequences
+        const Rates t2048 = run(8, 2048, 12, 64, false, gemm_tflops);  // longer sequences, B·NH 96
+        const bool hopper = attention_kernel_for(64) == AttentionKernel::Hopper;
+        printf("shipped kernel at HS 64: %s\n",
+               hopper ? "hopper" : "not hopper (the goals are the Hopper kernels'; these figures are not)");
+        report_goal("fwd+bwd T=1024 B*NH=96", t1024.both, 300);
+        report_goal("fwd+bwd T=1024 B*NH=192", t1024_wide.both, 300);
+        report_goal("fwd+bwd T=2048 B*NH=96", t2048.both, 350);
+        report_goal("fwd     T=2048 B*NH=96", t2048.forward, 400);
     } else {
         run(2, 80, 2, 64, true, gemm_tflops);  // two query blocks, the second partial
         run(2, 130, 2, 32, true, gemm_tflops);

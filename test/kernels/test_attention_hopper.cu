@@ -1,7 +1,8 @@
 // kernels/attention_hopper.h: the Hopper (TMA + mbarrier + wgmma, warp-specialised) attention
 // forward and backward against the fp32 CPU reference (cpu/attention.h) and lse in double, at odd shapes
-// (T = 37, 50, 1000; HS = 64 and 128; NH = 3), fresh random inputs, outputs poisoned first; two runs
-// must give identical bits. bf16 build only (the kernels are bf16); on a GPU, sm_90 only.
+// (T = 37, 50, 1000; HS = 64 and 128; NH = 3), fresh random inputs, outputs poisoned first; two runs,
+// and the forward with and without its softmax/MMA overlap, must give identical bits. bf16 build only
+// (the kernels are bf16); on a GPU, sm_90 only.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -72,11 +73,15 @@ void check_backward(const Shape& s, unsigned seed) {
               s.T, s.HS);
 }
 
-void run_forward(const Shape& s, const floatX* d_qkv, std::vector<float>& out, std::vector<float>& lse) {
+// overlap false: the kernel without the softmax/MMA overlap (the same arithmetic, another schedule).
+void run_forward(const Shape& s, const floatX* d_qkv, std::vector<float>& out, std::vector<float>& lse,
+                 bool overlap = true) {
     floatX* d_out = device_poisoned<floatX>(s.out_size());
     float* d_lse = device_poisoned<float>(s.lse_size());
-    if (s.HS == 64) attention_forward_hopper<64>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
-    else attention_forward_hopper<128>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
+    if (s.HS == 64 && overlap) attention_forward_hopper<64, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
+    if (s.HS == 64 && !overlap) attention_forward_hopper<64, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
+    if (s.HS == 128 && overlap) attention_forward_hopper<128, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
+    if (s.HS == 128 && !overlap) attention_forward_hopper<128, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
     CUDA_CHECK(cudaGetLastError());
     out = host_floats_of(d_out, s.out_size());
     lse = host_copy_of(d_lse, s.lse_size());
@@ -87,9 +92,10 @@ void run_forward(const Shape& s, const floatX* d_qkv, std::vector<float>& out, s
 void check_forward(const Shape& s, unsigned seed) {
     const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), seed, -2.0f, 2.0f));
     floatX* d_qkv = device_floatX(qkv);
-    std::vector<float> out, lse, out2, lse2;
+    std::vector<float> out, lse, out2, lse2, out3, lse3;
     run_forward(s, d_qkv, out, lse);
     run_forward(s, d_qkv, out2, lse2);
+    run_forward(s, d_qkv, out3, lse3, false);
     CUDA_CHECK(cudaFree(d_qkv));
 
     std::vector<float> ref_out(s.out_size()), att((size_t)s.B * s.NH * s.T * s.T);
@@ -123,6 +129,9 @@ void check_forward(const Shape& s, unsigned seed) {
     CHECK_MSG(bitwise_equal(out.data(), out2.data(), out.size() * sizeof(float)) &&
                   bitwise_equal(lse.data(), lse2.data(), lse.size() * sizeof(float)),
               "two runs differ (B=%d T=%d HS=%d)", s.B, s.T, s.HS);
+    CHECK_MSG(bitwise_equal(out.data(), out3.data(), out.size() * sizeof(float)) &&
+                  bitwise_equal(lse.data(), lse3.data(), lse.size() * sizeof(float)),
+              "with and without the softmax/MMA overlap differ (B=%d T=%d HS=%d)", s.B, s.T, s.HS);
 }
 #endif
 
@@ -138,6 +147,8 @@ TEST(hopper_forward_small_odd_shapes) {
     skip_unless_runnable();
 #ifndef ENABLE_FP32
     check_forward({2, 37, 3, 64}, 11);
+    check_forward({2, 37, 3, 128}, 16);
+    check_forward({2, 50, 3, 64}, 17);
     check_forward({2, 50, 3, 128}, 12);
     check_forward({1, 130, 3, 64}, 13);  // a second query block, a partial third key tile
 #endif
@@ -155,6 +166,8 @@ TEST(hopper_backward_odd_shapes) {
     skip_unless_runnable();
 #ifndef ENABLE_FP32
     check_backward({2, 37, 3, 64}, 21);
+    check_backward({2, 37, 3, 128}, 26);
+    check_backward({2, 50, 3, 64}, 27);
     check_backward({2, 50, 3, 128}, 22);
     check_backward({1, 200, 3, 64}, 23);  // several key and query blocks, a partial last tile
 #endif
@@ -171,22 +184,27 @@ TEST(hopper_backward_long_sequence) {
 #if !defined(__CUDACC__) && !defined(ENABLE_FP32)
 // Emulator only: every barrier phase's threads in a shuffled order (what EMU_SHUFFLE does) must
 // give the same bits as thread order — a missing wait, fence or arrival would show as a difference,
-// a NaN or a reported deadlock.
+// a NaN or a reported deadlock. (run_backward runs the forward first.)
 TEST(hopper_shuffled_thread_order_gives_the_same_bits) {
     for (const Shape& s : {Shape{1, 200, 3, 64}, Shape{1, 130, 2, 128}}) {
         const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), 31, -2.0f, 2.0f));
         const std::vector<float> dout = round_to_floatX(random_floats(s.out_size(), 32));
         floatX* d_qkv = device_floatX(qkv);
         floatX* d_dout = device_floatX(dout);
-        std::vector<float> plain, shuffled;
+        std::vector<float> plain, shuffled, out, lse, shuffled_out, shuffled_lse;
         emu::set_shuffle_seed(0);
         run_backward(s, d_qkv, d_dout, plain);
+        run_forward(s, d_qkv, out, lse);
         emu::set_shuffle_seed(20261123);
         run_backward(s, d_qkv, d_dout, shuffled);
+        run_forward(s, d_qkv, shuffled_out, shuffled_lse);
         const char* env = getenv("EMU_SHUFFLE");  // back to the process's setting
         emu::set_shuffle_seed(env ? strtoull(env, nullptr, 10) : 0);
         CHECK_MSG(bitwise_equal(plain.data(), shuffled.data(), plain.size() * sizeof(float)),
                   "HS=%d: shuffled thread order changed the gradients", s.HS);
+        CHECK_MSG(bitwise_equal(out.data(), shuffled_out.data(), out.size() * sizeof(float)) &&
+                      bitwise_equal(lse.data(), shuffled_lse.data(), lse.size() * sizeof(float)),
+                  "HS=%d: shuffled thread order changed the forward", s.HS);
         CUDA_CHECK(cudaFree(d_qkv));
         CUDA_CHECK(cudaFree(d_dout));
     }

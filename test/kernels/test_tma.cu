@@ -2,7 +2,10 @@
 // (2D and 3D, out-of-bounds zero fill, 64B and 128B swizzle) against the placement written out
 // from the PTX ISA and the driver API's description; and, under the emulator, that data is not
 // visible before the barrier's phase completes and that a wrong byte count is reported, not hung.
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/tma.h"
@@ -166,10 +169,97 @@ TEST(tma_twin_hides_data_until_the_barrier_completes) {
     CHECK(host_copy_of(d_out, 512)[5] == 7);       // the data after it
     // Announcing more bytes than the box holds: the phase never completes: a reported deadlock.
     LAUNCH(tma_kernel<2>, 1, 32, 2048, 0, d_out, map, 0, 0, 0, 512, 1040u, (uint16_t*)nullptr);
+    CHECK(emu::last_kernel_report().find("deadlock") != std::string::npos);
+    CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    // Fewer: the box's bytes overshoot the announced count: reported.
+    LAUNCH(tma_kernel<2>, 1, 32, 2048, 0, d_out, map, 0, 0, 0, 512, 1008u, (uint16_t*)nullptr);
+    CHECK(emu::last_kernel_report().find("more bytes than expect_tx announced") != std::string::npos);
     CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
     CUDA_CHECK(cudaFree(d_t));
     CUDA_CHECK(cudaFree(d_out));
     CUDA_CHECK(cudaFree(d_early));
+}
+
+// A two-stage ring as the attention kernels use it: thread 0 loads tile j (8 rows of 64 bf16) into
+// stage j % 2 once the consumer warp has released it (`empty`), the consumer warp (warp 1) waits
+// for `full`, sums the tile and releases the stage. Each mode leaves one step out.
+enum class RingMisuse { None, NoInitFence, NoEmptyWait, NoRelease, NoFullWait };
+__global__ void ring_kernel(float* sums, const __grid_constant__ CUtensorMap map, int tiles,
+                            RingMisuse misuse) {
+    DYNAMIC_SHARED(unsigned char, raw);
+    unsigned char* stages = align_shared<unsigned char>(raw, 1024);  // [2][8][64] bf16
+    uint64_t* full = reinterpret_cast<uint64_t*>(stages + 2048);
+    uint64_t* empty = full + 2;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < 2; s++) mbarrier_init(&full[s], 1), mbarrier_init(&empty[s], 1);
+        if (misuse != RingMisuse::NoInitFence) mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int j = 0; j < tiles; j++) {
+            const int s = j % 2;
+            if (j >= 2 && misuse != RingMisuse::NoEmptyWait) mbarrier_wait(&empty[s], (j / 2 - 1) & 1);
+            mbarrier_arrive_expect_tx(&full[s], 1024);
+            tma_load_2d(stages + 1024 * s, &map, 0, 8 * j, &full[s]);
+        }
+    } else if (threadIdx.x >= 32) {
+        const int lane = threadIdx.x % 32;
+        for (int j = 0; j < tiles; j++) {
+            const int s = j % 2;
+            if (misuse != RingMisuse::NoFullWait) mbarrier_wait(&full[s], (j / 2) & 1);
+            const __nv_bfloat16* tile = reinterpret_cast<const __nv_bfloat16*>(stages + 1024 * s);
+            float sum = 0.0f;  // the whole tile: the order of its elements (the swizzle) does not matter
+            for (int i = lane; i < 512; i += 32) sum += __bfloat162float(tile[i]);
+            for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            __syncwarp();
+            if (lane == 0) {
+                sums[j] = sum;
+                if (misuse != RingMisuse::NoRelease) mbarrier_arrive(&empty[s]);
+            }
+        }
+    }
+}
+
+TEST(tma_ring_twin_catches_each_missing_step) {
+    const int tiles = 5;
+    std::vector<uint16_t> t(64 * 8 * tiles);
+    std::vector<float> want(tiles, 0.0f);
+    for (size_t i = 0; i < t.size(); i++) {
+        const float v = (float)(i % 7) - 3.0f;
+        __nv_bfloat16 h = __float2bfloat16(v);
+        memcpy(&t[i], &h, 2);
+        want[i / 512] += v;
+    }
+    uint16_t* d_t = device_copy_of(t);
+    const uint64_t dims[2] = {64, (uint64_t)8 * tiles}, strides[2] = {2, 128};
+    const uint32_t box[2] = {64, 8};
+    CUtensorMap map;
+    make_tensor_map(&map, d_t, 2, 2, dims, strides, box, TmaSwizzle::B128);
+    float* d_sums = device_poisoned<float>(tiles);
+    auto run = [&](RingMisuse m, std::vector<float>* sums) {
+        LAUNCH(ring_kernel, 1, 64, 2048 + 64 + 1024, 0, d_sums, map, tiles, m);
+        const std::string report = emu::last_kernel_report();
+        const cudaError_t err = cudaGetLastError();
+        *sums = host_copy_of(d_sums, tiles);
+        return err == cudaSuccess ? std::string() : report;
+    };
+    std::vector<float> sums;
+    CHECK(run(RingMisuse::None, &sums).empty());
+    for (int j = 0; j < tiles; j++)
+        CHECK_MSG(sums[j] == want[j], "tile %d: %g, want %g", j, sums[j], want[j]);
+    std::string report = run(RingMisuse::NoInitFence, &sums);
+    CHECK_MSG(report.find("fence.mbarrier_init") != std::string::npos, "no init fence: '%s'", report.c_str());
+    // The producer refills stage 0 while it is still in use: the phase is overrun.
+    report = run(RingMisuse::NoEmptyWait, &sums);
+    CHECK_MSG(report.find("no arrival pending") != std::string::npos, "no empty wait: '%s'", report.c_str());
+    report = run(RingMisuse::NoRelease, &sums);
+    CHECK_MSG(report.find("deadlock") != std::string::npos, "no release: '%s'", report.c_str());
+    // The consumer reads before the data lands: poison (NaN) sums, and copies left in flight, or an
+    // overrun phase when the producer runs ahead.
+    report = run(RingMisuse::NoFullWait, &sums);
+    CHECK_MSG(!report.empty() || std::isnan(sums[0]), "no full wait: '%s', sum %g", report.c_str(), sums[0]);
+    CUDA_CHECK(cudaFree(d_t));
+    CUDA_CHECK(cudaFree(d_sums));
 }
 #endif
 

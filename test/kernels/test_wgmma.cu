@@ -61,6 +61,7 @@ __global__ void wgmma_kernel(float* out, const uint16_t* image, int image_elems,
     unsigned char* base = align_shared<unsigned char>(raw, 1024);
     uint16_t* smem = reinterpret_cast<uint16_t*>(base);
     for (int i = threadIdx.x; i < image_elems; i += blockDim.x) smem[i] = image[i];
+    fence_proxy_async_shared();  // ordinary stores, read by wgmma (the async proxy)
     __syncthreads();
     // a_fields / b_fields: LBO (low 32 bits) and SBO (bits 32..61) and swizzle (62..63).
     const uint64_t da = wgmma_descriptor(base + a_offset, (uint32_t)a_fields & 0xffffff, (uint32_t)(a_fields >> 32) & 0xffffff,
@@ -223,6 +224,7 @@ __global__ void pipeline_kernel(float* out, const uint16_t* image, int image_ele
     unsigned char* base = align_shared<unsigned char>(raw, 1024);
     uint16_t* smem = reinterpret_cast<uint16_t*>(base);
     for (int i = threadIdx.x; i < image_elems; i += blockDim.x) smem[i] = image[i];
+    fence_proxy_async_shared();
     __syncthreads();
     const uint64_t da = wgmma_descriptor(base, 128, 256, WgmmaSwizzle::None);
     const uint64_t db = wgmma_descriptor(base + 2048, 128, 256, WgmmaSwizzle::None);
@@ -269,6 +271,74 @@ TEST(wgmma_results_appear_only_at_wait_group) {
     CUDA_CHECK(cudaFree(d_image));
     CUDA_CHECK(cudaFree(d_out));
 }
+
+#ifndef __CUDACC__
+// Emulator only: each ordering rule broken on purpose, and what the twin makes of it. The kernel is
+// pipeline_kernel's single product (D = i + 64 j, no swizzle) with one step left out or added.
+enum class Misuse { None, NoProxyFence, NoWgmmaFence, NoCommit, OperandOverwritten, WarpsDisagree };
+__global__ void misuse_kernel(float* out, const uint16_t* image, int image_elems, Misuse misuse) {
+    DYNAMIC_SHARED(unsigned char, raw);
+    unsigned char* base = align_shared<unsigned char>(raw, 1024);
+    uint16_t* smem = reinterpret_cast<uint16_t*>(base);
+    for (int i = threadIdx.x; i < image_elems; i += blockDim.x) smem[i] = image[i];
+    if (misuse != Misuse::NoProxyFence) fence_proxy_async_shared();
+    __syncthreads();
+    const bool odd_warp = misuse == Misuse::WarpsDisagree && threadIdx.x / 32 == 1;
+    const uint64_t da = wgmma_descriptor(base, 128, 256, WgmmaSwizzle::None);
+    const uint64_t db = wgmma_descriptor(base + 2048 + (odd_warp ? 16 : 0), 128, 256, WgmmaSwizzle::None);
+    float d[32];
+    for (int r = 0; r < 32; r++) d[r] = 0.0f;
+    if (misuse != Misuse::NoWgmmaFence) wgmma_fence();
+    wgmma_ss<64>(d, da, db, 0);
+    if (misuse != Misuse::NoCommit) wgmma_commit_group();
+    if (misuse == Misuse::OperandOverwritten) {  // B zeroed (and made visible) before the wait
+        for (int i = 1024 + threadIdx.x; i < image_elems; i += blockDim.x) smem[i] = 0;
+        fence_proxy_async_shared();
+    }
+    wgmma_wait_group<0, 64>(d);
+    out[threadIdx.x] = d[0];
+}
+
+TEST(wgmma_twin_turns_each_missing_step_into_a_wrong_result_or_an_error) {
+    std::vector<float> A, B;
+    identifying_operands<64>(A, B);
+    std::vector<uint16_t> image(2048 / 2 + 64 * 16, 0);
+    for (int i = 0; i < 64; i++)
+        for (int k = 0; k < 16; k++)
+            image[reference_k_major(i, k, 0, 256, 128) / 2] = bf16_bits(A[i * 16 + k]);
+    for (int k = 0; k < 16; k++)
+        for (int j = 0; j < 64; j++)
+            image[(2048 + reference_k_major(j, k, 0, 256, 128)) / 2] = bf16_bits(B[k * 64 + j]);
+    uint16_t* d_image = device_copy_of(image);
+    float* d_out = device_poisoned<float>(128);
+    auto run = [&](Misuse m, std::vector<float>* out) {
+        LAUNCH(misuse_kernel, 1, 128, 2048 + 64 * 16 * 2 + 1024, 0, d_out, d_image, (int)image.size(), m);
+        const std::string report = emu::last_kernel_report();
+        const cudaError_t err = cudaGetLastError();
+        if (out) *out = host_copy_of(d_out, 128);
+        return err == cudaSuccess ? std::string() : report;
+    };
+    // Thread i's d[0]: row 16 (i/32) + (i%32)/4, column 2 (i%4).
+    auto want = [](int i) { return (float)(16 * (i / 32) + (i % 32) / 4 + 64 * 2 * (i % 4)); };
+    std::vector<float> out;
+    CHECK(run(Misuse::None, &out).empty());
+    for (int i = 0; i < 128; i++) CHECK_MSG(out[i] == want(i), "thread %d: %g, want %g", i, out[i], want(i));
+    CHECK(run(Misuse::NoProxyFence, &out).empty());  // the async proxy never saw the operands
+    for (int i = 0; i < 128; i++) CHECK_MSG(std::isnan(out[i]), "no proxy fence, thread %d: %g", i, out[i]);
+    CHECK(run(Misuse::NoCommit, &out).empty());  // never committed: wait_group does not complete it
+    for (int i = 0; i < 128; i++) CHECK_MSG(std::isnan(out[i]), "no commit, thread %d: %g", i, out[i]);
+    CHECK(run(Misuse::OperandOverwritten, &out).empty());  // the product reads B when it executes
+    for (int i = 0; i < 128; i++) CHECK_MSG(out[i] == 0.0f, "operand overwritten, thread %d: %g", i, out[i]);
+    std::string report = run(Misuse::NoWgmmaFence, nullptr);
+    CHECK_MSG(report.find("without a wgmma.fence") != std::string::npos, "no wgmma.fence: '%s'",
+              report.c_str());
+    report = run(Misuse::WarpsDisagree, nullptr);
+    CHECK_MSG(report.find("differs from another warp") != std::string::npos, "warps disagree: '%s'",
+              report.c_str());
+    CUDA_CHECK(cudaFree(d_image));
+    CUDA_CHECK(cudaFree(d_out));
+}
+#endif
 
 TEST(wgmma_descriptor_fields) {
     // The encoding (PTX ISA "Matrix Descriptor Format"), checked on the host.
