@@ -104,7 +104,7 @@ $(BIN)/dev/bin/bench_generate: $(BUILD)/dev/bench_generate.o $(CPU_OBJS) $(HOST_
 # Data parallelism (parallel/): ranks over MPI, and NCCL (the real one under nvcc, the stand-in over MPI in
 # the emulated build).
 TRAINER_HOST_OBJS := $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
-PARALLEL_OBJS := $(BUILD)/parallel/mpi_ranks.o
+PARALLEL_OBJS := $(BUILD)/parallel/mpi_ranks.o $(BUILD)/parallel/mesh_communicators.o
 $(PARALLEL_OBJS): CXXFLAGS += $(MPI_CXXFLAGS) $(STAND_INS_CXXFLAGS)
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)
@@ -145,10 +145,11 @@ ifneq ($(CUDA_INCLUDE),)
   endif
   ifneq ($(MPI_LIBS),)
     TESTS += test/parallel/test_rank_failures.sh
+    MULTI_RANK_TESTS := $(BUILD)/test/parallel/test_data_parallel $(BUILD)/test/parallel/test_tensor_parallel
     ifneq ($(SAN),1)
-      TESTS += $(BUILD)/test/parallel/test_data_parallel
+      TESTS += $(MULTI_RANK_TESTS)
     endif
-    $(BUILD)/test/parallel/test_data_parallel: $(BUILD)/test/parallel/test_data_parallel.o $(HOST_OBJS) \
+    $(MULTI_RANK_TESTS): $(BUILD)/test/parallel/%: $(BUILD)/test/parallel/%.o $(HOST_OBJS) \
                                            $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(BIN)/train_gpt_emu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)

@@ -6,6 +6,7 @@
 #include "host/errors.h"
 #include "host/model_descriptor.h"
 #include "host/run_folder.h"
+#include "parallel/mesh.h"
 
 void print_memory_report(const ModelMemory& mem) {
     const double MiB = 1024.0 * 1024.0;
@@ -13,8 +14,12 @@ void print_memory_report(const ModelMemory& mem) {
            "optimizer state %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
            mem.parameters / MiB, mem.gradients / MiB, mem.master_weights / MiB,
            mem.optimizer_state / MiB, mem.activations / MiB, mem.total() / MiB);
-    if (mem.network_bytes_per_step > 0)
-        printf("network: %.1f MiB sent per step by each rank\n", mem.network_bytes_per_step / MiB);
+    const size_t sent = mem.network_bytes_per_step + mem.tensor_bytes_per_step;
+    if (mem.tensor_bytes_per_step > 0)
+        printf("network: %.1f MiB sent per step by each rank (data group %.1f MiB, tensor group %.1f MiB)\n",
+               sent / MiB, mem.network_bytes_per_step / MiB, mem.tensor_bytes_per_step / MiB);
+    else if (sent > 0)
+        printf("network: %.1f MiB sent per step by each rank\n", sent / MiB);
 }
 
 int planned_ranks(const TrainOptions& opt, const RankGroup& ranks) {
@@ -45,8 +50,10 @@ int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTCo
     printf("model: %s (%s), %zu parameters\n", model_source_text(opt, false, 0).c_str(),
            describe_config(config).c_str(), param_layout(config).total);
     const int micro_steps = grad_accum_steps(opt, num_ranks);
-    printf("plan: %d rank%s, %s; B=%d T=%d, %lld tokens per step (%d micro-step%s)\n", num_ranks,
-           num_ranks == 1 ? "" : "s", communicates ? zero_stage_text(opt.zero_stage) : "one rank",
+    const Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel);
+    const std::string shape = mesh.tensor > 1 || mesh.pipeline > 1 ? " as " + mesh.shape() : "";
+    printf("plan: %d rank%s%s, %s; B=%d T=%d, %lld tokens per step (%d micro-step%s)\n", num_ranks,
+           num_ranks == 1 ? "" : "s", shape.c_str(), communicates ? zero_stage_text(opt.zero_stage) : "one rank",
            opt.batch_size, opt.seq_len, opt.total_batch, micro_steps, micro_steps == 1 ? "" : "s");
     print_memory_report(memory);
     double device = opt.device_memory_gib * GiB;

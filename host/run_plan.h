@@ -9,7 +9,8 @@
 #include "host/train_model.h"
 
 // `memory: parameters X MiB | gradients X MiB | master weights X MiB | optimizer state X MiB |
-// activations X MiB | total X MiB` and, with several ranks, `network: X MiB sent per step by each rank`.
+// activations X MiB | total X MiB` and, with several ranks, `network: X MiB sent per step by each rank`
+// (followed by `(data group X MiB, tensor group X MiB)` under tensor parallelism).
 void print_memory_report(const ModelMemory& memory);
 
 // The ranks a run plans for: --plan-ranks with --dry-run, else the ranks started. Fails when a run

@@ -288,12 +288,12 @@ static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ra
     if (c.num_heads % tp != 0)
         fail("-tp (--tensor-parallel): %d does not divide the model's %d attention heads", tp,
              c.num_heads);
-    if (c.channels / tp % 8 != 0 || c.padded_vocab_size % tp != 0 || c.padded_vocab_size / tp % 8 != 0)
-        fail("-tp (--tensor-parallel): %d splits the channels (%d) or the padded vocabulary (%d) into "
-             "slices that are not multiples of 8", tp, c.channels, c.padded_vocab_size);
-    if (o->sequence_parallel == 1 && (long long)o->batch_size * o->seq_len % tp != 0)
-        fail("-sp (--sequence-parallel): B*T = %d*%d positions do not split into %d equal parts (-tp); "
-             "change -b or -t, or -sp 0", o->batch_size, o->seq_len, tp);
+    if (c.channels % tp != 0 || c.channels / tp % 8 != 0)
+        fail("-tp (--tensor-parallel): %d splits the %d channels into slices that are not multiples of 8",
+             tp, c.channels);
+    if (o->sequence_parallel == 1 && o->seq_len % tp != 0)
+        fail("-sp (--sequence-parallel): the sequence length -t %d does not split into %d equal parts (-tp); "
+             "change -t, or -sp 0", o->seq_len, tp);
 }
 
 void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ranks) {

@@ -27,7 +27,10 @@ struct AdamWSettings {
 // Bytes a model holds, for the start-up report. activations counts everything sized by B and T.
 struct ModelMemory {
     size_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0, activations = 0;
-    size_t network_bytes_per_step = 0;  // what one rank sends per optimizer step (0 with one rank)
+    // What one rank sends per optimizer step (0 with one rank): in its data group (gradients, ZeRO's
+    // gathers) and in its tensor group (tensor parallelism's activations).
+    size_t network_bytes_per_step = 0;
+    size_t tensor_bytes_per_step = 0;
     size_t total() const {
         return parameters + gradients + master_weights + optimizer_state + activations;
     }

@@ -36,6 +36,8 @@ public:
     void add_contiguous(int tensor, int layer, size_t layout_offset, size_t length, bool replicated) {
         add(tensor, layer, layout_offset, length, length, length, layout_offset, replicated);
     }
+    // Device elements that belong to no tensor (zero, never updated).
+    void add_gap(size_t length) { at_ += length; }
     void end(size_t sequence_summed) {
         bucket_.segment_count = (int)b_->segments.size() - bucket_.first_segment;
         bucket_.sequence_summed = sequence_summed;
@@ -64,7 +66,10 @@ ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks, int t, int T)
 
     bucket.begin();
     bucket.add_contiguous(WPE, 0, layout.offset[WPE], maxT * C, true);
-    bucket.add_contiguous(WTE, 0, layout.offset[WTE] + t * (Vp / T) * C, (Vp / T) * C, false);
+    // Vocabulary rows [t·Vs, (t+1)·Vs): the last slices may reach past Vp, rows the model does not have.
+    const size_t Vs = vocab_slice_rows(Vp, T), first = std::min(Vp, t * Vs), rows = std::min(Vp, first + Vs) - first;
+    bucket.add_contiguous(WTE, 0, layout.offset[WTE] + first * C, rows * C, false);
+    bucket.add_gap((Vs - rows) * C);
     bucket.end(0);
 
     for (size_t l = 0; l < L; l++) {

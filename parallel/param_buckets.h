@@ -20,7 +20,8 @@
 //   attprojw     columns [t·C/T, (t+1)·C/T) of every row: row-parallel, (C, C/T)
 //   fcw, fcb     rows [t·4C/T, (t+1)·4C/T): column-parallel
 //   fcprojw      columns [t·4C/T, (t+1)·4C/T) of every row: row-parallel, (C, 4C/T)
-//   wte          vocabulary rows [t·Vp/T, (t+1)·Vp/T): the embedding and the classifier vocab-parallel
+//   wte          vocabulary rows [t·Vs, (t+1)·Vs), Vs = vocab_slice_rows(Vp, T): the embedding and the
+//                classifier vocab-parallel (rows past Vp, in the last slices, are zero padding)
 //   the rest     whole on every tensor rank ("replicated": wpe, the LayerNorms, attprojb, fcprojb)
 // The replicated tensors come first in their bucket, the LayerNorms' first of all (under sequence
 // parallelism each tensor rank computes their gradients from its own positions, and the group sums
@@ -79,6 +80,10 @@ struct ParamBuckets {
     // in the gradient norm (tensor rank 0; the other tensor ranks hold copies).
     bool writes_replicated() const { return tensor_rank == 0; }
 };
+
+// Rows of the padded vocabulary Vp per tensor rank: Vp / T rounded up to a multiple of 8 (16-byte
+// rows of bf16 logits for cuBLASLt).
+inline size_t vocab_slice_rows(size_t Vp, size_t T) { return ((Vp + T - 1) / T + 7) / 8 * 8; }
 
 // The buckets of tensor rank `tensor_rank` of `tensor_ranks`, for `num_ranks` data ranks.
 ParamBuckets make_param_buckets(const GPTConfig& config, int num_ranks, int tensor_rank = 0,

@@ -130,7 +130,7 @@ public:
     std::string description() const {
         const int R = buckets_.num_ranks;
         switch (stage_) {
-            case 0: return comm_ ? strprintf("gradients all-reduced over %d ranks", R) : "";
+            case 0: return comm_ && R > 1 ? strprintf("gradients all-reduced over %d ranks", R) : "";
             case 1: return strprintf("ZeRO-1 over %d ranks (AdamW state sharded)", R);
             case 2: return strprintf("ZeRO-2 over %d ranks (gradients and AdamW state sharded)", R);
             default:
@@ -246,6 +246,8 @@ public:
         }
         communicating_ = true;
     }
+    // Whether reduce_gradients sends this micro-step's gradients (-z 0/1: the last micro-step only).
+    bool reduces_gradients(bool last_micro_step) const { return stage_ >= 2 || last_micro_step; }
     // End of a backward pass: the compute stream goes on once every reduction issued is done.
     void finish_backward() {
         if (communicating_) {

@@ -93,6 +93,20 @@ TEST(impossible_combinations_are_rejected) {
     // An accumulation count beyond any real run (and past int's range) is refused, not wrapped.
     invalid_combination({"-b", "4", "-t", "6", "-d", "911291105160"}, "d12",
                         {"-d (--total-batch)", "12656820905 micro-steps"}, 3);
+    // The mesh: -tp x -pp must divide the ranks, -tp the heads and the vocabulary, -sp the sequence;
+    // -pp needs a layer per stage; -d counts data ranks only.
+    invalid_combination({"-tp", "3"}, "d12", {"-tp (--tensor-parallel) 3", "does not divide the 4 ranks"}, 4);
+    invalid_combination({"-tp", "5"}, "d12", {"-tp (--tensor-parallel)", "12 attention heads"}, 5);
+    invalid_combination({"-tp", "2", "-t", "33"}, "custom:L2:C64:H2:V512:T64", {"-sp (--sequence-parallel)", "33"}, 2);
+    invalid_combination({"-pp", "3"}, "custom:L2:C64:H2", {"-pp (--pipeline-parallel)", "3 stages for 2 layers"}, 3);
+    invalid_combination({"--pp-schedule", "zigzag"}, "d12", {"--pp-schedule", "zigzag"});
+    invalid_combination({"-tp", "2", "-b", "4", "-t", "64", "-d", "768"}, "d12",
+                        {"-d (--total-batch)", "B*T*data ranks", "512"}, 4);
+    {
+        TrainOptions o = parse({"-tp", "2", "-b", "4", "-t", "64", "-d", "1024"});
+        validate_train_options(&o, config_from_descriptor("d12"), 4);  // 2 data ranks: 2 micro-steps
+        CHECK(o.sequence_parallel == 1 && data_ranks(o, 4) == 2 && grad_accum_steps(o, 4) == 2);
+    }
     invalid_combination({"-t", "2048"}, "d12", {"-t (--seq-len)", "2048", "1024"});
     invalid_combination({"-t", "65"}, "custom:L1:C8:H2:T64", {"-t (--seq-len)"});
     invalid_combination({"-y", "1"}, "d12", {"-y (--resume)", "-o"});

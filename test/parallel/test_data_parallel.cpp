@@ -10,90 +10,22 @@
 // gradient is near zero (the key biases' is exactly zero in exact arithmetic) those bits decide the
 // update's sign. The learning rate (2e-4, weights of ~0.02) keeps that noise below 1e-6 of the
 // weights after a few steps while each step still moves them by ~1%: a wrong update would show.
-#include <cstdlib>
-#include <sstream>
+#include "test/parallel/trainer_runs.h"
 
-#include "host/checkpoint.h"
-#include "host/file_io.h"
-#include "host/model_file.h"
-#include "host/rng.h"
-#include "test/host/host_test_util.h"
+using namespace trainer_runs;
 
 namespace {
 
 // 134,912 parameters: divisible by 2 and 4, not by 3.
 const char* MODEL = "custom:L2:C64:H2:V512:T32";
 
-// The emulated CUDA trainer: the fp32 build (exact comparisons) or the bf16 one.
-std::string trainer(bool bf16 = false) {
-    const char* bin = getenv("BIN");
-    return std::string(bin && *bin ? bin : ".") + (bf16 ? "/train_gpt_emu" : "/train_gpt_emu_fp32");
-}
-
-const std::string& data_file() {
-    static std::string path;
-    if (path.empty()) {
-        path = tst::make_temp_dir() + "/train.bin";
-        Rng rng(9);
-        std::vector<uint16_t> tokens(20000);
-        for (uint16_t& t : tokens) t = (uint16_t)rng.below(512);
-        write_shard(path, tokens);
-    }
+const std::string& data() {
+    static const std::string path = data_file();
     return path;
 }
 
-// Runs the trainer on `ranks` MPI ranks (a plain process for 0) with `flags`; returns its output.
 std::string run(int ranks, const std::string& flags, bool bf16 = false) {
-    const std::string launcher =
-        ranks == 0 ? "" : "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
-    // One OpenMP thread per rank; OpenMPI's own leaks would fail a sanitized run (see test_nccl.sh).
-    const std::string command = "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
-                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + launcher +
-                                trainer(bf16) + " -e " + MODEL + " -i " + data_file() +
-                                " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 " + flags;
-    std::string out;
-    const int status = tst::run_command(command, &out);
-    CHECK_MSG(status == 0, "exit %d from: %s\n%s", status, command.c_str(), out.c_str());
-    return out;
-}
-
-// The per-step losses of a run's metrics log.
-std::vector<double> losses(const std::string& dir) {
-    std::vector<unsigned char> bytes = read_all(metrics_log_path(dir));
-    std::istringstream lines(std::string(bytes.begin(), bytes.end()));
-    std::vector<double> out;
-    std::string line;
-    while (std::getline(lines, line)) {
-        const size_t at = line.find("\"loss\":");
-        if (at != std::string::npos) out.push_back(atof(line.c_str() + at + 7));
-    }
-    return out;
-}
-
-void check_same_run(const std::string& dir, const std::string& reference_dir, int step, double tolerance,
-                    const char* what) {
-    const std::vector<double> a = losses(dir), b = losses(reference_dir);
-    CHECK_MSG(a.size() == b.size() && !a.empty(), "%s: %zu vs %zu logged steps", what, a.size(), b.size());
-    for (size_t i = 0; i < a.size(); i++)
-        CHECK_MSG(std::fabs(a[i] - b[i]) <= tolerance * std::fabs(b[i]) + 1e-6,  // + the log's 6 decimals
-                  "%s: step %zu loss %.6f vs %.6f with one rank", what, i + 1, a[i], b[i]);
-    const ModelFile x = read_model_file(checkpoint_model_path(dir, step));
-    const ModelFile y = read_model_file(checkpoint_model_path(reference_dir, step));
-    const double err = tst::rel_l2_error(x.params.data(), y.params.data(), y.params.size());
-    printf("  %s: weights differ from one rank's by %.2g\n", what, err);
-    CHECK_MSG(err <= tolerance, "%s: final weights differ from one rank's by %.3g (> %.3g)", what, err,
-              tolerance);
-}
-
-std::string out_dir() { return tst::make_temp_dir() + "/out"; }
-
-// The lines of `text` that start with `prefix`.
-std::string lines_starting(const std::string& text, const std::string& prefix) {
-    std::istringstream lines(text);
-    std::string line, out;
-    while (std::getline(lines, line))
-        if (line.rfind(prefix, 0) == 0) out += line + "\n";
-    return out;
+    return trainer_runs::run(ranks, MODEL, data(), flags, bf16);
 }
 
 }  // namespace
@@ -169,21 +101,13 @@ TEST(zero2_and_zero3_match_one_rank) {
         }
 }
 
-// The number of lines of `text` that start with `prefix`.
-int count_lines(const std::string& text, const std::string& prefix) {
-    int n = 0;
-    std::istringstream lines(text);
-    for (std::string line; std::getline(lines, line);) n += line.rfind(prefix, 0) == 0;
-    return n;
-}
-
 // ZeRO-3 with the rest of the trainer, in the bf16 build: recomputation (-r 2), validation and
 // sampling (forward passes that gather the weights on every rank), the outlier detectors, on 2 ranks
 // against one rank. bf16 gradients reduce-scattered across ranks round differently from one rank's
 // accumulation, so losses agree to 1e-3 and weights to 2e-3 (measured 2.3e-4; a bf16 weight holds
 // 8 bits, 4e-3 relative). -r 0 and -r 2 give the same bits, as on one rank.
 TEST(zero3_bf16_with_validation_sampling_and_recompute) {
-    const std::string flags = "-d 256 -x 4 -j " + data_file() + " -v 2 -m 2 -s 2 -g 8 -sl 5 -sg 5 -o ";
+    const std::string flags = "-d 256 -x 4 -j " + data() + " -v 2 -m 2 -s 2 -g 8 -sl 5 -sg 5 -o ";
     const std::string one = out_dir(), r0 = out_dir(), r2 = out_dir();
     const std::string log_one = run(0, flags + one + " -r 1", true);
     run(2, flags + r0 + " -z 3 -r 0", true);

@@ -250,7 +250,7 @@ TEST(one_rank_nccl_paths_match_no_communication) {
     CHECK(ncclGetUniqueId(&id) == ncclSuccess);
     CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
     RankGroup one_rank;
-    auto train = [&](DataParallel dp, int zero_stage, std::vector<double>* norms) {
+    auto train = [&](WorldRanks dp, int zero_stage, std::vector<double>* norms) {
         TrainOptions opt = options(B, T);
         opt.zero_stage = zero_stage;
         GPUModel gpu(c, opt, dp);

@@ -1,0 +1,103 @@
+// What the multi-rank tests share: running the emulated CUDA trainer (the real kernels, the NCCL
+// stand-in over MPI) on some number of MPI ranks, oversubscribed, and comparing a run with a one-rank
+// run: per-step losses from metrics.jsonl and the final model file.
+#pragma once
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "host/checkpoint.h"
+#include "host/file_io.h"
+#include "host/model_file.h"
+#include "host/rng.h"
+#include "test/host/host_test_util.h"
+
+namespace trainer_runs {
+
+// The emulated CUDA trainer: the fp32 build (exact comparisons) or the bf16 one.
+inline std::string trainer(bool bf16 = false) {
+    const char* bin = getenv("BIN");
+    return std::string(bin && *bin ? bin : ".") + (bf16 ? "/train_gpt_emu" : "/train_gpt_emu_fp32");
+}
+
+// A token shard of `count` tokens below `vocab` (seeded), written once per (count, vocab).
+inline std::string data_file(int vocab = 512, size_t count = 20000) {
+    const std::string path = tst::make_temp_dir() + strprintf("/train_%d.bin", vocab);
+    Rng rng(9);
+    std::vector<uint16_t> tokens(count);
+    for (uint16_t& t : tokens) t = (uint16_t)rng.below(vocab);
+    write_shard(path, tokens);
+    return path;
+}
+
+// Runs the trainer on `ranks` MPI ranks (a plain process for 0) with the model, the data and
+// `flags`; returns its output, after checking it succeeded.
+inline std::string run(int ranks, const std::string& model, const std::string& data, const std::string& flags,
+                       bool bf16 = false) {
+    const std::string launcher = ranks == 0 ? "" : "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
+    // One OpenMP thread per rank; OpenMPI's own leaks would fail a sanitized run (see test_nccl.sh).
+    const std::string command = "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + launcher + trainer(bf16) +
+                                " -e " + model + " -i " + data + " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 " + flags;
+    std::string out;
+    const int status = tst::run_command(command, &out);
+    CHECK_MSG(status == 0, "exit %d from: %s\n%s", status, command.c_str(), out.c_str());
+    return out;
+}
+
+// The per-step losses of a run's metrics log.
+inline std::vector<double> losses(const std::string& dir) {
+    std::vector<unsigned char> bytes = read_all(metrics_log_path(dir));
+    std::istringstream lines(std::string(bytes.begin(), bytes.end()));
+    std::vector<double> out;
+    std::string line;
+    while (std::getline(lines, line)) {
+        const size_t at = line.find("\"loss\":");
+        if (at != std::string::npos) out.push_back(atof(line.c_str() + at + 7));
+    }
+    return out;
+}
+
+// The run in `dir` against the one-rank run in `reference_dir`: every step's loss, and the model
+// file of checkpoint `step`, within `tolerance` (relative).
+inline void check_same_run(const std::string& dir, const std::string& reference_dir, int step, double tolerance,
+                           const char* what) {
+    const std::vector<double> a = losses(dir), b = losses(reference_dir);
+    CHECK_MSG(a.size() == b.size() && !a.empty(), "%s: %zu vs %zu logged steps", what, a.size(), b.size());
+    for (size_t i = 0; i < a.size() && i < b.size(); i++)
+        CHECK_MSG(std::fabs(a[i] - b[i]) <= tolerance * std::fabs(b[i]) + 1e-6,  // + the log's 6 decimals
+                  "%s: step %zu loss %.6f vs %.6f with one rank", what, i + 1, a[i], b[i]);
+    const ModelFile x = read_model_file(checkpoint_model_path(dir, step));
+    const ModelFile y = read_model_file(checkpoint_model_path(reference_dir, step));
+    const double err = tst::rel_l2_error(x.params.data(), y.params.data(), y.params.size());
+    printf("  %s: weights differ from one rank's by %.2g\n", what, err);
+    CHECK_MSG(err <= tolerance, "%s: final weights differ from one rank's by %.3g (> %.3g)", what, err, tolerance);
+}
+
+inline std::string out_dir() { return tst::make_temp_dir() + "/out"; }
+
+// The lines of `text` that start with `prefix`, and how many there are.
+inline std::string lines_starting(const std::string& text, const std::string& prefix) {
+    std::istringstream lines(text);
+    std::string line, out;
+    while (std::getline(lines, line))
+        if (line.rfind(prefix, 0) == 0) out += line + "\n";
+    return out;
+}
+inline int count_lines(const std::string& text, const std::string& prefix) {
+    int n = 0;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) n += line.rfind(prefix, 0) == 0;
+    return n;
+}
+
+// The number after `key` in the first line of `text` that starts with `prefix` (0 when absent).
+inline double number_after(const std::string& text, const std::string& prefix, const std::string& key) {
+    const std::string line = lines_starting(text, prefix);
+    const size_t at = line.find(key);
+    return at == std::string::npos ? 0 : atof(line.c_str() + at + key.size());
+}
+
+}  // namespace trainer_runs
