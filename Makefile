@@ -86,9 +86,11 @@ $(BUILD)/test/convert/test_convert: $(BUILD)/test/convert/test_convert.o $(CPU_O
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
-# transformers itself loads the export, where a python3 has torch and transformers (else SKIPPED).
+# A reader in Python's standard library runs the export (fp32, bf16, fp16) against ./generate's loss
+# and greedy tokens; transformers itself loads it, where a python3 has torch and transformers (else
+# SKIPPED). Plain build only: their subject is the folder.
 ifneq ($(SAN),1)
-  TESTS += test/convert/test_hf_transformers.sh
+  TESTS += test/convert/test_export_python.sh test/convert/test_hf_transformers.sh
 endif
 
 # The key/value cache's speed-up in ./generate: ms per token with and without it at 256 and 1024.
@@ -171,6 +173,37 @@ ifneq ($(CUDA_INCLUDE),)
   $(GPU_MODEL_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+endif
+
+# The GPU key/value-cache decoder of the CUDA trainer's samples (gpu/gpt_decode.h, its attention in
+# kernels/decode_attention.h) against the CPU decoder and GPUModel's forward pass
+# (test/trainer/test_gpu_decode.cu): bf16 and fp32 through the emulator; built by nvcc too, run on a
+# GPU by test/kernels/gpu_kernel_tests.sh; and its benchmark, for a GPU.
+ifneq ($(CUDA_INCLUDE),)
+  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(BUILD)/test/trainer/fp32/test_gpu_decode
+  TESTS += $(GPU_DECODE_TESTS)
+  $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o: \
+    CXXFLAGS += $(STAND_INS_CXXFLAGS)
+  $(BUILD)/test/trainer/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.emu.o
+  $(BUILD)/test/trainer/fp32/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o
+  $(GPU_DECODE_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+  ifneq ($(NVCC),)
+    ifneq ($(SAN),1)
+      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_decode
+      $(BUILD)/test/trainer/cuda/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.cuda.o \
+          $(BUILD)/test/test_main.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
+      # ms per generated token on the GPU, through the cache and by recomputation (dev/bench_generate_gpu.cu).
+      BENCHES += $(BIN)/dev/bin/bench_generate_gpu
+      $(BIN)/dev/bin/bench_generate_gpu: $(BUILD)/dev/bench_generate_gpu.cuda.o $(TRAINER_HOST_OBJS) \
+          $(PARALLEL_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
+    endif
+  endif
 endif
 
 # The PyTorch reference (dev/gpt2_torch.py) against train_gpt_cpu, where a python3 has torch (else

@@ -11,6 +11,8 @@
 //        1          24-39              27-29          0.9-1.4x
 //      256         428-492             24-32          15-17x
 //     1024        1000-1212            30-43          23-41x
+// Again 2026-11-25 (load average 5): prefix 1: 24.0 / 24.0 ms; 256: 153.9 / 21.6 ms (7.1x);
+// 1024: 756.9 / 22.0 ms (34.4x).
 // The cached token's time hardly moves with the prefix: its cost is reading the weights once (the
 // output layer, 50304 x 256, dominates at this size); attention over 1024 cached positions is
 // 0.5M multiply-adds per layer.

@@ -5,9 +5,9 @@
 //   - import of the export gives the model file back byte for byte (fp32 and bf16; also sharded,
 //     through model.safetensors.index.json);
 //   - import of folders laid out as transformers writes them: "transformer." names, tied head
-//     omitted, fp16 (values checked against the compiler's own _Float16); GPT2Model names with the
-//     causal-mask buffers and lm_head present, bf16; the result runs in ./generate and fine-tunes
-//     in train_gpt_cpu;
+//     omitted, fp16 (values checked against the compiler's own _Float16), also split over three
+//     files by model.safetensors.index.json; GPT2Model names with the causal-mask buffers and
+//     lm_head present, bf16; the result runs in ./generate and fine-tunes in train_gpt_cpu;
 //   - fp32 <-> bf16 model files; every malformed safetensors file, config.json or folder is a
 //     one-line error with no output left behind.
 #include <cmath>
@@ -297,10 +297,12 @@ TEST(import_of_the_export_is_bitwise) {
 }
 
 // A folder as transformers' save_pretrained lays it out, written by the test: names, dtype, the
-// tied head and the causal-mask buffers chosen by the caller.
+// tied head and the causal-mask buffers chosen by the caller; with shards > 1, the tensors split over
+// model-0000k-of-0000n.safetensors files listed by model.safetensors.index.json.
 static void write_transformers_folder(const std::string& dir, const GPTConfig& c,
                                       const std::vector<float>& ours, const std::string& dtype,
-                                      const std::string& prefix, bool lm_head, bool mask_buffers) {
+                                      const std::string& prefix, bool lm_head, bool mask_buffers,
+                                      int shards = 1) {
     std::filesystem::create_directories(dir);
     const json config = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},
                          {"n_layer", c.num_layers}, {"n_head", c.num_heads}, {"n_embd", c.channels},
@@ -353,31 +355,41 @@ static void write_transformers_folder(const std::string& dir, const GPTConfig& c
     add(prefix + "ln_f.weight", {C}, slice(LNFW, 0, C));
     add(prefix + "ln_f.bias", {C}, slice(LNFB, 0, C));
     if (lm_head) add("lm_head.weight", {(size_t)c.vocab_size, C}, slice(WTE, 0, c.vocab_size * C));
-    // Data in reverse order of the header's keys, as nothing requires them to agree.
-    json header = json::object();
-    std::vector<unsigned char> data;
-    for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) {
-        const size_t begin = data.size();
-        for (float v : it->second.second) {
-            uint16_t bits;
-            if (dtype == "F16") {
-                const _Float16 h = (_Float16)v;
-                memcpy(&bits, &h, 2);
-            } else {
-                bits = float_to_bf16(v);
+    // Each file's data in reverse order of its header's keys, as nothing requires them to agree.
+    json weight_map = json::object();
+    for (int shard = 0; shard < shards; shard++) {
+        const size_t first = tensors.size() * shard / shards, end = tensors.size() * (shard + 1) / shards;
+        std::string name = "model.safetensors";
+        if (shards > 1) name = tst::format("model-%05d-of-%05d.safetensors", shard + 1, shards);
+        json header = json::object();
+        std::vector<unsigned char> data;
+        for (size_t i = end; i-- > first;) {
+            const size_t begin = data.size();
+            for (float v : tensors[i].second.second) {
+                uint16_t bits;
+                if (dtype == "F16") {
+                    const _Float16 h = (_Float16)v;
+                    memcpy(&bits, &h, 2);
+                } else {
+                    bits = float_to_bf16(v);
+                }
+                data.push_back(bits & 255), data.push_back(bits >> 8);
             }
-            data.push_back(bits & 255), data.push_back(bits >> 8);
+            header[tensors[i].first] = {{"dtype", dtype}, {"shape", tensors[i].second.first},
+                                        {"data_offsets", {begin, data.size()}}};
+            weight_map[tensors[i].first] = name;
         }
-        header[it->first] = {{"dtype", dtype}, {"shape", it->second.first},
-                             {"data_offsets", {begin, data.size()}}};
+        header["__metadata__"] = {{"format", "pt"}};
+        const std::string h = header.dump();
+        std::vector<unsigned char> file(8);
+        for (int i = 0; i < 8; i++) file[i] = (unsigned char)((uint64_t)h.size() >> (8 * i));
+        file.insert(file.end(), h.begin(), h.end());
+        file.insert(file.end(), data.begin(), data.end());
+        write_all(dir + "/" + name, file);
     }
-    header["__metadata__"] = {{"format", "pt"}};
-    const std::string h = header.dump();
-    std::vector<unsigned char> file(8);
-    for (int i = 0; i < 8; i++) file[i] = (unsigned char)((uint64_t)h.size() >> (8 * i));
-    file.insert(file.end(), h.begin(), h.end());
-    file.insert(file.end(), data.begin(), data.end());
-    write_all(dir + "/model.safetensors", file);
+    if (shards == 1) return;
+    const std::string index = json({{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}}).dump(2);
+    write_all(dir + "/model.safetensors.index.json", std::vector<unsigned char>(index.begin(), index.end()));
 }
 
 TEST(import_of_transformers_layouts) {
@@ -393,6 +405,11 @@ TEST(import_of_transformers_layouts) {
     for (size_t i = 0; i < weights.size(); i++)
         CHECK_MSG(m.params[i] == (float)(_Float16)weights[i], "element %zu: %g vs %g", i,
                   m.params[i], (float)(_Float16)weights[i]);
+    // The same split over three files by model.safetensors.index.json: the same model file.
+    write_transformers_folder(dir + "/sharded", c, weights, "F16", "transformer.", false, false, 3);
+    CHECK(!tst::file_exists(dir + "/sharded/model.safetensors"));
+    CHECK_MSG(convert("import-hf " + dir + "/sharded " + dir + "/sharded.bin", &out) == 0, "%s", out.c_str());
+    CHECK(read_all(dir + "/sharded.bin") == read_all(dir + "/fp16.bin"));
     // GPT2Model names, the causal-mask buffers older checkpoints carry, lm_head present, bf16.
     write_transformers_folder(dir + "/bf16", c, weights, "BF16", "", true, true);
     CHECK_MSG(convert("import-hf " + dir + "/bf16 " + dir + "/bf16.bin", &out) == 0, "%s", out.c_str());
@@ -418,6 +435,11 @@ TEST(import_of_transformers_layouts) {
                                &out) == 0 &&
                   out.find("val loss") != std::string::npos && out.find("sample: ") != std::string::npos,
               "%s", out.c_str());
+    // And the fine-tuned run exports from its folder (the newest checkpoint) and comes back the same.
+    CHECK_MSG(convert("export-hf " + dir + "/run " + dir + "/tuned", &out) == 0 &&
+                  out.find("model_00000002.bin") != std::string::npos, "%s", out.c_str());
+    CHECK(convert("import-hf " + dir + "/tuned " + dir + "/tuned.bin", &out) == 0);
+    CHECK(read_all(dir + "/tuned.bin") == read_all(dir + "/run/model_00000002.bin"));
 }
 
 // ---- malformed input ----
