@@ -1,6 +1,6 @@
 // kernels/wgmma.h: the warpgroup MMA wrappers against the register-fragment and shared-memory
-// layouts written out by hand from the PTX ISA, for m64nNk16 (N = 32, 64, 128), A from shared
-// memory or registers, B K-major and MN-major, descriptors without swizzle and with 32B/64B/128B
+// layouts written out by hand from the PTX ISA, for m64nNk16 (N = 32, 64, 128), A from registers or
+// from shared memory, A and B K-major and MN-major, descriptors without swizzle and with 32B/64B/128B
 // swizzle. Under the emulator this checks the twin; built by nvcc and run on an H100, the same
 // expectations check the twin's layouts against the hardware.
 #include <cmath>
@@ -54,7 +54,7 @@ uint32_t reference_mn_major(int mn, int k, int S, uint32_t sbo, uint32_t lbo) {
 
 // One warpgroup: fills shared memory from the host images, one mma (A from shared memory or from
 // registers), writes every thread's accumulators to out[thread][r] in register order.
-template <int N, int kTransB, bool kARegisters>
+template <int N, int kTransA, int kTransB, bool kARegisters>
 __global__ void wgmma_kernel(float* out, const uint16_t* image, int image_elems, uint32_t a_offset, uint32_t b_offset,
                              uint64_t a_fields, uint64_t b_fields, const uint32_t* a_regs, float init) {
     DYNAMIC_SHARED(unsigned char, raw);
@@ -74,7 +74,7 @@ __global__ void wgmma_kernel(float* out, const uint16_t* image, int image_elems,
     for (int j = 0; j < 4; j++) a[j] = kARegisters ? a_regs[threadIdx.x * 4 + j] : 0;
     wgmma_fence();
     if constexpr (kARegisters) wgmma_rs<N, kTransB>(d, a, db, 1);
-    else wgmma_ss<N, 0, kTransB>(d, da, db, 1);
+    else wgmma_ss<N, kTransA, kTransB>(d, da, db, 1);
     wgmma_commit_group();
     wgmma_wait_group<0, N>(d);
     for (int r = 0; r < N / 2; r++) out[threadIdx.x * (N / 2) + r] = d[r];
@@ -87,41 +87,40 @@ WgmmaSwizzle mode_of(int S) {
     return S == 128 ? WgmmaSwizzle::B128 : S == 64 ? WgmmaSwizzle::B64 : S == 32 ? WgmmaSwizzle::B32 : WgmmaSwizzle::None;
 }
 
-// A (64×16) and B (16×N) with given values, placed by the reference functions; B K-major or
+// The strides and size of an operand of MN rows and 16 columns of K, packed as the canonical layout.
+struct OperandLayout {
+    uint32_t sbo, lbo, bytes;
+    bool mn_major;
+    int S;
+    uint32_t offset(int mn, int k) const {
+        return mn_major ? reference_mn_major(mn, k, S, sbo, lbo) : reference_k_major(mn, k, S, sbo, lbo);
+    }
+};
+OperandLayout operand_layout(bool mn_major, int S, int MN) {
+    if (!mn_major)  // MN rows of 16 elements; without swizzle the two 8-column halves LBO apart
+        return S == 0 ? OperandLayout{256, 128, (uint32_t)(MN / 8) * 256, false, S}
+                      : OperandLayout{8u * S, 0, (uint32_t)(MN / 8) * 8 * S, false, S};
+    if (S == 0)  // 16 rows (k) of MN elements: next 8 of MN the next core matrix, next 8 of K after all
+        return OperandLayout{128, (uint32_t)(MN / 8) * 128, (uint32_t)(MN / 8) * 256, true, S};
+    // Swizzled: next 8 rows of K SBO apart, next S/2 columns of MN LBO apart (after both K groups).
+    return OperandLayout{8u * S, 16u * S, (uint32_t)(MN / (S / 2)) * 16 * S, true, S};
+}
+
+// A (64×16) and B (16×N) with given values, placed by the reference functions, each K-major or
 // MN-major; checks every thread's every accumulator against D = A·B + init, row and column taken
 // from the hand-written fragment layout: d[r] of thread i is (16·(i/32) + (i%32)/4 + 8·((r/2)%2),
 // 8·(r/4) + 2·(i%4) + r%2).
-template <int N, int kTransB, bool kARegisters>
+template <int N, int kTransA, int kTransB, bool kARegisters>
 void check_case(int S_a, int S_b, const std::vector<float>& A, const std::vector<float>& B, float init, const char* what) {
     // Operand images: A at byte 0, B after it (1024-aligned).
-    const uint32_t a_sbo = S_a == 0 ? 256 : 8 * S_a, a_lbo = S_a == 0 ? 128 : 0;
-    const uint32_t a_bytes = 8 * a_sbo;  // 8 groups of 8 rows
-    const uint32_t b_offset = (a_bytes + 1023) / 1024 * 1024;
-    uint32_t b_sbo, b_lbo, b_bytes;
-    if (!kTransB) {  // K-major: N rows of 16 elements
-        b_sbo = S_b == 0 ? 256 : 8 * S_b;
-        b_lbo = S_b == 0 ? 128 : 0;
-        b_bytes = (N / 8) * b_sbo;
-    } else {  // MN-major: 16 rows (k) of N elements
-        if (S_b == 0) {
-            b_sbo = 128;            // next 8 columns of N: the next core matrix
-            b_lbo = (N / 8) * 128;  // next 8 rows of K, after all N/8 core matrices
-            b_bytes = 2 * b_lbo;
-        } else {
-            b_sbo = 8 * S_b;              // next 8 rows of K
-            b_lbo = 2 * b_sbo;            // next S/2 columns of N (after both 8-row groups)
-            b_bytes = (N / (S_b / 2)) * b_lbo;
-        }
-    }
-    const int image_elems = (int)(b_offset + b_bytes) / 2;
+    const OperandLayout a = operand_layout(kTransA, S_a, 64), b = operand_layout(kTransB, S_b, N);
+    const uint32_t b_offset = (a.bytes + 1023) / 1024 * 1024;
+    const int image_elems = (int)(b_offset + b.bytes) / 2;
     std::vector<uint16_t> image(image_elems, bf16_bits(NAN));
     for (int i = 0; i < 64; i++)
-        for (int k = 0; k < 16; k++) image[reference_k_major(i, k, S_a, a_sbo, a_lbo) / 2] = bf16_bits(A[i * 16 + k]);
+        for (int k = 0; k < 16; k++) image[a.offset(i, k) / 2] = bf16_bits(A[i * 16 + k]);
     for (int k = 0; k < 16; k++)
-        for (int j = 0; j < N; j++) {
-            const uint32_t at = kTransB ? reference_mn_major(j, k, S_b, b_sbo, b_lbo) : reference_k_major(j, k, S_b, b_sbo, b_lbo);
-            image[(b_offset + at) / 2] = bf16_bits(B[k * N + j]);
-        }
+        for (int j = 0; j < N; j++) image[(b_offset + b.offset(j, k)) / 2] = bf16_bits(B[k * N + j]);
     // A as registers: thread i, element j of its 4 registers (low half first) holds row
     // 16·(i/32) + (i%32)/4 + 8·((j/2)%2), column 2·(i%4) + j%2 + 8·(j/4).
     std::vector<uint32_t> regs(128 * 4);
@@ -133,11 +132,11 @@ void check_case(int S_a, int S_b, const std::vector<float>& A, const std::vector
     uint16_t* d_image = device_copy_of(image);
     uint32_t* d_regs = device_copy_of(regs);
     float* d_out = device_poisoned<float>(128 * N / 2);
-    const size_t smem = b_offset + b_bytes + 1024;
-    CUDA_CHECK(cudaFuncSetAttribute((wgmma_kernel<N, kTransB, kARegisters>), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    64 << 10));
-    LAUNCH((wgmma_kernel<N, kTransB, kARegisters>), 1, 128, smem, 0, d_out, d_image, image_elems, 0u, b_offset,
-           fields(a_lbo, a_sbo, mode_of(S_a)), fields(b_lbo, b_sbo, mode_of(S_b)), d_regs, init);
+    const size_t smem = b_offset + b.bytes + 1024;
+    CUDA_CHECK(cudaFuncSetAttribute((wgmma_kernel<N, kTransA, kTransB, kARegisters>),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+    LAUNCH((wgmma_kernel<N, kTransA, kTransB, kARegisters>), 1, 128, smem, 0, d_out, d_image, image_elems, 0u,
+           b_offset, fields(a.lbo, a.sbo, mode_of(S_a)), fields(b.lbo, b.sbo, mode_of(S_b)), d_regs, init);
     CUDA_CHECK(cudaGetLastError());
     std::vector<float> out = host_copy_of(d_out, 128 * N / 2);
     int bad = 0;
@@ -171,11 +170,11 @@ TEST(wgmma_accumulator_layout_matches_ptx_isa) {
     skip_unless_hopper();
     std::vector<float> A, B;
     identifying_operands<64>(A, B);
-    check_case<64, 0, false>(0, 0, A, B, 0.0f, "m64n64k16 no swizzle, D = i + 64 j");
+    check_case<64, 0, 0, false>(0, 0, A, B, 0.0f, "m64n64k16 no swizzle, D = i + 64 j");
     identifying_operands<128>(A, B);
-    check_case<128, 0, false>(0, 0, A, B, 0.5f, "m64n128k16 no swizzle, D = i + 64 j + 0.5");
+    check_case<128, 0, 0, false>(0, 0, A, B, 0.5f, "m64n128k16 no swizzle, D = i + 64 j + 0.5");
     identifying_operands<32>(A, B);
-    check_case<32, 0, false>(0, 0, A, B, 0.0f, "m64n32k16 no swizzle");
+    check_case<32, 0, 0, false>(0, 0, A, B, 0.0f, "m64n32k16 no swizzle");
 }
 
 TEST(wgmma_layout_entries_match_ptx_isa) {
@@ -197,12 +196,12 @@ TEST(wgmma_layout_entries_match_ptx_isa) {
 TEST(wgmma_a_from_registers_and_b_swizzled) {
     skip_unless_hopper();
     std::vector<float> A = random_floats(64 * 16, 1), B = random_floats(16 * 64, 2);
-    check_case<64, 0, true>(0, 0, A, B, 0.0f, "A registers, B K-major no swizzle");
-    check_case<64, 0, true>(0, 128, A, B, 0.0f, "A registers, B K-major 128B swizzle");
-    check_case<64, 1, true>(0, 128, A, B, 0.0f, "A registers, B MN-major 128B swizzle");
+    check_case<64, 0, 0, true>(0, 0, A, B, 0.0f, "A registers, B K-major no swizzle");
+    check_case<64, 0, 0, true>(0, 128, A, B, 0.0f, "A registers, B K-major 128B swizzle");
+    check_case<64, 0, 1, true>(0, 128, A, B, 0.0f, "A registers, B MN-major 128B swizzle");
     std::vector<float> B128 = random_floats(16 * 128, 3);
-    check_case<128, 1, true>(0, 128, A, B128, 0.25f, "A registers, B MN-major 128B swizzle, n128 (two atoms)");
-    check_case<128, 1, true>(0, 64, A, B128, 0.0f, "A registers, B MN-major 64B swizzle, n128");
+    check_case<128, 0, 1, true>(0, 128, A, B128, 0.25f, "A registers, B MN-major 128B swizzle, n128 (two atoms)");
+    check_case<128, 0, 1, true>(0, 64, A, B128, 0.0f, "A registers, B MN-major 64B swizzle, n128");
 }
 
 TEST(wgmma_shared_operands_every_swizzle) {
@@ -211,10 +210,13 @@ TEST(wgmma_shared_operands_every_swizzle) {
     for (int S : {0, 32, 64, 128}) {
         char what[80];
         snprintf(what, sizeof what, "A and B K-major, swizzle %d bytes", S);
-        check_case<64, 0, false>(S, S, A, B, 0.0f, what);
+        check_case<64, 0, 0, false>(S, S, A, B, 0.0f, what);
     }
-    check_case<64, 1, false>(128, 32, A, B, 0.0f, "A K-major 128B, B MN-major 32B");
-    check_case<64, 1, false>(64, 0, A, B, 0.0f, "A K-major 64B, B MN-major no swizzle");
+    check_case<64, 0, 1, false>(128, 32, A, B, 0.0f, "A K-major 128B, B MN-major 32B");
+    check_case<64, 0, 1, false>(64, 0, A, B, 0.0f, "A K-major 64B, B MN-major no swizzle");
+    check_case<64, 1, 0, false>(128, 128, A, B, 0.0f, "A M-major 128B (one atom), B K-major 128B");
+    check_case<64, 1, 1, false>(64, 64, A, B, 0.0f, "A M-major 64B (two atoms), B MN-major 64B");
+    check_case<64, 1, 0, false>(0, 32, A, B, 0.0f, "A M-major no swizzle, B K-major 32B");
 }
 
 // Two groups in flight: G1 = A·B into d1, G2 into d2; wait_group 1 completes G1 only.
