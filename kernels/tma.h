@@ -1,7 +1,7 @@
 // The Tensor Memory Accelerator (TMA, sm_90): one thread asks for a whole tile — a box of a 2D or 3D
 // tensor described by a CUtensorMap — to be copied from global to shared memory; the copy runs
 // asynchronously and counts its bytes down on an mbarrier (kernels/mbarrier.h), on which the
-// consumers wait.
+// consumers wait. Per load: box[0]·box[1]·box[2]·element bytes from global (L2) to shared memory.
 //
 // What the PTX ISA and the driver API (cuTensorMapEncodeTiled) define, and the twin implements:
 //   - the tensor: rank 2..3 here, dims[0] innermost (contiguous), strides in bytes for dims 1.. (each a

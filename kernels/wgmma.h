@@ -2,6 +2,7 @@
 // warps of a warpgroup (128 consecutive threads whose first thread index is a multiple of 128) compute
 // D (64×N fp32) = A (64×16 bf16) · B (16×N bf16) + D in one asynchronous operation. B is always read
 // from shared memory through a matrix descriptor; A from shared memory too, or from registers.
+// Per operation: reads 32·N bytes of B (and 2 KiB of A) from shared memory, 2·64·N·16 FLOPs.
 //
 // The PTX ISA's rules, which the wrappers follow and the emulated twin checks or models:
 //   - Register fragments (section "Register Fragments and Shared Memory Matrix Layouts" for
