@@ -147,7 +147,8 @@ ifneq ($(CUDA_INCLUDE),)
   endif
   ifneq ($(MPI_LIBS),)
     TESTS += test/parallel/test_rank_failures.sh
-    MULTI_RANK_TESTS := $(BUILD)/test/parallel/test_data_parallel $(BUILD)/test/parallel/test_tensor_parallel
+    MULTI_RANK_TESTS := $(patsubst %,$(BUILD)/test/parallel/%,test_data_parallel test_tensor_parallel \
+                          test_pipeline_parallel)
     ifneq ($(SAN),1)
       TESTS += $(MULTI_RANK_TESTS)
     endif

@@ -1,23 +1,27 @@
-// train_gpt: trains GPT-2 on an NVIDIA GPU with the hand-written kernels of kernels/ and cuBLASLt.
+// train_gpt: trains GPT-2 on NVIDIA GPUs with the hand-written kernels of kernels/ and cuBLASLt.
 // bf16 weights, activations and gradients (fp32 with -DENABLE_FP32), fp32 master weights and AdamW
 // moments, activation recomputation (-r), gradient accumulation (-d). The training loop itself
 // (flags, data, schedule, checkpoints, metrics, sampling) is the shared one of host/train_loop.h; this
 // file is the GPU model behind its interface, read top to bottom:
 //   1. the buffers: parameters, gradients, optimizer state, activations, scratch — all allocated once
-//   2. forward: embeddings, L transformer blocks, final LayerNorm, logits, loss
-//   3. backward: the same steps in reverse; with several ranks, each layer's gradients are averaged
-//      across ranks (NCCL, on a stream of their own) while the layers below are still computed
-//   4. update: gradient norm and AdamW; under ZeRO-1 (-z 1) each rank updates its shard and the
-//      ranks all-gather the new weights
-//   5. main(): ranks from MPI, the device (or the CPU when there is none), then the loop
-// Data parallelism: `mpirun -np N ./train_gpt` runs N ranks, one GPU each; see parallel/param_buckets.h for
-// how parameters are grouped into buckets and sharded.
+//   2. forward: embeddings, the transformer blocks, final LayerNorm, logits, loss
+//   3. backward: the same steps in reverse; each layer's gradients are averaged across the data
+//      ranks (NCCL, on a stream of their own) while the layers below are still computed
+//   4. a step: the micro-batches' forward and backward passes, in a pipeline schedule's order
+//   5. update: gradient norm and AdamW on the parameters this rank owns
+//   6. main(): ranks from MPI, the device (or the CPU when there is none), then the loop
+// Several GPUs (`mpirun -np N ./train_gpt`), as a mesh of data × pipeline × tensor ranks
+// (parallel/mesh.h): data parallelism with ZeRO (-z, parallel/zero.h), tensor parallelism (-tp,
+// parallel/tensor_parallel.h), pipeline parallelism (-pp, parallel/pipeline_parallel.h). Where data
+// crosses ranks the code below makes one named call (store_, tp_, pipeline_); the kernels compute on
+// this rank's slice only.
 // Built by nvcc it is ./train_gpt; built through the emulator (emu/) it is ./train_gpt_emu, which runs
 // the same kernels on the CPU for the tests.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +29,7 @@
 #include <nccl.h>
 
 #include "cpu/cpu_train_model.h"
+#include "gpu/gpt_decode.h"
 #include "host/errors.h"
 #include "host/train_loop.h"
 #include "kernels/adamw.h"
@@ -43,42 +48,65 @@
 #include "parallel/mpi_ranks.h"
 #include "parallel/nccl_check.h"
 #include "parallel/param_buckets.h"
+#include "parallel/pipeline_parallel.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
 
 // ------------------------------------------------------------------------------------------------
 // 1. Buffers
 
+// The part of the model this rank's pipeline stage computes, and how many micro-batches' activations
+// it keeps at once (its schedule's in-flight count; 1 without a pipeline).
+struct Stage {
+    int first_layer, end_layer, slots;
+    bool first, last;
+    int layers() const { return end_layer - first_layer; }
+};
+static Stage make_stage(const GPTConfig& config, const TrainOptions& opt, const Mesh& mesh, int micro_steps) {
+    const std::vector<int> first = stage_layers(config, opt.seq_len, mesh.pipeline);
+    return {first[mesh.stage], first[mesh.stage + 1],
+            micro_batches_in_flight(opt.pp_schedule, mesh.pipeline, mesh.stage, micro_steps), mesh.first_stage(),
+            mesh.last_stage()};
+}
+
 // What the forward pass keeps for the backward pass, for micro-batches of up to N = B·T positions.
-// Per-layer tensors hold L slices. With tensor parallelism over T ranks (parallel/tensor_parallel.h)
-// the attention and MLP activations hold this rank's heads and hidden units (C/T, 3C/T, 4C/T wide), and
-// with sequence parallelism the residual stream and the LayerNorms hold this rank's Nl = N/T positions
-// (Nl = N otherwise). With recomputation, some tensors hold one slice that every layer reuses, and
-// backward recomputes its contents from what was kept:
+// Per-layer tensors hold a slice per layer of the stage and per micro-batch in flight (slot). With
+// tensor parallelism over T ranks (parallel/tensor_parallel.h) the attention and MLP activations hold
+// this rank's heads and hidden units (C/T, 3C/T, 4C/T wide), and with sequence parallelism the residual
+// stream and the LayerNorms hold this rank's Nl = N/T positions (Nl = N otherwise). With
+// recomputation, some tensors hold one slice that every layer and slot reuses, and backward recomputes
+// its contents from what was kept:
 //   -r 0  everything kept
 //   -r 1  GELU outputs recomputed from the GELU inputs (fch)
 //   -r 2  also the LayerNorm outputs, from their inputs and the saved mean and rstd
 struct Activations {
-    floatX* encoded;                   // (Nl, C) token + position embedding
-    floatX* ln1;                       // (L or 1, Nl, C)
-    float *ln1_mean, *ln1_rstd;        // (L, Nl)
-    floatX* qkv;                       // (L, N, 3C/T)
-    floatX* atty;                      // (L, N, C/T) attention output
-    float* att_lse;                    // (L, B, NH/T, T) log-sum-exp of each attention row
-    floatX* residual2;                 // (L, Nl, C) residual stream after attention
-    floatX* ln2;                       // (L or 1, Nl, C)
-    float *ln2_mean, *ln2_rstd;        // (L, Nl)
-    floatX* fch;                       // (L, N, 4C/T) GELU input
-    floatX* fch_gelu;                  // (L or 1, N, 4C/T) GELU output
-    floatX* residual3;                 // (L, Nl, C) residual stream after the MLP: the layer's output
+    floatX* encoded;                   // (slots, Nl, C) the stage's input: the embeddings, or what the
+                                       // previous stage sent
+    floatX* ln1;                       // (layers·slots or 1, Nl, C)
+    float *ln1_mean, *ln1_rstd;        // (layers·slots, Nl)
+    floatX* qkv;                       // (layers·slots, N, 3C/T)
+    floatX* atty;                      // (layers·slots, N, C/T) attention output
+    float* att_lse;                    // (layers·slots, B, NH/T, T) log-sum-exp of each attention row
+    floatX* residual2;                 // (layers·slots, Nl, C) residual stream after attention
+    floatX* ln2;                       // (layers·slots or 1, Nl, C)
+    float *ln2_mean, *ln2_rstd;        // (layers·slots, Nl)
+    floatX* fch;                       // (layers·slots, N, 4C/T) GELU input
+    floatX* fch_gelu;                  // (layers·slots or 1, N, 4C/T) GELU output
+    floatX* residual3;                 // (layers·slots, Nl, C) residual stream after the MLP: the layer's output
+    // The last stage: the final LayerNorm and the classifier.
     floatX* lnf;                       // (Nl, C)
-    float *lnf_mean, *lnf_rstd;        // (Nl)
+    float *lnf_mean, *lnf_rstd;        // (slots, Nl)
+    floatX* dlnf;                      // (slots, Nl, C) d(loss)/d(lnf), from the classifier's backward
     floatX* logits;                    // (N, Vs) this rank's vocabulary slice (Vs = Vp with one rank);
                                        // the classifier overwrites it with d(loss)/d(logits)
     float* losses;                     // (N)
     // Working buffers reused by every layer.
     floatX* branch;                    // (Nl, C) an attention or MLP branch's output, before the add
-    floatX *dresidual, *dln;           // (Nl, C) gradients
+    floatX* dresidual[2];              // (Nl, C) d(loss)/d(residual stream); with a pipeline two, taken in
+                                       // turns by micro-batches (one may still be on its way to the
+                                       // previous stage)
+    floatX* dln;                       // (Nl, C)
     floatX* datty;                     // (N, C/T)
     floatX* dqkv;                      // (N, 3C/T)
     floatX* dfch;                      // (N, 4C/T)
@@ -87,7 +115,8 @@ struct Activations {
     // product's partial sums before they are reduce-scattered.
     floatX *whole, *whole_ln, *partial;
     // Tensor parallelism only: the classifier's per-row statistics, this rank's (N, 3) and every rank's
-    // (T, N, 3), the rows' log-sum-exp (N), and one row of logits gathered whole (T·Vs ≥ Vp).
+    // (T, N, 3), and the rows' log-sum-exp (N). With tensor or pipeline parallelism: one row of logits
+    // gathered whole or sent from the last stage (T·Vs ≥ Vp).
     float *class_stats, *class_stats_all, *class_lse;
     floatX* logits_row;
 };
@@ -123,42 +152,49 @@ struct StepBuffers {
     int* targets = nullptr;
     void* scratch = nullptr;   // kernel scratch, the largest any kernel asks for
     float* norm = nullptr;     // the squared gradient norm
+    float* loss = nullptr;     // a micro-batch's mean loss, sent from the last stage to the others
 };
 // Requests them in the arena, for micro-batches of up to opt.batch_size × opt.seq_len tokens on a rank
-// of a tensor group of `tp` ranks (see struct Activations for what -r, -tp and -sp change).
+// of a tensor group of `tp` ranks and of pipeline stage `stage` (see struct Activations for what -r,
+// -tp, -sp and -pp change).
 static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
-                                 const TrainOptions& opt, const TensorParallel& tp) {
-    const size_t L = config.num_layers, C = config.channels, NH = config.num_heads;
+                                 const TrainOptions& opt, const TensorParallel& tp, const Stage& stage) {
+    const size_t C = config.channels, NH = config.num_heads;
     const size_t Vp = config.padded_vocab_size, HS = C / NH, T_ranks = tp.size();
     const int B = opt.batch_size, T = opt.seq_len;
     const size_t N = (size_t)B * T, Nl = tp.local_positions((int)N);
     const size_t Ct = C / T_ranks, NHt = NH / T_ranks, Vs = tp.vocab_slice((int)Vp);
-    const size_t ln_layers = opt.recompute >= 2 ? 1 : L, gelu_layers = opt.recompute >= 1 ? 1 : L;
+    const size_t K = stage.slots, slices = (size_t)stage.layers() * K;
+    const size_t ln_slices = opt.recompute >= 2 ? 1 : slices, gelu_slices = opt.recompute >= 1 ? 1 : slices;
     Activations& a = buffers->act;
     auto request = [&](auto** pointer, size_t count) {
         arena->request(pointer, count, MemoryKind::ACTIVATIONS);
     };
-    request(&a.encoded, Nl * C);
-    request(&a.ln1, ln_layers * Nl * C);
-    request(&a.ln1_mean, L * Nl);
-    request(&a.ln1_rstd, L * Nl);
-    request(&a.qkv, L * N * 3 * Ct);
-    request(&a.atty, L * N * Ct);
-    request(&a.att_lse, L * N * NHt);
-    request(&a.residual2, L * Nl * C);
-    request(&a.ln2, ln_layers * Nl * C);
-    request(&a.ln2_mean, L * Nl);
-    request(&a.ln2_rstd, L * Nl);
-    request(&a.fch, L * N * 4 * Ct);
-    request(&a.fch_gelu, gelu_layers * N * 4 * Ct);
-    request(&a.residual3, L * Nl * C);
-    request(&a.lnf, Nl * C);
-    request(&a.lnf_mean, Nl);
-    request(&a.lnf_rstd, Nl);
-    request(&a.logits, N * Vs);
-    request(&a.losses, N);
+    request(&a.encoded, K * Nl * C);
+    request(&a.ln1, ln_slices * Nl * C);
+    request(&a.ln1_mean, slices * Nl);
+    request(&a.ln1_rstd, slices * Nl);
+    request(&a.qkv, slices * N * 3 * Ct);
+    request(&a.atty, slices * N * Ct);
+    request(&a.att_lse, slices * N * NHt);
+    request(&a.residual2, slices * Nl * C);
+    request(&a.ln2, ln_slices * Nl * C);
+    request(&a.ln2_mean, slices * Nl);
+    request(&a.ln2_rstd, slices * Nl);
+    request(&a.fch, slices * N * 4 * Ct);
+    request(&a.fch_gelu, gelu_slices * N * 4 * Ct);
+    request(&a.residual3, slices * Nl * C);
+    if (stage.last) {
+        request(&a.lnf, Nl * C);
+        request(&a.lnf_mean, K * Nl);
+        request(&a.lnf_rstd, K * Nl);
+        request(&a.dlnf, K * Nl * C);
+        request(&a.logits, N * Vs);
+        request(&a.losses, N);
+    }
     request(&a.branch, Nl * C);
-    request(&a.dresidual, Nl * C);
+    request(&a.dresidual[0], Nl * C);
+    if (!(stage.first && stage.last)) request(&a.dresidual[1], Nl * C);
     request(&a.dln, Nl * C);
     request(&a.datty, N * Ct);
     request(&a.dqkv, N * 3 * Ct);
@@ -168,12 +204,12 @@ static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const
         request(&a.whole_ln, N * C);
         request(&a.partial, N * C);
     }
-    if (tp.size() > 1) {
+    if (tp.size() > 1 && stage.last) {
         request(&a.class_stats, N * 3);
         request(&a.class_stats_all, T_ranks * N * 3);
         request(&a.class_lse, N);
-        request(&a.logits_row, T_ranks * Vs);
     }
+    if (tp.size() > 1 || !(stage.first && stage.last)) request(&a.logits_row, T_ranks * Vs);
     request(&buffers->inputs, N);
     request(&buffers->targets, N);
     const size_t scratch_bytes = std::max(
@@ -182,6 +218,7 @@ static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const
          attention_backward_scratch_bytes(B, T, (int)NHt, (int)HS), global_norm_scratch_bytes()});
     request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
     request(&buffers->norm, 1);
+    request(&buffers->loss, 1);
 }
 
 // The ZeRO stage a run uses: what -z asks for, when there is a communicator (several ranks, or one
@@ -205,61 +242,112 @@ static bool fp32_master_weights(const TrainOptions& opt) {
 #endif
 }
 
+// The slice of the model a rank holds: its tensor rank's slice of its stage's layers.
+static ModelSlice model_slice(const Mesh& mesh, const Stage& stage) {
+    return {mesh.tensor_rank, mesh.tensor, stage.first_layer, stage.end_layer, stage.first, stage.last};
+}
+
 // Bytes one rank sends in its tensor group per optimizer step of `micro_steps` micro-steps: the
-// collectives of run_forward, run_classifier and run_backward (parallel/tensor_parallel.h), counted
-// here without running them (GPUModel checks its first micro-step against this). Per micro-step, with
-// n = N·C elements of one (N, C) activation:
-//   sequence parallel   forward: the embeddings' reduce-scatter; per layer 2 gathers and 2
-//                       reduce-scatters; lnf's gather. backward: lnf's gather and its gradient's
-//                       reduce-scatter; per layer 4 gathers and 2 reduce-scatters; the embeddings'
-//                       gather: 10 L + 5 gathers' worth. The LayerNorm gradients' sums (4C per layer,
-//                       2C final) wherever the gradients are reduced.
-//   otherwise           forward: the embeddings' and per layer 2 all-reduces; backward: the
-//                       classifier's and per layer 2 all-reduces: 4 L + 2 all-reduces.
-// Both: the classifier's row statistics (N × 3 fp32) gathered, and the squared norm summed per step.
+// collectives of forward_stage, run_classifier and backward_stage (parallel/tensor_parallel.h),
+// counted here without running them (GPUModel checks its first micro-step against this). Per
+// micro-step, with n = N·C elements of one (N, C) activation and Ls the stage's layers:
+//   sequence parallel   forward: the embeddings' reduce-scatter (first stage); per layer 2 gathers and
+//                       2 reduce-scatters; lnf's gather, again for the classifier's backward, and the
+//                       reduce-scatter of lnf's gradient (last stage). backward: per layer 4 gathers
+//                       and 2 reduce-scatters; the embeddings' gather (first stage): 10 Ls + 2 + 3
+//                       gathers' worth with both ends.
+//                       The LayerNorm gradients' sums (4C per layer, 2C final) wherever the gradients
+//                       are reduced.
+//   otherwise           forward: the embeddings' (first stage), per layer 2, and the classifier's
+//                       backward's (last stage) all-reduces; backward: per layer 2.
+// The last stage also gathers the classifier's row statistics (N × 3 fp32); the squared norm is summed
+// once per step.
 struct TensorTraffic {
-    size_t per_micro_step = 0;  // the activations' collectives and the classifier's statistics
-    size_t per_reduction = 0;   // the LayerNorm gradients' sums, wherever the gradients are reduced
-    size_t per_step = 0;        // the squared norm's sum
+    size_t per_micro_step = 0, per_reduction = 0, per_step = 0;
 };
-static TensorTraffic tensor_traffic(const GPTConfig& c, int B, int T_len, const TensorParallel& tp) {
+static TensorTraffic tensor_traffic(const GPTConfig& c, int B, int T_len, const TensorParallel& tp,
+                                    const Stage& stage) {
     TensorTraffic t;
     const int T = tp.size();
     if (T == 1) return t;
-    const size_t N = (size_t)B * T_len, C = c.channels, L = c.num_layers, e = sizeof(floatX);
-    t.per_micro_step = TensorParallel::gather_bytes(N * 3, T, sizeof(float));
+    const size_t N = (size_t)B * T_len, C = c.channels, L = stage.layers(), e = sizeof(floatX);
+    const size_t first = stage.first ? 1 : 0, last = stage.last ? 1 : 0;
+    if (stage.last) t.per_micro_step = TensorParallel::gather_bytes(N * 3, T, sizeof(float));
     if (tp.sequence_parallel()) {
-        t.per_micro_step += (10 * L + 5) * TensorParallel::gather_bytes(N / T * C, T, e);
-        t.per_reduction = L * TensorParallel::all_reduce_bytes(4 * C, T, e) + TensorParallel::all_reduce_bytes(2 * C, T, e);
+        t.per_micro_step += (10 * L + 2 * first + 3 * last) * TensorParallel::gather_bytes(N / T * C, T, e);
+        t.per_reduction = L * TensorParallel::all_reduce_bytes(4 * C, T, e) +
+                          (stage.last ? TensorParallel::all_reduce_bytes(2 * C, T, e) : 0);
     } else {
-        t.per_micro_step += (4 * L + 2) * TensorParallel::all_reduce_bytes(N * C, T, e);
+        t.per_micro_step += (4 * L + first + last) * TensorParallel::all_reduce_bytes(N * C, T, e);
     }
     t.per_step = TensorParallel::all_reduce_bytes(1, T, sizeof(float));
     return t;
 }
-static size_t tensor_bytes_per_step(const GPTConfig& c, const TrainOptions& opt, const TensorParallel& tp,
-                                    int micro_steps, int zero_stage) {
-    const TensorTraffic t = tensor_traffic(c, opt.batch_size, opt.seq_len, tp);
+static size_t tensor_bytes_per_step(const TensorTraffic& t, int micro_steps, int zero_stage) {
     const size_t reductions = zero_stage >= 2 ? micro_steps : 1;  // as ParameterStore::reduces_gradients
     return micro_steps * t.per_micro_step + reductions * t.per_reduction + t.per_step;
 }
+// Bytes one rank sends along its pipeline per step: each micro-batch's activations to the next stage
+// and their gradients to the previous one, (Nl, C) each; the tied embedding's gradient between the
+// first and the last stage; the loss, from the last stage.
+static size_t pipeline_bytes_per_step(const GPTConfig& c, const TrainOptions& opt, const TensorParallel& tp,
+                                      const Stage& stage, int stages, int micro_steps) {
+    if (stages == 1) return 0;
+    const size_t Nl = tp.local_positions(opt.batch_size * opt.seq_len), C = c.channels;
+    const size_t boundaries = (stage.first ? 0 : 1) + (stage.last ? 0 : 1);
+    const size_t tied = stage.first || stage.last ? tp.vocab_slice(c.padded_vocab_size) * C : 0;
+    return (micro_steps * boundaries * Nl * C + tied) * sizeof(floatX);
+}
 
-// The device memory and network traffic of rank 0 of a run of num_ranks ranks, computed from the same
-// buffer requests the model makes, without allocating anything (for --dry-run; no device needed).
-ModelMemory plan_gpu_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
-    const Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel);
+// One line per pipeline stage for the start-up report: its layers, micro-batches in flight and memory.
+static std::string stage_report(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates);
+
+// The device memory and network traffic of rank 0 of a run of num_ranks ranks (stage 0; the others'
+// in memory.pipeline_report), computed from the same buffer requests the model makes, without
+// allocating anything (for --dry-run; no device needed).
+static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks,
+                                     bool communicates, int stage_index) {
+    Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel);
+    mesh.stage = stage_index;
+    const int micro_steps = grad_accum_steps(opt, num_ranks);
+    const Stage stage = make_stage(config, opt, mesh, micro_steps);
     const TensorParallel tp(nullptr, nullptr, 0, mesh.tensor, sequence_parallel(opt));
     const int zero_stage = zero_stage_in_effect(opt, communicates);
     DeviceArena arena;
-    ParameterStore store(make_param_buckets(config, mesh.data, 0, mesh.tensor), zero_stage, 0, fp32_master_weights(opt));
+    ParameterStore store(make_param_buckets(config, mesh.data, model_slice(mesh, stage)), zero_stage, 0,
+                         fp32_master_weights(opt));
     store.request_memory(&arena);
     StepBuffers buffers;
-    request_step_buffers(&arena, &buffers, config, opt, tp);
+    request_step_buffers(&arena, &buffers, config, opt, tp, stage);
     ModelMemory memory = arena.memory();
-    const int micro_steps = grad_accum_steps(opt, num_ranks);
     memory.network_bytes_per_step = store.bytes_sent_per_step(micro_steps);
-    memory.tensor_bytes_per_step = tensor_bytes_per_step(config, opt, tp, micro_steps, zero_stage);
+    memory.tensor_bytes_per_step =
+        tensor_bytes_per_step(tensor_traffic(config, opt.batch_size, opt.seq_len, tp, stage), micro_steps, zero_stage);
+    memory.pipeline_bytes_per_step = pipeline_bytes_per_step(config, opt, tp, stage, mesh.pipeline, micro_steps);
     return memory;
+}
+ModelMemory plan_gpu_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
+    ModelMemory memory = plan_stage_memory(config, opt, num_ranks, communicates, 0);
+    memory.pipeline_report = stage_report(config, opt, num_ranks, communicates);
+    return memory;
+}
+static std::string stage_report(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
+    const int P = opt.pipeline_parallel, m = grad_accum_steps(opt, num_ranks);
+    if (P == 1) return "";
+    const std::vector<int> first = stage_layers(config, opt.seq_len, P);
+    std::string report = strprintf("pipeline: %d stages, %s; %s schedule, %d micro-batches, bubble %.1f%%\n", P,
+                                   describe_stage_layers(first).c_str(), opt.pp_schedule.c_str(), m,
+                                   100.0 * pipeline_bubble(P, m));
+    const double MiB = 1024.0 * 1024.0;
+    for (int s = 0; s < P; s++) {
+        const ModelMemory mem = plan_stage_memory(config, opt, num_ranks, communicates, s);
+        const int kept = micro_batches_in_flight(opt.pp_schedule, P, s, m);
+        const std::string layers = first[s + 1] - first[s] == 1 ? strprintf("layer %d", first[s])
+                                                                 : strprintf("layers %d-%d", first[s], first[s + 1] - 1);
+        report += strprintf("stage %d: %s, %d micro-batch%s in flight, activations %.1f MiB, total %.1f MiB\n", s,
+                            layers.c_str(), kept, kept == 1 ? "" : "es", mem.activations / MiB, mem.total() / MiB);
+    }
+    return report;
 }
 
 class GPUModel : public TrainModel {
@@ -276,6 +364,7 @@ public:
     void zero_grad() override;
     float forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
                            bool last_micro_step) override;
+    double train_step(int micro_steps, int B, int T, const NextBatch& next_batch) override;
     double grad_norm() override;
     void update(const AdamWSettings& settings, int step) override;
 
@@ -283,12 +372,25 @@ public:
     void set_working_weights(const std::vector<float>& weights) override;
     std::vector<float> working_weights() override { return store_.weights_in_layout_order(); }
     ModelPart working_weights_part() override { return store_.weights_part(); }
-    bool forward_is_collective() const override { return store_.stage() >= 3 || tp_.size() > 1; }
+    bool forward_is_collective() const override {
+        return store_.stage() >= 3 || tp_.size() > 1 || pipeline_.stages() > 1;
+    }
     void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) override;
     OptimizerPart optimizer_part() override { return store_.optimizer_part(); }
     ModelMemory memory() const override { return memory_; }
-    // The gradients, widened to fp32 (for tests and debugging; one tensor rank, -z 0 and 1).
+    // Samples through a key/value cache (gpu/gpt_decode.h) where this rank holds every weight; where
+    // forward() is a collective (the model spread over the ranks), the samples recompute the prefix.
+    bool supports_decode() const override { return !forward_is_collective(); }
+    void decode_reset(int max_len) override {
+        if (!decoder_ || decoder_->capacity() < max_len)
+            decoder_ = std::make_unique<GPUDecoder>(config_, max_len, stream_);
+        decoder_->truncate(0);
+    }
+    void decode_next(int token, float* logits) override {
+        decoder_->step(token, [this](int t, int l) -> const floatX* { return p(t, l); }, logits);
+    }
+    // The gradients, widened to fp32 (for tests and debugging; one rank of a whole model, -z 0 and 1).
     std::vector<float> gradients() { return store_.gradients_in_layout_order(); }
     // Device bytes the model allocated (its arena), for tests of the memory report.
     size_t allocated_bytes() const { return arena_.bytes(); }
@@ -302,37 +404,47 @@ private:
     floatX* g(int t, int l = 0) const {
         return store_.gradients(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
     }
-    // Slice l of a per-layer activation of `rows` × `width` values (slice 0 when not kept per layer).
-    floatX* layer(floatX* base, int l, size_t rows, size_t width, bool per_layer = true) const {
-        return base + (per_layer ? (size_t)l * rows * width : 0);
-    }
-    float* layer(float* base, int l, size_t rows) const { return base + (size_t)l * rows; }
-    // Layer l's slices of every per-layer activation (slice 0 of those -r does not keep per layer).
+    // Layer l's (a layer of this stage) slices of every per-layer activation of the micro-batch in
+    // `slot` (slice 0 of those -r does not keep per layer).
     struct LayerSlices {
-        const floatX* x;  // the layer's input: the embeddings, or the previous layer's residual3
+        const floatX* x;  // the layer's input: the stage's input, or the previous layer's residual3
         floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
         float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
     };
-    LayerSlices layer_slices(int l) const;
+    LayerSlices layer_slices(int l, int slot) const;
+    // The stage's input and output activations of the micro-batch in `slot`.
+    floatX* stage_input(int slot) const { return act_.encoded + (size_t)slot * max_Nl_ * config_.channels; }
+    const floatX* stage_output(int slot) const { return layer_slices(stage_.end_layer - 1, slot).residual3; }
     // A row-parallel product's partial sums go here before tp_.reduce_positions into `mine`.
     floatX* partial_for(floatX* mine) const { return tp_.partial_buffer(act_.partial, mine); }
-    // Before the gradients of bucket `bucket` are reduced across the data ranks: under sequence
-    // parallelism the LayerNorm parameters' gradients are summed over the tensor group first.
+    // Reduces the gradients of `bucket` across the data ranks; under sequence parallelism the
+    // LayerNorm parameters' gradients are summed over the tensor group first.
     void reduce_gradients(int bucket, bool last_micro_step);
 
     void upload_tokens(const int* inputs, const int* targets, int B, int T);
-    void run_forward(int B, int T);
-    float run_classifier(bool write_dlogits, float loss_scale);
-    void run_backward(bool last_micro_step);
+    // How far a forward pass goes on the last stage: the logits, the loss too, or also the
+    // classifier's backward (training).
+    enum class Pass { LOGITS, LOSS, TRAINING };
+    // The stage's forward pass of the micro-batch in `slot` (tokens already uploaded); on the last
+    // stage the mean loss (NAN for Pass::LOGITS; 0 on the other stages).
+    float forward_stage(int slot, Pass pass, float loss_scale, bool last_micro_step);
+    float run_classifier(int slot, bool training, float loss_scale, bool last_micro_step);
+    // The stage's backward pass of micro-batch `micro_batch`, in `slot`.
+    void backward_stage(int slot, int micro_batch, bool last_micro_step);
+    // The last stage's mean loss on every stage.
+    float loss_from_last_stage(float loss);
 
     GPTConfig config_;
     WorldRanks world_;
     Mesh mesh_;                       // this rank's place among the ranks (-tp, -pp, data)
     MeshCommunicators comms_;         // its groups' NCCL communicators
     TensorParallel tp_;               // the collectives of its tensor group
+    PipelineParallel pipeline_;       // the transfers along its pipeline
+    int accum_steps_;
+    std::string schedule_;            // --pp-schedule
+    Stage stage_;                     // the layers it computes, the micro-batches it keeps
     ParamBuckets buckets_;            // device order of parameters and gradients (this rank's slice)
     ParameterStore store_;            // weights, gradients, optimizer state under the ZeRO stage
-    int accum_steps_;
     int max_B_, max_T_;
     size_t max_N_, max_Nl_;           // positions of a micro-batch, and those this rank keeps (-sp)
     int recompute_;
@@ -349,10 +461,11 @@ private:
     Activations& act_ = buf_.act;
     void* encoder_host_scratch_ = nullptr;
 
-    int B_ = 0, T_ = 0;                // shape of the last forward
-    bool have_targets_ = false;
-    std::vector<int> inputs_host_;     // the last forward's tokens (the encoder's backward groups them)
+    int B_ = 0, T_ = 0;                // shape of the micro-batches
+    // The tokens of the micro-batches in flight, per slot (the encoder's backward groups them).
+    std::vector<std::vector<int>> inputs_host_;
     std::vector<float> losses_host_;
+    std::unique_ptr<GPUDecoder> decoder_;  // the samples' key/value cache, made by the first sample
 };
 
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
@@ -360,12 +473,15 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel)),
       comms_(split_mesh_communicators(world.nccl, mesh_)),
       tp_(comms_.tensor, comms_.tensor_overlap, mesh_.tensor_rank, mesh_.tensor, sequence_parallel(opt)),
-      buckets_(make_param_buckets(config, mesh_.data, mesh_.tensor_rank, mesh_.tensor)),
+      pipeline_(comms_.pipeline, comms_.tied_embedding, mesh_.stage, mesh_.pipeline),
+      accum_steps_(std::max(1, grad_accum_steps(opt, world.num_ranks()))), schedule_(opt.pp_schedule),
+      stage_(make_stage(config, opt, mesh_, accum_steps_)),
+      buckets_(make_param_buckets(config, mesh_.data, model_slice(mesh_, stage_))),
       store_(buckets_, zero_stage_in_effect(opt, comms_.data != nullptr), mesh_.data_rank, fp32_master_weights(opt)),
-      accum_steps_(std::max(1, grad_accum_steps(opt, world.num_ranks()))),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
-      recompute_(opt.recompute), use_master_(fp32_master_weights(opt)), seed_(opt.seed) {
+      recompute_(opt.recompute), use_master_(fp32_master_weights(opt)), seed_(opt.seed),
+      inputs_host_(stage_.slots) {
     const int C = config.channels, NH = config.num_heads;
     const int Vp = config.padded_vocab_size, HS = C / NH;
     if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
@@ -373,7 +489,6 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
     if (!attention_supports_head_size(HS))
         fail("-e (--model): head size %d (channels %d / heads %d) is not supported by the attention "
              "kernels (supported: 32, 64, 128)", HS, C, NH);
-    if (mesh_.pipeline > 1) fail("-pp (--pipeline-parallel): pipeline stages are not built into this trainer yet");
 
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -384,12 +499,16 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
     set_attention_kernel(opt.attention_kernel.c_str());
 
     // Parameters, gradients and optimizer state as the ZeRO stage keeps them, then everything sized
-    // by the micro-batch (see struct Activations for what -r, -tp and -sp change).
+    // by the micro-batch (see struct Activations for what -r, -tp, -sp and -pp change).
     store_.request_memory(&arena_);
-    request_step_buffers(&arena_, &buf_, config, opt, tp_);
+    request_step_buffers(&arena_, &buf_, config, opt, tp_, stage_);
     memory_ = arena_.memory();
     memory_.network_bytes_per_step = store_.bytes_sent_per_step(accum_steps_);
-    memory_.tensor_bytes_per_step = tensor_bytes_per_step(config, opt, tp_, accum_steps_, store_.stage());
+    memory_.tensor_bytes_per_step = tensor_bytes_per_step(
+        tensor_traffic(config, opt.batch_size, opt.seq_len, tp_, stage_), accum_steps_, store_.stage());
+    memory_.pipeline_bytes_per_step =
+        pipeline_bytes_per_step(config, opt, tp_, stage_, mesh_.pipeline, accum_steps_);
+    memory_.pipeline_report = stage_report(config, opt, world.num_ranks(), comms_.data != nullptr);
 
     // Will it fit? Say so before allocating anything, with what to lower.
     size_t free_bytes = 0, total_bytes = 0;
@@ -405,7 +524,8 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
     store_.start(stream_, comms_.data);
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
-    CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, max_N_ * tp_.vocab_slice(Vp) * sizeof(floatX), stream_));
+    if (stage_.last)
+        CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, max_N_ * tp_.vocab_slice(Vp) * sizeof(floatX), stream_));
 }
 
 GPUModel::~GPUModel() {
@@ -417,10 +537,13 @@ GPUModel::~GPUModel() {
 
 std::string GPUModel::description() const {
     std::string parallel = store_.description();
+    auto append = [&](const std::string& what) { parallel = parallel.empty() ? what : what + ", " + parallel; };
     if (tp_.size() > 1)
-        parallel = strprintf("tensor parallel over %d ranks%s%s%s", tp_.size(),
-                             tp_.sequence_parallel() ? " (sequence parallel)" : "", parallel.empty() ? "" : ", ",
-                             parallel.c_str());
+        append(strprintf("tensor parallel over %d ranks%s", tp_.size(),
+                         tp_.sequence_parallel() ? " (sequence parallel)" : ""));
+    if (pipeline_.stages() > 1)
+        append(strprintf("pipeline stage %d of %d (layers %d-%d, %s)", mesh_.stage, mesh_.pipeline,
+                         stage_.first_layer, stage_.end_layer - 1, schedule_.c_str()));
     return strprintf("CUDA on %s, %s storage%s, fp32 AdamW state, recompute -r %d%s",
                      device_name_.c_str(), PRECISION_NAME,
                      use_master_ ? " with fp32 master weights" : "", recompute_,
@@ -440,67 +563,76 @@ void GPUModel::upload_tokens(const int* inputs, const int* targets, int B, int T
             fail("forward: token id outside the vocabulary [0, %d) at position %zu",
                  config_.vocab_size, i);
     B_ = B, T_ = T;
-    have_targets_ = targets != nullptr;
-    inputs_host_.assign(inputs, inputs + N);
-    CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
-    if (targets)
-        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice,
-                                   stream_));
+    if (stage_.first)
+        CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+    if (targets && stage_.last)
+        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
 }
 
-GPUModel::LayerSlices GPUModel::layer_slices(int l) const {
+GPUModel::LayerSlices GPUModel::layer_slices(int l, int slot) const {
     const Activations& a = act_;
     const size_t C = config_.channels, Ct = C / tp_.size(), N = max_N_, Nl = max_Nl_;
-    const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
-    return {l == 0 ? a.encoded : layer(a.residual3, l - 1, Nl, C),
-            layer(a.ln1, l, Nl, C, keep_ln),
-            layer(a.qkv, l, N, 3 * Ct),
-            layer(a.atty, l, N, Ct),
-            layer(a.residual2, l, Nl, C),
-            layer(a.ln2, l, Nl, C, keep_ln),
-            layer(a.fch, l, N, 4 * Ct),
-            layer(a.fch_gelu, l, N, 4 * Ct, keep_gelu),
-            layer(a.residual3, l, Nl, C),
-            layer(a.ln1_mean, l, Nl),
-            layer(a.ln1_rstd, l, Nl),
-            layer(a.ln2_mean, l, Nl),
-            layer(a.ln2_rstd, l, Nl),
-            layer(a.att_lse, l, N * config_.num_heads / tp_.size())};
+    const size_t i = (size_t)slot * stage_.layers() + (l - stage_.first_layer);  // this slice
+    const size_t ln = recompute_ < 2 ? i : 0, gelu = recompute_ < 1 ? i : 0;
+    return {l == stage_.first_layer ? stage_input(slot) : a.residual3 + (i - 1) * Nl * C,
+            a.ln1 + ln * Nl * C,
+            a.qkv + i * N * 3 * Ct,
+            a.atty + i * N * Ct,
+            a.residual2 + i * Nl * C,
+            a.ln2 + ln * Nl * C,
+            a.fch + i * N * 4 * Ct,
+            a.fch_gelu + gelu * N * 4 * Ct,
+            a.residual3 + i * Nl * C,
+            a.ln1_mean + i * Nl,
+            a.ln1_rstd + i * Nl,
+            a.ln2_mean + i * Nl,
+            a.ln2_rstd + i * Nl,
+            a.att_lse + i * N * config_.num_heads / tp_.size()};
 }
 
-// x = wte[tokens] + wpe; each layer: x += attproj(attention(qkv(ln1(x)))); x += fcproj(gelu(fc(ln2(x))));
-// logits = lnf(x) · wteᵀ. Each residual add is fused with the LayerNorm that follows it.
-// Under ZeRO-3 each bucket's weights are gathered just before use: the embeddings and the final
-// LayerNorm first (kept until the classifier and its backward are done), each layer's while the one
-// before it computes; a layer's weights are released once its last kernel is issued.
-// Under tensor parallelism (tp_) each rank computes its heads, its hidden units and its vocabulary
-// slice: before a column-parallel product (qkv, fc, the classifier) its input is gathered whole, after
-// a row-parallel one (attproj, fcproj, the embeddings' lookup) the partial sums are reduced to the
+// The stage's part of: x = wte[tokens] + wpe; each layer: x += attproj(attention(qkv(ln1(x))));
+// x += fcproj(gelu(fc(ln2(x)))); logits = lnf(x) · wteᵀ. Each residual add is fused with the LayerNorm
+// that follows it.
+// Pipeline (pipeline_): a stage other than the first receives x from the previous stage; one other
+// than the last sends its output to the next.
+// ZeRO-3 (store_): each bucket's weights are gathered just before use, each layer's while the one
+// before it computes, and released once its last kernel is issued.
+// Tensor parallelism (tp_): each rank computes its heads, its hidden units and its vocabulary slice:
+// before a column-parallel product (qkv, fc, the classifier) its input is gathered whole, after a
+// row-parallel one (attproj, fcproj, the embeddings' lookup) the partial sums are reduced to the
 // positions this rank keeps (all of them without sequence parallelism).
-void GPUModel::run_forward(int B, int T) {
-    const int N = B * T, Nl = tp_.local_positions(N), L = config_.num_layers, C = config_.channels;
+float GPUModel::forward_stage(int slot, Pass pass, float loss_scale, bool last_micro_step) {
+    const int B = B_, T = T_, N = B * T, Nl = tp_.local_positions(N), C = config_.channels;
     const int NHt = config_.num_heads / tp_.size(), HS = C / config_.num_heads, Ct = C / tp_.size();
-    const int Vp = config_.padded_vocab_size, Vs = tp_.vocab_slice(Vp), vocab_begin = tp_.vocab_begin(Vp);
-    const int EMBEDDINGS = buckets_.embedding_bucket(), FINAL_NORM = buckets_.final_norm_bucket();
+    const int Vp = config_.padded_vocab_size, Vs = tp_.vocab_slice(Vp);
+    const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
+    const int FINAL_NORM = buckets_.final_norm_bucket();
     Activations& a = act_;
     cudaStream_t s = stream_;
 
-    store_.gather_weights(EMBEDDINGS);
-    store_.gather_weights(FINAL_NORM);
-    store_.gather_weights(buckets_.layer_bucket(0));
-    store_.wait_for_weights(EMBEDDINGS);
-    // The embeddings: each tensor rank looks up the tokens of its vocabulary slice (rank 0 adds wpe).
-    encoder_forward_vocab_slice(partial_for(a.encoded), buf_.inputs, p(WTE), vocab_begin, Vs,
-                                tp_.added_once(p(WPE)), B, T, C, s);
-    tp_.reduce_positions(a.encoded, partial_for(a.encoded), N, C, s);
-    store_.wait_for_weights(buckets_.layer_bucket(0));
-    const LayerSlices first = layer_slices(0);
-    layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, a.encoded, p(LN1W, 0), p(LN1B, 0),
-                      Nl, C, s);
-    for (int l = 0; l < L; l++) {
-        const int next_bucket = l + 1 < L ? buckets_.layer_bucket(l + 1) : FINAL_NORM;
-        if (l + 1 < L) store_.gather_weights(next_bucket);  // prefetch: overlaps this layer's compute
-        const LayerSlices y = layer_slices(l);
+    if (stage_.first) {  // the embeddings: each tensor rank looks up the tokens of its vocabulary slice
+        store_.gather_weights(POSITIONS);
+        store_.gather_weights(VOCABULARY);
+        store_.wait_for_weights(POSITIONS);
+        store_.wait_for_weights(VOCABULARY);
+        encoder_forward_vocab_slice(partial_for(stage_input(slot)), buf_.inputs, p(WTE), tp_.vocab_begin(Vp), Vs,
+                                    tp_.added_once(p(WPE)), B, T, C, s);
+        tp_.reduce_positions(stage_input(slot), partial_for(stage_input(slot)), N, C, s);
+        store_.release_weights(POSITIONS);
+        if (!stage_.last) store_.release_weights(VOCABULARY);
+    } else {
+        pipeline_.receive_activations(stage_input(slot), (size_t)Nl * C, s);
+    }
+    store_.gather_weights(buckets_.layer_bucket(stage_.first_layer));
+    store_.wait_for_weights(buckets_.layer_bucket(stage_.first_layer));
+    const LayerSlices first = layer_slices(stage_.first_layer, slot);
+    layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, first.x, p(LN1W, stage_.first_layer),
+                      p(LN1B, stage_.first_layer), Nl, C, s);
+    for (int l = stage_.first_layer; l < stage_.end_layer; l++) {
+        const bool last_layer = l + 1 == stage_.end_layer;
+        const int next_bucket = !last_layer ? buckets_.layer_bucket(l + 1) : FINAL_NORM;
+        if (next_bucket >= 0) store_.gather_weights(next_bucket);  // prefetch: overlaps this layer's compute
+        const LayerSlices y = layer_slices(l, slot);
         // Attention branch: residual2 = x + attproj(attention(qkv(ln1))), then ln2 of it.
         const floatX* ln1 = tp_.gather_positions(a.whole, y.ln1, N, C, s);
         matmul_forward(y.qkv, ln1, p(QKVW, l), p(QKVB, l), N, C, 3 * Ct, s);
@@ -518,48 +650,82 @@ void GPUModel::run_forward(int B, int T) {
         matmul_forward(partial_for(a.branch), y.fch_gelu, p(FCPROJW, l), tp_.added_once(p(FCPROJB, l)), N,
                        4 * Ct, C, s);
         tp_.reduce_positions(a.branch, partial_for(a.branch), N, C, s);
-        store_.wait_for_weights(next_bucket);
-        if (l + 1 < L) {
-            const LayerSlices next = layer_slices(l + 1);
+        if (next_bucket >= 0) store_.wait_for_weights(next_bucket);
+        if (!last_layer) {
+            const LayerSlices next = layer_slices(l + 1, slot);
             residual_layernorm_forward(y.residual3, next.ln1, next.ln1_mean, next.ln1_rstd,
                                        y.residual2, a.branch, p(LN1W, l + 1), p(LN1B, l + 1), Nl, C, s);
+        } else if (stage_.last) {
+            residual_layernorm_forward(y.residual3, a.lnf, a.lnf_mean + (size_t)slot * max_Nl_,
+                                       a.lnf_rstd + (size_t)slot * max_Nl_, y.residual2, a.branch, p(LNFW),
+                                       p(LNFB), Nl, C, s);
         } else {
-            residual_layernorm_forward(y.residual3, a.lnf, a.lnf_mean, a.lnf_rstd, y.residual2,
-                                       a.branch, p(LNFW), p(LNFB), Nl, C, s);
+            residual_forward(y.residual3, y.residual2, a.branch, (size_t)Nl * C, s);
         }
         store_.release_weights(buckets_.layer_bucket(l));
     }
+    if (!stage_.last) {
+        pipeline_.send_activations(stage_output(slot), (size_t)Nl * C);
+        return 0;
+    }
+    store_.release_weights(FINAL_NORM);
+    if (!stage_.first) {
+        store_.gather_weights(VOCABULARY);
+        store_.wait_for_weights(VOCABULARY);
+    }
     const floatX* lnf = tp_.gather_positions(a.whole, a.lnf, N, C, s);
     matmul_forward(a.logits, lnf, p(WTE), nullptr, N, C, Vs, s);  // this rank's vocabulary slice
+    if (pass != Pass::LOGITS) return run_classifier(slot, pass == Pass::TRAINING, loss_scale, last_micro_step);
+    store_.release_weights(VOCABULARY);
+    return NAN;
 }
 
-// Losses per position, and with write_dlogits the logits replaced by the loss gradient (scaled by
-// loss_scale / N). Returns the mean loss (summed on the host in double, in a fixed order). Under
-// tensor parallelism each rank holds a slice of every row's logits: the slices' statistics (maximum,
-// sum of exponentials, the target's logit) are gathered and combined into each row's log-sum-exp, so
-// that the whole rows are never gathered.
-float GPUModel::run_classifier(bool write_dlogits, float loss_scale) {
-    const int N = B_ * T_, V = config_.vocab_size, Vp = config_.padded_vocab_size;
+// Losses per position (their mean returned, summed on the host in double, in a fixed order); with
+// `training` the logits replaced by the loss gradient (scaled by loss_scale / N), and the classifier's
+// backward: d(loss)/d(lnf) into dlnf (of the slot) and wte's gradient. Under tensor parallelism each
+// rank holds a slice of every row's logits: the slices' statistics (maximum, sum of exponentials, the
+// target's logit) are gathered and combined into each row's log-sum-exp, so that the whole rows are
+// never gathered.
+float GPUModel::run_classifier(int slot, bool training, float loss_scale, bool last_micro_step) {
+    const int N = B_ * T_, V = config_.vocab_size, Vp = config_.padded_vocab_size, C = config_.channels;
+    const int VOCABULARY = buckets_.vocabulary_bucket();
     Activations& a = act_;
+    cudaStream_t s = stream_;
     if (tp_.size() == 1) {
-        fused_classifier(a.logits, a.losses, loss_scale / N, buf_.targets, N, V, Vp, write_dlogits, stream_);
+        fused_classifier(a.logits, a.losses, loss_scale / N, buf_.targets, N, V, Vp, training, s);
     } else {
         const int Vs = tp_.vocab_slice(Vp), begin = tp_.vocab_begin(Vp);
         const int valid = std::max(0, std::min(V - begin, Vs));  // real tokens in this slice
-        classifier_slice_stats(a.class_stats, a.logits, buf_.targets, N, begin, valid, Vs, stream_);
-        tp_.gather(a.class_stats_all, a.class_stats, (size_t)N * 3, stream_);
-        classifier_combine_stats(a.class_lse, a.losses, a.class_stats_all, tp_.size(), N, stream_);
-        if (write_dlogits)
-            classifier_slice_gradient(a.logits, a.class_lse, buf_.targets, loss_scale / N, N, begin, valid, Vs,
-                                      stream_);
+        classifier_slice_stats(a.class_stats, a.logits, buf_.targets, N, begin, valid, Vs, s);
+        tp_.gather(a.class_stats_all, a.class_stats, (size_t)N * 3, s);
+        classifier_combine_stats(a.class_lse, a.losses, a.class_stats_all, tp_.size(), N, s);
+        if (training) classifier_slice_gradient(a.logits, a.class_lse, buf_.targets, loss_scale / N, N, begin, valid, Vs, s);
     }
     losses_host_.resize(N);
-    CUDA_CHECK(cudaMemcpyAsync(losses_host_.data(), a.losses, N * sizeof(float), cudaMemcpyDeviceToHost,
-                               stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaMemcpyAsync(losses_host_.data(), a.losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+    if (training) {  // logits = lnf · wteᵀ backward: d(lnf) and wte's gradient (this vocabulary slice)
+        floatX* dlnf = a.dlnf + (size_t)slot * max_Nl_ * C;
+        store_.prepare_gradients(VOCABULARY);
+        const floatX* lnf = tp_.gather_positions(a.whole, a.lnf, N, C, s);
+        matmul_backward(partial_for(dlnf), g(WTE), nullptr, buf_.scratch, a.logits, lnf, p(WTE), N, C,
+                        tp_.vocab_slice(Vp), s);
+        tp_.reduce_positions(dlnf, partial_for(dlnf), N, C, s);
+        if (!stage_.first) reduce_gradients(VOCABULARY, last_micro_step);  // the classifier's copy is done
+    }
+    store_.release_weights(VOCABULARY);
+    CUDA_CHECK(cudaStreamSynchronize(s));
     double sum = 0;
     for (float loss : losses_host_) sum += loss;
     return (float)(sum / N);
+}
+
+float GPUModel::loss_from_last_stage(float loss) {
+    if (pipeline_.stages() == 1) return loss;
+    CUDA_CHECK(cudaMemcpyAsync(buf_.loss, &loss, sizeof(float), cudaMemcpyHostToDevice, stream_));
+    pipeline_.broadcast_from_last(buf_.loss, 1, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(&loss, buf_.loss, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return loss;
 }
 
 // Under sequence parallelism a forward of a length the tensor ranks cannot split (a sample, a
@@ -571,31 +737,38 @@ float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
     if (T_run != T) {
         if (targets) fail("internal error: a forward with targets of %d positions, which -tp does not split", T);
         padded.assign((size_t)B * T_run, 0);
-        for (int b = 0; b < B; b++) std::copy(inputs + (size_t)b * T, inputs + (size_t)(b + 1) * T, &padded[(size_t)b * T_run]);
+        for (int b = 0; b < B; b++)
+            std::copy(inputs + (size_t)b * T, inputs + (size_t)(b + 1) * T, &padded[(size_t)b * T_run]);
         inputs = padded.data(), T = T_run;
     }
     upload_tokens(inputs, targets, B, T);
-    run_forward(B, T);
-    store_.release_weights(buckets_.embedding_bucket());
-    store_.release_weights(buckets_.final_norm_bucket());
-    if (!targets) {
-        CUDA_CHECK(cudaStreamSynchronize(stream_));
-        return NAN;
-    }
-    return run_classifier(false, 1.0f);
+    const float loss = forward_stage(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, false);
+    pipeline_.finish(stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return targets ? loss_from_last_stage(loss) : NAN;
 }
 
-// Under tensor parallelism a collective: the row's slices are gathered from every rank.
+// The last stage's row, gathered from its tensor ranks' slices and sent to the other stages (a
+// collective where the model is split across ranks).
 void GPUModel::logits_at(int t, float* out) {
     const int V = config_.vocab_size, Vs = tp_.vocab_slice(config_.padded_vocab_size);
-    const floatX* row = act_.logits + (size_t)t * Vs;
-    if (tp_.size() > 1) {
-        tp_.gather(act_.logits_row, row, Vs, stream_);
-        row = act_.logits_row;
-    }
     std::vector<floatX> host(V);
-    CUDA_CHECK(cudaMemcpyAsync(host.data(), row, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (stage_.last) {
+        const floatX* row = act_.logits + (size_t)t * Vs;
+        if (tp_.size() > 1) {
+            tp_.gather(act_.logits_row, row, Vs, stream_);
+            row = act_.logits_row;
+        }
+        CUDA_CHECK(cudaMemcpyAsync(host.data(), row, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    if (pipeline_.stages() > 1) {
+        if (stage_.last)
+            CUDA_CHECK(cudaMemcpyAsync(act_.logits_row, host.data(), V * sizeof(floatX), cudaMemcpyHostToDevice, stream_));
+        pipeline_.broadcast_from_last(act_.logits_row, V, stream_);
+        CUDA_CHECK(cudaMemcpyAsync(host.data(), act_.logits_row, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     for (int i = 0; i < V; i++) out[i] = (float)host[i];
 }
 
@@ -603,26 +776,6 @@ void GPUModel::logits_at(int t, float* out) {
 // 3. Backward
 
 void GPUModel::zero_grad() { store_.zero_gradients(); }
-
-float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T,
-                                 float loss_scale, bool last_micro_step) {
-    tp_.reset_bytes_sent();
-    upload_tokens(inputs, targets, B, T);
-    run_forward(B, T);
-    const float loss = run_classifier(true, loss_scale);
-    run_backward(last_micro_step);
-    // The tensor group's traffic of one micro-step against the start-up report's plan (once, on a
-    // micro-batch of the planned size).
-    if (!traffic_checked_ && tp_.size() > 1) {
-        const TensorTraffic t = tensor_traffic(config_, B, T, tp_);
-        const size_t planned = t.per_micro_step + (store_.reduces_gradients(last_micro_step) ? t.per_reduction : 0);
-        if (tp_.bytes_sent() != planned)
-            fail("internal error: the tensor group sent %zu bytes in a micro-step, the plan says %zu",
-                 tp_.bytes_sent(), planned);
-        traffic_checked_ = true;
-    }
-    return loss;
-}
 
 void GPUModel::reduce_gradients(int bucket, bool last_micro_step) {
     const size_t summed = buckets_.buckets[bucket].sequence_summed;
@@ -632,43 +785,51 @@ void GPUModel::reduce_gradients(int bucket, bool last_micro_step) {
 }
 
 // Gradients flow back through the same steps. dresidual holds d(loss)/d(residual stream) at this
-// rank's positions; each branch reads it and its first LayerNorm adds the branch's contribution back
-// into it. Matmul and attention backward overwrite their input gradients; every parameter gradient is
-// added into, so micro-steps accumulate. As soon as a bucket's gradients are final for this micro-step,
-// they are reduced across ranks (parallel/zero.h says when and how for each ZeRO stage): the final
-// LayerNorm's first, then each layer's, the embeddings' last. Under ZeRO-3 each layer's weights are
-// gathered again, the next layer down while this one computes. Under tensor parallelism the
-// column-parallel products' input gradients are partial sums, reduced like the forward's row-parallel
-// outputs, and the row-parallel products read the whole output gradient, gathered.
-void GPUModel::run_backward(bool last_micro_step) {
-    const int B = B_, T = T_, N = B * T, Nl = tp_.local_positions(N), L = config_.num_layers;
+// rank's positions: from the final LayerNorm's backward on the last stage, from the next stage
+// otherwise; each branch reads it and its first LayerNorm adds the branch's contribution back into
+// it; a stage other than the first sends what is left, the gradient of its input, to the previous
+// one. Matmul and attention backward overwrite their input gradients; every parameter gradient is
+// added into, so micro-steps accumulate. As soon as a bucket's gradients are final for this
+// micro-step, they are reduced across the data ranks (parallel/zero.h says when and how for each ZeRO
+// stage): the final LayerNorm's first, then each layer's, the embeddings' last. Under ZeRO-3 each
+// layer's weights are gathered again, the next layer down while this one computes. Under tensor
+// parallelism the column-parallel products' input gradients are partial sums, reduced like the
+// forward's row-parallel outputs, and the row-parallel products read the whole output gradient,
+// gathered.
+void GPUModel::backward_stage(int slot, int micro_batch, bool last_micro_step) {
+    const int B = B_, T = T_, N = B * T, Nl = tp_.local_positions(N);
     const int C = config_.channels, Ct = C / tp_.size(), NHt = config_.num_heads / tp_.size();
     const int HS = C / config_.num_heads, Vp = config_.padded_vocab_size, Vs = tp_.vocab_slice(Vp);
-    const int EMBEDDINGS = buckets_.embedding_bucket(), FINAL_NORM = buckets_.final_norm_bucket();
+    const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
+    const int FINAL_NORM = buckets_.final_norm_bucket();
     const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
     Activations& a = act_;
     cudaStream_t s = stream_;
+    const int turn = pipeline_.stages() > 1 ? micro_batch % 2 : 0;
+    floatX* dresidual = a.dresidual[turn];
+    pipeline_.before_overwriting(turn, s);
 
-    // logits = lnf · wteᵀ (the classifier left d(loss)/d(logits) in a.logits), then lnf.
-    store_.gather_weights(buckets_.layer_bucket(L - 1));
-    store_.prepare_gradients(EMBEDDINGS);
-    const floatX* lnf = tp_.gather_positions(a.whole, a.lnf, N, C, s);
-    matmul_backward(partial_for(a.dln), g(WTE), nullptr, buf_.scratch, a.logits, lnf, p(WTE), N, C, Vs, s);
-    tp_.reduce_positions(a.dln, partial_for(a.dln), N, C, s);
-    store_.release_weights(EMBEDDINGS);
-    CUDA_CHECK(cudaMemsetAsync(a.dresidual, 0, (size_t)Nl * C * sizeof(floatX), s));
-    store_.prepare_gradients(FINAL_NORM);
-    layernorm_backward(a.dresidual, g(LNFW), g(LNFB), buf_.scratch, a.dln,
-                       layer(a.residual3, L - 1, max_Nl_, C), p(LNFW), a.lnf_mean, a.lnf_rstd, Nl, C, s);
-    store_.release_weights(FINAL_NORM);
-    reduce_gradients(FINAL_NORM, last_micro_step);
+    store_.gather_weights(buckets_.layer_bucket(stage_.end_layer - 1));
+    if (stage_.last) {  // the final LayerNorm, from the classifier's d(lnf)
+        store_.gather_weights(FINAL_NORM);
+        store_.wait_for_weights(FINAL_NORM);
+        store_.prepare_gradients(FINAL_NORM);
+        CUDA_CHECK(cudaMemsetAsync(dresidual, 0, (size_t)Nl * C * sizeof(floatX), s));
+        layernorm_backward(dresidual, g(LNFW), g(LNFB), buf_.scratch, a.dlnf + (size_t)slot * max_Nl_ * C,
+                           stage_output(slot), p(LNFW), a.lnf_mean + (size_t)slot * max_Nl_,
+                           a.lnf_rstd + (size_t)slot * max_Nl_, Nl, C, s);
+        store_.release_weights(FINAL_NORM);
+        reduce_gradients(FINAL_NORM, last_micro_step);
+    } else {
+        pipeline_.receive_gradients(dresidual, (size_t)Nl * C, s);
+    }
 
-    for (int l = L - 1; l >= 0; l--) {
+    for (int l = stage_.end_layer - 1; l >= stage_.first_layer; l--) {
         const int bucket = buckets_.layer_bucket(l);
-        if (l > 0) store_.gather_weights(buckets_.layer_bucket(l - 1));  // prefetch the next one down
+        if (l > stage_.first_layer) store_.gather_weights(buckets_.layer_bucket(l - 1));  // prefetch
         store_.wait_for_weights(bucket);
         store_.prepare_gradients(bucket);
-        const LayerSlices y = layer_slices(l);
+        const LayerSlices y = layer_slices(l, slot);
 
         // Recompute what -r did not keep, bit for bit as forward computed it.
         if (!keep_gelu) gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * Ct, s);
@@ -678,7 +839,7 @@ void GPUModel::run_backward(bool last_micro_step) {
 
         // MLP branch. fcproj's input gradient goes through GELU's derivative in the GEMM epilogue.
         // (fc's weight gradient needs ln2 whole: gathered while fcproj's backward computes.)
-        const floatX* dbranch = tp_.gather_positions(a.whole, a.dresidual, N, C, s);
+        const floatX* dbranch = tp_.gather_positions(a.whole, dresidual, N, C, s);
         tp_.start_gather(a.whole_ln, y.ln2, N, C, s);
         matmul_backward(a.dfch, g(FCPROJW, l), g(FCPROJB, l), buf_.scratch, dbranch, y.fch_gelu,
                         p(FCPROJW, l), N, 4 * Ct, C, s, y.fch);
@@ -686,12 +847,12 @@ void GPUModel::run_backward(bool last_micro_step) {
         matmul_backward(partial_for(a.dln), g(FCW, l), g(FCB, l), buf_.scratch, a.dfch, ln2, p(FCW, l), N, C,
                         4 * Ct, s);
         tp_.reduce_positions(a.dln, partial_for(a.dln), N, C, s);
-        layernorm_backward(a.dresidual, g(LN2W, l), g(LN2B, l), buf_.scratch, a.dln, y.residual2,
+        layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), buf_.scratch, a.dln, y.residual2,
                            p(LN2W, l), y.ln2_mean, y.ln2_rstd, Nl, C, s);
 
         // Attention branch (qkv's weight gradient needs ln1 whole: gathered while attproj's and the
         // attention's backward compute).
-        dbranch = tp_.gather_positions(a.whole, a.dresidual, N, C, s);
+        dbranch = tp_.gather_positions(a.whole, dresidual, N, C, s);
         if (!keep_ln)
             layernorm_recompute(y.ln1, y.x, y.ln1_mean, y.ln1_rstd, p(LN1W, l), p(LN1B, l), Nl, C, s);
         tp_.start_gather(a.whole_ln, y.ln1, N, C, s);
@@ -702,28 +863,108 @@ void GPUModel::run_backward(bool last_micro_step) {
         matmul_backward(partial_for(a.dln), g(QKVW, l), g(QKVB, l), buf_.scratch, a.dqkv, ln1, p(QKVW, l), N,
                         C, 3 * Ct, s);
         tp_.reduce_positions(a.dln, partial_for(a.dln), N, C, s);
-        layernorm_backward(a.dresidual, g(LN1W, l), g(LN1B, l), buf_.scratch, a.dln, y.x, p(LN1W, l),
+        layernorm_backward(dresidual, g(LN1W, l), g(LN1B, l), buf_.scratch, a.dln, y.x, p(LN1W, l),
                            y.ln1_mean, y.ln1_rstd, Nl, C, s);
         store_.release_weights(bucket);
         reduce_gradients(bucket, last_micro_step);
     }
-    // The embeddings: each tensor rank adds the gradients of its vocabulary slice's rows (and every
-    // rank the same wpe gradient, from every position).
-    const floatX* dencoded = tp_.gather_positions(a.whole, a.dresidual, N, C, s);
-    encoder_backward_vocab_slice(g(WTE), tp_.vocab_begin(Vp), Vs, g(WPE), dencoded, inputs_host_.data(), B, T, C,
-                                 buf_.scratch, encoder_host_scratch_, s);
-    reduce_gradients(EMBEDDINGS, last_micro_step);
+    if (stage_.first) {
+        // The embeddings: each tensor rank adds the gradients of its vocabulary slice's rows (and every
+        // rank the same wpe gradient, from every position). Without a pipeline wte's bucket already
+        // holds the classifier's gradient of this micro-batch.
+        const floatX* dencoded = tp_.gather_positions(a.whole, dresidual, N, C, s);
+        store_.prepare_gradients(POSITIONS);
+        if (!stage_.last) store_.prepare_gradients(VOCABULARY);
+        encoder_backward_vocab_slice(g(WTE), tp_.vocab_begin(Vp), Vs, g(WPE), dencoded,
+                                     inputs_host_[slot].data(), B, T, C, buf_.scratch, encoder_host_scratch_, s);
+        reduce_gradients(POSITIONS, last_micro_step);
+        reduce_gradients(VOCABULARY, last_micro_step);
+    } else {
+        pipeline_.send_gradients(dresidual, (size_t)Nl * C, turn);
+    }
     store_.finish_backward();
 }
 
 // ------------------------------------------------------------------------------------------------
-// 4. Update
+// 4. A step
 
-// The global gradient norm, of the averaged gradients wherever the stage keeps them.
+// One micro-step, forward then backward (the loop's accumulation on one stage, and the tests').
+float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
+                                 bool last_micro_step) {
+    if (pipeline_.stages() > 1) fail("internal error: a pipelined model trains by whole steps (train_step)");
+    tp_.reset_bytes_sent();
+    upload_tokens(inputs, targets, B, T);
+    inputs_host_[0].assign(inputs, inputs + (size_t)B * T);
+    const float loss = forward_stage(0, Pass::TRAINING, loss_scale, last_micro_step);
+    backward_stage(0, 0, last_micro_step);
+    // The tensor group's traffic of one micro-step against the start-up report's plan (once).
+    if (!traffic_checked_ && tp_.size() > 1) {
+        const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
+        const size_t planned = t.per_micro_step + (store_.reduces_gradients(last_micro_step) ? t.per_reduction : 0);
+        if (tp_.bytes_sent() != planned)
+            fail("internal error: the tensor group sent %zu bytes in a micro-step, the plan says %zu",
+                 tp_.bytes_sent(), planned);
+        traffic_checked_ = true;
+    }
+    return loss;
+}
+
+// A whole optimizer step. Without a pipeline, the micro-steps one after the other; with one, every
+// micro-batch read first, then this stage's actions in the schedule's order (parallel/
+// pipeline_schedule.h), micro-batch i in slot i mod slots. The first and last stage then sum the tied
+// embedding's gradients, and the last stage's mean loss goes to every stage.
+double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
+    if (pipeline_.stages() == 1) return TrainModel::train_step(micro_steps, B, T, next_batch);
+    const size_t N = (size_t)B * T;
+    std::vector<int> inputs(micro_steps * N), targets(micro_steps * N);
+    for (int i = 0; i < micro_steps; i++) next_batch(&inputs[i * N], &targets[i * N]);
+    zero_grad();
+    tp_.reset_bytes_sent();
+    double loss = 0;
+    const float scale = 1.0f / micro_steps;
+    const std::vector<PipelineAction> actions = pipeline_schedule(schedule_, mesh_.pipeline, mesh_.stage, micro_steps);
+    for (size_t k = 0; k < actions.size(); k++) {
+        const int i = actions[k].micro_batch, slot = i % stage_.slots;
+        const bool last = i == micro_steps - 1;
+        if (actions[k].forward) {
+            upload_tokens(&inputs[i * N], &targets[i * N], B, T);
+            inputs_host_[slot].assign(&inputs[i * N], &inputs[(i + 1) * N]);
+            loss += forward_stage(slot, Pass::TRAINING, scale, last) / micro_steps;
+        } else {
+            backward_stage(slot, i, last);
+        }
+        // What this action sends goes with the next action's receive, or now if that receives nothing.
+        const bool next_receives = k + 1 < actions.size() && (actions[k + 1].forward ? !stage_.first : !stage_.last);
+        if (!next_receives) pipeline_.send_queued(stream_);
+    }
+    pipeline_.finish(stream_);
+    const int VOCABULARY = buckets_.vocabulary_bucket();
+    if (VOCABULARY >= 0) {
+        size_t count = 0;
+        floatX* reduced = store_.reduced_gradients(VOCABULARY, &count);
+        pipeline_.sum_tied_gradients(reduced, count, stream_);
+    }
+    if (!traffic_checked_ && tp_.size() > 1) {  // the tensor group's traffic against the plan (once)
+        const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
+        const size_t planned = tensor_bytes_per_step(t, micro_steps, store_.stage()) - t.per_step;
+        if (tp_.bytes_sent() != planned)
+            fail("internal error: the tensor group sent %zu bytes in a step, the plan says %zu", tp_.bytes_sent(),
+                 planned);
+        traffic_checked_ = true;
+    }
+    return loss_from_last_stage((float)loss);
+}
+
+// ------------------------------------------------------------------------------------------------
+// 5. Update
+
+// The global gradient norm, of the averaged gradients wherever the stage keeps them: each rank's part
+// (its shard, its tensor slice, its stage's layers), the copies left out, summed over the ranks.
 double GPUModel::grad_norm() {
     CUDA_CHECK(cudaMemsetAsync(buf_.norm, 0, sizeof(float), stream_));
     store_.add_gradient_norm_squared(buf_.norm, buf_.scratch);
-    tp_.sum(buf_.norm, 1, stream_);  // each tensor rank's slice (the replicated tensors counted once)
+    tp_.sum(buf_.norm, 1, stream_);
+    pipeline_.sum(buf_.norm, 1, stream_);
     float norm_squared = 0;
     CUDA_CHECK(cudaMemcpyAsync(&norm_squared, buf_.norm, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -758,7 +999,7 @@ void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::
 }
 
 // ------------------------------------------------------------------------------------------------
-// 5. main()
+// 6. main()
 
 // Defaults for a GPU: GPT-2 124M on the built-in dataset.
 static TrainOptions gpu_defaults() {

@@ -274,7 +274,7 @@ struct StepBuffers {
         allocate(&a.logits, n * Vp);
         allocate(&a.losses, n);
         allocate(&a.branch, n * C);
-        allocate(&a.dresidual, n * C), allocate(&a.dln, n * C), allocate(&a.datty, n * C);
+        allocate(&a.dresidual[0], n * C), allocate(&a.dln, n * C), allocate(&a.datty, n * C);
         allocate(&a.dqkv, n * 3 * C);
         allocate(&a.dfch, n * 4 * C);
         allocate(&inputs, n), allocate(&targets, n);
@@ -303,7 +303,7 @@ struct StepBuffers {
         random(a.fch, L * n * 4 * C, 1.0f), random(a.fch_gelu, gelu_layers * n * 4 * C, 1.0f);
         random(a.residual3, L * n * C, 1.0f), random(a.lnf, n * C, 1.0f);
         random(a.logits, n * Vp, 4.0f), random(a.branch, n * C, 1.0f);
-        random(a.dresidual, n * C, 1e-3f), random(a.dln, n * C, 1e-3f), random(a.datty, n * C, 1e-3f);
+        random(a.dresidual[0], n * C, 1e-3f), random(a.dln, n * C, 1e-3f), random(a.datty, n * C, 1e-3f);
         random(a.dqkv, n * 3 * C, 1e-3f), random(a.dfch, n * 4 * C, 1e-3f);
         CUDA_CHECK(cudaMemcpy(inputs, tokens.data(), n * sizeof(int), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(targets, tokens.data(), n * sizeof(int), cudaMemcpyHostToDevice));
@@ -359,11 +359,11 @@ void run_gemms(StepBuffers& s) {
     matmul_forward(a.logits, a.lnf, s.p(WTE), nullptr, N, C, Vp, 0);
     matmul_backward(a.dln, s.g(WTE), nullptr, s.scratch, a.logits, a.lnf, s.p(WTE), N, C, Vp, 0);
     for (int l = s.L - 1; l >= 0; l--) {
-        matmul_backward(a.dfch, s.g(FCPROJW, l), s.g(FCPROJB, l), s.scratch, a.dresidual, s.fch_gelu(l),
+        matmul_backward(a.dfch, s.g(FCPROJW, l), s.g(FCPROJB, l), s.scratch, a.dresidual[0], s.fch_gelu(l),
                         s.p(FCPROJW, l), N, 4 * C, C, 0, s.fch(l));
         matmul_backward(a.dln, s.g(FCW, l), s.g(FCB, l), s.scratch, a.dfch, s.ln2(l), s.p(FCW, l), N, C,
                         4 * C, 0);
-        matmul_backward(a.datty, s.g(ATTPROJW, l), s.g(ATTPROJB, l), s.scratch, a.dresidual, s.atty(l),
+        matmul_backward(a.datty, s.g(ATTPROJW, l), s.g(ATTPROJB, l), s.scratch, a.dresidual[0], s.atty(l),
                         s.p(ATTPROJW, l), N, C, C, 0);
         matmul_backward(a.dln, s.g(QKVW, l), s.g(QKVB, l), s.scratch, a.dqkv, s.ln1(l), s.p(QKVW, l), N, C,
                         3 * C, 0);
@@ -394,7 +394,7 @@ void run_layernorms(StepBuffers& s) {
             residual_layernorm_forward(s.residual3(l), a.lnf, a.lnf_mean, a.lnf_rstd, s.residual2(l),
                                        a.branch, s.p(LNFW), s.p(LNFB), N, C, 0);
     }
-    layernorm_backward(a.dresidual, s.g(LNFW), s.g(LNFB), s.scratch, a.dln, s.residual3(L - 1), s.p(LNFW),
+    layernorm_backward(a.dresidual[0], s.g(LNFW), s.g(LNFB), s.scratch, a.dln, s.residual3(L - 1), s.p(LNFW),
                        a.lnf_mean, a.lnf_rstd, N, C, 0);
     const bool recompute = s.recompute >= 2;
     for (int l = L - 1; l >= 0; l--) {
@@ -402,12 +402,12 @@ void run_layernorms(StepBuffers& s) {
         if (recompute)
             layernorm_recompute(s.ln2(l), s.residual2(l), s.ln2_mean(l), s.ln2_rstd(l), s.p(LN2W, l),
                                 s.p(LN2B, l), N, C, 0);
-        layernorm_backward(a.dresidual, s.g(LN2W, l), s.g(LN2B, l), s.scratch, a.dln, s.residual2(l),
+        layernorm_backward(a.dresidual[0], s.g(LN2W, l), s.g(LN2B, l), s.scratch, a.dln, s.residual2(l),
                            s.p(LN2W, l), s.ln2_mean(l), s.ln2_rstd(l), N, C, 0);
         if (recompute)
             layernorm_recompute(s.ln1(l), x, s.ln1_mean(l), s.ln1_rstd(l), s.p(LN1W, l), s.p(LN1B, l), N, C,
                                 0);
-        layernorm_backward(a.dresidual, s.g(LN1W, l), s.g(LN1B, l), s.scratch, a.dln, x, s.p(LN1W, l),
+        layernorm_backward(a.dresidual[0], s.g(LN1W, l), s.g(LN1B, l), s.scratch, a.dln, x, s.p(LN1W, l),
                            s.ln1_mean(l), s.ln1_rstd(l), N, C, 0);
     }
 }
@@ -428,7 +428,7 @@ void run_classifier(StepBuffers& s) {
 // Forward, and backward with the host's grouping of positions by token and its upload.
 void run_encoder(StepBuffers& s) {
     encoder_forward(s.a.encoded, s.inputs, s.p(WTE), s.p(WPE), s.B, s.T, s.C, 0);
-    encoder_backward(s.g(WTE), s.g(WPE), s.a.dresidual, s.inputs_host.data(), s.B, s.T, s.C, s.scratch,
+    encoder_backward(s.g(WTE), s.g(WPE), s.a.dresidual[0], s.inputs_host.data(), s.B, s.T, s.C, s.scratch,
                      s.host_scratch, 0);
 }
 
@@ -453,7 +453,7 @@ void run_memsets_and_copies(StepBuffers& s) {
     CUDA_CHECK(cudaMemsetAsync(s.grads, 0, s.buckets.total * sizeof(floatX), 0));
     CUDA_CHECK(cudaMemcpyAsync(s.inputs, s.inputs_host.data(), N * sizeof(int), cudaMemcpyHostToDevice, 0));
     CUDA_CHECK(cudaMemcpyAsync(s.targets, s.inputs_host.data(), N * sizeof(int), cudaMemcpyHostToDevice, 0));
-    CUDA_CHECK(cudaMemsetAsync(s.a.dresidual, 0, N * s.C * sizeof(floatX), 0));
+    CUDA_CHECK(cudaMemsetAsync(s.a.dresidual[0], 0, N * s.C * sizeof(floatX), 0));
     s.losses_host.resize(N);
     CUDA_CHECK(
         cudaMemcpyAsync(s.losses_host.data(), s.a.losses, N * sizeof(float), cudaMemcpyDeviceToHost, 0));

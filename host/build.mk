@@ -3,7 +3,7 @@
 HOST_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard host/*.cpp))
 # From parallel/, the host-only parts the loop and the trainers share: the mesh of ranks, and the
 # parameter buckets and their ZeRO shards.
-HOST_OBJS += $(BUILD)/parallel/mesh.o $(BUILD)/parallel/param_buckets.o
+HOST_OBJS += $(BUILD)/parallel/mesh.o $(BUILD)/parallel/param_buckets.o $(BUILD)/parallel/pipeline_schedule.o
 HOST_LIBS :=
 
 # Host tests: one C++ program per module family.
@@ -15,6 +15,13 @@ $(HOST_TESTS): $(BUILD)/test/host/%: $(BUILD)/test/host/%.o $(HOST_OBJS) $(TEST_
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(HOST_LIBS)
 
+
+# The pipeline's schedules and layer split (parallel/pipeline_schedule.h), host code only.
+TESTS += $(BUILD)/test/parallel/test_pipeline_schedule
+$(BUILD)/test/parallel/test_pipeline_schedule: $(BUILD)/test/parallel/test_pipeline_schedule.o $(HOST_OBJS) \
+                                               $(TEST_MAIN)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(HOST_LIBS)
 
 # The trainer's end-to-end test runs $(BIN)/train_gpt_cpu (overfit, resume, bad input); it needs only
 # the test harness, and the trainer built first.

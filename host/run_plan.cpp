@@ -14,12 +14,16 @@ void print_memory_report(const ModelMemory& mem) {
            "optimizer state %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
            mem.parameters / MiB, mem.gradients / MiB, mem.master_weights / MiB,
            mem.optimizer_state / MiB, mem.activations / MiB, mem.total() / MiB);
-    const size_t sent = mem.network_bytes_per_step + mem.tensor_bytes_per_step;
-    if (mem.tensor_bytes_per_step > 0)
-        printf("network: %.1f MiB sent per step by each rank (data group %.1f MiB, tensor group %.1f MiB)\n",
-               sent / MiB, mem.network_bytes_per_step / MiB, mem.tensor_bytes_per_step / MiB);
+    const size_t sent = mem.network_bytes_per_step + mem.tensor_bytes_per_step + mem.pipeline_bytes_per_step;
+    std::string groups;  // by group, where the model is split across ranks
+    if (mem.tensor_bytes_per_step > 0) groups += strprintf(", tensor group %.1f MiB", mem.tensor_bytes_per_step / MiB);
+    if (mem.pipeline_bytes_per_step > 0) groups += strprintf(", pipeline %.1f MiB", mem.pipeline_bytes_per_step / MiB);
+    if (!groups.empty())
+        printf("network: %.1f MiB sent per step by each rank (data group %.1f MiB%s)\n", sent / MiB,
+               mem.network_bytes_per_step / MiB, groups.c_str());
     else if (sent > 0)
         printf("network: %.1f MiB sent per step by each rank\n", sent / MiB);
+    if (!mem.pipeline_report.empty()) printf("%s", mem.pipeline_report.c_str());
 }
 
 int planned_ranks(const TrainOptions& opt, const RankGroup& ranks) {

@@ -47,22 +47,15 @@ static std::string eta_text(double seconds) {
     return strprintf("%ldm%02lds", s / 60, s % 60);
 }
 
-// Forward and backward over `accum_steps` micro-batches, each gradient scaled by 1/accum_steps, so
-// the gradients are those of the mean loss over the whole step; returns that mean loss. With
-// overfit set, every micro-batch is the loader's first batch.
+// Forward and backward over `accum_steps` micro-batches (the model's train_step, in its schedule's
+// order), each gradient scaled by 1/accum_steps, so the gradients are those of the mean loss over the
+// whole step; returns that mean loss. With overfit set, every micro-batch is the loader's first batch.
 static double accumulate_gradients(TrainModel& model, DataLoader& loader, int accum_steps,
-                                   bool overfit, int B, int T, std::vector<int>& inputs,
-                                   std::vector<int>& targets) {
-    model.zero_grad();
-    double loss = 0;
-    for (int micro = 0; micro < accum_steps; micro++) {
+                                   bool overfit, int B, int T) {
+    return model.train_step(accum_steps, B, T, [&](int* inputs, int* targets) {
         if (overfit) loader.reset();
-        loader.next_batch(inputs.data(), targets.data());
-        loss += model.forward_backward(inputs.data(), targets.data(), B, T, 1.0f / accum_steps,
-                                       micro == accum_steps - 1) /
-                accum_steps;
-    }
-    return loss;
+        loader.next_batch(inputs, targets);
+    });
 }
 
 // Mean loss over `batches` validation batches, from the first one.
@@ -189,288 +182,331 @@ static LoaderPosition position_for_ranks(LoaderPosition p, int saved_ranks, int 
     return p;
 }
 
-static int train(int argc, char** argv, const TrainerSpec& spec) {
-    RankGroup single_rank;
-    RankGroup& ranks = spec.ranks ? *spec.ranks : single_rank;
-    const bool main_rank = ranks.rank == 0;
-
-    // ---- flags ----
-    TrainOptions opt = spec.defaults;
-    if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return 0;
-    ranks.check_same(command_line_fingerprint(argc, argv), "the command line");
-    install_interrupt_handlers(main_rank);
-    const DataChoice data_choice = choose_data_paths(&opt, spec.defaults);
-
-    // ---- setup: model shape, data, resume point; all checked before anything is written ----
+// ---- the run: what train() sets up once, and what its steps and periodic work share ----
+struct Run {
+    Run(const TrainerSpec& spec_, RankGroup& ranks_) : spec(spec_), ranks(ranks_), main_rank(ranks_.rank == 0) {}
+    const TrainerSpec& spec;
+    RankGroup& ranks;
+    const bool main_rank;
+    TrainOptions opt;
+    DataChoice data_choice;
     GPTConfig config;
-    ModelFile model_file;
-    const bool from_descriptor = is_model_descriptor(opt.model);
-    try {
-        if (from_descriptor) config = config_from_descriptor(opt.model);
-    } catch (const InputError& e) { fail("-e (--model): %s", e.what()); }
-    if (!from_descriptor) {
-        if (!path_exists(opt.model))
-            fail("-e (--model): '%s' is neither a model descriptor nor an existing file",
-                 opt.model.c_str());
-        model_file = with_flag("-e (--model)", [&] { return read_model_file(opt.model); });
-        config = model_file.config;
-    }
-    const int planned = planned_ranks(opt, ranks);
-    if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
-        fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");
-    validate_train_options(&opt, config, planned);
-    if (opt.dry_run) return print_run_plan(spec, opt, config, planned, main_rank);
-    const Mesh mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel);
-    const int B = opt.batch_size, T = opt.seq_len;
-    const int accum_steps = grad_accum_steps(opt, ranks.num_ranks);
-
-    std::unique_ptr<DataLoader> train_loader = open_loader(
-        "-i (--train-data)", opt.train_data, B, T, config, opt.shuffle, opt.seed, mesh);
-    std::unique_ptr<DataLoader> val_loader;
-    if (opt.val_every > 0 && !opt.val_data.empty())
-        val_loader = open_loader("-j (--val-data)", opt.val_data, B, T, config, false, opt.seed, mesh);
-    ranks.check_same(data_fingerprint(*train_loader), "the training data files (-i)");
-    const int max_steps =
-        opt.max_steps > 0
-            ? opt.max_steps
-            : (int)std::max<int64_t>(1, train_loader->chunks_per_epoch() / accum_steps);
-    const int last_step = opt.stop_at > 0 ? std::min(opt.stop_at, max_steps) : max_steps;
-
+    Mesh mesh;
+    int B = 0, T = 0, accum_steps = 1, max_steps = 0, last_step = 0;
+    std::unique_ptr<DataLoader> train_loader, val_loader;
     TrainingState state;  // what a checkpoint saves; state.step = updates done so far
-    state.shape = {config, B, T, opt.total_batch, ranks.num_ranks, opt.shuffle, opt.seed};
-    state.rank = ranks.rank;
-    state.data_ranks = mesh.data, state.tensor_parallel = mesh.tensor;
-    state.pipeline_parallel = mesh.pipeline;
-    state.sample_rng_state =
-        opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
-    // -y 1 resumes from the newest complete checkpoint, or starts afresh when there is none yet (as
-    // llm.c does), so a supervisor can restart a run with the same command line every time.
-    // A checkpoint is complete once its DONE marker exists: rank 0 writes it after every rank's
-    // state file is in place, whatever the number of ranks that wrote them. Every rank reads rank 0's
-    // file for the run's progress (the same on all ranks) and all shards for the optimizer state.
-    TrainingState resumed;
-    ModelFile resumed_weights;
-    std::vector<float> resumed_master, resumed_m, resumed_v;
+    bool resuming = false;
+    Mesh resumed_mesh;    // the mesh that wrote the checkpoint resumed from
+    std::unique_ptr<TrainModel> model;
+    std::unique_ptr<HellaSwagEval> hellaswag;
+    DecodeTable decode_table;
+    bool can_sample = false;
+    std::unique_ptr<MetricsLog> metrics;
+    Rng sample_rng{0};
+    RunClock clock{0};
+    std::vector<int> inputs, targets;  // one batch, for validation
+    double step_flops = 0, total_ms = 0;
+    int timed_steps = 0;
+};
+
+// The model's shape, from -e's descriptor or the model file (whose weights it returns too).
+static GPTConfig model_shape(const TrainOptions& opt, ModelFile* model_file) {
+    const bool from_descriptor = is_model_descriptor(opt.model);
+    if (from_descriptor) {
+        try {
+            return config_from_descriptor(opt.model);
+        } catch (const InputError& e) { fail("-e (--model): %s", e.what()); }
+    }
+    if (!path_exists(opt.model))
+        fail("-e (--model): '%s' is neither a model descriptor nor an existing file", opt.model.c_str());
+    *model_file = with_flag("-e (--model)", [&] { return read_model_file(opt.model); });
+    return model_file->config;
+}
+
+// The data loaders, checked to be the same files on every rank, and the number of steps.
+static void open_data(Run& run) {
+    const TrainOptions& opt = run.opt;
+    run.train_loader = open_loader("-i (--train-data)", opt.train_data, run.B, run.T, run.config, opt.shuffle,
+                                   opt.seed, run.mesh);
+    if (opt.val_every > 0 && !opt.val_data.empty())
+        run.val_loader =
+            open_loader("-j (--val-data)", opt.val_data, run.B, run.T, run.config, false, opt.seed, run.mesh);
+    run.ranks.check_same(data_fingerprint(*run.train_loader), "the training data files (-i)");
+    run.max_steps = opt.max_steps > 0
+                        ? opt.max_steps
+                        : (int)std::max<int64_t>(1, run.train_loader->chunks_per_epoch() / run.accum_steps);
+    run.last_step = opt.stop_at > 0 ? std::min(opt.stop_at, run.max_steps) : run.max_steps;
+}
+
+// -y 1 resumes from the newest complete checkpoint, or starts afresh when there is none yet (as llm.c
+// does), so a supervisor can restart a run with the same command line every time. A checkpoint is
+// complete once its DONE marker exists: rank 0 writes it after every rank's state file is in place,
+// whatever the mesh that wrote them. Every rank reads rank 0's file for the run's progress (the same on
+// all ranks) and every rank's part for the optimizer state. Returns false when there is nothing to
+// resume from.
+struct Resumed {
+    ModelFile weights;
+    std::vector<float> master, m, v;
+};
+static bool read_resume_point(Run& run, Resumed* resumed) {
+    const TrainOptions& opt = run.opt;
     const std::vector<long long> checkpoints =
         opt.resume ? complete_checkpoints(opt.output_dir, 1) : std::vector<long long>();
-    const bool resuming = !checkpoints.empty();
-    if (resuming) {
-        const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), 0);
-        resumed = read_training_state(path);
-        check_same_run(resumed.shape, state.shape, path);
-        resumed_weights = read_model_file(checkpoint_model_path(opt.output_dir, checkpoints.back()));
-        read_whole_optimizer_state(opt.output_dir, checkpoints.back(), resumed, &resumed_master,
-                                   &resumed_m, &resumed_v);
-        train_loader->set_position(
-            position_for_ranks(resumed.loader, resumed.data_ranks, mesh.data, path));
-        state.step = resumed.step;
-        state.sample_rng_state = resumed.sample_rng_state;
-        state.loss_detector = resumed.loss_detector;
-        state.norm_detector = resumed.norm_detector;
-    }
+    if (checkpoints.empty()) return false;
+    const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), 0);
+    const TrainingState saved = read_training_state(path);
+    check_same_run(saved.shape, run.state.shape, path);
+    resumed->weights = read_model_file(checkpoint_model_path(opt.output_dir, checkpoints.back()));
+    read_whole_optimizer_state(opt.output_dir, checkpoints.back(), saved, &resumed->master, &resumed->m,
+                               &resumed->v);
+    run.train_loader->set_position(position_for_ranks(saved.loader, saved.data_ranks, run.mesh.data, path));
+    run.state.step = saved.step;
+    run.state.sample_rng_state = saved.sample_rng_state;
+    run.state.loss_detector = saved.loss_detector;
+    run.state.norm_detector = saved.norm_detector;
+    run.resumed_mesh = {saved.data_ranks, saved.pipeline_parallel, saved.tensor_parallel};
+    return true;
+}
 
-    check_output_folder(opt, resuming, state.step, last_step, run_settings(opt, max_steps),
-                        main_rank);
-    check_host_memory(spec.host_memory_needed ? spec.host_memory_needed(config, opt) : ModelMemory(),
-                      config, opt, resuming, !from_descriptor);
-    const HellaSwagEval hellaswag(opt, config.vocab_size);
-    std::unique_ptr<TrainModel> model = spec.create_model(config, opt);
-    if (resuming) {
-        model->set_working_weights(resumed_weights.params);
-        model->set_optimizer_state(resumed_master, resumed_m, resumed_v);
-    } else if (from_descriptor) {
-        std::vector<float> weights(param_layout(config).total);
-        gpt_init_params(config, opt.seed, weights.data());
-        model->set_working_weights(weights);
+// The model, with its weights: the checkpoint's, the model file's, or fresh ones from the descriptor.
+static void create_model(Run& run, ModelFile& model_file, Resumed& resumed) {
+    run.model = run.spec.create_model(run.config, run.opt);
+    if (run.resuming) {
+        run.model->set_working_weights(resumed.weights.params);
+        run.model->set_optimizer_state(resumed.master, resumed.m, resumed.v);
+    } else if (model_file.params.empty()) {
+        std::vector<float> weights(param_layout(run.config).total);
+        gpt_init_params(run.config, run.opt.seed, weights.data());
+        run.model->set_working_weights(weights);
     } else {
-        model->set_working_weights(model_file.params);
+        run.model->set_working_weights(model_file.params);
     }
-    model_file = ModelFile();
-    resumed_weights = ModelFile();
-    const Mesh resumed_mesh = {resumed.data_ranks, resumed.pipeline_parallel, resumed.tensor_parallel};
-    resumed = TrainingState();
-    resumed_master = resumed_m = resumed_v = std::vector<float>();
+}
 
-    // Rank 0 samples; where forward() is a collective (ZeRO-3 gathers the weights from every rank),
-    // every rank generates the same tokens alongside it, and rank 0 prints them.
-    DecodeTable decode_table;
-    const bool all_ranks_sample = model->forward_is_collective();
-    bool can_sample =
-        (main_rank || all_ranks_sample) && opt.sample_every > 0 && path_exists(opt.tokenizer);
-    if (all_ranks_sample) ranks.check_same(can_sample, "whether the --tokenizer file exists");
-    if (can_sample)
-        decode_table = with_flag("--tokenizer", [&] { return read_decode_table(opt.tokenizer); });
+// Rank 0 samples; where forward() is a collective (the model is spread over the ranks), every rank
+// generates the same tokens alongside it, and rank 0 prints them.
+static void prepare_sampling(Run& run) {
+    const bool all_ranks_sample = run.model->forward_is_collective();
+    run.can_sample = (run.main_rank || all_ranks_sample) && run.opt.sample_every > 0 && path_exists(run.opt.tokenizer);
+    if (all_ranks_sample) run.ranks.check_same(run.can_sample, "whether the --tokenizer file exists");
+    if (run.can_sample) run.decode_table = with_flag("--tokenizer", [&] { return read_decode_table(run.opt.tokenizer); });
+    run.sample_rng = Rng(run.state.sample_rng_state);
+}
 
-    std::unique_ptr<MetricsLog> metrics;
-    if (!opt.output_dir.empty() && main_rank) {
+// Everything before the first step: flags, model shape, data, resume point, all checked before
+// anything is written; then the model, the output folder and the metrics log. Returns false when the
+// run ends here (--help, --dry-run), with *status set.
+static bool set_up(Run& run, int argc, char** argv, int* status) {
+    const TrainerSpec& spec = run.spec;
+    TrainOptions& opt = run.opt;
+    opt = spec.defaults;
+    *status = 0;
+    if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return false;
+    run.ranks.check_same(command_line_fingerprint(argc, argv), "the command line");
+    install_interrupt_handlers(run.main_rank);
+    run.data_choice = choose_data_paths(&opt, spec.defaults);
+
+    ModelFile model_file;
+    run.config = model_shape(opt, &model_file);
+    const int planned = planned_ranks(opt, run.ranks);
+    if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
+        fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");
+    validate_train_options(&opt, run.config, planned);
+    if (opt.dry_run) {
+        *status = print_run_plan(spec, opt, run.config, planned, run.main_rank);
+        return false;
+    }
+    RankGroup& ranks = run.ranks;
+    run.mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel);
+    run.B = opt.batch_size, run.T = opt.seq_len;
+    run.accum_steps = grad_accum_steps(opt, ranks.num_ranks);
+    open_data(run);
+
+    TrainingState& state = run.state;
+    state.shape = {run.config, run.B, run.T, opt.total_batch, ranks.num_ranks, opt.shuffle, opt.seed};
+    state.rank = ranks.rank;
+    state.data_ranks = run.mesh.data, state.tensor_parallel = run.mesh.tensor;
+    state.pipeline_parallel = run.mesh.pipeline;
+    state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
+    Resumed resumed;
+    run.resuming = read_resume_point(run, &resumed);
+
+    check_output_folder(opt, run.resuming, state.step, run.last_step, run_settings(opt, run.max_steps),
+                        run.main_rank);
+    check_host_memory(spec.host_memory_needed ? spec.host_memory_needed(run.config, opt) : ModelMemory(),
+                      run.config, opt, run.resuming, !model_file.params.empty());
+    run.hellaswag.reset(new HellaSwagEval(opt, run.config.vocab_size));
+    create_model(run, model_file, resumed);
+    prepare_sampling(run);
+
+    if (!opt.output_dir.empty() && run.main_rank) {
         prepare_output_folder(
-            opt, resuming,
-            make_run_record(argc, argv, opt, max_steps, config, train_loader->files(),
-                            val_loader ? val_loader->files() : std::vector<std::string>(),
-                            ranks.num_ranks, resuming ? state.step : 0));
-        if (resuming) truncate_metrics_log(metrics_log_path(opt.output_dir), state.step);
-        metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
+            opt, run.resuming,
+            make_run_record(argc, argv, opt, run.max_steps, run.config, run.train_loader->files(),
+                            run.val_loader ? run.val_loader->files() : std::vector<std::string>(),
+                            ranks.num_ranks, run.resuming ? state.step : 0));
+        if (run.resuming) truncate_metrics_log(metrics_log_path(opt.output_dir), state.step);
+        run.metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
     }
+    run.inputs.resize((size_t)run.B * run.T), run.targets.resize((size_t)run.B * run.T);
+    run.step_flops = training_flops_per_token(run.config, run.T) * (double)opt.total_batch;
+    run.clock = make_run_clock(opt, run.max_steps, run.last_step);
+    return true;
+}
 
-    // ---- report ----
-    if (main_rank) {
-        printf("model: %s (%s), %zu parameters\n",
-               model_source_text(opt, resuming, state.step).c_str(),
-               describe_config(config).c_str(), param_layout(config).total);
-        printf("compute: %s\n", model->description().c_str());
-        if (ranks.num_ranks > 1) printf("ranks: %s\n", ranks.description().c_str());
-        if (mesh.tensor > 1 || mesh.pipeline > 1)
-            printf("mesh: %s (tensor groups of consecutive ranks, then pipeline stages)\n",
-                   mesh.shape().c_str());
-        print_memory_report(model->memory());
-        printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d %s), %d steps, %s "
-               "schedule, lr %.2e\n",
-               B, T, opt.total_batch, accum_steps, mesh.data,
-               mesh.data == ranks.num_ranks ? "ranks" : "data ranks", max_steps, schedule_name(opt.schedule),
-               opt.learning_rate);
-        print_data_report(data_choice, opt, *train_loader, max_steps, accum_steps, mesh.data);
-        if (resuming)
-            printf("resumed from step %lld in %s%s\n", (long long)state.step, opt.output_dir.c_str(),
-                   resumed_mesh.shape() != mesh.shape()
-                       ? strprintf(" (saved on %d ranks as %s, now %d as %s: optimizer state re-sharded)",
-                                   resumed_mesh.size(), resumed_mesh.shape().c_str(), ranks.num_ranks,
-                                   mesh.shape().c_str()).c_str()
-                       : "");
-        if (opt.resume && !resuming)
-            printf("note: no complete checkpoint in %s yet, so training starts from step 0\n",
-                   opt.output_dir.c_str());
-        if (opt.sample_every > 0 && !can_sample)
-            printf("note: no decode table at '%s', so no samples are printed\n",
-                   opt.tokenizer.c_str());
-        if (!hellaswag.note().empty()) printf("%s\n", hellaswag.note().c_str());
-        for (const std::string& note : llmc_flag_notes(opt)) printf("note: %s\n", note.c_str());
-        if (spec.report_ignored_flags) spec.report_ignored_flags(opt);
-        fflush(stdout);
-    }
+// The start-up report (rank 0).
+static void print_report(const Run& run) {
+    const TrainOptions& opt = run.opt;
+    const Mesh& mesh = run.mesh;
+    printf("model: %s (%s), %zu parameters\n", model_source_text(opt, run.resuming, run.state.step).c_str(),
+           describe_config(run.config).c_str(), param_layout(run.config).total);
+    printf("compute: %s\n", run.model->description().c_str());
+    if (run.ranks.num_ranks > 1) printf("ranks: %s\n", run.ranks.description().c_str());
+    if (mesh.tensor > 1 || mesh.pipeline > 1)
+        printf("mesh: %s (tensor groups of consecutive ranks, then pipeline stages)\n", mesh.shape().c_str());
+    print_memory_report(run.model->memory());
+    printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d %s), %d steps, %s schedule, lr %.2e\n",
+           run.B, run.T, opt.total_batch, run.accum_steps, mesh.data,
+           mesh.data == run.ranks.num_ranks ? "ranks" : "data ranks", run.max_steps, schedule_name(opt.schedule),
+           opt.learning_rate);
+    print_data_report(run.data_choice, opt, *run.train_loader, run.max_steps, run.accum_steps, mesh.data);
+    if (run.resuming)
+        printf("resumed from step %lld in %s%s\n", (long long)run.state.step, opt.output_dir.c_str(),
+               run.resumed_mesh.shape() != mesh.shape()
+                   ? strprintf(" (saved on %d ranks as %s, now %d as %s: optimizer state re-sharded)",
+                               run.resumed_mesh.size(), run.resumed_mesh.shape().c_str(), run.ranks.num_ranks,
+                               mesh.shape().c_str()).c_str()
+                   : "");
+    if (opt.resume && !run.resuming)
+        printf("note: no complete checkpoint in %s yet, so training starts from step 0\n", opt.output_dir.c_str());
+    if (opt.sample_every > 0 && !run.can_sample)
+        printf("note: no decode table at '%s', so no samples are printed\n", opt.tokenizer.c_str());
+    if (!run.hellaswag->note().empty()) printf("%s\n", run.hellaswag->note().c_str());
+    for (const std::string& note : llmc_flag_notes(opt)) printf("note: %s\n", note.c_str());
+    if (run.spec.report_ignored_flags) run.spec.report_ignored_flags(opt);
+    fflush(stdout);
+}
 
-    // ---- training loop ----
-    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
-    const LRSchedule schedule = {opt.schedule, opt.learning_rate, opt.warmup_steps, max_steps,
-                                 opt.final_lr_fraction};
-    Rng sample_rng(state.sample_rng_state);
-    const double step_flops = training_flops_per_token(config, T) * (double)opt.total_batch;
-    double total_ms = 0;
-    int timed_steps = 0;
-    RunClock clock = make_run_clock(opt, max_steps, last_step);
-    const auto baseline_start = std::chrono::steady_clock::now();
-    StepMetrics baseline;  // the untrained model's validation loss and HellaSwag accuracy (step 0)
-    if (!resuming && val_loader) {
-        baseline.has_val = true;
-        baseline.val_loss =
-            ranks.mean(validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets));
-        if (main_rank) printf("val loss %.4f\n", baseline.val_loss);
+// Validation loss and HellaSwag accuracy into m, where they run (all: the untrained model's).
+static void evaluate(Run& run, StepMetrics* m, bool validation, bool hellaswag) {
+    if (validation && run.val_loader) {
+        m->has_val = true;
+        m->val_loss = run.ranks.mean(
+            validation_loss(*run.model, *run.val_loader, run.opt.val_batches, run.B, run.T, run.inputs, run.targets));
+        if (run.main_rank) printf("val loss %.4f\n", m->val_loss);
     }
-    if (!resuming && hellaswag.active()) {
-        const EvalResult result = hellaswag.run(*model, T, ranks);
-        baseline.has_hellaswag = true, baseline.hellaswag_accuracy = result.accuracy();
-        if (main_rank) printf("%s\n", describe_eval_result(result).c_str());
+    if (hellaswag && run.hellaswag->active()) {
+        const EvalResult result = run.hellaswag->run(*run.model, run.T, run.ranks);
+        m->has_hellaswag = true, m->hellaswag_accuracy = result.accuracy();
+        if (run.main_rank) printf("%s\n", describe_eval_result(result).c_str());
     }
-    if (metrics && (baseline.has_val || baseline.has_hellaswag)) metrics->write(baseline);
-    if (!resuming && (val_loader || hellaswag.active())) clock.validation.add(ms_since(baseline_start));
-    const int first_step = (int)state.step + 1;
-    for (int step = first_step; step <= last_step; step++) {
+}
+
+// One optimizer step: the micro-batches' gradients, the norm, clipping, AdamW (skipped when the loss or
+// the norm is not finite, or an outlier: -sl, -sg), and the step line.
+static StepMetrics train_step(Run& run, int step, int first_step) {
+    const TrainOptions& opt = run.opt;
+    TrainModel& model = *run.model;
+    const auto start = std::chrono::steady_clock::now();
+    const double loss = run.ranks.mean(
+        accumulate_gradients(model, *run.train_loader, run.accum_steps, opt.overfit_single_batch, run.B, run.T));
+    const double norm = model.grad_norm();
+    AdamWSettings adamw;
+    adamw.learning_rate = (float)learning_rate_at(
+        {opt.schedule, opt.learning_rate, opt.warmup_steps, run.max_steps, opt.final_lr_fraction}, step - 1);
+    adamw.weight_decay = (float)opt.weight_decay;
+    adamw.grad_scale = norm > GRAD_CLIP ? (float)(GRAD_CLIP / norm) : 1.0f;
+    const double loss_z = run.state.loss_detector.update(loss), norm_z = run.state.norm_detector.update(norm);
+    const bool skip_loss = opt.skip_loss_z > 0 && loss_z > opt.skip_loss_z;
+    const bool skip_norm = opt.skip_norm_z > 0 && norm_z > opt.skip_norm_z;
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+        if (run.main_rank)
+            printf("skipping the update of step %d: %s is not finite\n", step,
+                   !std::isfinite(loss) ? "the loss" : "the gradient norm");
+    } else if (skip_loss || skip_norm) {
+        if (run.main_rank)
+            printf("skipping the update of step %d: %s z-score %.2f\n", step, skip_loss ? "loss" : "grad norm",
+                   skip_loss ? loss_z : norm_z);
+    } else {
+        model.update(adamw, step);
+    }
+    const double ms = ms_since(start);
+    run.total_ms += ms;
+    run.timed_steps++;
+
+    StepMetrics m;
+    m.step = step;
+    m.has_train = true;
+    m.loss = loss, m.lr = adamw.learning_rate, m.norm = norm, m.ms = ms;
+    m.tokens_per_s = opt.total_batch / (ms / 1000.0);
+    run.clock.add_step(ms);
+    const double peak = model.peak_flops() * run.ranks.num_ranks;
+    const std::string mfu = peak > 0 ? strprintf("%.1f%%", 100.0 * run.step_flops / (ms / 1000.0) / peak) : "n/a";
+    if (run.main_rank && step_is_logged(opt, step, first_step, run.last_step))
+        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | ETA %s\n", step,
+               run.max_steps, loss, m.lr, norm, ms, m.tokens_per_s, mfu.c_str(),
+               eta_text(run.clock.eta_seconds(step)).c_str());
+    return m;
+}
+
+// After a step: validation and HellaSwag, the metrics log, samples, and a checkpoint when one is due or
+// the run stops (SIGINT / SIGTERM: every rank stops at the same step, as soon as any rank was asked
+// to). Returns true when the run stops here.
+static bool periodic_work(Run& run, int step, StepMetrics& m) {
+    const TrainOptions& opt = run.opt;
+    const auto eval_start = std::chrono::steady_clock::now();
+    const bool validation = run.val_loader && (step % opt.val_every == 0 || step == run.last_step);
+    evaluate(run, &m, validation, validates_at(opt, step, run.last_step));
+    if (validates_at(opt, step, run.last_step)) run.clock.validation.add(ms_since(eval_start));
+    if (run.metrics) run.metrics->write(m);
+    // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps whether or
+    // not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
+    if (run.can_sample && (step % opt.sample_every == 0 || step == run.max_steps)) {
+        const auto sample_start = std::chrono::steady_clock::now();
+        print_sample(*run.model, run.decode_table, run.sample_rng, opt.gen_tokens, run.T, run.main_rank);
+        run.clock.sampling.add(ms_since(sample_start));
+    }
+    fflush(stdout);
+
+    run.state.step = step;
+    const bool stopping = run.ranks.mean(stop_requested() ? 1.0 : 0.0) > 0 && step < run.last_step;
+    if (!opt.output_dir.empty() &&
+        ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == run.last_step || stopping)) {
+        const auto save_start = std::chrono::steady_clock::now();
+        run.state.loader = run.train_loader->position();
+        run.state.sample_rng_state = run.sample_rng.state;
+        save_checkpoint(opt.output_dir, opt.checkpoints_keep, opt.major_checkpoint_every, *run.model, run.state,
+                        run.ranks);
+        run.clock.checkpoint.add(ms_since(save_start));
+    }
+    return stopping;
+}
+
+static int train(int argc, char** argv, const TrainerSpec& spec) {
+    RankGroup single_rank;
+    Run run(spec, spec.ranks ? *spec.ranks : single_rank);
+    int status = 0;
+    if (!set_up(run, argc, argv, &status)) return status;
+    if (run.main_rank) print_report(run);
+
+    if (!run.resuming) {  // the untrained model, as a baseline (step 0)
         const auto start = std::chrono::steady_clock::now();
-        const double loss = ranks.mean(accumulate_gradients(
-            *model, *train_loader, accum_steps, opt.overfit_single_batch, B, T, inputs, targets));
-        const double norm = model->grad_norm();
-        AdamWSettings adamw;
-        adamw.learning_rate = (float)learning_rate_at(schedule, step - 1);
-        adamw.weight_decay = (float)opt.weight_decay;
-        adamw.grad_scale = norm > GRAD_CLIP ? (float)(GRAD_CLIP / norm) : 1.0f;
-        // Skip the update when the loss or the norm is not finite, or is an outlier (-sl, -sg;
-        // 0 = never skip).
-        const double loss_z = state.loss_detector.update(loss),
-                     norm_z = state.norm_detector.update(norm);
-        const bool skip_loss = opt.skip_loss_z > 0 && loss_z > opt.skip_loss_z;
-        const bool skip_norm = opt.skip_norm_z > 0 && norm_z > opt.skip_norm_z;
-        const bool not_finite = !std::isfinite(loss) || !std::isfinite(norm);
-        if (not_finite) {
-            if (main_rank)
-                printf("skipping the update of step %d: %s is not finite\n", step,
-                       !std::isfinite(loss) ? "the loss" : "the gradient norm");
-        } else if (skip_loss || skip_norm) {
-            if (main_rank)
-                printf("skipping the update of step %d: %s z-score %.2f\n", step,
-                       skip_loss ? "loss" : "grad norm", skip_loss ? loss_z : norm_z);
-        } else {
-            model->update(adamw, step);
-        }
-        const double ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count();
-        total_ms += ms;
-        timed_steps++;
-
-        StepMetrics m;
-        m.step = step;
-        m.has_train = true;
-        m.loss = loss;
-        m.lr = adamw.learning_rate;
-        m.norm = norm;
-        m.ms = ms;
-        m.tokens_per_s = opt.total_batch / (ms / 1000.0);
-        clock.add_step(ms);
-        const double eta_s = clock.eta_seconds(step);
-        const double peak = model->peak_flops() * ranks.num_ranks;
-        const std::string mfu =
-            peak > 0 ? strprintf("%.1f%%", 100.0 * step_flops / (ms / 1000.0) / peak) : "n/a";
-        if (main_rank && step_is_logged(opt, step, first_step, last_step))
-            printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | "
-                   "ETA %s\n",
-                   step, max_steps, loss, m.lr, norm, ms, m.tokens_per_s, mfu.c_str(),
-                   eta_text(eta_s).c_str());
-        const auto eval_start = std::chrono::steady_clock::now();
-        if (val_loader && (step % opt.val_every == 0 || step == last_step)) {
-            m.has_val = true;
-            m.val_loss =
-                ranks.mean(validation_loss(*model, *val_loader, opt.val_batches, B, T, inputs, targets));
-            if (main_rank) printf("val loss %.4f\n", m.val_loss);
-        }
-        if (hellaswag.active() && validates_at(opt, step, last_step)) {
-            const EvalResult result = hellaswag.run(*model, T, ranks);
-            m.has_hellaswag = true, m.hellaswag_accuracy = result.accuracy();
-            if (main_rank) printf("%s\n", describe_eval_result(result).c_str());
-        }
-        if (validates_at(opt, step, last_step)) clock.validation.add(ms_since(eval_start));
-        if (metrics) metrics->write(m);
-        // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps
-        // whether or not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
-        if (can_sample && (step % opt.sample_every == 0 || step == max_steps)) {
-            const auto sample_start = std::chrono::steady_clock::now();
-            print_sample(*model, decode_table, sample_rng, opt.gen_tokens, T, main_rank);
-            clock.sampling.add(ms_since(sample_start));
-        }
-        fflush(stdout);
-
-        state.step = step;
-        // SIGINT / SIGTERM: finish this step with a checkpoint, then stop (host/interrupts.h).
-        // Every rank stops at the same step: as soon as any rank was asked to.
-        const bool stopping = ranks.mean(stop_requested() ? 1.0 : 0.0) > 0 && step < last_step;
-        if (!opt.output_dir.empty() &&
-            ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == last_step ||
-             stopping)) {
-            const auto save_start = std::chrono::steady_clock::now();
-            state.loader = train_loader->position();
-            state.sample_rng_state = sample_rng.state;
-            save_checkpoint(opt.output_dir, opt.checkpoints_keep, opt.major_checkpoint_every,
-                            *model, state, ranks);
-            clock.checkpoint.add(ms_since(save_start));
-        }
-        if (stopping) return finish_interrupted_run(step, opt.output_dir, main_rank);
+        StepMetrics baseline;
+        evaluate(run, &baseline, true, true);
+        if (run.metrics && (baseline.has_val || baseline.has_hellaswag)) run.metrics->write(baseline);
+        if (run.val_loader || run.hellaswag->active()) run.clock.validation.add(ms_since(start));
+    }
+    const int first_step = (int)run.state.step + 1;
+    for (int step = first_step; step <= run.last_step; step++) {
+        StepMetrics m = train_step(run, step, first_step);
+        if (periodic_work(run, step, m)) return finish_interrupted_run(step, run.opt.output_dir, run.main_rank);
     }
 
-    // ---- teardown ----
-    if (main_rank) {
-        if (timed_steps > 0)
-            printf("done: %d steps, %.1f ms per step on average\n", timed_steps,
-                   total_ms / timed_steps);
+    if (run.main_rank) {
+        if (run.timed_steps > 0)
+            printf("done: %d steps, %.1f ms per step on average\n", run.timed_steps, run.total_ms / run.timed_steps);
         else
-            printf("done: nothing to do, the run already reached step %d\n", last_step);
+            printf("done: nothing to do, the run already reached step %d\n", run.last_step);
     }
     return 0;
 }

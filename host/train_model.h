@@ -10,6 +10,7 @@
 // AdamW moments in the state file, so a resumed run continues bit for bit.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct ModelMemory {
     // gathers) and in its tensor group (tensor parallelism's activations).
     size_t network_bytes_per_step = 0;
     size_t tensor_bytes_per_step = 0;
+    size_t pipeline_bytes_per_step = 0;  // activations and their gradients between stages
+    // With pipeline stages: lines on the stages' layers, schedule, bubble and memory (else empty).
+    std::string pipeline_report;
     size_t total() const {
         return parameters + gradients + master_weights + optimizer_state + activations;
     }
@@ -60,6 +64,23 @@ public:
     // may be sent to other ranks.
     virtual float forward_backward(const int* inputs, const int* targets, int B, int T,
                                    float loss_scale, bool last_micro_step) = 0;
+    // One optimizer step's forward and backward passes: zeroes the gradients, then `micro_steps`
+    // micro-batches of B×T tokens, each read by next_batch(inputs, targets) in order and its gradient
+    // scaled by 1/micro_steps, so that the gradients are those of the step's mean loss, which it
+    // returns. This default runs forward_backward on each in turn; a model split into pipeline stages
+    // runs them in its schedule's order.
+    using NextBatch = std::function<void(int* inputs, int* targets)>;
+    virtual double train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
+        zero_grad();
+        std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+        double loss = 0;
+        for (int i = 0; i < micro_steps; i++) {
+            next_batch(inputs.data(), targets.data());
+            loss += forward_backward(inputs.data(), targets.data(), B, T, 1.0f / micro_steps,
+                                     i == micro_steps - 1) / micro_steps;
+        }
+        return loss;
+    }
     virtual double grad_norm() = 0;  // global L2 norm of the gradients
     // One AdamW step; step counts from 1 (bias correction).
     virtual void update(const AdamWSettings& settings, int step) = 0;

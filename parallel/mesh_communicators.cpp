@@ -35,10 +35,19 @@ MeshCommunicators split_mesh_communicators(ncclComm_t world, const Mesh& m) {
     c.tensor = keep(tensor, m.tensor > 1);
     c.tensor_overlap = keep(tensor_overlap, m.tensor > 1);
     c.pipeline = keep(pipeline, m.pipeline > 1);
+    const bool ends = m.stage == 0 || m.stage == m.pipeline - 1;
+    ncclComm_t tied = split(world, ends ? m.data_rank * m.tensor + m.tensor_rank : NCCL_SPLIT_NOCOLOR, m.stage);
+    if (m.pipeline > 2 && ends) {
+        c.tied_embedding = tied;
+    } else {
+        if (tied) ncclCommDestroy(tied);
+        c.tied_embedding = m.pipeline == 2 ? c.pipeline : nullptr;
+    }
     return c;
 }
 
 void destroy_mesh_communicators(MeshCommunicators* c) {
+    if (c->tied_embedding && c->tied_embedding != c->pipeline) ncclCommDestroy(c->tied_embedding);
     for (ncclComm_t comm : {c->tensor, c->tensor_overlap, c->pipeline})
         if (comm) ncclCommDestroy(comm);
     if (c->data && !c->data_is_world) ncclCommDestroy(c->data);

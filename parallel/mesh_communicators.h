@@ -4,7 +4,9 @@
 //             gathered, over it
 //   tensor    the ranks with this rank's (data rank, stage): parallel/tensor_parallel.h (two
 //             communicators over them: the second carries the gathers that overlap compute)
-//   pipeline  the ranks with this rank's (data rank, tensor rank): activations pass along it
+//   pipeline  the ranks with this rank's (data rank, tensor rank): activations pass along it; its
+//             first and last stage share the tied embedding (their own communicator with 3 stages or
+//             more, the pipeline's otherwise)
 // A group of one rank gets no communicator (null), except the data group, which has one whenever the
 // world does (ZeRO's code paths then run over one rank). Without a world communicator (one process,
 // no MPI launcher) all are null.
@@ -15,6 +17,7 @@
 
 struct MeshCommunicators {
     ncclComm_t data = nullptr, tensor = nullptr, tensor_overlap = nullptr, pipeline = nullptr;
+    ncclComm_t tied_embedding = nullptr;  // the first and last stage of the pipeline (3 stages or more)
     bool data_is_world = false;  // the world's own communicator, not split (and not ours to destroy)
 };
 

@@ -12,29 +12,30 @@ class BucketBuilder {
 public:
     explicit BucketBuilder(ParamBuckets* b) : b_(b) {}
 
-    void begin() { bucket_ = {b_->total, 0, (int)b_->segments.size(), 0, 0, 0}, at_ = b_->total; }
+    void begin() { bucket_ = {b_->total, 0, (int)b_->segments.size(), 0, 0, 0}, at_ = b_->total, copies_ = true; }
     // A tensor piece that is `length / row_length` rows of row_length elements, row_stride apart, in
     // ParamLayout order; merged into the previous segment where it continues it in both orders.
     void add(int tensor, int layer, size_t layout_offset, size_t length, size_t row_length, size_t row_stride,
-             size_t key_offset, bool replicated) {
+             size_t key_offset, bool written) {
         if (row_stride == row_length) row_length = row_stride = length;  // contiguous after all
         std::vector<ParamSegment>& segments = b_->segments;
         const bool first = (int)segments.size() == bucket_.first_segment;
         ParamSegment* last = first ? nullptr : &segments.back();
         if (last && last->tensor == tensor && last->layer == layer && last->row_length == last->length &&
             row_length == length && last->layout_offset + last->length == layout_offset &&
-            last->key_offset + last->length == key_offset && last->replicated == replicated) {
+            last->key_offset + last->length == key_offset && last->written == written) {
             last->length += length;
             last->row_length = last->row_stride = last->length;
         } else {
             segments.push_back({tensor, layer, at_, length, layout_offset, row_length, row_stride, key_offset,
-                                replicated});
+                                written});
         }
         at_ += length;
-        if (replicated) bucket_.replicated += length;
+        copies_ = copies_ && !written;  // copies come first in a bucket
+        if (copies_) bucket_.unwritten += length;
     }
-    void add_contiguous(int tensor, int layer, size_t layout_offset, size_t length, bool replicated) {
-        add(tensor, layer, layout_offset, length, length, length, layout_offset, replicated);
+    void add_contiguous(int tensor, int layer, size_t layout_offset, size_t length, bool written) {
+        add(tensor, layer, layout_offset, length, length, length, layout_offset, written);
     }
     // Device elements that belong to no tensor (zero, never updated).
     void add_gap(size_t length) { at_ += length; }
@@ -50,51 +51,64 @@ private:
     ParamBuckets* b_;
     ParamBucket bucket_{};
     size_t at_ = 0;
+    bool copies_ = true;  // every segment so far is a copy
 };
 
 }  // namespace
 
-ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks, int t, int T) {
+ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks, ModelSlice slice) {
+    if (slice.end_layer < 0) slice.end_layer = c.num_layers;
     ParamBuckets b;
-    b.num_ranks = num_ranks, b.tensor_rank = t, b.tensor_ranks = T;
+    b.num_ranks = num_ranks, b.slice = slice;
     const ParamLayout layout = param_layout(c);
     b.layout_total = layout.total;
     const size_t L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size, maxT = c.max_seq_len;
+    const size_t t = slice.tensor_rank, T = slice.tensor_ranks;
+    const bool replicas_written = t == 0;  // tensor rank 0 writes the replicated tensors
     // Where tensor `tensor` of layer l starts in ParamLayout order.
     auto base = [&](int tensor, size_t l) { return layout.offset[tensor] + l * (layout.size[tensor] / L); };
     BucketBuilder bucket(&b);
 
-    bucket.begin();
-    bucket.add_contiguous(WPE, 0, layout.offset[WPE], maxT * C, true);
-    // Vocabulary rows [t·Vs, (t+1)·Vs): the last slices may reach past Vp, rows the model does not have.
-    const size_t Vs = vocab_slice_rows(Vp, T), first = std::min(Vp, t * Vs), rows = std::min(Vp, first + Vs) - first;
-    bucket.add_contiguous(WTE, 0, layout.offset[WTE] + first * C, rows * C, false);
-    bucket.add_gap((Vs - rows) * C);
-    bucket.end(0);
-
-    for (size_t l = 0; l < L; l++) {
+    if (slice.first_stage) {
         bucket.begin();
-        for (int tensor : {LN1W, LN1B, LN2W, LN2B}) bucket.add_contiguous(tensor, l, base(tensor, l), C, true);
-        for (int tensor : {ATTPROJB, FCPROJB}) bucket.add_contiguous(tensor, l, base(tensor, l), C, true);
+        bucket.add_contiguous(WPE, 0, layout.offset[WPE], maxT * C, replicas_written);
+        bucket.end(0);
+    }
+    if (slice.first_stage || slice.last_stage) {
+        // Vocabulary rows [t·Vs, (t+1)·Vs): the last slices may reach past Vp, rows the model does not
+        // have. On a last stage that is not also the first, the classifier's copy.
+        const size_t Vs = vocab_slice_rows(Vp, T), first = std::min(Vp, t * Vs);
+        const size_t rows = std::min(Vp, first + Vs) - first;
+        bucket.begin();
+        bucket.add_contiguous(WTE, 0, layout.offset[WTE] + first * C, rows * C, slice.first_stage);
+        bucket.add_gap((Vs - rows) * C);
+        bucket.end(0);
+    }
+    b.first_layer_bucket_ = (int)b.buckets.size();
+    for (size_t l = slice.first_layer; l < (size_t)slice.end_layer; l++) {
+        bucket.begin();
+        for (int tensor : {LN1W, LN1B, LN2W, LN2B}) bucket.add_contiguous(tensor, l, base(tensor, l), C, replicas_written);
+        for (int tensor : {ATTPROJB, FCPROJB}) bucket.add_contiguous(tensor, l, base(tensor, l), C, replicas_written);
         // Column-parallel: this rank's rows of the query, key and value thirds; of fc.
         for (size_t third = 0; third < 3; third++)
-            bucket.add_contiguous(QKVW, l, base(QKVW, l) + (third * C + t * C / T) * C, C / T * C, false);
+            bucket.add_contiguous(QKVW, l, base(QKVW, l) + (third * C + t * C / T) * C, C / T * C, true);
         for (size_t third = 0; third < 3; third++)
-            bucket.add_contiguous(QKVB, l, base(QKVB, l) + third * C + t * C / T, C / T, false);
+            bucket.add_contiguous(QKVB, l, base(QKVB, l) + third * C + t * C / T, C / T, true);
         // Row-parallel: this rank's columns of every row (its key counter: the rank's block of the layer's tensor).
         bucket.add(ATTPROJW, l, base(ATTPROJW, l) + t * C / T, C * C / T, C / T, C, base(ATTPROJW, l) + t * C * C / T,
-                   false);
-        bucket.add_contiguous(FCW, l, base(FCW, l) + t * 4 * C / T * C, 4 * C / T * C, false);
-        bucket.add_contiguous(FCB, l, base(FCB, l) + t * 4 * C / T, 4 * C / T, false);
+                   true);
+        bucket.add_contiguous(FCW, l, base(FCW, l) + t * 4 * C / T * C, 4 * C / T * C, true);
+        bucket.add_contiguous(FCB, l, base(FCB, l) + t * 4 * C / T, 4 * C / T, true);
         bucket.add(FCPROJW, l, base(FCPROJW, l) + t * 4 * C / T, C * 4 * C / T, 4 * C / T, 4 * C,
-                   base(FCPROJW, l) + t * C * 4 * C / T, false);
+                   base(FCPROJW, l) + t * C * 4 * C / T, true);
         bucket.end(4 * C);  // the LayerNorms' weights and biases
     }
-
-    bucket.begin();
-    bucket.add_contiguous(LNFW, 0, layout.offset[LNFW], C, true);
-    bucket.add_contiguous(LNFB, 0, layout.offset[LNFB], C, true);
-    bucket.end(2 * C);
+    if (slice.last_stage) {
+        bucket.begin();
+        bucket.add_contiguous(LNFW, 0, layout.offset[LNFW], C, replicas_written);
+        bucket.add_contiguous(LNFB, 0, layout.offset[LNFB], C, replicas_written);
+        bucket.end(2 * C);
+    }
     return b;
 }
 
@@ -106,7 +120,8 @@ size_t ParamBuckets::device_offset(int tensor, int layer) const {
 }
 
 int ParamBuckets::bucket_of(int tensor, int layer) const {
-    if (tensor == WTE || tensor == WPE) return embedding_bucket();
+    if (tensor == WPE) return position_bucket();
+    if (tensor == WTE) return vocabulary_bucket();
     if (tensor == LNFW || tensor == LNFB) return final_norm_bucket();
     return layer_bucket(layer);
 }
@@ -150,7 +165,7 @@ std::vector<float> to_device_order(const ParamBuckets& b, const std::vector<floa
 ModelPart device_part(const ParamBuckets& b, const std::vector<float>& device_order) {
     ModelPart part;
     for (const ParamSegment& s : b.segments) {
-        if (s.replicated && !b.writes_replicated()) continue;
+        if (!s.written) continue;
         for_each_layout_run(s, 0, s.length, [&](size_t layout_at, size_t index, size_t count) {
             append_range(&part.ranges, layout_at, count);
             const auto from = device_order.begin() + s.device_offset + index;
@@ -177,12 +192,12 @@ std::vector<float> gather_shard(const ParamBuckets& b, int rank, bool sharded,
 }
 
 // The runs whose state this rank writes: without sharding, data rank 0 writes for every data rank;
-// replicated tensors only on tensor rank 0.
+// copies are left to their first holder.
 template <typename F>
 static void for_each_written_run(const ParamBuckets& b, int rank, bool sharded, F&& f) {
     if (!sharded && rank != 0) return;
     for (const OwnedRun& r : owned_runs(b, rank, sharded))
-        if (!b.segments[r.segment].replicated || b.writes_replicated()) f(r);
+        if (b.segments[r.segment].written) f(r);
 }
 
 std::vector<LayoutRange> state_ranges(const ParamBuckets& b, int rank, bool sharded) {

@@ -5,9 +5,13 @@
 // A rank's device keeps its slice of them (below) by bucket instead, so that everything one layer's
 // backward pass finishes is one contiguous range that can be sent while the layers below are still
 // being computed:
-//   bucket 0        wpe, wte                                   (final last: the encoder's backward)
-//   bucket 1 + l    layer l: ln1w ln1b ln2w ln2b attprojb fcprojb, then qkvw qkvb attprojw fcw fcb fcprojw
-//   bucket L + 1    lnfw, lnfb                                 (final first)
+//   positions      wpe                                          (final last: the encoder's backward)
+//   vocabulary     wte, the embedding and the classifier
+//   layer l        ln1w ln1b ln2w ln2b attprojb fcprojb, then qkvw qkvb attprojw fcw fcb fcprojw
+//   final norm     lnfw, lnfb                                   (final first)
+// in that order. A pipeline stage (-pp) holds the buckets of its layers only, the first stage also
+// the positions and vocabulary, the last also the vocabulary (the classifier's tied copy) and the
+// final norm.
 // Each bucket is padded to a multiple of 128·R elements (R = data ranks), so it splits into R equal
 // chunks that are 256-byte aligned in bf16. Under ZeRO (-z 1, 2, 3), data rank r owns chunk r of every
 // bucket: it keeps the fp32 master weights and AdamW moments of those elements only (its "shard", the
@@ -26,6 +30,10 @@
 // The replicated tensors come first in their bucket, the LayerNorms' first of all (under sequence
 // parallelism each tensor rank computes their gradients from its own positions, and the group sums
 // them). With T = 1 every tensor is whole and this is the plain layout.
+//
+// Copies: a replicated tensor on tensor ranks other than 0, and the classifier's copy of wte on the
+// last stage of a pipeline, are "unwritten": checkpoints take them from their first holder, and the
+// gradient norm counts them there only.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -44,29 +52,40 @@ struct ParamSegment {
     // Stochastic rounding's counter for the first element (kernels/adamw.h): unique per element of
     // the model across the tensor group, the same on every tensor rank for replicated tensors.
     size_t key_offset;
-    bool replicated;  // whole on every tensor rank
+    bool written;  // this rank writes it to checkpoints and counts it in the gradient norm (not a copy)
 };
 
 struct ParamBucket {
     size_t offset, length;  // device order; length is padded to a multiple of 128·ranks
     int first_segment, segment_count;
-    size_t replicated;       // elements at its start replicated across the tensor group
-    size_t sequence_summed;  // of those, the first ones whose gradients sequence parallelism sums
+    size_t unwritten;        // elements at its start that are copies (see above)
+    size_t sequence_summed;  // elements at its start whose gradients sequence parallelism sums
+};
+
+// What of the model a rank's device holds: its tensor-parallel slice of the layers of its pipeline
+// stage.
+struct ModelSlice {
+    int tensor_rank = 0, tensor_ranks = 1;
+    int first_layer = 0, end_layer = -1;  // layers [first_layer, end_layer); -1: to the last
+    bool first_stage = true, last_stage = true;
 };
 
 struct ParamBuckets {
-    int num_ranks = 1;                       // data ranks: the chunks of each bucket
-    int tensor_rank = 0, tensor_ranks = 1;   // this rank's slice of every tensor
+    int num_ranks = 1;  // data ranks: the chunks of each bucket
+    ModelSlice slice;
     std::vector<ParamSegment> segments;
     std::vector<ParamBucket> buckets;
-    size_t total = 0;  // device elements, padding included
+    size_t total = 0;         // device elements, padding included
     size_t layout_total = 0;  // the whole model's parameters (ParamLayout)
 
+    // Each bucket's index, -1 where this rank's stage has none.
+    int position_bucket() const { return slice.first_stage ? 0 : -1; }
+    int vocabulary_bucket() const { return slice.first_stage ? 1 : slice.last_stage ? 0 : -1; }
+    int layer_bucket(int layer) const { return first_layer_bucket_ + (layer - slice.first_layer); }
+    int final_norm_bucket() const { return slice.last_stage ? (int)buckets.size() - 1 : -1; }
+    int first_layer() const { return slice.first_layer; }
+    int end_layer() const { return slice.end_layer; }
     size_t device_offset(int tensor, int layer = 0) const;
-    int layer_bucket(int layer) const { return 1 + layer; }
-    int embedding_bucket() const { return 0; }
-    int final_norm_bucket() const { return (int)buckets.size() - 1; }
-    int num_layers() const { return (int)buckets.size() - 2; }
     // The bucket holding tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb), and where the
     // tensor starts inside it.
     int bucket_of(int tensor, int layer = 0) const;
@@ -76,18 +95,16 @@ struct ParamBuckets {
     // What each rank owns of a bucket under ZeRO, and of all buckets (its shard).
     size_t chunk(int bucket) const { return buckets[bucket].length / num_ranks; }
     size_t shard_size() const;
-    // Whether this rank is the one that writes the replicated tensors to checkpoints and counts them
-    // in the gradient norm (tensor rank 0; the other tensor ranks hold copies).
-    bool writes_replicated() const { return tensor_rank == 0; }
+
+    int first_layer_bucket_ = 0;
 };
 
 // Rows of the padded vocabulary Vp per tensor rank: Vp / T rounded up to a multiple of 8 (16-byte
 // rows of bf16 logits for cuBLASLt).
 inline size_t vocab_slice_rows(size_t Vp, size_t T) { return ((Vp + T - 1) / T + 7) / 8 * 8; }
 
-// The buckets of tensor rank `tensor_rank` of `tensor_ranks`, for `num_ranks` data ranks.
-ParamBuckets make_param_buckets(const GPTConfig& config, int num_ranks, int tensor_rank = 0,
-                                int tensor_ranks = 1);
+// The buckets of `slice` (the whole model by default), for `num_ranks` data ranks.
+ParamBuckets make_param_buckets(const GPTConfig& config, int num_ranks, ModelSlice slice = ModelSlice());
 
 // Calls f(layout_offset, index, count) for each run of `count` elements of segment s, starting at
 // element `from` of the segment and `n` long, that is contiguous in ParamLayout order; `index` counts
@@ -116,11 +133,10 @@ std::vector<OwnedRun> owned_runs(const ParamBuckets& buckets, int rank, bool sha
 // Host conversions between the whole model in ParamLayout order (files) and this rank's device order
 // (its slice; padding zero).
 std::vector<float> to_device_order(const ParamBuckets& buckets, const std::vector<float>& layout_order);
-// The part of device-order values that this rank writes to a checkpoint (replicated tensors only on
-// tensor rank 0).
+// The part of device-order values that this rank writes to a checkpoint (its segments but the copies).
 ModelPart device_part(const ParamBuckets& buckets, const std::vector<float>& device_order);
 // A rank's optimizer state (state order, see OwnedRun) from the whole model's, and the part of it
-// the rank writes (its runs, replicated ones only on tensor rank 0) with their ParamLayout ranges.
+// the rank writes (its runs but the copies') with their ParamLayout ranges.
 std::vector<float> gather_shard(const ParamBuckets& buckets, int rank, bool sharded,
                                 const std::vector<float>& layout_order);
 std::vector<LayoutRange> state_ranges(const ParamBuckets& buckets, int rank, bool sharded);

@@ -25,12 +25,13 @@
 //           just before the forward needs them, and again before the backward, the next layer's
 //           gather issued while the current layer computes (prefetch); the slot is released after use.
 //           The embeddings (wte is also the classifier) are gathered once per micro-step and kept from
-//           the encoder to the classifier's backward; the final LayerNorm likewise.
+//           the encoder to the classifier's backward (which runs at the end of the forward pass).
 // Gradients accumulate across micro-steps in the storage precision (bf16, or fp32 in the fp32 build),
 // as the whole-gradient stages do, so every stage rounds alike and needs 2 bytes per gradient.
 //
 // Transient slots: two for layers (layer l uses slot l % 2: while layer l computes, layer l ± 1 is
-// gathered into the other), one for the embeddings, one for the final LayerNorm; each with a "filled"
+// gathered into the other), one each for the position embeddings, the vocabulary and the final
+// LayerNorm; each with a "filled"
 // event (the gather is done) and a "free" event (the compute is done with it), and the gradient slots
 // likewise ("ready" to reduce, "reduced").
 #pragma once
@@ -57,18 +58,21 @@ public:
     // stage: the ZeRO stage in effect (0 without a communicator); rank among buckets.num_ranks.
     ParameterStore(const ParamBuckets& buckets, int stage, int rank, bool fp32_master)
         : buckets_(buckets), stage_(stage), rank_(rank), use_master_(fp32_master),
-          sharded_(stage >= 1), owned_(owned_runs(buckets, rank, stage >= 1)) {
+          sharded_(stage >= 1), owned_(owned_runs(buckets, rank, stage >= 1)),
+          reduced_this_step_(buckets.buckets.size(), false) {
         size_t at = 0;
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
             shard_offset_.push_back(at);
             at += sharded_ ? buckets_.chunk(b) : 0;
             max_chunk_ = std::max(max_chunk_, buckets_.chunk(b));
         }
-        for (int l = 0; l < buckets_.num_layers(); l++)
-            slot_length_[0] = slot_length_[1] =
-                std::max(slot_length_[0], buckets_.buckets[buckets_.layer_bucket(l)].length);
-        slot_length_[EMBEDDING_SLOT] = buckets_.buckets[buckets_.embedding_bucket()].length;
-        slot_length_[FINAL_NORM_SLOT] = buckets_.buckets[buckets_.final_norm_bucket()].length;
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            const int s = slot_of(b);
+            if (s < 2)
+                slot_length_[0] = slot_length_[1] = std::max(slot_length_[0], buckets_.buckets[b].length);
+            else
+                slot_length_[s] = buckets_.buckets[b].length;
+        }
     }
     ParameterStore(const ParameterStore&) = delete;
     ParameterStore& operator=(const ParameterStore&) = delete;
@@ -144,8 +148,9 @@ public:
         const size_t R = buckets_.num_ranks, P = buckets_.total;
         if (R <= 1 && stage_ == 0) return 0;
         const size_t one_pass = (R - 1) * (P / R) * sizeof(floatX);  // (R−1)/R of every bucket
-        const size_t kept = buckets_.buckets[buckets_.embedding_bucket()].length +
-                            buckets_.buckets[buckets_.final_norm_bucket()].length;
+        size_t kept = 0;  // the embeddings: gathered once per micro-step under -z 3 (not for the backward too)
+        for (int b : {buckets_.position_bucket(), buckets_.vocabulary_bucket()})
+            if (b >= 0) kept += buckets_.buckets[b].length;
         const size_t layers_pass = (R - 1) * ((P - kept) / R) * sizeof(floatX);
         switch (stage_) {
             case 0:
@@ -200,12 +205,12 @@ public:
         slot_holds_[s] = -1;
     }
 
-    // A new optimizer step's accumulation starts: -z 0/1 zero the gradients; -z 2/3 let the first
-    // micro-step's reduce-scatter overwrite the shard.
+    // A new optimizer step's accumulation starts: -z 0/1 zero the gradients; -z 2/3 let each bucket's
+    // first reduce-scatter of the step overwrite its part of the shard.
     void zero_gradients() {
         if (stage_ < 2)
             CUDA_CHECK(cudaMemsetAsync(grads_, 0, buckets_.total * sizeof(floatX), compute_));
-        first_micro_step_ = true;
+        reduced_this_step_.assign(buckets_.buckets.size(), false);
     }
     // -z 2/3: the bucket's gradient slot, once its previous reduction has read it, zeroed for the
     // backward to add into.
@@ -234,7 +239,7 @@ public:
         } else {
             const int s = slot_of(bucket);
             floatX* shard = grads_ + shard_offset_[bucket];
-            if (first_micro_step_) {
+            if (!reduced_this_step_[bucket]) {
                 NCCL_CHECK(ncclReduceScatter(gradient_slot_[s], shard, chunk, NCCL_FLOATX, ncclAvg, comm_,
                                              comm_stream_));
             } else {
@@ -244,7 +249,16 @@ public:
             }
             CUDA_CHECK(cudaEventRecord(reduced_[s], comm_stream_));
         }
+        reduced_this_step_[bucket] = true;
         communicating_ = true;
+    }
+    // The gradients of `bucket` this rank holds once they are reduced, and how many: the whole bucket
+    // (-z 0), or this rank's chunk of it (-z 1..3).
+    floatX* reduced_gradients(int bucket, size_t* count) const {
+        const ParamBucket& b = buckets_.buckets[bucket];
+        *count = sharded_ ? buckets_.chunk(bucket) : b.length;
+        if (stage_ >= 2) return grads_ + shard_offset_[bucket];
+        return grads_ + b.offset + (sharded_ ? rank_ * buckets_.chunk(bucket) : 0);
     }
     // Whether reduce_gradients sends this micro-step's gradients (-z 0/1: the last micro-step only).
     bool reduces_gradients(bool last_micro_step) const { return stage_ >= 2 || last_micro_step; }
@@ -255,16 +269,16 @@ public:
             CUDA_CHECK(cudaStreamWaitEvent(compute_, communication_done_, 0));
             communicating_ = false;
         }
-        if (stage_ >= 2) first_micro_step_ = false;
     }
 
     // ---- the update
     // Adds the squared L2 norm of the reduced gradients to *norm_squared (device), summed over the data
-    // ranks when each holds a part of them. (Padding holds zeros.) On tensor ranks other than 0 the
-    // copies of replicated tensors are left out, so that the sum over the tensor group (the caller's)
-    // counts every parameter once.
+    // ranks when each holds a part of them. (Padding holds zeros.) Copies (parallel/param_buckets.h)
+    // are left out, so that the sum over the tensor group and the pipeline (the caller's) counts
+    // every parameter once.
     void add_gradient_norm_squared(float* norm_squared, void* scratch) {
-        const bool whole = buckets_.writes_replicated();
+        bool whole = true;  // no copies: every bucket whole
+        for (const ParamBucket& bucket : buckets_.buckets) whole = whole && bucket.unwritten == 0;
         if (stage_ >= 2 && whole) {
             global_norm_squared(norm_squared, grads_, buckets_.shard_size(), scratch, compute_);
         } else if (stage_ == 0 && whole) {
@@ -274,7 +288,7 @@ public:
                 const ParamBucket& bucket = buckets_.buckets[b];
                 const size_t chunk = sharded_ ? buckets_.chunk(b) : bucket.length;
                 const size_t begin = sharded_ ? rank_ * chunk : 0;  // within the bucket
-                const size_t from = std::max(begin, whole ? 0 : bucket.replicated), to = begin + chunk;
+                const size_t from = std::max(begin, bucket.unwritten), to = begin + chunk;
                 const floatX* g = stage_ >= 2 ? grads_ + shard_offset_[b] - begin : grads_ + bucket.offset;
                 if (from < to) global_norm_squared(norm_squared, g + from, to - from, scratch, compute_);
             }
@@ -313,7 +327,7 @@ public:
         if (master_) upload(master_, gather_shard(buckets_, rank_, sharded_, weights));
     }
     // The part of the working weights this rank writes to the model file (host/model_part.h): data
-    // rank 0's slice (replicated tensors from tensor rank 0 only). Under -z 3 every rank must call it:
+    // rank 0's slice but the copies. Under -z 3 every rank must call it:
     // the buckets are gathered one at a time through a slot, so no rank holds its whole slice on the
     // device at once.
     ModelPart weights_part() {
@@ -344,7 +358,7 @@ public:
         upload(adam_v_, gather_shard(buckets_, rank_, sharded_, v));
     }
     // What this rank's state file stores: the master weights and moments of its runs (its shard under
-    // ZeRO, everything on data rank 0 otherwise; replicated tensors from tensor rank 0 only), with
+    // ZeRO, everything on data rank 0 otherwise; not the copies), with
     // their ParamLayout ranges. Without separate master weights they are the working ones.
     OptimizerPart optimizer_part() {
         const size_t S = state_size();
@@ -361,11 +375,12 @@ public:
     }
 
 private:
-    enum { EMBEDDING_SLOT = 2, FINAL_NORM_SLOT = 3, SLOTS = 4 };
+    enum { POSITION_SLOT = 2, VOCABULARY_SLOT = 3, FINAL_NORM_SLOT = 4, SLOTS = 5 };
     int slot_of(int bucket) const {
-        if (bucket == buckets_.embedding_bucket()) return EMBEDDING_SLOT;
+        if (bucket == buckets_.position_bucket()) return POSITION_SLOT;
+        if (bucket == buckets_.vocabulary_bucket()) return VOCABULARY_SLOT;
         if (bucket == buckets_.final_norm_bucket()) return FINAL_NORM_SLOT;
-        return (bucket - buckets_.layer_bucket(0)) % 2;
+        return (bucket - buckets_.layer_bucket(buckets_.first_layer())) % 2;
     }
 
     // A part that covers the model (one tensor rank) as the whole model in ParamLayout order.
@@ -434,8 +449,9 @@ private:
     floatX* weight_slot_[SLOTS] = {};    // -z 3: gathered buckets
     floatX* gradient_slot_[SLOTS] = {};  // -z 2/3: a bucket's whole gradients before the reduction
     floatX* chunk_buffer_ = nullptr;     // -z 2/3: a reduced chunk on its way into the shard
-    int slot_holds_[SLOTS] = {-1, -1, -1, -1};
+    int slot_holds_[SLOTS] = {-1, -1, -1, -1, -1};
     cudaEvent_t filled_[SLOTS] = {}, free_[SLOTS] = {}, ready_[SLOTS] = {}, reduced_[SLOTS] = {};
     cudaEvent_t communication_done_ = nullptr, weights_updated_ = nullptr;
-    bool first_micro_step_ = true, communicating_ = false;
+    std::vector<bool> reduced_this_step_;  // -z 2/3: the bucket's shard already holds this step's gradients
+    bool communicating_ = false;
 };

@@ -1,0 +1,105 @@
+// Pipeline parallelism end to end (-pp, --pp-schedule) and the full mesh: the emulated CUDA trainer
+// (train_gpt_emu_fp32) on up to 8 MPI ranks, oversubscribed, gives the per-step losses and final
+// weights of one rank (fp32: within 1e-5 relative; the tied embedding's two gradients are summed in
+// another order): 2 and 4 stages, 3 stages over 5 layers, with 2 tensor ranks, with 2 data ranks under
+// -z 1 and -z 3, and 2 data x 2 pipeline x 2 tensor ranks; GPipe and 1F1B give the same bits;
+// checkpoints move between meshes; --dry-run plans what the stages allocate.
+#include "test/parallel/trainer_runs.h"
+
+using namespace trainer_runs;
+
+namespace {
+
+// 4 layers of 4 heads (head size 32): 862,976 parameters.
+const char* MODEL = "custom:L4:C128:H4:V512:T32";
+
+const std::string& data() {
+    static const std::string path = data_file();
+    return path;
+}
+
+std::string run(int ranks, const std::string& flags, const std::string& model = MODEL) {
+    return trainer_runs::run(ranks, model, data(), flags);
+}
+
+}  // namespace
+
+// -d 256 is 4 micro-batches of 2 × 32 per data rank (2 with 2 data ranks): the pipeline's micro-batches.
+TEST(pipeline_matches_one_rank) {
+    const std::string flags = "-d 256 -x 3 -o ";
+    const std::string one = out_dir();
+    run(0, flags + one);
+    struct Case {
+        int ranks;
+        const char* extra;
+    } cases[] = {{2, "-pp 2"},       {4, "-pp 4"},       {2, "-pp 2 --pp-schedule gpipe"}, {4, "-pp 2 -tp 2"},
+                 {4, "-pp 2 -z 1"}, {4, "-pp 2 -z 3"}, {8, "-pp 2 -tp 2 -z 3"}};
+    std::string one_f_one_b, gpipe;
+    for (const Case& c : cases) {
+        const std::string dir = out_dir();
+        const std::string log = run(c.ranks, flags + dir + " " + c.extra);
+        const std::string what = strprintf("mpirun -np %d %s", c.ranks, c.extra);
+        CHECK_MSG(log.find("pipeline: ") != std::string::npos, "%s:\n%s", what.c_str(), log.c_str());
+        check_same_run(dir, one, 3, 1e-5, what.c_str());
+        if (std::string(c.extra) == "-pp 2") one_f_one_b = dir;
+        if (std::string(c.extra) == "-pp 2 --pp-schedule gpipe") gpipe = dir;
+    }
+    // The two schedules add every gradient in the same order: the same bits.
+    CHECK(read_all(checkpoint_model_path(gpipe, 3)) == read_all(checkpoint_model_path(one_f_one_b, 3)));
+    CHECK(read_all(checkpoint_state_path(gpipe, 3, 1)) == read_all(checkpoint_state_path(one_f_one_b, 3, 1)));
+}
+
+// 5 layers over 3 stages (2, 2 and 1 with the classifier), with validation and samples (the last
+// stage's loss and logits sent to the others).
+TEST(pipeline_over_five_layers) {
+    const std::string model = "custom:L5:C64:H2:V512:T32";
+    const std::string flags = "-d 256 -x 4 -j " + data() + " -v 2 -m 2 -s 4 -g 4 -o ";
+    const std::string one = out_dir(), three = out_dir();
+    const std::string reference = run(0, flags + one, model);
+    const std::string log = run(3, flags + three + " -pp 3", model);
+    CHECK_MSG(log.find("layers 0-1 | 2-3 | 4 + classifier") != std::string::npos, "%s", log.c_str());
+    CHECK_MSG(count_lines(log, "val loss ") == 3 && count_lines(reference, "val loss ") == 3 &&
+                  count_lines(log, "sample: ") == 1,
+              "one rank:\n%s\nthree stages:\n%s", reference.c_str(), log.c_str());
+    const double val = number_after(log, "val loss ", "val loss "), expected = number_after(reference, "val loss ", "val loss ");
+    CHECK_MSG(std::fabs(val - expected) <= 1e-4, "the untrained model's val loss %.4f, one rank's %.4f", val, expected);
+    check_same_run(three, one, 4, 1e-5, "mpirun -np 3 -pp 3 over 5 layers");
+}
+
+// Universal checkpoints across meshes: 2 tensor x 2 pipeline ranks continue on one rank; one rank
+// continues as 2 data x 2 pipeline ranks under ZeRO-3; 8 ranks (2 x 2 x 2) continue on 4 (2 x 2).
+TEST(pipeline_checkpoints_move_between_meshes) {
+    const std::string flags = "-d 256 -x 4 -n 2 -y 1 -o ";
+    const std::string straight = out_dir();
+    run(0, flags + straight);
+    struct Case {
+        int saved_ranks;
+        const char* saved;
+        int ranks;
+        const char* resumed;
+    } cases[] = {{4, "-tp 2 -pp 2", 0, ""}, {0, "", 4, "-pp 2 -z 3"}, {8, "-tp 2 -pp 2 -z 1", 4, "-tp 2 -pp 2"}};
+    for (const Case& c : cases) {
+        const std::string dir = out_dir();
+        run(c.saved_ranks, flags + dir + " --stop-at 2 " + c.saved);
+        const std::string log = run(c.ranks, flags + dir + " " + c.resumed);
+        CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
+        const std::string what = strprintf("saved with '%s' on %d rank(s), resumed with '%s' on %d", c.saved,
+                                           std::max(1, c.saved_ranks), c.resumed, std::max(1, c.ranks));
+        check_same_run(dir, straight, 4, 1e-5, what.c_str());
+    }
+}
+
+// --dry-run from one process plans the report the stages print once they have allocated: the memory
+// and network lines of stage 0 and every stage's line.
+TEST(dry_run_plans_what_the_stages_allocate) {
+    for (const char* mesh : {"-pp 2", "-pp 2 -tp 2 -z 3 --pp-schedule gpipe"}) {
+        const int ranks = std::string(mesh).find("-tp 2") != std::string::npos ? 4 : 2;
+        const std::string plan = run(0, strprintf("-d 256 --dry-run 1 --plan-ranks %d %s", ranks, mesh));
+        const std::string real = run(ranks, strprintf("-d 256 -x 1 %s", mesh));
+        for (const char* prefix : {"memory:", "network:", "pipeline:", "stage "}) {
+            const std::string planned = lines_starting(plan, prefix), actual = lines_starting(real, prefix);
+            CHECK_MSG(!planned.empty() && planned == actual, "%s: planned\n%sbut the ranks report\n%s", mesh,
+                      planned.c_str(), actual.c_str());
+        }
+    }
+}
