@@ -49,11 +49,12 @@ TEST(pipeline_matches_one_rank) {
     CHECK(read_all(checkpoint_state_path(gpipe, 3, 1)) == read_all(checkpoint_state_path(one_f_one_b, 3, 1)));
 }
 
-// 5 layers over 3 stages (2, 2 and 1 with the classifier), with validation and samples (the last
-// stage's loss and logits sent to the others).
+// 5 layers over 3 stages (2, 2 and 1 with the classifier), with validation, HellaSwag and samples (the
+// last stage's loss and logits sent to the others).
 TEST(pipeline_over_five_layers) {
     const std::string model = "custom:L5:C64:H2:V512:T32";
-    const std::string flags = "-d 256 -x 4 -j " + data() + " -v 2 -m 2 -s 4 -g 4 -o ";
+    const std::string flags =
+        "-d 256 -x 4 -j " + data() + " -v 2 -m 2 -s 4 -g 4 -h 1 --hellaswag-file " + eval_file(512) + " -o ";
     const std::string one = out_dir(), three = out_dir();
     const std::string reference = run(0, flags + one, model);
     const std::string log = run(3, flags + three + " -pp 3", model);
@@ -63,6 +64,9 @@ TEST(pipeline_over_five_layers) {
               "one rank:\n%s\nthree stages:\n%s", reference.c_str(), log.c_str());
     const double val = number_after(log, "val loss ", "val loss "), expected = number_after(reference, "val loss ", "val loss ");
     CHECK_MSG(std::fabs(val - expected) <= 1e-4, "the untrained model's val loss %.4f, one rank's %.4f", val, expected);
+    CHECK_MSG(count_lines(log, "HellaSwag: ") == 3 && lines_starting(log, "HellaSwag: ") == lines_starting(reference, "HellaSwag: "),
+              "HellaSwag, one rank:\n%sthree stages:\n%s", lines_starting(reference, "HellaSwag: ").c_str(),
+              lines_starting(log, "HellaSwag: ").c_str());
     check_same_run(three, one, 4, 1e-5, "mpirun -np 3 -pp 3 over 5 layers");
 }
 

@@ -51,11 +51,15 @@ TEST(tensor_parallel_matches_one_rank) {
 TEST(gpt2_vocabulary_split_over_ranks) {
     const std::string model = "custom:L1:C64:H2:T32";  // V 50257 by default
     const std::string tokens = data_file(50257, 4000);
-    const std::string flags = "-d 128 -x 2 -j " + tokens + " -v 2 -m 1 -s 2 -g 4 -o ";
+    const std::string flags = "-d 128 -x 2 -j " + tokens + " -v 2 -m 1 -s 2 -g 4 -h 1 --hellaswag-file " +
+                              eval_file(50257) + " -o ";
     const std::string one = out_dir(), two = out_dir();
-    trainer_runs::run(0, model, tokens, flags + one);
+    const std::string reference = trainer_runs::run(0, model, tokens, flags + one);
     const std::string log = trainer_runs::run(2, model, tokens, flags + two + " -tp 2");
     CHECK_MSG(count_lines(log, "val loss ") == 2 && count_lines(log, "sample: ") == 1, "%s", log.c_str());
+    CHECK_MSG(count_lines(log, "HellaSwag: ") == 2 && lines_starting(log, "HellaSwag: ") == lines_starting(reference, "HellaSwag: "),
+              "HellaSwag, one rank:\n%s-tp 2:\n%s", lines_starting(reference, "HellaSwag: ").c_str(),
+              lines_starting(log, "HellaSwag: ").c_str());
     check_same_run(two, one, 2, 1e-5, "GPT-2's vocabulary over -tp 2");
 }
 

@@ -10,6 +10,7 @@
 
 #include "host/checkpoint.h"
 #include "host/file_io.h"
+#include "host/hellaswag.h"
 #include "host/model_file.h"
 #include "host/rng.h"
 #include "test/host/host_test_util.h"
@@ -29,6 +30,25 @@ inline std::string data_file(int vocab = 512, size_t count = 20000) {
     std::vector<uint16_t> tokens(count);
     for (uint16_t& t : tokens) t = (uint16_t)rng.below(vocab);
     write_shard(path, tokens);
+    return path;
+}
+
+// A HellaSwag-style eval file of `count` examples (4 completions each) with tokens below `vocab`.
+inline std::string eval_file(int vocab, int count = 6) {
+    const std::string path = tst::make_temp_dir() + "/eval.bin";
+    Rng rng(11);
+    std::vector<EvalExample> examples(count);
+    for (int i = 0; i < count; i++) {
+        examples[i].index = i, examples[i].label = (int)rng.below(4);
+        examples[i].context.resize(4 + rng.below(6));
+        for (uint16_t& t : examples[i].context) t = (uint16_t)rng.below(vocab);
+        examples[i].completions.resize(4);
+        for (auto& completion : examples[i].completions) {
+            completion.resize(1 + rng.below(4));
+            for (uint16_t& t : completion) t = (uint16_t)rng.below(vocab);
+        }
+    }
+    write_eval_file(path, examples);
     return path;
 }
 
