@@ -125,22 +125,7 @@ TEST(zero3_bf16_with_validation_sampling_and_recompute) {
 // without communication; a one-rank run continues on 2 ranks under -z 3. Each continuation matches
 // the uninterrupted one-rank run.
 TEST(checkpoints_move_between_zero_stages_and_rank_counts) {
-    const std::string flags = "-d 256 -x 4 -n 2 -y 1 -o ";
-    const std::string straight = out_dir();
-    run(0, flags + straight);
-    struct Case {
-        int saved_ranks, saved_zero, ranks, zero;
-    } cases[] = {{2, 3, 4, 1}, {2, 3, 0, 0}, {0, 0, 2, 3}};
-    for (const Case& c : cases) {
-        const std::string dir = out_dir();
-        run(c.saved_ranks, flags + dir + " -z " + std::to_string(c.saved_zero) + " --stop-at 2");
-        const std::string log = run(c.ranks, flags + dir + " -z " + std::to_string(c.zero));
-        CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
-        const std::string what = strprintf("-z %d on %d rank(s), resumed with -z %d on %d rank(s)",
-                                           c.saved_zero, std::max(1, c.saved_ranks), c.zero,
-                                           std::max(1, c.ranks));
-        check_same_run(dir, straight, 4, 1e-6, what.c_str());
-    }
+    check_moves(MODEL, data(), {{2, "-z 3", 4, "-z 1"}, {2, "-z 3", 0, "-z 0"}, {0, "-z 0", 2, "-z 3"}}, 1e-6);
 }
 
 // --dry-run from one process (--plan-ranks 2) prints the same memory and network lines as the two

@@ -73,24 +73,8 @@ TEST(pipeline_over_five_layers) {
 // Universal checkpoints across meshes: 2 tensor x 2 pipeline ranks continue on one rank; one rank
 // continues as 2 data x 2 pipeline ranks under ZeRO-3; 8 ranks (2 x 2 x 2) continue on 4 (2 x 2).
 TEST(pipeline_checkpoints_move_between_meshes) {
-    const std::string flags = "-d 256 -x 4 -n 2 -y 1 -o ";
-    const std::string straight = out_dir();
-    run(0, flags + straight);
-    struct Case {
-        int saved_ranks;
-        const char* saved;
-        int ranks;
-        const char* resumed;
-    } cases[] = {{4, "-tp 2 -pp 2", 0, ""}, {0, "", 4, "-pp 2 -z 3"}, {8, "-tp 2 -pp 2 -z 1", 4, "-tp 2 -pp 2"}};
-    for (const Case& c : cases) {
-        const std::string dir = out_dir();
-        run(c.saved_ranks, flags + dir + " --stop-at 2 " + c.saved);
-        const std::string log = run(c.ranks, flags + dir + " " + c.resumed);
-        CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
-        const std::string what = strprintf("saved with '%s' on %d rank(s), resumed with '%s' on %d", c.saved,
-                                           std::max(1, c.saved_ranks), c.resumed, std::max(1, c.ranks));
-        check_same_run(dir, straight, 4, 1e-5, what.c_str());
-    }
+    check_moves(MODEL, data(), {{4, "-tp 2 -pp 2", 0, ""}, {0, "", 4, "-pp 2 -z 3"}, {8, "-tp 2 -pp 2 -z 1", 4, "-tp 2 -pp 2"}},
+                1e-5);
 }
 
 // --dry-run from one process plans the report the stages print once they have allocated: the memory

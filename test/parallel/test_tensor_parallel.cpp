@@ -77,24 +77,7 @@ TEST(tensor_parallel_over_three_ranks) {
 // A -tp 2 checkpoint continues on one rank, and a one-rank checkpoint continues under -tp 2 with
 // ZeRO-3 over 2 data ranks: both match the uninterrupted one-rank run.
 TEST(tensor_parallel_checkpoints_move_between_meshes) {
-    const std::string flags = "-d 256 -x 4 -n 2 -y 1 -o ";
-    const std::string straight = out_dir();
-    run(0, flags + straight);
-    struct Case {
-        int saved_ranks;
-        const char* saved;
-        int ranks;
-        const char* resumed;
-    } cases[] = {{2, "-tp 2", 0, ""}, {0, "", 4, "-tp 2 -z 3"}, {2, "-tp 2 -sp 0", 2, "-tp 2"}};
-    for (const Case& c : cases) {
-        const std::string dir = out_dir();
-        run(c.saved_ranks, flags + dir + " --stop-at 2 " + c.saved);
-        const std::string log = run(c.ranks, flags + dir + " " + c.resumed);
-        CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
-        const std::string what = strprintf("saved with '%s' on %d rank(s), resumed with '%s' on %d", c.saved,
-                                           std::max(1, c.saved_ranks), c.resumed, std::max(1, c.ranks));
-        check_same_run(dir, straight, 4, 1e-5, what.c_str());
-    }
+    check_moves(MODEL, data(), {{2, "-tp 2", 0, ""}, {0, "", 4, "-tp 2 -z 3"}, {2, "-tp 2 -sp 0", 2, "-tp 2"}}, 1e-5);
 }
 
 // --dry-run from one process plans the memory and network lines the ranks then report (their memory

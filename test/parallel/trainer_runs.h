@@ -2,6 +2,7 @@
 // stand-in over MPI) on some number of MPI ranks, oversubscribed, and comparing a run with a one-rank
 // run: per-step losses from metrics.jsonl and the final model file.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -97,6 +98,31 @@ inline void check_same_run(const std::string& dir, const std::string& reference_
 }
 
 inline std::string out_dir() { return tst::make_temp_dir() + "/out"; }
+
+// A checkpoint moved between meshes: saved at step 2 by `saved_ranks` ranks (0: a plain process) with
+// `saved` flags, resumed by `ranks` with `resumed`.
+struct MeshMove {
+    int saved_ranks;
+    const char* saved;
+    int ranks;
+    const char* resumed;
+};
+// Each move's continuation to step 4 matches the uninterrupted one-rank run within `tolerance`.
+inline void check_moves(const std::string& model, const std::string& data, const std::vector<MeshMove>& moves,
+                        double tolerance) {
+    const std::string flags = "-d 256 -x 4 -n 2 -y 1 -o ";
+    const std::string straight = out_dir();
+    run(0, model, data, flags + straight);
+    for (const MeshMove& c : moves) {
+        const std::string dir = out_dir();
+        run(c.saved_ranks, model, data, flags + dir + " --stop-at 2 " + c.saved);
+        const std::string log = run(c.ranks, model, data, flags + dir + " " + c.resumed);
+        CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
+        const std::string what = strprintf("saved with '%s' on %d rank(s), resumed with '%s' on %d", c.saved,
+                                           std::max(1, c.saved_ranks), c.resumed, std::max(1, c.ranks));
+        check_same_run(dir, straight, 4, tolerance, what.c_str());
+    }
+}
 
 // The lines of `text` that start with `prefix`, and how many there are.
 inline std::string lines_starting(const std::string& text, const std::string& prefix) {
