@@ -43,6 +43,7 @@
 #include "kernels/global_norm.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/step_guard.h"
 #include "parallel/mesh.h"
 #include "parallel/mesh_communicators.h"
 #include "parallel/mpi_ranks.h"
@@ -151,8 +152,8 @@ struct StepBuffers {
     int* inputs = nullptr;   // (N) token ids of the current micro-batch
     int* targets = nullptr;
     void* scratch = nullptr;   // kernel scratch, the largest any kernel asks for
-    float* norm = nullptr;     // the squared gradient norm
-    float* loss = nullptr;     // a micro-batch's mean loss, sent from the last stage to the others
+    StepControl* control = nullptr;  // the step's values in and its loss, norm and verdict out
+                                     // (kernels/step_guard.h)
 };
 // Requests them in the arena, for micro-batches of up to opt.batch_size × opt.seq_len tokens on a rank
 // of a tensor group of `tp` ranks and of pipeline stage `stage` (see struct Activations for what -r,
@@ -217,8 +218,7 @@ static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const
          matmul_backward_scratch_bytes((int)N, 4 * (int)C), matmul_backward_scratch_bytes((int)N, (int)Vp),
          attention_backward_scratch_bytes(B, T, (int)NHt, (int)HS), global_norm_scratch_bytes()});
     request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
-    request(&buffers->norm, 1);
-    request(&buffers->loss, 1);
+    request(&buffers->control, 1);
 }
 
 // The ZeRO stage a run uses: what -z asks for, when there is a communicator (several ranks, or one
@@ -367,6 +367,9 @@ public:
     double train_step(int micro_steps, int B, int T, const NextBatch& next_batch) override;
     double grad_norm() override;
     void update(const AdamWSettings& settings, int step) override;
+    StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
+                              const std::function<double(double)>& mean_over_ranks) override;
+    std::string end_of_run_report() override;
 
     WeightType working_weight_type() const override;
     void set_working_weights(const std::vector<float>& weights) override;
@@ -421,18 +424,42 @@ private:
     // LayerNorm parameters' gradients are summed over the tensor group first.
     void reduce_gradients(int bucket, bool last_micro_step);
 
-    void upload_tokens(const int* inputs, const int* targets, int B, int T);
+    // Pinned host memory for micro-batches 0 .. micro_batches-1 of a step (grown when a step has more):
+    // copies from it are asynchronous, so the host never waits for the device to take a micro-batch.
+    void reserve_staging(int micro_batches);
+    int* staged_inputs(int micro_batch) const { return staged_tokens_ + (size_t)micro_batch * 2 * max_N_; }
+    int* staged_targets(int micro_batch) const { return staged_inputs(micro_batch) + max_N_; }
+    // Checks micro-batch `micro_batch`'s tokens and copies them into its staging area (targets may be
+    // null: a forward without loss).
+    void stage_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch);
+    // The staged tokens of `micro_batch` to the device buffers the next forward reads.
+    void upload_tokens(int micro_batch, bool with_targets);
     // How far a forward pass goes on the last stage: the logits, the loss too, or also the
     // classifier's backward (training).
     enum class Pass { LOGITS, LOSS, TRAINING };
     // The stage's forward pass of the micro-batch in `slot` (tokens already uploaded); on the last
-    // stage the mean loss (NAN for Pass::LOGITS; 0 on the other stages).
-    float forward_stage(int slot, Pass pass, float loss_scale, bool last_micro_step);
-    float run_classifier(int slot, bool training, float loss_scale, bool last_micro_step);
-    // The stage's backward pass of micro-batch `micro_batch`, in `slot`.
-    void backward_stage(int slot, int micro_batch, bool last_micro_step);
-    // The last stage's mean loss on every stage.
-    float loss_from_last_stage(float loss);
+    // stage the mean loss goes into control->totals (micro_loss; in training also the step's running
+    // loss, as 1/micro_steps of it), where the step reads it back once.
+    void forward_stage(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step);
+    void run_classifier(int slot, bool training, float loss_scale, int micro_steps, bool last_micro_step);
+    // The stage's backward pass of micro-batch `micro_batch`, in `slot`: the layers (everything the
+    // device can do alone), then the embeddings (whose backward groups the tokens on the host).
+    void backward_layers(int slot, int micro_batch, bool last_micro_step);
+    void backward_embeddings(int slot, int micro_batch, bool last_micro_step);
+    // One optimizer step's forward and backward passes over the staged micro-batches, from zeroed
+    // gradients and loss: one after the other, or in the pipeline schedule's order.
+    void accumulate(int micro_steps, int B, int T);
+    // Micro-step i of micro_steps without a pipeline: forward, then backward.
+    void micro_step(int i, int micro_steps, bool last_micro_step);
+    // The squared global gradient norm into control->totals.norm_squared, summed over the ranks.
+    void issue_norm();
+    // The end of a step on the device: the loss from the last stage averaged over the data ranks, the
+    // norm, the verdict and the clipped update (kernels/step_guard.h), and the totals copied out.
+    void issue_update(const AdamWSettings& constants);
+    // The stochastic rounding's seed of step `step`.
+    uint32_t rounding_seed(int step) const;
+    // Copies control->totals to the host (waits for the device: a host synchronisation).
+    const StepTotals& read_totals();
 
     GPTConfig config_;
     WorldRanks world_;
@@ -459,13 +486,20 @@ private:
 
     StepBuffers buf_;
     Activations& act_ = buf_.act;
-    void* encoder_host_scratch_ = nullptr;
+
+    // Pinned host memory (cudaMallocHost): each micro-batch's tokens (inputs then targets, max_N_ each)
+    // and the encoder backward's grouping of them, for staged_ micro-batches; the step's control block.
+    int* staged_tokens_ = nullptr;
+    char* encoder_host_scratch_ = nullptr;
+    size_t encoder_host_bytes_ = 0;  // per micro-batch
+    int staged_ = 0;
+    StepControl* control_host_ = nullptr;
 
     int B_ = 0, T_ = 0;                // shape of the micro-batches
-    // The tokens of the micro-batches in flight, per slot (the encoder's backward groups them).
-    std::vector<std::vector<int>> inputs_host_;
-    std::vector<float> losses_host_;
     std::unique_ptr<GPUDecoder> decoder_;  // the samples' key/value cache, made by the first sample
+    // The emulated device's counts over the last optimizer step (end_of_run_report).
+    unsigned long long step_launches_ = 0, step_syncs_ = 0;
+    int steps_counted_ = 0;
 };
 
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
@@ -480,8 +514,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       store_(buckets_, zero_stage_in_effect(opt, comms_.data != nullptr), mesh_.data_rank, fp32_master_weights(opt)),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
-      recompute_(opt.recompute), use_master_(fp32_master_weights(opt)), seed_(opt.seed),
-      inputs_host_(stage_.slots) {
+      recompute_(opt.recompute), use_master_(fp32_master_weights(opt)), seed_(opt.seed) {
     const int C = config.channels, NH = config.num_heads;
     const int Vp = config.padded_vocab_size, HS = C / NH;
     if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
@@ -520,7 +553,9 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
              arena_.bytes() / 1073741824.0, (memory_.total() - memory_.activations) / 1073741824.0,
              memory_.activations / 1073741824.0, prop.name, free_bytes / 1073741824.0);
     arena_.allocate("the model");
-    encoder_host_scratch_ = malloc(encoder_backward_host_scratch_bytes(max_B_, max_T_));
+    encoder_host_bytes_ = (encoder_backward_host_scratch_bytes(max_B_, max_T_) + 255) / 256 * 256;
+    CUDA_CHECK(cudaMallocHost(&control_host_, sizeof(StepControl)));
+    reserve_staging(accum_steps_);
     store_.start(stream_, comms_.data);
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
@@ -529,7 +564,9 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
 }
 
 GPUModel::~GPUModel() {
-    free(encoder_host_scratch_);
+    cudaFreeHost(staged_tokens_);
+    cudaFreeHost(encoder_host_scratch_);
+    cudaFreeHost(control_host_);
     matmul_teardown();
     if (stream_) cudaStreamDestroy(stream_);
     destroy_mesh_communicators(&comms_);
@@ -553,7 +590,17 @@ std::string GPUModel::description() const {
 // ------------------------------------------------------------------------------------------------
 // 2. Forward
 
-void GPUModel::upload_tokens(const int* inputs, const int* targets, int B, int T) {
+void GPUModel::reserve_staging(int micro_batches) {
+    if (micro_batches <= staged_) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // nothing in flight reads the old areas
+    cudaFreeHost(staged_tokens_);
+    cudaFreeHost(encoder_host_scratch_);
+    CUDA_CHECK(cudaMallocHost(&staged_tokens_, (size_t)micro_batches * 2 * max_N_ * sizeof(int)));
+    CUDA_CHECK(cudaMallocHost(&encoder_host_scratch_, (size_t)micro_batches * encoder_host_bytes_));
+    staged_ = micro_batches;
+}
+
+void GPUModel::stage_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch) {
     if (B < 1 || B > max_B_ || T < 1 || T > max_T_)
         fail("forward: batch %dx%d exceeds the allocated %dx%d", B, T, max_B_, max_T_);
     const size_t N = (size_t)B * T;
@@ -563,10 +610,17 @@ void GPUModel::upload_tokens(const int* inputs, const int* targets, int B, int T
             fail("forward: token id outside the vocabulary [0, %d) at position %zu",
                  config_.vocab_size, i);
     B_ = B, T_ = T;
+    reserve_staging(micro_batch + 1);
+    std::copy(inputs, inputs + N, staged_inputs(micro_batch));
+    if (targets) std::copy(targets, targets + N, staged_targets(micro_batch));
+}
+
+void GPUModel::upload_tokens(int micro_batch, bool with_targets) {
+    const size_t bytes = (size_t)B_ * T_ * sizeof(int);
     if (stage_.first)
-        CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, inputs, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
-    if (targets && stage_.last)
-        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, targets, N * sizeof(int), cudaMemcpyHostToDevice, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, staged_inputs(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
+    if (with_targets && stage_.last)
+        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, staged_targets(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 GPUModel::LayerSlices GPUModel::layer_slices(int l, int slot) const {
@@ -601,7 +655,7 @@ GPUModel::LayerSlices GPUModel::layer_slices(int l, int slot) const {
 // before a column-parallel product (qkv, fc, the classifier) its input is gathered whole, after a
 // row-parallel one (attproj, fcproj, the embeddings' lookup) the partial sums are reduced to the
 // positions this rank keeps (all of them without sequence parallelism).
-float GPUModel::forward_stage(int slot, Pass pass, float loss_scale, bool last_micro_step) {
+void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step) {
     const int B = B_, T = T_, N = B * T, Nl = tp_.local_positions(N), C = config_.channels;
     const int NHt = config_.num_heads / tp_.size(), HS = C / config_.num_heads, Ct = C / tp_.size();
     const int Vp = config_.padded_vocab_size, Vs = tp_.vocab_slice(Vp);
@@ -666,7 +720,7 @@ float GPUModel::forward_stage(int slot, Pass pass, float loss_scale, bool last_m
     }
     if (!stage_.last) {
         pipeline_.send_activations(stage_output(slot), (size_t)Nl * C);
-        return 0;
+        return;
     }
     store_.release_weights(FINAL_NORM);
     if (!stage_.first) {
@@ -675,18 +729,18 @@ float GPUModel::forward_stage(int slot, Pass pass, float loss_scale, bool last_m
     }
     const floatX* lnf = tp_.gather_positions(a.whole, a.lnf, N, C, s);
     matmul_forward(a.logits, lnf, p(WTE), nullptr, N, C, Vs, s);  // this rank's vocabulary slice
-    if (pass != Pass::LOGITS) return run_classifier(slot, pass == Pass::TRAINING, loss_scale, last_micro_step);
+    if (pass != Pass::LOGITS) return run_classifier(slot, pass == Pass::TRAINING, loss_scale, micro_steps, last_micro_step);
     store_.release_weights(VOCABULARY);
-    return NAN;
 }
 
-// Losses per position (their mean returned, summed on the host in double, in a fixed order); with
-// `training` the logits replaced by the loss gradient (scaled by loss_scale / N), and the classifier's
-// backward: d(loss)/d(lnf) into dlnf (of the slot) and wte's gradient. Under tensor parallelism each
-// rank holds a slice of every row's logits: the slices' statistics (maximum, sum of exponentials, the
-// target's logit) are gathered and combined into each row's log-sum-exp, so that the whole rows are
-// never gathered.
-float GPUModel::run_classifier(int slot, bool training, float loss_scale, bool last_micro_step) {
+// Losses per position and their mean (in control->totals: kernels/classifier.h's loss_mean, summed in
+// double in a fixed order on the device, read back once per step); with `training` the logits replaced
+// by the loss gradient (scaled by loss_scale / N), the mean added into the step's running loss as
+// 1/micro_steps of it, and the classifier's backward: d(loss)/d(lnf) into dlnf (of the slot) and wte's
+// gradient. Under tensor parallelism each rank holds a slice of every row's logits: the slices'
+// statistics (maximum, sum of exponentials, the target's logit) are gathered and combined into each
+// row's log-sum-exp, so that the whole rows are never gathered.
+void GPUModel::run_classifier(int slot, bool training, float loss_scale, int micro_steps, bool last_micro_step) {
     const int N = B_ * T_, V = config_.vocab_size, Vp = config_.padded_vocab_size, C = config_.channels;
     const int VOCABULARY = buckets_.vocabulary_bucket();
     Activations& a = act_;
@@ -701,8 +755,8 @@ float GPUModel::run_classifier(int slot, bool training, float loss_scale, bool l
         classifier_combine_stats(a.class_lse, a.losses, a.class_stats_all, tp_.size(), N, s);
         if (training) classifier_slice_gradient(a.logits, a.class_lse, buf_.targets, loss_scale / N, N, begin, valid, Vs, s);
     }
-    losses_host_.resize(N);
-    CUDA_CHECK(cudaMemcpyAsync(losses_host_.data(), a.losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+    StepTotals& totals = buf_.control->totals;
+    loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps, s);
     if (training) {  // logits = lnf · wteᵀ backward: d(lnf) and wte's gradient (this vocabulary slice)
         floatX* dlnf = a.dlnf + (size_t)slot * max_Nl_ * C;
         store_.prepare_gradients(VOCABULARY);
@@ -713,19 +767,13 @@ float GPUModel::run_classifier(int slot, bool training, float loss_scale, bool l
         if (!stage_.first) reduce_gradients(VOCABULARY, last_micro_step);  // the classifier's copy is done
     }
     store_.release_weights(VOCABULARY);
-    CUDA_CHECK(cudaStreamSynchronize(s));
-    double sum = 0;
-    for (float loss : losses_host_) sum += loss;
-    return (float)(sum / N);
 }
 
-float GPUModel::loss_from_last_stage(float loss) {
-    if (pipeline_.stages() == 1) return loss;
-    CUDA_CHECK(cudaMemcpyAsync(buf_.loss, &loss, sizeof(float), cudaMemcpyHostToDevice, stream_));
-    pipeline_.broadcast_from_last(buf_.loss, 1, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(&loss, buf_.loss, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+const StepTotals& GPUModel::read_totals() {
+    CUDA_CHECK(cudaMemcpyAsync(&control_host_->totals, &buf_.control->totals, sizeof(StepTotals),
+                               cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return loss;
+    return control_host_->totals;
 }
 
 // Under sequence parallelism a forward of a length the tensor ranks cannot split (a sample, a
@@ -741,11 +789,16 @@ float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
             std::copy(inputs + (size_t)b * T, inputs + (size_t)(b + 1) * T, &padded[(size_t)b * T_run]);
         inputs = padded.data(), T = T_run;
     }
-    upload_tokens(inputs, targets, B, T);
-    const float loss = forward_stage(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, false);
+    stage_tokens(inputs, targets, B, T, 0);
+    upload_tokens(0, targets != nullptr);
+    forward_stage(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, 1, false);
     pipeline_.finish(stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return targets ? loss_from_last_stage(loss) : NAN;
+    if (!targets) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return NAN;
+    }
+    pipeline_.broadcast_from_last(&buf_.control->totals.micro_loss, 1, stream_);  // the last stage's
+    return read_totals().micro_loss;
 }
 
 // The last stage's row, gathered from its tensor ranks' slices and sent to the other stages (a
@@ -796,11 +849,10 @@ void GPUModel::reduce_gradients(int bucket, bool last_micro_step) {
 // parallelism the column-parallel products' input gradients are partial sums, reduced like the
 // forward's row-parallel outputs, and the row-parallel products read the whole output gradient,
 // gathered.
-void GPUModel::backward_stage(int slot, int micro_batch, bool last_micro_step) {
+void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) {
     const int B = B_, T = T_, N = B * T, Nl = tp_.local_positions(N);
     const int C = config_.channels, Ct = C / tp_.size(), NHt = config_.num_heads / tp_.size();
-    const int HS = C / config_.num_heads, Vp = config_.padded_vocab_size, Vs = tp_.vocab_slice(Vp);
-    const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
+    const int HS = C / config_.num_heads;
     const int FINAL_NORM = buckets_.final_norm_bucket();
     const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
     Activations& a = act_;
@@ -868,19 +920,30 @@ void GPUModel::backward_stage(int slot, int micro_batch, bool last_micro_step) {
         store_.release_weights(bucket);
         reduce_gradients(bucket, last_micro_step);
     }
+}
+
+// The embeddings: each tensor rank adds the gradients of its vocabulary slice's rows (and every rank
+// the same wpe gradient, from every position). Without a pipeline wte's bucket already holds the
+// classifier's gradient of this micro-batch. The encoder's backward groups the micro-batch's tokens
+// on the host (kernels/encoder.h), into the micro-batch's own pinned area, so that the upload of the
+// grouping is asynchronous.
+void GPUModel::backward_embeddings(int slot, int micro_batch, bool last_micro_step) {
+    (void)slot;
+    const int B = B_, T = T_, N = B * T, Nl = tp_.local_positions(N), C = config_.channels;
+    const int Vp = config_.padded_vocab_size, Vs = tp_.vocab_slice(Vp);
+    const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
+    floatX* dresidual = act_.dresidual[pipeline_.stages() > 1 ? micro_batch % 2 : 0];
+    cudaStream_t s = stream_;
     if (stage_.first) {
-        // The embeddings: each tensor rank adds the gradients of its vocabulary slice's rows (and every
-        // rank the same wpe gradient, from every position). Without a pipeline wte's bucket already
-        // holds the classifier's gradient of this micro-batch.
-        const floatX* dencoded = tp_.gather_positions(a.whole, dresidual, N, C, s);
+        const floatX* dencoded = tp_.gather_positions(act_.whole, dresidual, N, C, s);
         store_.prepare_gradients(POSITIONS);
         if (!stage_.last) store_.prepare_gradients(VOCABULARY);
-        encoder_backward_vocab_slice(g(WTE), tp_.vocab_begin(Vp), Vs, g(WPE), dencoded,
-                                     inputs_host_[slot].data(), B, T, C, buf_.scratch, encoder_host_scratch_, s);
+        encoder_backward_vocab_slice(g(WTE), tp_.vocab_begin(Vp), Vs, g(WPE), dencoded, staged_inputs(micro_batch),
+                                     B, T, C, buf_.scratch, encoder_host_scratch_ + micro_batch * encoder_host_bytes_, s);
         reduce_gradients(POSITIONS, last_micro_step);
         reduce_gradients(VOCABULARY, last_micro_step);
     } else {
-        pipeline_.send_gradients(dresidual, (size_t)Nl * C, turn);
+        pipeline_.send_gradients(dresidual, (size_t)Nl * C, pipeline_.stages() > 1 ? micro_batch % 2 : 0);
     }
     store_.finish_backward();
 }
@@ -888,15 +951,16 @@ void GPUModel::backward_stage(int slot, int micro_batch, bool last_micro_step) {
 // ------------------------------------------------------------------------------------------------
 // 4. A step
 
-// One micro-step, forward then backward (the loop's accumulation on one stage, and the tests').
+// One micro-step, forward then backward (for tests and benchmarks: the loss is read back at once).
 float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
                                  bool last_micro_step) {
     if (pipeline_.stages() > 1) fail("internal error: a pipelined model trains by whole steps (train_step)");
     tp_.reset_bytes_sent();
-    upload_tokens(inputs, targets, B, T);
-    inputs_host_[0].assign(inputs, inputs + (size_t)B * T);
-    const float loss = forward_stage(0, Pass::TRAINING, loss_scale, last_micro_step);
-    backward_stage(0, 0, last_micro_step);
+    stage_tokens(inputs, targets, B, T, 0);
+    upload_tokens(0, true);
+    forward_stage(0, Pass::TRAINING, loss_scale, 1, last_micro_step);
+    backward_layers(0, 0, last_micro_step);
+    backward_embeddings(0, 0, last_micro_step);
     // The tensor group's traffic of one micro-step against the start-up report's plan (once).
     if (!traffic_checked_ && tp_.size() > 1) {
         const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
@@ -906,43 +970,49 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
                  tp_.bytes_sent(), planned);
         traffic_checked_ = true;
     }
-    return loss;
+    return read_totals().micro_loss;
 }
 
-// A whole optimizer step. Without a pipeline, the micro-steps one after the other; with one, every
-// micro-batch read first, then this stage's actions in the schedule's order (parallel/
-// pipeline_schedule.h), micro-batch i in slot i mod slots. The first and last stage then sum the tied
-// embedding's gradients, and the last stage's mean loss goes to every stage.
-double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
-    if (pipeline_.stages() == 1) return TrainModel::train_step(micro_steps, B, T, next_batch);
-    const size_t N = (size_t)B * T;
-    std::vector<int> inputs(micro_steps * N), targets(micro_steps * N);
-    for (int i = 0; i < micro_steps; i++) next_batch(&inputs[i * N], &targets[i * N]);
+void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
+    upload_tokens(i, true);
+    forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
+    backward_layers(0, i, last_micro_step);
+    backward_embeddings(0, i, last_micro_step);
+}
+
+// Without a pipeline, the micro-steps one after the other; with one, this stage's actions in the
+// schedule's order (parallel/pipeline_schedule.h), micro-batch i in slot i mod slots; the first and
+// last stage then sum the tied embedding's gradients. The loss stays on the device (control->totals).
+void GPUModel::accumulate(int micro_steps, int B, int T) {
     zero_grad();
+    CUDA_CHECK(cudaMemsetAsync(&buf_.control->totals, 0, sizeof(StepTotals), stream_));
     tp_.reset_bytes_sent();
-    double loss = 0;
-    const float scale = 1.0f / micro_steps;
-    const std::vector<PipelineAction> actions = pipeline_schedule(schedule_, mesh_.pipeline, mesh_.stage, micro_steps);
-    for (size_t k = 0; k < actions.size(); k++) {
-        const int i = actions[k].micro_batch, slot = i % stage_.slots;
-        const bool last = i == micro_steps - 1;
-        if (actions[k].forward) {
-            upload_tokens(&inputs[i * N], &targets[i * N], B, T);
-            inputs_host_[slot].assign(&inputs[i * N], &inputs[(i + 1) * N]);
-            loss += forward_stage(slot, Pass::TRAINING, scale, last) / micro_steps;
-        } else {
-            backward_stage(slot, i, last);
+    B_ = B, T_ = T;
+    if (pipeline_.stages() == 1) {
+        for (int i = 0; i < micro_steps; i++) micro_step(i, micro_steps, i == micro_steps - 1);
+    } else {
+        const std::vector<PipelineAction> actions = pipeline_schedule(schedule_, mesh_.pipeline, mesh_.stage, micro_steps);
+        for (size_t k = 0; k < actions.size(); k++) {
+            const int i = actions[k].micro_batch, slot = i % stage_.slots;
+            const bool last = i == micro_steps - 1;
+            if (actions[k].forward) {
+                upload_tokens(i, true);
+                forward_stage(slot, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last);
+            } else {
+                backward_layers(slot, i, last);
+                backward_embeddings(slot, i, last);
+            }
+            // What this action sends goes with the next action's receive, or now if that receives nothing.
+            const bool next_receives = k + 1 < actions.size() && (actions[k + 1].forward ? !stage_.first : !stage_.last);
+            if (!next_receives) pipeline_.send_queued(stream_);
         }
-        // What this action sends goes with the next action's receive, or now if that receives nothing.
-        const bool next_receives = k + 1 < actions.size() && (actions[k + 1].forward ? !stage_.first : !stage_.last);
-        if (!next_receives) pipeline_.send_queued(stream_);
-    }
-    pipeline_.finish(stream_);
-    const int VOCABULARY = buckets_.vocabulary_bucket();
-    if (VOCABULARY >= 0) {
-        size_t count = 0;
-        floatX* reduced = store_.reduced_gradients(VOCABULARY, &count);
-        pipeline_.sum_tied_gradients(reduced, count, stream_);
+        pipeline_.finish(stream_);
+        const int VOCABULARY = buckets_.vocabulary_bucket();
+        if (VOCABULARY >= 0) {
+            size_t count = 0;
+            floatX* reduced = store_.reduced_gradients(VOCABULARY, &count);
+            pipeline_.sum_tied_gradients(reduced, count, stream_);
+        }
     }
     if (!traffic_checked_ && tp_.size() > 1) {  // the tensor group's traffic against the plan (once)
         const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
@@ -952,7 +1022,72 @@ double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next
                  planned);
         traffic_checked_ = true;
     }
-    return loss_from_last_stage((float)loss);
+}
+
+// A whole optimizer step's forward and backward passes (every micro-batch read first); the last stage's
+// mean loss, on every stage.
+double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
+    const size_t N = (size_t)B * T;
+    std::vector<int> inputs(N), targets(N);
+    for (int i = 0; i < micro_steps; i++) {
+        next_batch(inputs.data(), targets.data());
+        stage_tokens(inputs.data(), targets.data(), B, T, i);
+    }
+    accumulate(micro_steps, B, T);
+    pipeline_.broadcast_from_last(&buf_.control->totals.loss, 1, stream_);
+    return read_totals().loss;
+}
+
+// The whole step, with one host synchronisation: the micro-batches are read and staged first, the
+// forward and backward passes issued, then the update (issue_update) decides on the device whether to
+// apply itself; the loss, the norm and the verdict come back together at the end. The skip (-sl, -sg,
+// a loss or norm not finite) is decided on the device because the update must not wait for the host:
+// the host's detectors travel to the device with the step's values (control->guard) and the device
+// applies the loop's own rule to them (kernels/step_guard.h); the loop then updates its detectors with
+// the values read back, as before.
+StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
+                                    const std::function<double(double)>& /*mean_over_ranks: on the device*/) {
+#ifdef EMU_CUDA
+    const unsigned long long launches = emu::launch_count(), syncs = emu::host_sync_count();
+#endif
+    const size_t N = (size_t)B * T;
+    std::vector<int> inputs(N), targets(N);
+    for (int i = 0; i < micro_steps; i++) {
+        next_batch(inputs.data(), targets.data());
+        stage_tokens(inputs.data(), targets.data(), B, T, i);
+    }
+    accumulate(micro_steps, B, T);
+
+    StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
+    c.adamw = adamw_device_step(u.adamw.learning_rate, u.adamw.beta1, u.adamw.beta2, u.adamw.weight_decay, 1.0f,
+                                u.step, rounding_seed(u.step));
+    c.guard.clip_norm = u.clip_norm;
+    c.guard.skip_loss_z = u.skip_loss_z, c.guard.skip_norm_z = u.skip_norm_z;
+    for (auto [to, from] : {std::make_pair(&c.guard.loss_window, &u.loss_window),
+                            std::make_pair(&c.guard.norm_window, &u.norm_window)}) {
+        std::copy(from->values, from->values + kOutlierWindow, to->values);
+        to->count = from->count, to->next = from->next;
+    }
+    issue_update(u.adamw);
+    const StepTotals& t = read_totals();  // the step's one host synchronisation
+#ifdef EMU_CUDA
+    step_launches_ = emu::launch_count() - launches, step_syncs_ = emu::host_sync_count() - syncs;
+    steps_counted_++;
+#endif
+    StepOutcome r;
+    r.loss = t.loss;
+    r.norm = std::sqrt((double)t.norm_squared);
+    r.verdict = (UpdateVerdict)t.verdict;
+    return r;
+}
+
+std::string GPUModel::end_of_run_report() {
+#ifdef EMU_CUDA
+    if (steps_counted_ > 0)
+        return strprintf("emulated device, per step: %llu kernel launches, %llu host synchronisations%s\n", step_launches_,
+                         step_syncs_, steps_counted_ == 1 ? " (the first step: no warm-up step to count)" : "");
+#endif
+    return "";
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -960,23 +1095,43 @@ double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next
 
 // The global gradient norm, of the averaged gradients wherever the stage keeps them: each rank's part
 // (its shard, its tensor slice, its stage's layers), the copies left out, summed over the ranks.
+void GPUModel::issue_norm() {
+    float* norm_squared = &buf_.control->totals.norm_squared;
+    CUDA_CHECK(cudaMemsetAsync(norm_squared, 0, sizeof(float), stream_));
+    store_.add_gradient_norm_squared(norm_squared, buf_.scratch);
+    tp_.sum(norm_squared, 1, stream_);
+    pipeline_.sum(norm_squared, 1, stream_);
+}
+
 double GPUModel::grad_norm() {
-    CUDA_CHECK(cudaMemsetAsync(buf_.norm, 0, sizeof(float), stream_));
-    store_.add_gradient_norm_squared(buf_.norm, buf_.scratch);
-    tp_.sum(buf_.norm, 1, stream_);
-    pipeline_.sum(buf_.norm, 1, stream_);
-    float norm_squared = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&norm_squared, buf_.norm, sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return std::sqrt((double)norm_squared);
+    issue_norm();
+    return std::sqrt((double)read_totals().norm_squared);
+}
+
+void GPUModel::issue_update(const AdamWSettings& constants) {
+    StepControl* c = buf_.control;
+    CUDA_CHECK(cudaMemcpyAsync(c, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
+    pipeline_.broadcast_from_last(&c->totals.loss, 1, stream_);
+    store_.average_over_data_ranks(&c->totals.loss, 1);
+    issue_norm();
+    step_guard(c, stream_);
+    store_.adamw(&c->adamw, constants);
 }
 
 // AdamW on the parameters this rank owns (parallel/zero.h). The stochastic rounding of the bf16
 // weights draws from a stream that depends on the run's seed, the step and each parameter's index in
 // the model, so runs, resumed runs and runs on other numbers of ranks or other ZeRO stages round alike.
+uint32_t GPUModel::rounding_seed(int step) const {
+    return (uint32_t)(seed_ * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)step * 0x85EBCA6Bu;
+}
+
+// The update with host-given settings (tests; the loop's steps go through optimizer_step).
 void GPUModel::update(const AdamWSettings& s, int step) {
-    const uint32_t seed = (uint32_t)(seed_ * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)step * 0x85EBCA6Bu;
-    store_.adamw(s, step, seed);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // no earlier copy still reads the pinned control block
+    control_host_->adamw =
+        adamw_device_step(s.learning_rate, s.beta1, s.beta2, s.weight_decay, s.grad_scale, step, rounding_seed(step));
+    CUDA_CHECK(cudaMemcpyAsync(buf_.control, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
+    store_.adamw(&buf_.control->adamw, s);
 }
 
 // ------------------------------------------------------------------------------------------------

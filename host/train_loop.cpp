@@ -47,15 +47,12 @@ static std::string eta_text(double seconds) {
     return strprintf("%ldm%02lds", s / 60, s % 60);
 }
 
-// Forward and backward over `accum_steps` micro-batches (the model's train_step, in its schedule's
-// order), each gradient scaled by 1/accum_steps, so the gradients are those of the mean loss over the
-// whole step; returns that mean loss. With overfit set, every micro-batch is the loader's first batch.
-static double accumulate_gradients(TrainModel& model, DataLoader& loader, int accum_steps,
-                                   bool overfit, int B, int T) {
-    return model.train_step(accum_steps, B, T, [&](int* inputs, int* targets) {
+// The model's next micro-batch: the loader's next one (with overfit set, always its first).
+static TrainModel::NextBatch next_batch_of(DataLoader& loader, bool overfit) {
+    return [&loader, overfit](int* inputs, int* targets) {
         if (overfit) loader.reset();
         loader.next_batch(inputs, targets);
-    });
+    };
 }
 
 // Mean loss over `batches` validation batches, from the first one.
@@ -402,34 +399,43 @@ static void evaluate(Run& run, StepMetrics* m, bool validation, bool hellaswag) 
     }
 }
 
-// One optimizer step: the micro-batches' gradients, the norm, clipping, AdamW (skipped when the loss or
-// the norm is not finite, or an outlier: -sl, -sg), and the step line.
+// Why a step's update was skipped, for its message.
+static std::string skip_reason_text(UpdateVerdict verdict, double loss_z, double norm_z) {
+    switch (verdict) {
+        case UpdateVerdict::LOSS_NOT_FINITE: return "the loss is not finite";
+        case UpdateVerdict::NORM_NOT_FINITE: return "the gradient norm is not finite";
+        case UpdateVerdict::LOSS_OUTLIER: return strprintf("loss z-score %.2f", loss_z);
+        case UpdateVerdict::NORM_OUTLIER: return strprintf("grad norm z-score %.2f", norm_z);
+        case UpdateVerdict::APPLY: break;
+    }
+    return "";
+}
+
+// One optimizer step: the micro-batches' gradients (each scaled by 1/accum_steps, so the gradients are
+// those of the step's mean loss), the norm, clipping, AdamW (skipped when the loss or the norm is not
+// finite, or an outlier: -sl, -sg), and the step line. The model takes the whole step at once
+// (TrainModel::optimizer_step): a GPU model decides on the device whether to apply the update, from the
+// loss and the norm it computed there, and reads them back once, after the update was issued; the
+// detectors here then take the values it reports, as every rank's model reports the same.
 static StepMetrics train_step(Run& run, int step, int first_step) {
     const TrainOptions& opt = run.opt;
     TrainModel& model = *run.model;
     const auto start = std::chrono::steady_clock::now();
-    const double loss = run.ranks.mean(
-        accumulate_gradients(model, *run.train_loader, run.accum_steps, opt.overfit_single_batch, run.B, run.T));
-    const double norm = model.grad_norm();
-    AdamWSettings adamw;
-    adamw.learning_rate = (float)learning_rate_at(
+    StepUpdate update;
+    update.adamw.learning_rate = (float)learning_rate_at(
         {opt.schedule, opt.learning_rate, opt.warmup_steps, run.max_steps, opt.final_lr_fraction}, step - 1);
-    adamw.weight_decay = (float)opt.weight_decay;
-    adamw.grad_scale = norm > GRAD_CLIP ? (float)(GRAD_CLIP / norm) : 1.0f;
+    update.adamw.weight_decay = (float)opt.weight_decay;
+    update.step = step;
+    update.clip_norm = GRAD_CLIP;
+    update.skip_loss_z = opt.skip_loss_z, update.skip_norm_z = opt.skip_norm_z;
+    update.loss_window = run.state.loss_detector, update.norm_window = run.state.norm_detector;
+    const StepOutcome result =
+        model.optimizer_step(run.accum_steps, run.B, run.T, next_batch_of(*run.train_loader, opt.overfit_single_batch),
+                             update, [&](double x) { return run.ranks.mean(x); });
+    const double loss = result.loss, norm = result.norm;
     const double loss_z = run.state.loss_detector.update(loss), norm_z = run.state.norm_detector.update(norm);
-    const bool skip_loss = opt.skip_loss_z > 0 && loss_z > opt.skip_loss_z;
-    const bool skip_norm = opt.skip_norm_z > 0 && norm_z > opt.skip_norm_z;
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
-        if (run.main_rank)
-            printf("skipping the update of step %d: %s is not finite\n", step,
-                   !std::isfinite(loss) ? "the loss" : "the gradient norm");
-    } else if (skip_loss || skip_norm) {
-        if (run.main_rank)
-            printf("skipping the update of step %d: %s z-score %.2f\n", step, skip_loss ? "loss" : "grad norm",
-                   skip_loss ? loss_z : norm_z);
-    } else {
-        model.update(adamw, step);
-    }
+    if (run.main_rank && result.verdict != UpdateVerdict::APPLY)
+        printf("skipping the update of step %d: %s\n", step, skip_reason_text(result.verdict, loss_z, norm_z).c_str());
     const double ms = ms_since(start);
     run.total_ms += ms;
     run.timed_steps++;
@@ -437,7 +443,7 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     StepMetrics m;
     m.step = step;
     m.has_train = true;
-    m.loss = loss, m.lr = adamw.learning_rate, m.norm = norm, m.ms = ms;
+    m.loss = loss, m.lr = update.adamw.learning_rate, m.norm = norm, m.ms = ms;
     m.tokens_per_s = opt.total_batch / (ms / 1000.0);
     run.clock.add_step(ms);
     const double peak = model.peak_flops() * run.ranks.num_ranks;
@@ -507,6 +513,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
             printf("done: %d steps, %.1f ms per step on average\n", run.timed_steps, run.total_ms / run.timed_steps);
         else
             printf("done: nothing to do, the run already reached step %d\n", run.last_step);
+        printf("%s", run.model->end_of_run_report().c_str());
     }
     return 0;
 }

@@ -9,6 +9,7 @@
 // weights in the model file (model_NNNNNNNN.bin, in working_weight_type()) and the master weights and
 // AdamW moments in the state file, so a resumed run continues bit for bit.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -17,12 +18,47 @@
 #include "host/gpt_config.h"
 #include "host/model_part.h"
 #include "host/model_file.h"
+#include "host/outlier_detector.h"
 
 struct AdamWSettings {
     float learning_rate;
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
     float weight_decay = 0.0f;  // decoupled; applied only where is_weight_matrix()
     float grad_scale = 1.0f;    // multiplies every gradient first (global-norm clipping)
+};
+
+// What an optimizer step does after its gradients, as the loop asks for it: AdamW with these settings
+// (grad_scale is decided by the step: clip_norm / norm when the global gradient norm exceeds
+// clip_norm, else 1), unless the verdict (update_verdict) skips the update.
+struct StepUpdate {
+    AdamWSettings adamw{0.0f};
+    int step = 1;                    // counts from 1 (AdamW's bias correction)
+    double clip_norm = 1.0;
+    double skip_loss_z = 0, skip_norm_z = 0;  // -sl, -sg (0: off)
+    OutlierDetector loss_window, norm_window;  // the detectors before this step (the step adds to copies)
+};
+// Whether a step's update is applied, and if not why: the first of these that holds, in this order.
+enum class UpdateVerdict { APPLY = 0, LOSS_NOT_FINITE, NORM_NOT_FINITE, LOSS_OUTLIER, NORM_OUTLIER };
+// The verdict on a step of this loss and norm: skipped when either is not finite, else when the loss's
+// (norm's) z-score against its window, this step's value included, exceeds -sl (-sg). A model that
+// decides on the device does the same arithmetic there (kernels/step_guard.h).
+inline UpdateVerdict update_verdict(double loss, double norm, const StepUpdate& u) {
+    OutlierDetector loss_window = u.loss_window, norm_window = u.norm_window;
+    const double loss_z = loss_window.update(loss), norm_z = norm_window.update(norm);
+    if (!std::isfinite(loss)) return UpdateVerdict::LOSS_NOT_FINITE;
+    if (!std::isfinite(norm)) return UpdateVerdict::NORM_NOT_FINITE;
+    if (u.skip_loss_z > 0 && loss_z > u.skip_loss_z) return UpdateVerdict::LOSS_OUTLIER;
+    if (u.skip_norm_z > 0 && norm_z > u.skip_norm_z) return UpdateVerdict::NORM_OUTLIER;
+    return UpdateVerdict::APPLY;
+}
+inline float clip_scale(double norm, double clip_norm) {
+    return norm > clip_norm ? (float)(clip_norm / norm) : 1.0f;
+}
+// What an optimizer step reports: the step's mean loss over every rank's micro-batches, the global
+// gradient norm (before clipping), and the verdict on its update.
+struct StepOutcome {
+    double loss = 0, norm = 0;
+    UpdateVerdict verdict = UpdateVerdict::APPLY;
 };
 
 // Bytes a model holds, for the start-up report. activations counts everything sized by B and T.
@@ -84,6 +120,25 @@ public:
     virtual double grad_norm() = 0;  // global L2 norm of the gradients
     // One AdamW step; step counts from 1 (bias correction).
     virtual void update(const AdamWSettings& settings, int step) = 0;
+    // A whole optimizer step as the loop runs it: train_step's gradients, their norm, the verdict and
+    // (unless skipped) the clipped update; returns the loss (mean_over_ranks gives the mean of every
+    // rank's), the norm and the verdict. This default asks for each in turn, on the host; a GPU model
+    // decides on the device and reads the loss and the norm back once, after the update was issued.
+    virtual StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch,
+                                      const StepUpdate& u, const std::function<double(double)>& mean_over_ranks) {
+        StepOutcome r;
+        r.loss = mean_over_ranks(train_step(micro_steps, B, T, next_batch));
+        r.norm = grad_norm();
+        r.verdict = update_verdict(r.loss, r.norm, u);
+        if (r.verdict == UpdateVerdict::APPLY) {
+            AdamWSettings s = u.adamw;
+            s.grad_scale = clip_scale(r.norm, u.clip_norm);
+            update(s, u.step);
+        }
+        return r;
+    }
+    // Lines for the end of a run (e.g. what a step cost the device); empty: nothing.
+    virtual std::string end_of_run_report() { return ""; }
 
     // Parameters and optimizer state in: fp32 vectors of the whole model (param_layout(config).total,
     // ParamLayout order); a model spread over ranks keeps its own part of them.

@@ -18,7 +18,8 @@
 // updates it. The trainer may pass the same seed every step (step changes the bits).
 // adamw_update does one slice per launch; adamw_update_multi_tensor does many slices (a device table
 // of runs, planned once) in one launch, with the clipping factor read from device memory, bit for bit
-// as the per-slice calls would.
+// as the per-slice calls would; its second form reads every per-step value from device memory
+// (AdamWDeviceStep), so that the same launch serves every step (a CUDA graph replays it).
 //
 // Per call (adamw_bytes): with master, reads master, m, v (fp32) and grads, writes master, m, v and
 // params: 24 + 2·sizeof(floatX) bytes per element (28 in bf16); without master, reads and writes
@@ -185,13 +186,37 @@ __device__ __forceinline__ int adamw_run_of_block(const AdamWRunEntry* table, in
     return lo;
 }
 
+// One step's values in device memory, for an update whose launch must not depend on host values that
+// change from step to step (a captured CUDA graph replays the same launch every step): the learning
+// rate and weight decay of the step, its bias corrections and random key (as adamw_kernel_args makes
+// them), the clipping factor, and whether to skip the update altogether (the trainer's outlier and
+// non-finite checks, decided on the device: parallel/zero.h, kernels/step_guard.h).
+struct AdamWDeviceStep {
+    float learning_rate, weight_decay;  // weight_decay: the decayed runs' value
+    float m_correction, v_correction;   // 1 − β1^step, 1 − β2^step
+    uint64_t random_key;                // adamw_random_key(seed, step)
+    float grad_scale;                   // multiplies every gradient (global-norm clipping)
+    int skip;                           // nonzero: the update leaves everything as it is
+};
+
 // s: the step's constants (weight_decay the decayed runs' value; global_offset and grad_scale are
 // replaced per run and from *grad_scale). grad_scale: one float on the device (e.g. written by
-// global_norm_clip_scale), or null for 1.
+// global_norm_clip_scale), or null for 1. step: null, or the step's values on the device, which then
+// replace s's learning rate, weight decay, corrections, key and grad_scale (and may skip the update).
 __global__ void adamw_multi_tensor_kernel(const AdamWRunEntry* table, int runs, AdamWKernelArgs s,
-                                          const float* grad_scale) {
+                                          const float* grad_scale, const AdamWDeviceStep* step) {
+    if (step != nullptr) {
+        if (step->skip) return;
+        s.learning_rate = step->learning_rate;
+        s.weight_decay = step->weight_decay;
+        s.m_correction = step->m_correction;
+        s.v_correction = step->v_correction;
+        s.random_key = step->random_key;
+        s.grad_scale = step->grad_scale;
+    } else {
+        s.grad_scale = grad_scale != nullptr ? *grad_scale : 1.0f;
+    }
     const AdamWRunEntry& run = table[adamw_run_of_block(table, runs, blockIdx.x)];
-    s.grad_scale = grad_scale != nullptr ? *grad_scale : 1.0f;
     s.weight_decay = run.decay ? s.weight_decay : 0.0f;
     s.global_offset = run.global_offset;
     const size_t g = flat_thread_index(blockIdx.x - run.first_block, blockDim.x, threadIdx.x);
@@ -279,8 +304,8 @@ struct AdamWMultiTensor {
     unsigned blocks = 0;             // the grid
 };
 
-// Builds the device table (cudaMalloc + a synchronous copy: call at set-up, not per step).
-inline AdamWMultiTensor adamw_multi_tensor_plan(const AdamWRun* runs, int count) {
+// The table's entries and the grid (runs with n = 0 left out).
+inline std::vector<AdamWRunEntry> adamw_multi_tensor_entries(const AdamWRun* runs, int count, unsigned* grid) {
     std::vector<AdamWRunEntry> entries;
     unsigned long long blocks = 0;
     for (int r = 0; r < count; r++) {
@@ -304,14 +329,34 @@ inline AdamWMultiTensor adamw_multi_tensor_plan(const AdamWRun* runs, int count)
         fprintf(stderr, "adamw_multi_tensor_plan: %llu blocks exceed a grid\n", blocks);
         exit(1);
     }
+    *grid = (unsigned)blocks;
+    return entries;
+}
+
+// The plan in a device table the caller owns (`capacity` entries, e.g. in the trainer's arena), filled
+// by a synchronous copy: call at set-up, not per step.
+inline AdamWMultiTensor adamw_multi_tensor_plan_in(AdamWRunEntry* table, int capacity, const AdamWRun* runs,
+                                                   int count) {
     AdamWMultiTensor plan;
+    const std::vector<AdamWRunEntry> entries = adamw_multi_tensor_entries(runs, count, &plan.blocks);
     plan.runs = (int)entries.size();
-    plan.blocks = (unsigned)blocks;
-    if (plan.runs == 0) return plan;
-    const size_t bytes = entries.size() * sizeof(AdamWRunEntry);
-    CUDA_CHECK(cudaMalloc(&plan.table, bytes));
-    CUDA_CHECK(cudaMemcpy(plan.table, entries.data(), bytes, cudaMemcpyHostToDevice));
+    if (plan.runs > capacity) {
+        fprintf(stderr, "adamw_multi_tensor_plan_in: %d runs, room for %d\n", plan.runs, capacity);
+        exit(1);
+    }
+    plan.table = table;
+    if (plan.runs > 0)
+        CUDA_CHECK(cudaMemcpy(table, entries.data(), entries.size() * sizeof(AdamWRunEntry), cudaMemcpyHostToDevice));
     return plan;
+}
+
+// Builds the device table (cudaMalloc + a synchronous copy: call at set-up, not per step).
+inline AdamWMultiTensor adamw_multi_tensor_plan(const AdamWRun* runs, int count) {
+    unsigned blocks = 0;
+    const int entries = (int)adamw_multi_tensor_entries(runs, count, &blocks).size();
+    AdamWRunEntry* table = nullptr;
+    if (entries > 0) CUDA_CHECK(cudaMalloc(&table, entries * sizeof(AdamWRunEntry)));
+    return adamw_multi_tensor_plan_in(table, entries, runs, count);
 }
 
 inline void adamw_multi_tensor_free(AdamWMultiTensor& plan) {
@@ -329,6 +374,28 @@ inline void adamw_update_multi_tensor(const AdamWMultiTensor& plan, float learni
                                                 seed, 0, "adamw_update_multi_tensor");
     if (plan.runs == 0) return;
     LAUNCH(adamw_multi_tensor_kernel, plan.blocks, kAdamWBlockSize, 0, stream, plan.table, plan.runs, s,
-           grad_scale);
+           grad_scale, (const AdamWDeviceStep*)nullptr);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// The device values of step `step` (count from 1), as adamw_kernel_args computes them, with the given
+// clipping factor and no skip.
+inline AdamWDeviceStep adamw_device_step(float learning_rate, float beta1, float beta2, float weight_decay,
+                                         float grad_scale, int step, uint32_t seed) {
+    const AdamWKernelArgs s = adamw_kernel_args(learning_rate, beta1, beta2, 0.0f, weight_decay, grad_scale, step,
+                                                seed, 0, "adamw_device_step");
+    return {s.learning_rate, s.weight_decay, s.m_correction, s.v_correction, s.random_key, s.grad_scale, 0};
+}
+
+// The same launch with every per-step value read from `step` (device memory; see AdamWDeviceStep): the
+// launch itself is the same every step. Bitwise what adamw_update_multi_tensor does with the values
+// adamw_device_step gives (or nothing, when step->skip is set).
+inline void adamw_update_multi_tensor(const AdamWMultiTensor& plan, float beta1, float beta2, float eps,
+                                      const AdamWDeviceStep* step, cudaStream_t stream) {
+    AdamWKernelArgs s = adamw_kernel_args(0.0f, beta1, beta2, eps, 0.0f, 1.0f, 1, 0, 0,
+                                          "adamw_update_multi_tensor");
+    if (plan.runs == 0) return;
+    LAUNCH(adamw_multi_tensor_kernel, plan.blocks, kAdamWBlockSize, 0, stream, plan.table, plan.runs, s,
+           (const float*)nullptr, step);
     CUDA_CHECK(cudaGetLastError());
 }

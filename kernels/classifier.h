@@ -268,3 +268,40 @@ inline void classifier_slice_gradient(floatX* logits, const float* lse, const in
            dloss, vocab_begin, valid, Vs);
     CUDA_CHECK(cudaGetLastError());
 }
+
+// ---- the mean loss, on the device (the trainer reads it back once per optimizer step, not per
+// micro-step): mean = (float)(Σ_n losses[n] / N), the sum in double over a fixed order (each of 1024
+// threads sums its strided rows in order, then a fixed tree over the threads), written to *mean; and
+// unless running_sum is null, *running_sum += mean / divisor and *running_rounded = (float)*running_sum
+// (a step's mean over its micro-steps, divisor = micro-steps). One block; reads 4N bytes.
+constexpr int kLossMeanThreads = 1024;
+__global__ void __launch_bounds__(kLossMeanThreads)
+    loss_mean_kernel(float* mean, double* running_sum, float* running_rounded, const float* losses, int N,
+                     double divisor) {
+    __shared__ double sums[kLossMeanThreads];
+    double sum = 0;
+    for (int n = threadIdx.x; n < N; n += kLossMeanThreads) sum += (double)losses[n];
+    sums[threadIdx.x] = sum;
+    __syncthreads();
+    for (int stride = kLossMeanThreads / 2; stride > 0; stride /= 2) {
+        if ((int)threadIdx.x < stride) sums[threadIdx.x] += sums[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
+    const float m = (float)(sums[0] / N);
+    *mean = m;
+    if (running_sum == nullptr) return;
+    *running_sum += (double)m / divisor;
+    *running_rounded = (float)*running_sum;
+}
+
+inline void loss_mean(float* mean, double* running_sum, float* running_rounded, const float* losses, int N,
+                      double divisor, cudaStream_t stream) {
+    if (N < 1 || divisor <= 0) {
+        fprintf(stderr, "loss_mean: need N >= 1 and divisor > 0 (N=%d divisor=%g)\n", N, divisor);
+        exit(1);
+    }
+    LAUNCH(loss_mean_kernel, 1, kLossMeanThreads, 0, stream, mean, running_sum, running_rounded, losses, N,
+           divisor);
+    CUDA_CHECK(cudaGetLastError());
+}

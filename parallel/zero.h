@@ -105,6 +105,7 @@ public:
         if (use_master_) arena->request(&master_, S, MemoryKind::MASTER_WEIGHTS);
         arena->request(&adam_m_, S, MemoryKind::OPTIMIZER_STATE);
         arena->request(&adam_v_, S, MemoryKind::OPTIMIZER_STATE);
+        arena->request(&adamw_table_, std::max<size_t>(1, owned_.size()), MemoryKind::OPTIMIZER_STATE);
     }
 
     // Once the arena is allocated: the communication stream and events, every buffer zeroed (the
@@ -129,6 +130,15 @@ public:
             zero(weight_slot_[s], stage_ >= 3 ? slot_length_[s] : 0);
             zero(gradient_slot_[s], stage_ >= 2 ? slot_length_[s] : 0);
         }
+        // The update's table: every run this rank owns, in one launch (kernels/adamw.h).
+        std::vector<AdamWRun> runs;
+        for (const OwnedRun& run : owned_)
+            runs.push_back({params_ + (stage_ >= 3 ? run.state_offset : run.device_offset),
+                            master_ ? master_ + run.state_offset : nullptr, adam_m_ + run.state_offset,
+                            adam_v_ + run.state_offset, grads_ + (stage_ >= 2 ? run.state_offset : run.device_offset),
+                            run.length, run.key_offset, is_weight_matrix(run.tensor)});
+        adamw_plan_ = adamw_multi_tensor_plan_in(adamw_table_, (int)std::max<size_t>(1, owned_.size()), runs.data(),
+                                                 (int)runs.size());
     }
 
     std::string description() const {
@@ -297,25 +307,29 @@ public:
             NCCL_CHECK(ncclAllReduce(norm_squared, norm_squared, 1, ncclFloat32, ncclSum, comm_, compute_));
     }
 
-    // AdamW on the parameters this rank owns, run by run (each inside one tensor: weight decay only
-    // on the weight matrices); then -z 1/2 all-gather the updated weights. Under -z 3 the updated
-    // shard is all there is: the next forward gathers from it.
-    void adamw(const AdamWSettings& s, int step, uint32_t seed) {
-        for (const OwnedRun& run : owned_) {
-            floatX* param = params_ + (stage_ >= 3 ? run.state_offset : run.device_offset);
-            const floatX* grad = grads_ + (stage_ >= 2 ? run.state_offset : run.device_offset);
-            adamw_update(param, master_ ? master_ + run.state_offset : nullptr, adam_m_ + run.state_offset,
-                         adam_v_ + run.state_offset, grad, run.length, run.key_offset, s.learning_rate,
-                         s.beta1, s.beta2, s.eps, is_weight_matrix(run.tensor) ? s.weight_decay : 0.0f,
-                         s.grad_scale, step, seed, compute_);
-        }
+    // AdamW on the parameters this rank owns, every run (each inside one tensor: weight decay only on
+    // the weight matrices) in one launch, with the step's values read from device memory (step: the
+    // learning rate, corrections, clipping factor and whether to skip; kernels/adamw.h), so that the
+    // update needs nothing from the host that changes between steps; then -z 1/2 all-gather the updated
+    // weights (unchanged ones when the step is skipped). Under -z 3 the updated shard is all there is:
+    // the next forward gathers from it. Bitwise the per-run updates (adamw_update) of the same values.
+    void adamw(const AdamWDeviceStep* step, const AdamWSettings& constants) {
+        adamw_update_multi_tensor(adamw_plan_, constants.beta1, constants.beta2, constants.eps, step, compute_);
         if (stage_ == 1 || stage_ == 2) all_gather_weights();
         // Under -z 3 the next gathers read the updated shard: everything later on the communication
         // stream waits for the update (its gathers otherwise wait only for the compute to be done with
         // a slot, which it was before the update ran).
-        CUDA_CHECK(cudaEventRecord(weights_updated_, compute_));
-        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
+        if (stage_ >= 3) {
+            CUDA_CHECK(cudaEventRecord(weights_updated_, compute_));
+            CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
+        }
         CUDA_CHECK(cudaGetLastError());
+    }
+    // n fp32 values averaged over the data ranks (the step's loss), on the compute stream; as they are
+    // with one rank or none.
+    void average_over_data_ranks(float* values, size_t n) {
+        if (comm_ && buckets_.num_ranks > 1)
+            NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclAvg, comm_, compute_));
     }
 
     // ---- weights and optimizer state in and out (host vectors in ParamLayout order, fp32)
@@ -446,6 +460,8 @@ private:
     floatX* grads_ = nullptr;   // gradients: whole in bucket order (-z 0/1) or the shard (-z 2/3)
     float* master_ = nullptr;   // fp32 master weights (null with -w 0 or in the fp32 build)
     float *adam_m_ = nullptr, *adam_v_ = nullptr;  // state order: this rank's shard, or all
+    AdamWRunEntry* adamw_table_ = nullptr;          // the update's runs (kernels/adamw.h)
+    AdamWMultiTensor adamw_plan_;
     floatX* weight_slot_[SLOTS] = {};    // -z 3: gathered buckets
     floatX* gradient_slot_[SLOTS] = {};  // -z 2/3: a bucket's whole gradients before the reduction
     floatX* chunk_buffer_ = nullptr;     // -z 2/3: a reduced chunk on its way into the shard
