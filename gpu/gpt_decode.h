@@ -34,7 +34,17 @@ class GPUDecoder {
 public:
     // Caches for sequences of up to max_len tokens (≤ config.max_seq_len), on `stream`.
     GPUDecoder(const GPTConfig& config, int max_len, cudaStream_t stream)
-        : config_(config), capacity_(max_len), stream_(stream), logits_host_(config.vocab_size) {
+        : GPUDecoder(config, max_len, stream, true) {}
+    // Device bytes such a decoder allocates (the caches dominate: 2·L·max_len·C floatX), for a memory
+    // check before it exists. Fails (InputError) for a shape the constructor refuses.
+    static size_t device_bytes(const GPTConfig& config, int max_len) {
+        return GPUDecoder(config, max_len, nullptr, false).arena_.bytes();
+    }
+
+private:
+    // The buffers requested, and allocated unless `allocate` is false (device_bytes).
+    GPUDecoder(const GPTConfig& config, int max_len, cudaStream_t stream, bool allocate)
+        : config_(config), capacity_(max_len), stream_(stream) {
         const int C = config.channels, NH = config.num_heads;
         if (max_len < 1 || max_len > config.max_seq_len || NH < 1 || C % NH != 0 || C % 8 != 0 ||
             decode_attention_shape_error(0, NH, C / NH, max_len))
@@ -52,8 +62,12 @@ public:
         request(&fch_gelu_, 4 * (size_t)C);
         request(&logits_, (size_t)config.padded_vocab_size);
         request(&token_, 1);
+        if (!allocate) return;
         arena_.allocate("the key/value cache of the samples");
+        logits_host_.resize(config.vocab_size);
     }
+
+public:
     int length() const { return length_; }
     int capacity() const { return capacity_; }
     // Forgets the last tokens: keeps the first `length` (0 starts a new sequence).
