@@ -102,7 +102,7 @@ programs+=(build/test/emu_kernel_suite_cuda build/test/emu_kernel_suite)
 for f in dev/cuda/*.cu; do [ -e "$f" ] && programs+=("dev/bin/cuda_$(basename "$f" .cu)"); done
 [ -e dev/bench_step.cu ] && programs+=(dev/bin/bench_step)   # the training step split by op class
 [ -e train_gpt.cu ] && programs+=(train_gpt)
-programs+=(train_gpt_cpu)
+programs+=(train_gpt_cpu generate)
 for p in ${BUNDLE_EXTRA:-}; do programs+=("$p"); done
 
 # Where the bundle build puts a program of the default build's path P: build/X -> $build/X, else

@@ -133,7 +133,7 @@ check() {  # check NAME FOLDER OUR_MODEL_FILE
     echo "FAIL $name: loss $loss (Python) vs $ours (./generate --eval)"; status=1; return
   fi
   for cache in 1 0; do
-    theirs=$("$bin/generate" -e "$model" --tokenizer "$work/table.bin" --prompt-tokens 3,14,15 -g 9 \
+    theirs=$("$bin/generate" -e "$model" --device cpu --tokenizer "$work/table.bin" --prompt-tokens 3,14,15 -g 9 \
                --temperature 0 --kv-cache $cache | sed -n '/^--- sample/{n;p}' | grep -o '[0-9]\+' | paste -sd, -)
     if [ "$theirs" != "$tokens" ]; then
       echo "FAIL $name: greedy tokens $tokens (Python) vs $theirs (./generate --kv-cache $cache)"; status=1; return
