@@ -29,11 +29,14 @@
 #include <nccl.h>
 
 #include "cpu/cpu_train_model.h"
+#include "gpu/cuda_graphs.h"
 #include "gpu/gpt_decode.h"
 #include "host/errors.h"
+#include "host/gpu_telemetry.h"
 #include "host/train_loop.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/chunked_classifier.h"
 #include "kernels/classifier.h"
 #include "kernels/common.h"
 #include "kernels/device_arena.h"
@@ -99,8 +102,9 @@ struct Activations {
     floatX* lnf;                       // (Nl, C)
     float *lnf_mean, *lnf_rstd;        // (slots, Nl)
     floatX* dlnf;                      // (slots, Nl, C) d(loss)/d(lnf), from the classifier's backward
-    floatX* logits;                    // (N, Vs) this rank's vocabulary slice (Vs = Vp with one rank);
-                                       // the classifier overwrites it with d(loss)/d(logits)
+    floatX* logits;                    // (R, Vs) this rank's vocabulary slice (Vs = Vp with one rank) of
+                                       // R rows (classifier_rows); the classifier overwrites it with
+                                       // d(loss)/d(logits)
     float* losses;                     // (N)
     // Working buffers reused by every layer.
     floatX* branch;                    // (Nl, C) an attention or MLP branch's output, before the add
@@ -122,20 +126,6 @@ struct Activations {
     floatX* logits_row;
 };
 
-// Dense bf16 tensor-core peak of known devices (FLOP/s), for MFU; 0 = unknown (MFU shows n/a).
-static double device_peak_flops(const cudaDeviceProp& prop) {
-    const std::string name = prop.name;
-    if (name.find("H100") != std::string::npos)
-        return name.find("PCIe") != std::string::npos ? 756e12 : 989e12;
-    if (name.find("H200") != std::string::npos || name.find("GH200") != std::string::npos) return 989e12;
-    if (name.find("A100") != std::string::npos) return 312e12;
-    if (name.find("L40S") != std::string::npos) return 362e12;
-    if (name.find("A10G") != std::string::npos) return 70e12;
-    if (name.find("RTX 4090") != std::string::npos) return 165e12;
-    if (name.find("RTX 3090") != std::string::npos) return 71e12;
-    return 0;
-}
-
 // This process among the ranks of the run: the host group (MPI) and the world's NCCL communicator (null
 // without an MPI launcher: then there is nothing to communicate). The model places itself in the mesh
 // of -tp and -pp (parallel/mesh.h) and splits the communicator into its groups'.
@@ -145,6 +135,22 @@ struct WorldRanks {
     int rank() const { return ranks ? ranks->rank : 0; }
     int num_ranks() const { return ranks ? ranks->num_ranks : 1; }
 };
+
+// The rows of logits the classifier holds at once (the LM head and its loss run over chunks of them,
+// kernels/chunked_classifier.h, so that the (N, Vp) logits never exist whole): whole sequences, as
+// few chunks as keep a chunk within classifier_chunk_bytes (one chunk, the unchunked computation, for
+// small batches; GPT-2 124M at B=64, T=1024: 6.6 GB of logits become 7 chunks of 0.94 GB). Under
+// tensor parallelism every row of this rank's vocabulary slice (already 1/T of the vocabulary): the
+// slices' statistics are gathered once per call, where chunks would gather once per chunk.
+static size_t classifier_chunk_bytes = (size_t)1 << 30;
+static int classifier_rows(const TensorParallel& tp, int B, int T, int Vp) {
+    if (tp.size() > 1) return B * T;
+    const size_t bytes = (size_t)B * T * Vp * sizeof(floatX);
+    const int chunks = (int)std::max<size_t>(1, (bytes + classifier_chunk_bytes - 1) / classifier_chunk_bytes);
+    return (B + chunks - 1) / chunks * T;
+}
+// For tests: chunks of at most this many bytes from now on (models made later use it).
+void set_classifier_chunk_bytes(size_t bytes) { classifier_chunk_bytes = bytes; }
 
 // Everything sized by the micro-batch: activations, token ids, kernel scratch.
 struct StepBuffers {
@@ -190,7 +196,7 @@ static void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const
         request(&a.lnf_mean, K * Nl);
         request(&a.lnf_rstd, K * Nl);
         request(&a.dlnf, K * Nl * C);
-        request(&a.logits, N * Vs);
+        request(&a.logits, (size_t)classifier_rows(tp, B, T, (int)Vp) * Vs);
         request(&a.losses, N);
     }
     request(&a.branch, Nl * C);
@@ -358,6 +364,7 @@ public:
     const GPTConfig& config() const override { return config_; }
     std::string description() const override;
     double peak_flops() const override { return peak_flops_; }
+    GpuTelemetry device_telemetry() override { return read_cuda_device_telemetry(device_); }
 
     float forward(const int* inputs, const int* targets, int B, int T) override;
     void logits_at(int t, float* out) override;
@@ -446,9 +453,10 @@ private:
     // device can do alone), then the embeddings (whose backward groups the tokens on the host).
     void backward_layers(int slot, int micro_batch, bool last_micro_step);
     void backward_embeddings(int slot, int micro_batch, bool last_micro_step);
-    // One optimizer step's forward and backward passes over the staged micro-batches, from zeroed
-    // gradients and loss: one after the other, or in the pipeline schedule's order.
-    void accumulate(int micro_steps, int B, int T);
+    // One optimizer step's forward and backward passes over `micro_steps` micro-batches (read and
+    // staged first), from zeroed gradients and loss: one after the other, or in the pipeline
+    // schedule's order.
+    void accumulate(int micro_steps, int B, int T, const NextBatch& next_batch);
     // Micro-step i of micro_steps without a pipeline: forward, then backward.
     void micro_step(int i, int micro_steps, bool last_micro_step);
     // The squared global gradient norm into control->totals.norm_squared, summed over the ranks.
@@ -460,6 +468,19 @@ private:
     uint32_t rounding_seed(int step) const;
     // Copies control->totals to the host (waits for the device: a host synchronisation).
     const StepTotals& read_totals();
+    // Issues `issue`'s work on the compute stream: as a CUDA graph captured under `key` once graphs are
+    // on and the first optimizer step is done (it runs eagerly: cuBLASLt's algorithm choices, lazily
+    // made streams and the tensor traffic check happen outside any capture), else directly.
+    template <typename Issue>
+    void issue_graphed(const std::vector<long long>& key, Issue&& issue) {
+        if (steps_done_ == 0 || !graphs_.enabled()) return issue();
+        graphs_.run(key, stream_, issue);
+    }
+    bool stream_capturing() const {
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+        return status != cudaStreamCaptureStatusNone;
+    }
 
     GPTConfig config_;
     WorldRanks world_;
@@ -472,12 +493,17 @@ private:
     Stage stage_;                     // the layers it computes, the micro-batches it keeps
     ParamBuckets buckets_;            // device order of parameters and gradients (this rank's slice)
     ParameterStore store_;            // weights, gradients, optimizer state under the ZeRO stage
+    GraphCache graphs_;               // micro-steps and updates as CUDA graphs (--cuda-graphs)
+    std::string graphs_text_;         // for the description: on, or why not
+    int steps_done_ = 0;              // optimizer steps so far (the first runs without graphs)
     int max_B_, max_T_;
     size_t max_N_, max_Nl_;           // positions of a micro-batch, and those this rank keeps (-sp)
+    int classifier_rows_;             // rows of logits held at once (classifier_rows)
     int recompute_;
     bool use_master_;
-    double peak_flops_ = 0;
-    std::string device_name_;
+    double peak_flops_ = 0;           // dense bf16 tensor-core peak, for MFU (0: unknown)
+    int device_ = 0;                  // the CUDA device
+    std::string device_name_, peak_text_;
     uint64_t seed_;
     cudaStream_t stream_ = nullptr;
     DeviceArena arena_;
@@ -497,8 +523,25 @@ private:
 
     int B_ = 0, T_ = 0;                // shape of the micro-batches
     std::unique_ptr<GPUDecoder> decoder_;  // the samples' key/value cache, made by the first sample
-    // The emulated device's counts over the last optimizer step (end_of_run_report).
-    unsigned long long step_launches_ = 0, step_syncs_ = 0;
+    // The emulated device's counts over the last optimizer step (end_of_run_report, tests).
+public:
+    struct StepCounts {
+        unsigned long long kernels = 0, syncs = 0, graph_kernels = 0, graph_launches = 0;
+#ifdef EMU_CUDA
+        static StepCounts now() {
+            return {emu::launch_count(), emu::host_sync_count(), emu::graph_kernel_count(), emu::graph_launch_count()};
+        }
+#endif
+        StepCounts operator-(const StepCounts& o) const {
+            return {kernels - o.kernels, syncs - o.syncs, graph_kernels - o.graph_kernels,
+                    graph_launches - o.graph_launches};
+        }
+        unsigned long long host_launches() const { return kernels - graph_kernels + graph_launches; }
+    };
+    const StepCounts& last_step_counts() const { return last_step_counts_; }
+
+private:
+    StepCounts last_step_counts_;
     int steps_counted_ = 0;
 };
 
@@ -512,8 +555,10 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       stage_(make_stage(config, opt, mesh_, accum_steps_)),
       buckets_(make_param_buckets(config, mesh_.data, model_slice(mesh_, stage_))),
       store_(buckets_, zero_stage_in_effect(opt, comms_.data != nullptr), mesh_.data_rank, fp32_master_weights(opt)),
+      graphs_(opt.cuda_graphs != 0 && mesh_.pipeline == 1 && store_.stage() <= 1),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
+      classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config.padded_vocab_size)),
       recompute_(opt.recompute), use_master_(fp32_master_weights(opt)), seed_(opt.seed) {
     const int C = config.channels, NH = config.num_heads;
     const int Vp = config.padded_vocab_size, HS = C / NH;
@@ -523,10 +568,28 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
         fail("-e (--model): head size %d (channels %d / heads %d) is not supported by the attention "
              "kernels (supported: 32, 64, 128)", HS, C, NH);
 
+    // CUDA graphs replay what a step issues the same way every time. A pipeline's schedule interleaves
+    // micro-batches with point-to-point transfers, and ZeRO-2/3 change what a micro-step issues with
+    // host-side state (which slot holds a bucket, whether a shard already holds this step's gradients)
+    // and order it by events across micro-steps: those run without graphs.
+    graphs_text_ = graphs_.enabled()      ? "CUDA graphs for micro-steps and updates"
+                   : opt.cuda_graphs == 0 ? "CUDA graphs off (--cuda-graphs 0)"
+                   : mesh_.pipeline > 1   ? "CUDA graphs off (pipeline schedules run without them)"
+                                          : "CUDA graphs off (ZeRO-2/3 run without them)";
+    CUDA_CHECK(cudaGetDevice(&device_));
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
-    peak_flops_ = device_peak_flops(prop);
+    // MFU's denominator for any GPU: its SM count × its peak SM clock × the dense bf16 tensor-core
+    // FLOPs per clock of an SM of its compute capability (host/gpu_telemetry.h); 0 (MFU n/a) where
+    // the capability's rate is not known, and on the emulated device.
+    peak_flops_ = cuda_device_peak_bf16_flops(device_);
+    if (peak_flops_ > 0) {
+        int clock_khz = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_));
+        peak_text_ = strprintf(", MFU against %.0f TFLOP/s (dense bf16: %d SMs at %d MHz)", peak_flops_ / 1e12,
+                               prop.multiProcessorCount, clock_khz / 1000);
+    }
     CUDA_CHECK(cudaStreamCreate(&stream_));
     matmul_setup(opt.tf32 != 0);
     set_attention_kernel(opt.attention_kernel.c_str());
@@ -560,7 +623,8 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
     if (stage_.last)
-        CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, max_N_ * tp_.vocab_slice(Vp) * sizeof(floatX), stream_));
+        CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, (size_t)classifier_rows_ * tp_.vocab_slice(Vp) * sizeof(floatX),
+                                   stream_));
 }
 
 GPUModel::~GPUModel() {
@@ -581,10 +645,9 @@ std::string GPUModel::description() const {
     if (pipeline_.stages() > 1)
         append(strprintf("pipeline stage %d of %d (layers %d-%d, %s)", mesh_.stage, mesh_.pipeline,
                          stage_.first_layer, stage_.end_layer - 1, schedule_.c_str()));
-    return strprintf("CUDA on %s, %s storage%s, fp32 AdamW state, recompute -r %d%s",
-                     device_name_.c_str(), PRECISION_NAME,
-                     use_master_ ? " with fp32 master weights" : "", recompute_,
-                     parallel.empty() ? "" : (", " + parallel).c_str());
+    return strprintf("CUDA on %s%s, %s storage%s, fp32 AdamW state, recompute -r %d%s; %s", device_name_.c_str(),
+                     peak_text_.c_str(), PRECISION_NAME, use_master_ ? " with fp32 master weights" : "", recompute_,
+                     parallel.empty() ? "" : (", " + parallel).c_str(), graphs_text_.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -593,9 +656,12 @@ std::string GPUModel::description() const {
 void GPUModel::reserve_staging(int micro_batches) {
     if (micro_batches <= staged_) return;
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // nothing in flight reads the old areas
+    int* tokens = nullptr;
+    CUDA_CHECK(cudaMallocHost(&tokens, (size_t)micro_batches * 2 * max_N_ * sizeof(int)));
+    if (staged_tokens_) std::copy(staged_tokens_, staged_tokens_ + (size_t)staged_ * 2 * max_N_, tokens);
     cudaFreeHost(staged_tokens_);
     cudaFreeHost(encoder_host_scratch_);
-    CUDA_CHECK(cudaMallocHost(&staged_tokens_, (size_t)micro_batches * 2 * max_N_ * sizeof(int)));
+    staged_tokens_ = tokens;
     CUDA_CHECK(cudaMallocHost(&encoder_host_scratch_, (size_t)micro_batches * encoder_host_bytes_));
     staged_ = micro_batches;
 }
@@ -727,38 +793,46 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
         store_.gather_weights(VOCABULARY);
         store_.wait_for_weights(VOCABULARY);
     }
-    const floatX* lnf = tp_.gather_positions(a.whole, a.lnf, N, C, s);
-    matmul_forward(a.logits, lnf, p(WTE), nullptr, N, C, Vs, s);  // this rank's vocabulary slice
     if (pass != Pass::LOGITS) return run_classifier(slot, pass == Pass::TRAINING, loss_scale, micro_steps, last_micro_step);
+    // Logits only for what logits_at reads, the rows of sequence 0: the first chunk (this rank's slice).
+    const floatX* lnf = tp_.gather_positions(a.whole, a.lnf, N, C, s);
+    matmul_forward(a.logits, lnf, p(WTE), nullptr, std::min(N, classifier_rows_), C, Vs, s);
     store_.release_weights(VOCABULARY);
 }
 
-// Losses per position and their mean (in control->totals: kernels/classifier.h's loss_mean, summed in
-// double in a fixed order on the device, read back once per step); with `training` the logits replaced
-// by the loss gradient (scaled by loss_scale / N), the mean added into the step's running loss as
-// 1/micro_steps of it, and the classifier's backward: d(loss)/d(lnf) into dlnf (of the slot) and wte's
-// gradient. Under tensor parallelism each rank holds a slice of every row's logits: the slices'
-// statistics (maximum, sum of exponentials, the target's logit) are gathered and combined into each
-// row's log-sum-exp, so that the whole rows are never gathered.
+// The LM head (logits = lnf · wteᵀ), the losses per position and their mean (in control->totals:
+// kernels/classifier.h's loss_mean, summed in double in a fixed order on the device, read back once per
+// step); with `training` the logits replaced by the loss gradient (scaled by loss_scale / N), the mean
+// added into the step's running loss as 1/micro_steps of it, and the head's backward: d(loss)/d(lnf)
+// into dlnf (of the slot) and wte's gradient. With one tensor rank all of it runs a chunk of rows at a
+// time (classifier_rows). Under tensor parallelism each rank holds a slice of every row's logits: the
+// slices' statistics (maximum, sum of exponentials, the target's logit) are gathered and combined into
+// each row's log-sum-exp, so that the whole rows are never gathered.
 void GPUModel::run_classifier(int slot, bool training, float loss_scale, int micro_steps, bool last_micro_step) {
     const int N = B_ * T_, V = config_.vocab_size, Vp = config_.padded_vocab_size, C = config_.channels;
     const int VOCABULARY = buckets_.vocabulary_bucket();
     Activations& a = act_;
     cudaStream_t s = stream_;
-    if (tp_.size() == 1) {
-        fused_classifier(a.logits, a.losses, loss_scale / N, buf_.targets, N, V, Vp, training, s);
-    } else {
-        const int Vs = tp_.vocab_slice(Vp), begin = tp_.vocab_begin(Vp);
-        const int valid = std::max(0, std::min(V - begin, Vs));  // real tokens in this slice
-        classifier_slice_stats(a.class_stats, a.logits, buf_.targets, N, begin, valid, Vs, s);
-        tp_.gather(a.class_stats_all, a.class_stats, (size_t)N * 3, s);
-        classifier_combine_stats(a.class_lse, a.losses, a.class_stats_all, tp_.size(), N, s);
-        if (training) classifier_slice_gradient(a.logits, a.class_lse, buf_.targets, loss_scale / N, N, begin, valid, Vs, s);
-    }
     StepTotals& totals = buf_.control->totals;
+    floatX* dlnf = a.dlnf + (size_t)slot * max_Nl_ * C;
+    if (tp_.size() == 1) {  // the product, the loss and its backward, a chunk of rows at a time
+        if (training) store_.prepare_gradients(VOCABULARY);
+        chunked_classifier(a.losses, dlnf, training ? g(WTE) : nullptr, a.logits, a.lnf, p(WTE), buf_.targets, N, C,
+                           V, Vp, classifier_rows_, loss_scale / N, training, s);
+        loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps, s);
+        if (training && !stage_.first) reduce_gradients(VOCABULARY, last_micro_step);  // the classifier's copy is done
+        store_.release_weights(VOCABULARY);
+        return;
+    }
+    const int Vs = tp_.vocab_slice(Vp), begin = tp_.vocab_begin(Vp);
+    const int valid = std::max(0, std::min(V - begin, Vs));  // real tokens in this slice
+    matmul_forward(a.logits, tp_.gather_positions(a.whole, a.lnf, N, C, s), p(WTE), nullptr, N, C, Vs, s);
+    classifier_slice_stats(a.class_stats, a.logits, buf_.targets, N, begin, valid, Vs, s);
+    tp_.gather(a.class_stats_all, a.class_stats, (size_t)N * 3, s);
+    classifier_combine_stats(a.class_lse, a.losses, a.class_stats_all, tp_.size(), N, s);
+    if (training) classifier_slice_gradient(a.logits, a.class_lse, buf_.targets, loss_scale / N, N, begin, valid, Vs, s);
     loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps, s);
     if (training) {  // logits = lnf · wteᵀ backward: d(lnf) and wte's gradient (this vocabulary slice)
-        floatX* dlnf = a.dlnf + (size_t)slot * max_Nl_ * C;
         store_.prepare_gradients(VOCABULARY);
         const floatX* lnf = tp_.gather_positions(a.whole, a.lnf, N, C, s);
         matmul_backward(partial_for(dlnf), g(WTE), nullptr, buf_.scratch, a.logits, lnf, p(WTE), N, C,
@@ -973,17 +1047,30 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
     return read_totals().micro_loss;
 }
 
+// The forward pass and the layers' backward pass are one CUDA graph (issue_graphed) per shape and
+// position in the step: the tokens are copied into the fixed device buffers it reads first, and the
+// embeddings' backward, whose launches depend on the tokens (kernels/encoder.h groups them on the
+// host), runs after it, outside the graph.
 void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
     upload_tokens(i, true);
-    forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
-    backward_layers(0, i, last_micro_step);
+    issue_graphed({0, B_, T_, micro_steps, last_micro_step}, [&] {
+        forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
+        backward_layers(0, i, last_micro_step);
+        if (stream_capturing()) store_.finish_backward();  // a capture joins the reductions it forked
+    });
     backward_embeddings(0, i, last_micro_step);
 }
 
-// Without a pipeline, the micro-steps one after the other; with one, this stage's actions in the
-// schedule's order (parallel/pipeline_schedule.h), micro-batch i in slot i mod slots; the first and
-// last stage then sum the tied embedding's gradients. The loss stays on the device (control->totals).
-void GPUModel::accumulate(int micro_steps, int B, int T) {
+// Every micro-batch read and staged first; then, without a pipeline, the micro-steps one after the
+// other; with one, this stage's actions in the schedule's order (parallel/pipeline_schedule.h),
+// micro-batch i in slot i mod slots; the first and last stage then sum the tied embedding's gradients.
+// The loss stays on the device (control->totals).
+void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_batch) {
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    for (int i = 0; i < micro_steps; i++) {
+        next_batch(inputs.data(), targets.data());
+        stage_tokens(inputs.data(), targets.data(), B, T, i);
+    }
     zero_grad();
     CUDA_CHECK(cudaMemsetAsync(&buf_.control->totals, 0, sizeof(StepTotals), stream_));
     tp_.reset_bytes_sent();
@@ -1027,13 +1114,7 @@ void GPUModel::accumulate(int micro_steps, int B, int T) {
 // A whole optimizer step's forward and backward passes (every micro-batch read first); the last stage's
 // mean loss, on every stage.
 double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
-    const size_t N = (size_t)B * T;
-    std::vector<int> inputs(N), targets(N);
-    for (int i = 0; i < micro_steps; i++) {
-        next_batch(inputs.data(), targets.data());
-        stage_tokens(inputs.data(), targets.data(), B, T, i);
-    }
-    accumulate(micro_steps, B, T);
+    accumulate(micro_steps, B, T, next_batch);
     pipeline_.broadcast_from_last(&buf_.control->totals.loss, 1, stream_);
     return read_totals().loss;
 }
@@ -1048,15 +1129,9 @@ double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next
 StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
                                     const std::function<double(double)>& /*mean_over_ranks: on the device*/) {
 #ifdef EMU_CUDA
-    const unsigned long long launches = emu::launch_count(), syncs = emu::host_sync_count();
+    const StepCounts before = StepCounts::now();
 #endif
-    const size_t N = (size_t)B * T;
-    std::vector<int> inputs(N), targets(N);
-    for (int i = 0; i < micro_steps; i++) {
-        next_batch(inputs.data(), targets.data());
-        stage_tokens(inputs.data(), targets.data(), B, T, i);
-    }
-    accumulate(micro_steps, B, T);
+    accumulate(micro_steps, B, T, next_batch);
 
     StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
     c.adamw = adamw_device_step(u.adamw.learning_rate, u.adamw.beta1, u.adamw.beta2, u.adamw.weight_decay, 1.0f,
@@ -1068,10 +1143,18 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
         std::copy(from->values, from->values + kOutlierWindow, to->values);
         to->count = from->count, to->next = from->next;
     }
-    issue_update(u.adamw);
-    const StepTotals& t = read_totals();  // the step's one host synchronisation
+    issue_graphed({1}, [&] {
+        issue_update(u.adamw);
+        CUDA_CHECK(cudaMemcpyAsync(&control_host_->totals, &buf_.control->totals, sizeof(StepTotals),
+                                   cudaMemcpyDeviceToHost, stream_));
+    });
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the step's one host synchronisation
+    // After the first step every product has been asked for once: the fused epilogues cuBLASLt refused
+    // (their products ran in separate passes), with its status, for the start-up report.
+    if (steps_done_++ == 0 && world_.rank() == 0) printf("%s", matmul_refusal_report().c_str());
+    const StepTotals& t = control_host_->totals;
 #ifdef EMU_CUDA
-    step_launches_ = emu::launch_count() - launches, step_syncs_ = emu::host_sync_count() - syncs;
+    last_step_counts_ = StepCounts::now() - before;
     steps_counted_++;
 #endif
     StepOutcome r;
@@ -1081,11 +1164,17 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     return r;
 }
 
+// The emulated device's counts over the last step: the kernels it ran (with one per cuBLASLt product),
+// how many of them CUDA graphs ran, and the host's waits for the device; with the graphs, the host
+// issued (kernels − graph kernels + graph launches) launches.
 std::string GPUModel::end_of_run_report() {
 #ifdef EMU_CUDA
+    const StepCounts& c = last_step_counts_;
     if (steps_counted_ > 0)
-        return strprintf("emulated device, per step: %llu kernel launches, %llu host synchronisations%s\n", step_launches_,
-                         step_syncs_, steps_counted_ == 1 ? " (the first step: no warm-up step to count)" : "");
+        return strprintf("emulated device, per step: %llu kernel launches, %llu host synchronisations (%llu of the "
+                         "kernels in %llu CUDA graph launches: %llu launches from the host)%s\n",
+                         c.kernels, c.syncs, c.graph_kernels, c.graph_launches, c.host_launches(),
+                         steps_counted_ == 1 ? "; the first step, which runs without graphs" : "");
 #endif
     return "";
 }

@@ -37,16 +37,20 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <vector>
 
 #include "cpu/gemm.h"
 
-// The emulated runtime's launch counter (emu/launch.h), when the program links it: a real
-// cublasLtMatmul launches kernels, so each product counts as one launch. Weak, so that the stand-in
-// also links without the emulator (test_cublaslt, bench_cublaslt).
+// The emulated runtime's launch counter and stream capture (emu/launch.h), when the program links
+// them: a real cublasLtMatmul launches kernels, so each product counts as one launch, when it runs;
+// on a capturing stream the product (its descriptors and pointers as they are now) is recorded into
+// the graph and computed when the graph runs. Weak, so that the stand-in also links without the
+// emulator (test_cublaslt, bench_cublaslt).
 namespace emu {
 void count_library_launch() __attribute__((weak));
+bool record_work(cudaStream_t stream, const char* name, std::function<void()> work) __attribute__((weak));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -520,11 +524,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     if (describe_problem(*desc_of(op), *layout_of(a), *layout_of(b), *layout_of(c), *layout_of(d), &problem) !=
         CUBLAS_STATUS_SUCCESS)
         return CUBLAS_STATUS_NOT_SUPPORTED;  // what cuBLASLt answers when no algorithm fits
-    results[0] = cublasLtMatmulHeuristicResult_t{};
-    results[0].workspaceSize = 0;
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.0f;
-    *returned = 1;
+    // Up to three candidates, as cuBLASLt offers several (a caller may time them); all compute alike.
+    *returned = std::min(requested, 3);
+    for (int i = 0; i < *returned; i++) {
+        results[i] = cublasLtMatmulHeuristicResult_t{};
+        results[i].algo.data[0] = (uint64_t)i;
+        results[i].workspaceSize = 0;
+        results[i].state = CUBLAS_STATUS_SUCCESS;
+        results[i].wavesCount = 1.0f;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -534,7 +542,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                               cublasLtMatrixLayout_t a_layout, const void* B, cublasLtMatrixLayout_t b_layout,
                               const void* beta, const void* C, cublasLtMatrixLayout_t c_layout, void* D,
                               cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* /*algo*/,
-                              void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t /*stream*/) {
+                              void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t stream) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!op || !alpha || !beta || !a_layout || !b_layout || !c_layout || !d_layout)
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null descriptor or scalar");
@@ -548,24 +556,28 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
     if (beta_value != 0.0f && is_gelu_epilogue(p.epilogue))
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "GELU / DGELU epilogue %u with beta = %g (only beta = 0)",
                       desc.epilogue, beta_value);
-    if (emu::count_library_launch) emu::count_library_launch();
-    if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
-    if (!D || (p.k > 0 && (!A || !B)) || (beta_value != 0.0f && !C))
+    if (p.m != 0 && p.n != 0 && (!D || (p.k > 0 && (!A || !B)) || (beta_value != 0.0f && !C)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null matrix pointer");
 
-    auto offset = [](const void* base, int32_t type, int64_t elements) {
-        return base ? static_cast<const char*>(base) + elements * (int64_t)type_size(type) : nullptr;
+    // The product, with copies of the descriptors (the caller may destroy them once this returns).
+    auto run = [p, desc, la, lb, lc, ld, A, B, C, D, alpha_value, beta_value] {
+        if (emu::count_library_launch) emu::count_library_launch();
+        if (p.m == 0 || p.n == 0) return;
+        auto offset = [](const void* base, int32_t type, int64_t elements) {
+            return base ? static_cast<const char*>(base) + elements * (int64_t)type_size(type) : nullptr;
+        };
+        for (int batch = 0; batch < p.batch_count; batch++) {
+            BatchPointers ptr;
+            ptr.a = offset(A, la.type, batch * la.batch_stride);
+            ptr.b = offset(B, lb.type, batch * lb.batch_stride);
+            ptr.c = offset(C, lc.type, batch * lc.batch_stride);
+            ptr.d = const_cast<char*>(offset(D, ld.type, batch * ld.batch_stride));
+            ptr.bias = const_cast<char*>(offset(desc.bias, p.bias_type, batch * desc.bias_batch_stride));
+            ptr.aux = const_cast<char*>(offset(desc.aux, p.aux_type, batch * desc.aux_batch_stride));
+            matmul_one(p, la, lb, lc, ld, ptr, alpha_value, beta_value);
+        }
     };
-    for (int batch = 0; batch < p.batch_count; batch++) {
-        BatchPointers ptr;
-        ptr.a = offset(A, la.type, batch * la.batch_stride);
-        ptr.b = offset(B, lb.type, batch * lb.batch_stride);
-        ptr.c = offset(C, lc.type, batch * lc.batch_stride);
-        ptr.d = const_cast<char*>(offset(D, ld.type, batch * ld.batch_stride));
-        ptr.bias = const_cast<char*>(offset(desc.bias, p.bias_type, batch * desc.bias_batch_stride));
-        ptr.aux = const_cast<char*>(offset(desc.aux, p.aux_type, batch * desc.aux_batch_stride));
-        matmul_one(p, la, lb, lc, ld, ptr, alpha_value, beta_value);
-    }
+    if (!(emu::record_work && emu::record_work(stream, "cublasLtMatmul", run))) run();
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -1,7 +1,8 @@
 // Host stand-ins for the CUDA runtime functions the project calls, declared by CUDA's own
 // cuda_runtime_api.h. "Device" memory is host memory; streams are handles whose work has already
-// run (launches and copies execute synchronously); events record host time; there is one device,
-// an emulated compute-capability-9.0 GPU whose name says so.
+// run (launches and copies execute synchronously) unless a capture records it (stream_capture.cpp);
+// events record host time; there is one device, an emulated compute-capability-9.0 GPU whose name
+// says so.
 #include "emu/cuda_emu.h"
 #include "emu/runtime_state.h"
 
@@ -15,14 +16,6 @@
 #include <unistd.h>
 #include <unordered_map>
 
-struct CUstream_st {
-    int unused;
-};
-struct CUevent_st {
-    std::chrono::steady_clock::time_point time;
-    bool recorded = false;
-    bool timing = true;
-};
 
 namespace emu {
 namespace {
@@ -46,6 +39,17 @@ bool is_device_allocation(const void* ptr) {
     std::lock_guard<std::mutex> hold(g_lock);
     return g_device_allocations.count(const_cast<void*>(ptr)) != 0;
 }
+// Whether ptr lies inside an allocation of the table (any byte of it, not only its start).
+bool inside(const void* ptr, const std::unordered_map<void*, size_t>& table) {
+    std::lock_guard<std::mutex> hold(g_lock);
+    const char* p = static_cast<const char*>(ptr);
+    for (const auto& [base, size] : table)
+        if (p >= static_cast<const char*>(base) && p < static_cast<const char*>(base) + size) return true;
+    return false;
+}
+// Host memory that is neither device memory nor pinned (cudaMallocHost): a copy to or from it is
+// staged through the driver (synchronous into it, refused by a capture).
+bool is_pageable(const void* ptr) { return !inside(ptr, g_device_allocations) && !inside(ptr, g_host_allocations); }
 
 cudaError_t fail(cudaError_t err) {
     record_error(err);
@@ -127,6 +131,21 @@ static const char* error_text(cudaError_t err, bool name) {
         case cudaErrorInvalidResourceHandle:
             return name ? "cudaErrorInvalidResourceHandle" : "invalid resource handle";
         case cudaErrorNotReady: return name ? "cudaErrorNotReady" : "device not ready";
+        case cudaErrorStreamCaptureUnsupported:
+            return name ? "cudaErrorStreamCaptureUnsupported" : "operation not permitted when stream is capturing";
+        case cudaErrorStreamCaptureInvalidated:
+            return name ? "cudaErrorStreamCaptureInvalidated"
+                        : "operation failed due to a previous error during capture";
+        case cudaErrorStreamCaptureUnjoined:
+            return name ? "cudaErrorStreamCaptureUnjoined" : "capture sequence contains a fork that was not joined "
+                                                             "to the primary stream";
+        case cudaErrorStreamCaptureIsolation:
+            return name ? "cudaErrorStreamCaptureIsolation"
+                        : "dependency created on uncaptured work in another stream";
+        case cudaErrorCapturedEvent:
+            return name ? "cudaErrorCapturedEvent"
+                        : "operation not permitted on an event last recorded in a capturing stream";
+        case cudaErrorIllegalState: return name ? "cudaErrorIllegalState" : "the operation is not permitted in this state";
         default: return name ? "cudaErrorUnknown" : "unrecognized error code";
     }
 }
@@ -184,7 +203,10 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     }
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return emu::host_sync(emu::pending_launch_failure()); }
+cudaError_t cudaDeviceSynchronize() {
+    if (cudaError_t err = emu::refuse_in_capture("cudaDeviceSynchronize")) return err;
+    return emu::host_sync(emu::pending_launch_failure());
+}
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 cudaError_t cudaDriverGetVersion(int* version) {
     if (!version) return fail(cudaErrorInvalidValue);
@@ -212,13 +234,25 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
     return cudaSuccess;
 }
 
-// ---- memory
-cudaError_t cudaMalloc(void** ptr, size_t size) { return emu::allocate(ptr, size, emu::g_device_allocations); }
+// ---- memory (a capture refuses allocating and freeing)
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+    if (cudaError_t err = emu::refuse_in_capture("cudaMalloc")) return err;
+    return emu::allocate(ptr, size, emu::g_device_allocations);
+}
 cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int) { return cudaMalloc(ptr, size); }
-cudaError_t cudaFree(void* ptr) { return emu::release(ptr, emu::g_device_allocations); }
-cudaError_t cudaMallocHost(void** ptr, size_t size) { return emu::allocate(ptr, size, emu::g_host_allocations); }
+cudaError_t cudaFree(void* ptr) {
+    if (cudaError_t err = emu::refuse_in_capture("cudaFree")) return err;
+    return emu::release(ptr, emu::g_device_allocations);
+}
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+    if (cudaError_t err = emu::refuse_in_capture("cudaMallocHost")) return err;
+    return emu::allocate(ptr, size, emu::g_host_allocations);
+}
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMallocHost(ptr, size); }
-cudaError_t cudaFreeHost(void* ptr) { return emu::release(ptr, emu::g_host_allocations); }
+cudaError_t cudaFreeHost(void* ptr) {
+    if (cudaError_t err = emu::refuse_in_capture("cudaFreeHost")) return err;
+    return emu::release(ptr, emu::g_host_allocations);
+}
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
     if (!free_bytes || !total_bytes) return fail(cudaErrorInvalidValue);
     std::lock_guard<std::mutex> hold(emu::g_lock);
@@ -235,23 +269,47 @@ static cudaError_t copy(void* dst, const void* src, size_t count) {
 // A synchronous copy into host memory waits for the device: counted as a host synchronisation.
 // (A base pointer is recognised; a pointer into the middle of an allocation is taken as host memory.)
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+    if (cudaError_t err = emu::refuse_in_capture("cudaMemcpy (synchronous)")) return err;
     const bool to_host = kind == cudaMemcpyDeviceToHost ||
                          (kind == cudaMemcpyDefault && emu::is_device_allocation(src) &&
                           !emu::is_device_allocation(dst));
     const cudaError_t err = copy(dst, src, count);
     return to_host ? emu::host_sync(err) : err;
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind, cudaStream_t) {
-    return copy(dst, src, count);
+// An asynchronous copy into pageable host memory returns only once it is done (the CUDA runtime's
+// documented behaviour): counted as a host synchronisation. Into or from pinned memory it is not.
+// A captured copy runs when the graph does, reading its source then; a capture refuses pageable host
+// memory (the driver could not stage it at replay).
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+    const bool host_dst = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost ||
+                          (kind == cudaMemcpyDefault && !emu::inside(dst, emu::g_device_allocations));
+    const bool host_src = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
+                          (kind == cudaMemcpyDefault && !emu::inside(src, emu::g_device_allocations));
+    const bool pageable = (host_dst && emu::is_pageable(dst)) || (host_src && emu::is_pageable(src));
+    if (emu::capturing(stream)) {
+        if (pageable) return emu::refuse_in_capture("cudaMemcpyAsync with pageable host memory");
+        emu::record_work(stream, "cudaMemcpyAsync", [=] { copy(dst, src, count); });
+        return cudaSuccess;
+    }
+    const cudaError_t err = copy(dst, src, count);
+    return host_dst && !host_src && emu::is_pageable(dst) ? emu::host_sync(err) : err;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+    if (cudaError_t err = emu::refuse_in_capture("cudaMemset (synchronous)")) return err;
     if (count == 0) return cudaSuccess;
     if (!ptr) return fail(cudaErrorInvalidValue);
     memset(ptr, value, count);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
-    return cudaMemset(ptr, value, count);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+    if (emu::capturing(stream)) {
+        emu::record_work(stream, "cudaMemsetAsync", [=] { memset(ptr, value, count); });
+        return ptr || count == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
+    }
+    if (count == 0) return cudaSuccess;
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    memset(ptr, value, count);
+    return cudaSuccess;
 }
 
 // ---- streams: work submitted to one has already run when the call returns
@@ -265,10 +323,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     delete stream;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return emu::host_sync(emu::pending_launch_failure()); }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-    return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    if (cudaError_t err = emu::refuse_in_capture("cudaStreamSynchronize")) return err;
+    return emu::host_sync(emu::pending_launch_failure());
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    return emu::capturing(stream) ? emu::refuse_in_capture("cudaStreamQuery on a capturing stream") : cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+    return event ? emu::capture_stream_wait(stream, event) : fail(cudaErrorInvalidResourceHandle);
 }
 
 // ---- events: the host time at which they were recorded
@@ -286,17 +349,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
     delete event;
     return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     if (!event) return fail(cudaErrorInvalidResourceHandle);
     event->time = std::chrono::steady_clock::now();
     event->recorded = true;
+    emu::capture_event_record(event, stream);
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-    return emu::host_sync(event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle));
+    if (!event) return fail(cudaErrorInvalidResourceHandle);
+    if (emu::event_in_active_capture(event)) return fail(cudaErrorCapturedEvent);
+    if (cudaError_t err = emu::refuse_in_capture("cudaEventSynchronize")) return err;
+    return emu::host_sync(cudaSuccess);
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-    return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    if (!event) return fail(cudaErrorInvalidResourceHandle);
+    return emu::event_in_active_capture(event) ? fail(cudaErrorCapturedEvent) : cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (!ms) return fail(cudaErrorInvalidValue);

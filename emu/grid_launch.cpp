@@ -21,6 +21,13 @@ std::atomic<unsigned long long> g_shuffle_seed{[] {
 }()};
 std::atomic<unsigned long long> g_launch_count{0};  // launches since start-up: keys the shuffled order
 std::atomic<unsigned long long> g_counted_launches{0};  // launch_count(): reset by reset_counters()
+std::atomic<unsigned long long> g_graph_kernels{0}, g_graph_launches{0};
+
+void count_one_launch(const char* name) {
+    g_counted_launches++;
+    if (replaying_graph()) g_graph_kernels++;
+    if (getenv("EMU_TRACE_LAUNCHES")) fprintf(stderr, "emu: launch %s%s\n", name, replaying_graph() ? " (graph)" : "");
+}
 
 unsigned long long mix(unsigned long long x) {  // splitmix64 finaliser
     x += 0x9e3779b97f4a7c15ull;
@@ -65,10 +72,13 @@ cudaError_t config_error(const LaunchConfig& c, cudaError_t err, const char* why
 void set_shuffle_seed(unsigned long long seed) { g_shuffle_seed = seed; }
 
 unsigned long long launch_count() { return g_counted_launches.load(); }
-void count_library_launch() { g_counted_launches++; }
-void reset_launch_count() { g_counted_launches = 0; }
+unsigned long long graph_launch_count() { return g_graph_launches.load(); }
+unsigned long long graph_kernel_count() { return g_graph_kernels.load(); }
+void count_library_launch() { count_one_launch("(library)"); }
+void count_graph_launch() { g_graph_launches++; }
+void reset_launch_count() { g_counted_launches = 0, g_graph_kernels = 0, g_graph_launches = 0; }
 
-cudaError_t run_grid(const LaunchConfig& c, void (*thread_body)(void*), void* arg) {
+cudaError_t check_launch(const LaunchConfig& c) {
     const dim3 g = c.grid, b = c.block;
     const unsigned long long threads = (unsigned long long)b.x * b.y * b.z;
     if (threads == 0 || threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64)
@@ -82,11 +92,16 @@ cudaError_t run_grid(const LaunchConfig& c, void (*thread_body)(void*), void* ar
                             "too much dynamic shared memory; above 48 KiB, raise the limit with "
                             "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
                             "bytes)");
+    return cudaSuccess;
+}
 
+cudaError_t run_grid(const LaunchConfig& c, void (*thread_body)(void*), void* arg) {
+    if (cudaError_t err = check_launch(c)) return err;
+    const dim3 g = c.grid, b = c.block;
     const long long blocks = (long long)g.x * g.y * g.z;
     const unsigned long long seed = g_shuffle_seed.load();
     const unsigned long long launch = g_launch_count++;
-    g_counted_launches++;
+    count_one_launch(c.kernel_name);
     std::atomic<bool> failed{false};
     std::mutex report_lock;
     std::string report;

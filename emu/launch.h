@@ -5,6 +5,8 @@
 // of each block as fibers. Errors go to the runtime's last-error state (cudaGetLastError).
 #pragma once
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -21,6 +23,15 @@ struct LaunchConfig {
 };
 // Runs thread_body(arg) once per CUDA thread of the grid. Returns the launch's status.
 cudaError_t run_grid(const LaunchConfig& config, void (*thread_body)(void*), void* arg);
+// The launch checks run_grid makes first (block and grid limits, shared memory): cudaSuccess, or the
+// error (recorded as the last error, with a report on stderr).
+cudaError_t check_launch(const LaunchConfig& config);
+
+// Stream capture (stream_capture.cpp): whether work issued to `stream` is being recorded into a graph
+// rather than run; record_work adds `work` to the capture's graph when it is (returns false and does
+// nothing otherwise: the caller runs the work now). For the host stand-ins of libraries too.
+bool capturing(cudaStream_t stream);
+bool record_work(cudaStream_t stream, const char* name, std::function<void()> work);
 
 template <typename... Params, typename... Args>
 void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
@@ -31,11 +42,18 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
         std::tuple<std::decay_t<Params>...> params;
     };
     Closure closure{kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)};
-    auto thread_body = [](void* p) {
+    void (*thread_body)(void*) = [](void* p) {
         Closure& c = *static_cast<Closure*>(p);
         std::apply(c.kernel, c.params);
     };
-    run_grid({name, (const void*)kernel, grid, block, shared_bytes, stream}, thread_body, &closure);
+    const LaunchConfig config{name, (const void*)kernel, grid, block, shared_bytes, stream};
+    if (capturing(stream)) {  // the arguments as they are now, run when the graph is launched
+        if (check_launch(config) != cudaSuccess) return;
+        auto kept = std::make_shared<Closure>(std::move(closure));
+        record_work(stream, name, [config, thread_body, kept] { run_grid(config, thread_body, kept.get()); });
+        return;
+    }
+    run_grid(config, thread_body, &closure);
 }
 
 // Run each barrier phase's threads in a shuffled order from now on (0: in thread order).
@@ -52,13 +70,21 @@ std::string last_kernel_report();
 //                      of the cuBLASLt stand-in when it is linked (a real cuBLASLt call may launch
 //                      one or two kernels; it is counted as one);
 //   host_sync_count()  calls that make the host wait for the device: cudaDeviceSynchronize,
-//                      cudaStreamSynchronize, cudaEventSynchronize, and synchronous cudaMemcpy
+//                      cudaStreamSynchronize, cudaEventSynchronize, synchronous cudaMemcpy
 //                      from device to host memory (kind cudaMemcpyDeviceToHost, or cudaMemcpyDefault
-//                      with a source from cudaMalloc and a destination that is not).
-// Asynchronous copies, memsets and event records count in neither.
+//                      with a source from cudaMalloc and a destination that is not), and
+//                      cudaMemcpyAsync from device memory into pageable (not cudaMallocHost) host
+//                      memory, which returns only once the copy is done;
+//   graph_launch_count()  cudaGraphLaunch calls;
+//   graph_kernel_count()  of launch_count(), the kernels (and library launches) a graph ran.
+// Kernels launched from the host are launch_count() − graph_kernel_count(); with the graph launches,
+// the launches the host issued. Other asynchronous copies, memsets and event records count in none.
 unsigned long long launch_count();
 unsigned long long host_sync_count();
+unsigned long long graph_launch_count();
+unsigned long long graph_kernel_count();
 void reset_counters();
+void count_graph_launch();
 // Adds one to launch_count(): for host stand-ins of libraries whose calls launch kernels on a GPU.
 void count_library_launch();
 

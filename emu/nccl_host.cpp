@@ -13,7 +13,10 @@
 // Sends and receives inside a group are started when issued and completed together at the group's
 // end (as NCCL progresses them concurrently, so a pair of ranks may each send to the other first);
 // outside a group each completes before the call returns, which deadlocks where NCCL would too.
-// Streams are ignored: emulated streams run synchronously.
+// Streams are ignored (emulated streams run synchronously), except that on a stream being captured
+// into a CUDA graph (emu/stream_capture.cpp) a collective is recorded and runs when the graph does:
+// every rank replays the same graph, so the ranks still issue the same collectives in the same order.
+// Sends and receives are not supported in a capture.
 #include <mpi.h>
 #include <nccl.h>
 
@@ -24,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <random>
 #include <unistd.h>
 #include <vector>
@@ -32,6 +36,16 @@ struct ncclComm {
     MPI_Comm mpi;
     int rank, size;
 };
+
+// The emulator's stream capture, when the program links it (weak: test_nccl links the stand-in alone).
+namespace emu {
+bool record_work(cudaStream_t stream, const char* name, std::function<void()> work) __attribute__((weak));
+bool capturing(cudaStream_t stream) __attribute__((weak));
+}
+// Runs `collective` now, or records it when `stream` is being captured.
+static void run_or_record(cudaStream_t stream, const char* name, const std::function<void()>& collective) {
+    if (!(emu::record_work && emu::record_work(stream, name, collective))) collective();
+}
 
 namespace {
 
@@ -259,50 +273,58 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t /*stream*/) {
+                           ncclComm_t comm, cudaStream_t stream) {
     if (ncclResult_t r = check_args("ncclAllReduce", type, comm)) return r;
     if (ncclResult_t r = check_op("ncclAllReduce", op)) return r;
     if (count == 0) return ncclSuccess;
     if (!sendbuff || !recvbuff) return refuse(ncclInvalidArgument, "ncclAllReduce: null buffer");
     // Reduce-scatter into this rank's slice of recvbuff, then every rank broadcasts its slice.
-    const size_t block = (count + comm->size - 1) / comm->size;
-    void* my_slice = static_cast<char*>(recvbuff) + (size_t)comm->rank * block * type_size(type);
-    reduce_my_block(sendbuff, count, block, my_slice, type, op, comm);
-    gather_blocks(recvbuff, count, block, type, comm);
+    run_or_record(stream, "ncclAllReduce", [=] {
+        const size_t block = (count + comm->size - 1) / comm->size;
+        void* my_slice = static_cast<char*>(recvbuff) + (size_t)comm->rank * block * type_size(type);
+        reduce_my_block(sendbuff, count, block, my_slice, type, op, comm);
+        gather_blocks(recvbuff, count, block, type, comm);
+    });
     return ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t type,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t /*stream*/) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     if (ncclResult_t r = check_args("ncclReduceScatter", type, comm)) return r;
     if (ncclResult_t r = check_op("ncclReduceScatter", op)) return r;
     if (recvcount == 0) return ncclSuccess;
     if (!sendbuff || !recvbuff) return refuse(ncclInvalidArgument, "ncclReduceScatter: null buffer");
-    reduce_my_block(sendbuff, recvcount * comm->size, recvcount, recvbuff, type, op, comm);
+    run_or_record(stream, "ncclReduceScatter", [=] {
+        reduce_my_block(sendbuff, recvcount * comm->size, recvcount, recvbuff, type, op, comm);
+    });
     return ncclSuccess;
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t type,
-                           ncclComm_t comm, cudaStream_t /*stream*/) {
+                           ncclComm_t comm, cudaStream_t stream) {
     if (ncclResult_t r = check_args("ncclAllGather", type, comm)) return r;
     if (sendcount == 0) return ncclSuccess;
     if (!sendbuff || !recvbuff) return refuse(ncclInvalidArgument, "ncclAllGather: null buffer");
-    const size_t bytes = sendcount * type_size(type);
-    char* my_slice = static_cast<char*>(recvbuff) + (size_t)comm->rank * bytes;
-    if (my_slice != sendbuff) memmove(my_slice, sendbuff, bytes);  // equal pointers: in place
-    gather_blocks(recvbuff, sendcount * comm->size, sendcount, type, comm);
+    run_or_record(stream, "ncclAllGather", [=] {
+        const size_t bytes = sendcount * type_size(type);
+        char* my_slice = static_cast<char*>(recvbuff) + (size_t)comm->rank * bytes;
+        if (my_slice != sendbuff) memmove(my_slice, sendbuff, bytes);  // equal pointers: in place
+        gather_blocks(recvbuff, sendcount * comm->size, sendcount, type, comm);
+    });
     return ncclSuccess;
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type, int root,
-                           ncclComm_t comm, cudaStream_t /*stream*/) {
+                           ncclComm_t comm, cudaStream_t stream) {
     if (ncclResult_t r = check_args("ncclBroadcast", type, comm)) return r;
     if (root < 0 || root >= comm->size) return refuse(ncclInvalidArgument, "ncclBroadcast: root %d out of range", root);
     if (count == 0) return ncclSuccess;
     if (!recvbuff || (comm->rank == root && !sendbuff)) return refuse(ncclInvalidArgument, "ncclBroadcast: null buffer");
-    const size_t bytes = count * type_size(type);
-    if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
-    broadcast_bytes(recvbuff, bytes, root, comm->mpi);
+    run_or_record(stream, "ncclBroadcast", [=] {
+        const size_t bytes = count * type_size(type);
+        if (comm->rank == root && sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
+        broadcast_bytes(recvbuff, bytes, root, comm->mpi);
+    });
     return ncclSuccess;
 }
 
@@ -354,12 +376,16 @@ static ncclResult_t point_to_point(bool send, void* buffer, size_t count, ncclDa
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
-                      cudaStream_t /*stream*/) {
+                      cudaStream_t stream) {
+    if (emu::capturing && emu::capturing(stream))
+        return refuse(ncclInvalidUsage, "ncclSend: not supported by the stand-in in a captured stream");
     return point_to_point(true, const_cast<void*>(sendbuff), count, type, peer, comm);
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
-                      cudaStream_t /*stream*/) {
+                      cudaStream_t stream) {
+    if (emu::capturing && emu::capturing(stream))
+        return refuse(ncclInvalidUsage, "ncclRecv: not supported by the stand-in in a captured stream");
     return point_to_point(false, recvbuff, count, type, peer, comm);
 }
 

@@ -26,6 +26,15 @@ std::string metrics_json(const StepMetrics& m) {
     }
     if (m.has_val) line += ",\"val_loss\":" + number(m.val_loss, "%.6f");
     if (m.has_hellaswag) line += ",\"hellaswag\":" + number(m.hellaswag_accuracy, "%.4f");
+    if (m.has_gpu && !m.gpu.available) line += ",\"gpu\":\"n/a\"";
+    if (m.has_gpu && m.gpu.available) {
+        const GpuTelemetry& g = m.gpu;
+        line += strprintf(",\"gpu_sm_mhz\":%u,\"gpu_max_sm_mhz\":%u", g.sm_clock_mhz, g.max_sm_clock_mhz);
+        if (g.power_w > 0) line += ",\"gpu_power_w\":" + number(g.power_w, "%.1f");
+        if (g.power_limit_w > 0) line += ",\"gpu_power_limit_w\":" + number(g.power_limit_w, "%.1f");
+        line += strprintf(",\"gpu_temp_c\":%u,\"gpu_throttle\":\"%s\"", g.temperature_c,
+                          throttle_reasons_text(g.throttle_reasons).c_str());
+    }
     return line + "}";
 }
 

@@ -1,12 +1,16 @@
 // The metrics log: one JSON object per line per step, appended to <output dir>/metrics.jsonl:
 //   {"step":12,"loss":3.4567,"lr":0.0003,"norm":1.234,"ms":123.4,"tok_per_s":54321,"val_loss":3.21,
-//    "hellaswag":0.2950}
+//    "hellaswag":0.2950,"gpu_sm_mhz":1755,"gpu_max_sm_mhz":1980,"gpu_power_w":612.0,
+//    "gpu_power_limit_w":700.0,"gpu_temp_c":61,"gpu_throttle":"sw-power-cap"}
 // val_loss and hellaswag (the accuracy, -h 1) only on steps where they were measured; a step-0 line
-// holds the untrained model's alone. Keys are
+// holds the untrained model's alone; the gpu_ keys on the steps -lg reads the GPU (power fields only
+// where the device reports them; "gpu":"n/a" where there is no telemetry). Keys are
 // always in this order, which scripts/plot_metrics.sh relies on. Each line is flushed when written.
 #pragma once
 #include <cstdio>
 #include <string>
+
+#include "host/gpu_telemetry.h"
 
 struct StepMetrics {
     int step = 0;
@@ -16,6 +20,8 @@ struct StepMetrics {
     double val_loss = 0;
     bool has_hellaswag = false;
     double hellaswag_accuracy = 0;  // correct / examples
+    bool has_gpu = false;           // -lg: the GPU was read at this step
+    GpuTelemetry gpu;
 };
 
 class MetricsLog {

@@ -118,6 +118,9 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "(CUDA trainer)"},
         {"-w", "--fp32-master", Kind::INT, FIELD(fp32_master), -1, 1,
          "keep fp32 master weights: 1 yes, 0 no, -1 trainer's choice (CUDA trainer)"},
+        {"", "--cuda-graphs", Kind::INT, FIELD(cuda_graphs), 0, 1,
+         "1: replay each micro-step's forward and backward and each update as CUDA graphs, where the run "
+         "allows (not with -pp > 1 or -z 2/3); 0: launch every kernel from the host (CUDA trainer)"},
         {"", "--dry-run", Kind::INT, FIELD(dry_run), 0, 1,
          "1: print the start-up report (model, ranks, memory per rank, network per step, whether it "
          "fits) and exit without allocating or training"},
@@ -127,7 +130,8 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "with --dry-run: plan for a GPU with this many GiB (0: this machine's device)"},
         // llm.c's remaining flags, so its command lines run or say what to do instead.
         {"-lg", "--log-gpu-every", Kind::INT, FIELD(log_gpu_every), -1, INT_MAX,
-         "llm.c's GPU stats log: not built in; a note says how to watch the GPU (-1: off)"},
+         "every N steps, the GPU's SM clock, power, temperature and throttle reasons (NVML) at the end "
+         "of the step line and in metrics.jsonl (-1 or 0: off)"},
         {"-ge", "--gelu-fusion", Kind::INT, FIELD(gelu_fusion), -1, 2,
          "llm.c's GELU fusion choice: fixed in this trainer, any value runs (-1: not given)"},
         {"-pn", "--num-processes", Kind::INT, FIELD(num_processes), 0, 1 << 20,
@@ -352,9 +356,6 @@ void check_llmc_launch_flags(const TrainOptions& o, int num_ranks) {
 
 std::vector<std::string> llmc_flag_notes(const TrainOptions& o) {
     std::vector<std::string> notes;
-    if (o.log_gpu_every != -1)
-        notes.push_back("-lg: GPU stats logging is not built in; watch the GPU with "
-                        "`nvidia-smi dmon -s pum` beside the run");
     if (o.gelu_fusion != -1)
         notes.push_back(strprintf("-ge %d has no effect: GELU's forward is always its own pass (so "
                                   "that -r recompute gives the same bits) and its backward is "

@@ -57,6 +57,7 @@ struct TrainOptions {
     std::string attention_kernel = "auto";  // --attention-kernel: auto, hopper, mma, cuda-cores
     int tf32 = 1;          // -f
     int fp32_master = -1;  // -w (-1 = the trainer decides)
+    int cuda_graphs = 1;   // --cuda-graphs: replay micro-steps and updates as CUDA graphs where possible
     // planning
     int dry_run = 0;              // --dry-run: print the start-up report and the memory plan, then exit
     int plan_ranks = 0;           // --plan-ranks: plan for this many ranks (0 = the ranks started)
@@ -64,9 +65,9 @@ struct TrainOptions {
     // resuming
     int accept_changes = 0;  // --accept-changes: resume even where the settings bend the run
     int major_checkpoint_every = 0;  // -nm: checkpoints at multiples of N survive -nk pruning
-    // llm.c flags accepted for its command lines (see --help): -lg -ge take effect as notes, the
-    // multi-node ones must agree with how the ranks were launched (mpirun / srun).
-    int log_gpu_every = -1;       // -lg
+    // llm.c flags accepted for its command lines (see --help): -lg reads the GPU every N steps, -ge
+    // takes effect as a note, the multi-node ones must agree with how the ranks were launched.
+    int log_gpu_every = -1;       // -lg (-1 or 0: off)
     int gelu_fusion = -1;         // -ge
     int num_processes = 0;        // -pn (0 = not given)
     int process_rank = -1;        // -pr (-1 = not given)
@@ -104,7 +105,7 @@ void validate_train_options(TrainOptions* options, const GPTConfig& config, int 
 void check_llmc_launch_flags(const TrainOptions& options, int num_ranks);
 
 // One-line notes for the start-up report about llm.c flags that were given but change nothing here
-// (-lg, -ge, -pg), each saying why or what to do instead.
+// (-ge, -pg), each saying why or what to do instead.
 std::vector<std::string> llmc_flag_notes(const TrainOptions& options);
 
 // The data-parallel ranks among num_ranks: num_ranks / (tensor_parallel · pipeline_parallel).

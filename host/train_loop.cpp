@@ -448,10 +448,17 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     run.clock.add_step(ms);
     const double peak = model.peak_flops() * run.ranks.num_ranks;
     const std::string mfu = peak > 0 ? strprintf("%.1f%%", 100.0 * run.step_flops / (ms / 1000.0) / peak) : "n/a";
+    // -lg N: the GPU read every N steps (after the step's timing), at the end of its line.
+    std::string gpu;
+    if (opt.log_gpu_every > 0 && step % opt.log_gpu_every == 0) {
+        m.has_gpu = true;
+        m.gpu = model.device_telemetry();
+        gpu = " | GPU " + (m.gpu.available ? gpu_telemetry_text(m.gpu) : "n/a (" + m.gpu.why_not + ")");
+    }
     if (run.main_rank && step_is_logged(opt, step, first_step, run.last_step))
-        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | ETA %s\n", step,
+        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | ETA %s%s\n", step,
                run.max_steps, loss, m.lr, norm, ms, m.tokens_per_s, mfu.c_str(),
-               eta_text(run.clock.eta_seconds(step)).c_str());
+               eta_text(run.clock.eta_seconds(step)).c_str(), gpu.c_str());
     return m;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "host/gpt_config.h"
+#include "host/gpu_telemetry.h"
 #include "host/model_part.h"
 #include "host/model_file.h"
 #include "host/outlier_detector.h"
@@ -139,6 +140,13 @@ public:
     }
     // Lines for the end of a run (e.g. what a step cost the device); empty: nothing.
     virtual std::string end_of_run_report() { return ""; }
+    // The GPU's clocks, power, temperature and throttle reasons now (host/gpu_telemetry.h), for -lg;
+    // a model without a GPU says why there are none.
+    virtual GpuTelemetry device_telemetry() {
+        GpuTelemetry t;
+        t.why_not = "no GPU";
+        return t;
+    }
 
     // Parameters and optimizer state in: fp32 vectors of the whole model (param_layout(config).total,
     // ParamLayout order); a model spread over ranks keeps its own part of them.

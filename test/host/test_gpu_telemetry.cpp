@@ -4,6 +4,7 @@
 #include <string>
 
 #include "host/gpu_telemetry.h"
+#include "host/metrics_log.h"
 #include "test/test.h"
 
 // Published dense bf16 tensor peaks (TFLOP/s) at the clock the vendor quotes them for.
@@ -61,4 +62,26 @@ TEST(telemetry_without_nvml_is_not_available) {
     // The real library, where this machine has one: either readings or a reason, never a crash.
     const GpuTelemetry real = read_gpu_telemetry(nullptr);
     CHECK(real.available || !real.why_not.empty());
+}
+
+// -lg's metrics.jsonl fields: the readings after the other keys (power only where reported), or n/a.
+TEST(metrics_line_carries_the_telemetry) {
+    StepMetrics m;
+    m.step = 20, m.has_train = true, m.loss = 3.5, m.lr = 1e-4, m.norm = 0.5, m.ms = 100, m.tokens_per_s = 1000;
+    m.has_gpu = true;
+    m.gpu.available = true;
+    m.gpu.sm_clock_mhz = 1755, m.gpu.max_sm_clock_mhz = 1980, m.gpu.temperature_c = 61;
+    m.gpu.power_w = 612.44, m.gpu.power_limit_w = 700;
+    m.gpu.throttle_reasons = kThrottleSwPowerCap | kThrottleHwThermal;
+    const std::string line = metrics_json(m);
+    CHECK_MSG(line.find(",\"tok_per_s\":1000.0,\"gpu_sm_mhz\":1755,\"gpu_max_sm_mhz\":1980,\"gpu_power_w\":612.4,"
+                        "\"gpu_power_limit_w\":700.0,\"gpu_temp_c\":61,\"gpu_throttle\":\"sw-power-cap+hw-thermal\"}") !=
+                  std::string::npos,
+              "%s", line.c_str());
+    m.gpu.power_w = m.gpu.power_limit_w = 0;  // not reported: left out
+    CHECK(metrics_json(m).find("gpu_power") == std::string::npos);
+    m.gpu = GpuTelemetry();
+    CHECK_MSG(metrics_json(m).find(",\"gpu\":\"n/a\"}") != std::string::npos, "%s", metrics_json(m).c_str());
+    m.has_gpu = false;
+    CHECK(metrics_json(m).find("gpu") == std::string::npos);
 }

@@ -6,6 +6,8 @@
 #define TRAIN_GPT_NO_MAIN
 #include "train_gpt.cu"
 
+#include <memory>
+
 #include "cpu/gpt_model.h"
 #include "host/gpt_init.h"
 #include "test/kernels/kernel_test.h"
@@ -130,6 +132,13 @@ TEST(model_with_hopper_attention_matches_reference) {
 #endif
 }
 TEST(model_matches_reference_odd_shape) { check_against_reference(odd_config(), 3, 37); }
+// The LM head and its loss over chunks of one sequence each (train_gpt.cu's classifier_rows, lowered
+// from its default so that three chunks run here): the same comparison.
+TEST(model_with_chunked_classifier_matches_reference) {
+    set_classifier_chunk_bytes(37 * 1024 * sizeof(floatX));  // one sequence of odd_config's logits
+    check_against_reference(odd_config(), 3, 37);
+    set_classifier_chunk_bytes((size_t)1 << 30);
+}
 
 // Zeroes the key third of every layer's qkv bias. Its gradient is zero in exact arithmetic (adding a
 // constant to every key shifts each row of scores by one constant, which softmax ignores), so what
@@ -315,6 +324,161 @@ TEST(memory_report_equals_device_allocation) {
                       "-z %d -r %d: the plan differs from the model", zero_stage, recompute);
         }
     ncclCommDestroy(comm);
+}
+
+// ---- whole optimizer steps (GPUModel::optimizer_step: one host synchronisation per step)
+
+// The loop's step settings: lr 1e-3, weight decay 0.1, clipping at 1, no skips unless set.
+StepUpdate step_update(int step) {
+    StepUpdate u;
+    u.adamw.learning_rate = 1e-3f;
+    u.adamw.weight_decay = 0.1f;
+    u.step = step;
+    return u;
+}
+// Micro-batch k of a run: fixed random tokens.
+TrainModel::NextBatch batches(const GPTConfig& c, int B, int T) {
+    auto k = std::make_shared<unsigned>(0);
+    return [=](int* inputs, int* targets) {
+        const std::vector<int> in = random_tokens((size_t)B * T, c.vocab_size, 100 + *k);
+        const std::vector<int> out = random_tokens((size_t)B * T, c.vocab_size, 200 + (*k)++);
+        std::copy(in.begin(), in.end(), inputs);
+        std::copy(out.begin(), out.end(), targets);
+    };
+}
+// Everything a step changes: the working weights, and the master weights and moments.
+std::vector<float> model_state(GPUModel& gpu) {
+    std::vector<float> all = gpu.working_weights();
+    const OptimizerPart p = gpu.optimizer_part();
+    for (const std::vector<float>* v : {&p.master, &p.m, &p.v}) all.insert(all.end(), v->begin(), v->end());
+    return all;
+}
+
+// optimizer_step (the loop's path: loss, norm, clipping and skip decided on the device) gives the bits
+// of the separate calls with the clipping factor computed on the host: train_step, grad_norm, update.
+TEST(optimizer_step_matches_the_separate_calls) {
+    const GPTConfig c = odd_config();
+    const int B = 2, T = 37, micro_steps = 2;
+    TrainOptions opt = options(B, T);
+    opt.cuda_graphs = 0;
+    GPUModel whole(c, opt), parts(c, opt);
+    whole.set_working_weights(initial_weights(c));
+    parts.set_working_weights(initial_weights(c));
+    const TrainModel::NextBatch a = batches(c, B, T), b = batches(c, B, T);
+    for (int step = 1; step <= 3; step++) {
+        const StepUpdate u = step_update(step);
+        const StepOutcome r = whole.optimizer_step(micro_steps, B, T, a, u, [](double x) { return x; });
+        const double loss = parts.train_step(micro_steps, B, T, b), norm = parts.grad_norm();
+        AdamWSettings s = u.adamw;
+        s.grad_scale = clip_scale(norm, u.clip_norm);
+        parts.update(s, step);
+        CHECK_MSG(r.loss == loss && r.norm == norm && r.verdict == UpdateVerdict::APPLY,
+                  "step %d: loss %.9g / %.9g, norm %.9g / %.9g, verdict %d", step, r.loss, loss, r.norm, norm,
+                  (int)r.verdict);
+        CHECK_MSG(step != 1 || norm > 1.0, "the clipping never bit (norm %g)", norm);
+    }
+    CHECK_MSG(model_state(whole) == model_state(parts), "the step differs from the separate calls");
+}
+
+// -sl / -sg on the device: a loss (norm) far outside its window skips the update, leaving the weights
+// and the optimizer state as they were, and says why; within its window the update applies.
+TEST(optimizer_step_skips_outliers_on_the_device) {
+    const GPTConfig c = odd_config();
+    const int B = 2, T = 37;
+    TrainOptions opt = options(B, T);
+    GPUModel gpu(c, opt);
+    gpu.set_working_weights(initial_weights(c));
+    const TrainModel::NextBatch next = batches(c, B, T);
+    auto window = [](double centre) {  // 128 values from centre/2 to 3·centre/2
+        OutlierDetector d;
+        for (int i = 0; i < OutlierDetector::WINDOW; i++) d.update(centre * (0.5 + (i % 7) / 6.0));
+        return d;
+    };
+    const std::vector<float> before = model_state(gpu);
+    StepUpdate u = step_update(1);
+    u.skip_loss_z = 3, u.loss_window = window(0.01);  // the loss (~7) is far above
+    StepOutcome r = gpu.optimizer_step(1, B, T, next, u, [](double x) { return x; });
+    CHECK_MSG(r.verdict == UpdateVerdict::LOSS_OUTLIER, "verdict %d", (int)r.verdict);
+    CHECK(model_state(gpu) == before);
+    u = step_update(1);
+    u.skip_norm_z = 3, u.norm_window = window(1e-6);  // the norm is far above
+    r = gpu.optimizer_step(1, B, T, next, u, [](double x) { return x; });
+    CHECK_MSG(r.verdict == UpdateVerdict::NORM_OUTLIER, "verdict %d", (int)r.verdict);
+    CHECK(model_state(gpu) == before);
+    u.norm_window = window(r.norm);  // now the norm is ordinary
+    r = gpu.optimizer_step(1, B, T, next, u, [](double x) { return x; });
+    CHECK_MSG(r.verdict == UpdateVerdict::APPLY, "verdict %d (norm %g)", (int)r.verdict, r.norm);
+    CHECK(model_state(gpu) != before);
+}
+
+// Steps replayed from CUDA graphs give the bits of steps launched kernel by kernel: without
+// communication and through the NCCL paths of one rank under -z 0 and -z 1 (gradients reduced in the
+// last micro-step's graph, the update's all-gather in the update's), over 4 steps of 3 micro-steps
+// (the first step runs without graphs; then the first, middle and last micro-steps each have one).
+TEST(cuda_graphs_give_the_bits_of_kernel_launches) {
+    const GPTConfig c = odd_config();
+    const int B = 2, T = 37, micro_steps = 3;
+    ncclUniqueId id;
+    ncclComm_t comm = nullptr;
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess);
+    CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+    RankGroup one_rank;
+    auto train = [&](int graphs, WorldRanks world, int zero_stage, std::vector<double>* losses) {
+        TrainOptions opt = options(B, T);
+        opt.cuda_graphs = graphs, opt.zero_stage = zero_stage;
+        GPUModel gpu(c, opt, world);
+        gpu.set_working_weights(initial_weights(c));
+        const TrainModel::NextBatch next = batches(c, B, T);
+        for (int step = 1; step <= 4; step++) {
+            const StepOutcome r = gpu.optimizer_step(micro_steps, B, T, next, step_update(step), [](double x) { return x; });
+            losses->push_back(r.loss), losses->push_back(r.norm);
+        }
+#ifdef EMU_CUDA
+        CHECK_MSG((gpu.last_step_counts().graph_launches == (graphs ? micro_steps + 1 : 0)),
+                  "%llu graph launches in a step", gpu.last_step_counts().graph_launches);
+#endif
+        return model_state(gpu);
+    };
+    for (int zero_stage : {-1, 0, 1}) {  // -1: no communicator
+        const WorldRanks world = zero_stage < 0 ? WorldRanks{nullptr} : WorldRanks{&one_rank, comm};
+        std::vector<double> with, without;
+        const std::vector<float> a = train(1, world, std::max(zero_stage, 0), &with);
+        const std::vector<float> b = train(0, world, std::max(zero_stage, 0), &without);
+        CHECK_MSG(a == b && with == without, "-z %d: graphs change the bits", zero_stage);
+    }
+    ncclCommDestroy(comm);
+}
+
+// What a step of a 12-layer model costs the device, counted by the emulator over the third step (the
+// first runs without graphs, the second captures them): one host synchronisation. Kernels: before
+// AdamW became one multi-tensor launch and the loss and clipping moved to the device, a step of this
+// shape (one micro-step) ran 544 kernels (148 of them AdamW's, one per parameter tensor) and
+// synchronised twice per micro-step plus once for the norm; now it runs 399, and with CUDA graphs the
+// host issues a handful of launches (the graphs', and the embeddings' backward) instead of 544.
+TEST(twelve_layer_step_costs_one_host_synchronisation) {
+#ifndef EMU_CUDA
+    SKIP("the counts come from the emulator");
+#else
+    GPTConfig c = odd_config();
+    c.num_layers = 12, c.num_heads = 4, c.channels = 128;
+    const int B = 1, T = 16;
+    for (int graphs : {0, 1}) {
+        TrainOptions opt = options(B, T);
+        opt.cuda_graphs = graphs;
+        GPUModel gpu(c, opt);
+        gpu.set_working_weights(initial_weights(c));
+        const TrainModel::NextBatch next = batches(c, B, T);
+        for (int step = 1; step <= 3; step++)
+            gpu.optimizer_step(1, B, T, next, step_update(step), [](double x) { return x; });
+        const GPUModel::StepCounts& n = gpu.last_step_counts();
+        if (getenv("SHOW_COUNTS"))
+            printf("  graphs %d: %llu kernels, %llu host launches, %llu syncs\n", graphs, n.kernels, n.host_launches(),
+                   n.syncs);
+        CHECK_MSG(n.syncs == 1, "graphs %d: %llu host synchronisations in a step", graphs, n.syncs);
+        CHECK_MSG(n.kernels <= 399, "graphs %d: %llu kernels in a step (399 expected)", graphs, n.kernels);
+        if (graphs) CHECK_MSG(n.host_launches() <= 544 / 2, "%llu launches from the host", n.host_launches());
+    }
+#endif
 }
 
 #if defined(__SANITIZE_ADDRESS__)

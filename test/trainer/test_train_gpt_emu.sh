@@ -2,7 +2,8 @@
 # The trainer's end-to-end tests (test/host/test_train_cpu.cpp) that concern the model behind the
 # shared loop, run against train_gpt.cu built through the emulator, in bf16 and fp32: help, overfitting
 # one batch, bitwise resume, checkpoint pruning, bad input failing cleanly, SIGTERM stopping with a
-# checkpoint, HellaSwag (single-sequence forwards and logits_at), and (bf16) a run on the Hopper
+# checkpoint, HellaSwag (single-sequence forwards and logits_at), -lg's telemetry (n/a on the emulated
+# device), and (bf16) a run on the Hopper
 # attention kernels (--attention-kernel hopper). (The loop's other behaviour, the
 # same code for both trainers, is tested on train_gpt_cpu.)
 # The sanitized build (BUILD=build-san) runs the bf16 trainer only: the fp32 one is the same code.
@@ -12,7 +13,7 @@ trainers="train_gpt_emu train_gpt_emu_fp32"
 case "${BUILD:-build}" in *san*) trainers="train_gpt_emu" ;; esac
 selected="trainer_help_exits_cleanly single_batch_overfits resume_continues_bitwise
           checkpoints_are_pruned_to_the_newest bad_input_fails_cleanly sigterm_stops_with_a_checkpoint
-          hellaswag_picks_the_memorised_completions"
+          hellaswag_picks_the_memorised_completions gpu_telemetry_every_n_steps"
 status=0
 for trainer in $trainers; do
   if [ ! -x "${BIN:-.}/$trainer" ]; then
