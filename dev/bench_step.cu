@@ -1,7 +1,9 @@
 // The training step of train_gpt, timed whole and split by op class, so that what remains between
 // us and the ceilings is visible (GUIDE §6: CUDA events, warm-up, medians, ceilings measured in the run):
-//   (a) whole steps of GPUModel (train_gpt.cu's model, its kernels and cuBLASLt): zero_grad,
-//       forward + classifier + backward, global norm, clipping, AdamW; median of timed steps after
+//   (a) whole steps of GPUModel (train_gpt.cu's model, its kernels and cuBLASLt) as the trainer runs
+//       them (optimizer_step: zeroed gradients, forward + classifier + backward, global norm, clipping
+//       and AdamW decided on the device, one host synchronisation; as CUDA graphs unless
+//       --cuda-graphs 0); median of timed steps after
 //       warm-up; tokens/s, and MFU against the bf16 GEMM rate measured in this run
 //       (dev/cuda/gemm_ceiling.h) and against the 989 TFLOP/s datasheet peak (H100 SXM, H200);
 //   (b) each op class alone, with the same kernels (kernels/*.h) at the step's exact shapes on
@@ -12,7 +14,7 @@
 //       achieved TFLOP/s or GB/s and its share of the measured ceiling, and the sum of the classes
 //       beside the whole step: the difference is launch gaps, synchronisation and host work.
 // Usage: dev/bin/bench_step [-b B] [-t T] [--model DESC] [-r 0|1|2] [-i SHARDS] [--steps N]
-//                           [--warmup N] [--whole-step-only]
+//                           [--warmup N] [--whole-step-only] [--cuda-graphs 1|0]
 //   defaults on a GPU: GPT-2 124M (d12), B=16, T=1024, -r 1 (train_gpt's defaults), 10 timed steps
 //   after 3 warm-up steps, random tokens (-i: the first batch of these token shards instead).
 // Every step trains on the same batch, so the loss must go down: the run checks that, and that
@@ -48,12 +50,14 @@ struct BenchOptions {
     std::string data;  // token shards for the batch; empty: random tokens
     bool whole_step_only = false;
     std::string attention_kernel = "auto";  // --attention-kernel (kernels/attention.h)
+    int cuda_graphs = 1;                    // --cuda-graphs: the whole steps replayed as CUDA graphs
 };
 
 void print_usage() {
     printf(
         "usage: bench_step [-b B] [-t T] [--model DESC] [-r 0|1|2] [-i SHARDS] [--steps N] [--warmup N]\n"
         "                  [--whole-step-only] [--attention-kernel auto|hopper|mma|cuda-cores]\n"
+        "                  [--cuda-graphs 1|0]\n"
         "  times whole training steps of train_gpt's GPUModel, then each op class alone at the\n"
         "  step's shapes (see the top of dev/bench_step.cu). Defaults: --model %s -b %d -t %d -r 1\n"
         "  --steps %d --warmup %d, random tokens.\n",
@@ -100,6 +104,8 @@ BenchOptions parse_options(int argc, char** argv) {
             o.warmup = parse_int(flag, value, 0, 100000);
         else if (flag == "--attention-kernel")
             o.attention_kernel = value;
+        else if (flag == "--cuda-graphs")
+            o.cuda_graphs = parse_int(flag, value, 0, 1);
         else
             fail("unknown flag '%s' (try --help)", flag.c_str());
     }
@@ -153,6 +159,7 @@ WholeStep time_whole_steps(const BenchOptions& o, const GPTConfig& c, double gem
     opt.batch_size = o.B, opt.seq_len = o.T, opt.recompute = o.recompute;
     opt.fp32_master = 1, opt.tf32 = 1, opt.seed = 42;
     opt.attention_kernel = o.attention_kernel;
+    opt.cuda_graphs = o.cuda_graphs;
     GPUModel model(c, opt);
     {
         std::vector<float> weights(param_layout(c).total);
@@ -165,19 +172,21 @@ WholeStep time_whole_steps(const BenchOptions& o, const GPTConfig& c, double gem
     printf("    %d warm-up steps, then the median of %d; %s\n", o.warmup, o.steps,
            o.data.empty() ? "random tokens" : ("the first batch of " + o.data).c_str());
 
-    AdamWSettings settings;
-    settings.learning_rate = 3e-4f;
-    settings.weight_decay = 0.1f;
+    // The trainer's step (GPUModel::optimizer_step): one host synchronisation, at its end.
+    StepUpdate update;
+    update.adamw.learning_rate = 3e-4f;
+    update.adamw.weight_decay = 0.1f;
+    const TrainModel::NextBatch same_batch = [&](int* in, int* out) {
+        std::copy(inputs.begin(), inputs.end(), in);
+        std::copy(targets.begin(), targets.end(), out);
+    };
     std::vector<double> ms, losses, norms;
     for (int step = 1; step <= o.warmup + o.steps; step++) {
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto start = std::chrono::steady_clock::now();
-        model.zero_grad();
-        const float loss = model.forward_backward(inputs.data(), targets.data(), o.B, o.T, 1.0f, true);
-        const double norm = model.grad_norm();
-        settings.grad_scale = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
-        model.update(settings, step);
-        CUDA_CHECK(cudaDeviceSynchronize());
+        update.step = step;
+        const StepOutcome r = model.optimizer_step(1, o.B, o.T, same_batch, update, [](double x) { return x; });
+        const double loss = r.loss, norm = r.norm;
         const double step_ms = milliseconds_since(start);
         printf("    step %d%s: loss %.4f, norm %.3f, %.2f ms\n", step, step <= o.warmup ? " (warm-up)" : "",
                loss, norm, step_ms);
@@ -233,6 +242,8 @@ struct StepBuffers {
     void* host_scratch;
     std::vector<float> losses_host;
     float* norm;
+    StepControl* control;       // the update's values and verdict, as the trainer's (kernels/step_guard.h)
+    AdamWMultiTensor adamw;     // every run GPUModel updates, in one launch
     std::vector<void*> allocations;
 
     template <typename T>
@@ -284,6 +295,7 @@ struct StepBuffers {
                       attention_backward_scratch_bytes(B, T, NH, HS), global_norm_scratch_bytes()});
         allocate(reinterpret_cast<char**>(&scratch), scratch_bytes);
         allocate(&norm, 1);
+        allocate(&control, 1);
         host_scratch = malloc(encoder_backward_host_scratch_bytes(B, T));
 
         // Random contents everywhere (never zeros): weights at GPT-2's scale, LayerNorm weights 1.
@@ -319,6 +331,7 @@ struct StepBuffers {
     }
     ~StepBuffers() {
         for (void* p : allocations) cudaFree(p);
+        adamw_multi_tensor_free(adamw);
         free(host_scratch);
     }
 
@@ -432,18 +445,26 @@ void run_encoder(StepBuffers& s) {
                      s.host_scratch, 0);
 }
 
-// The global norm, read back to the host (as the trainer does, to clip), then AdamW with fp32
-// master weights over the runs GPUModel updates.
+// The global norm, the verdict and clipping factor on the device, then AdamW with fp32 master weights
+// over the runs GPUModel updates, in one launch reading the step's values from the device (as the
+// trainer's update does: nothing read back).
 void run_update(StepBuffers& s, const std::vector<OwnedRun>& runs) {
-    CUDA_CHECK(cudaMemsetAsync(s.norm, 0, sizeof(float), 0));
-    global_norm_squared(s.norm, s.grads, s.buckets.total, s.scratch, 0);
-    float norm_squared = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&norm_squared, s.norm, sizeof(float), cudaMemcpyDeviceToHost, 0));
-    CUDA_CHECK(cudaStreamSynchronize(0));
-    for (const OwnedRun& r : runs)
-        adamw_update(s.params + r.device_offset, s.master + r.device_offset, s.m + r.device_offset,
-                     s.v + r.device_offset, s.grads + r.device_offset, r.length, r.key_offset, 3e-4f, 0.9f,
-                     0.95f, 1e-8f, is_weight_matrix(r.tensor) ? 0.1f : 0.0f, 1.0f, 1, 7, 0);
+    if (!s.adamw.table) {  // planned once, in the warm-up run
+        std::vector<AdamWRun> table;
+        for (const OwnedRun& r : runs)
+            table.push_back({s.params + r.device_offset, s.master + r.device_offset, s.m + r.device_offset,
+                             s.v + r.device_offset, s.grads + r.device_offset, r.length, r.key_offset,
+                             is_weight_matrix(r.tensor)});
+        s.adamw = adamw_multi_tensor_plan(table.data(), (int)table.size());
+        StepControl c{};
+        c.adamw = adamw_device_step(3e-4f, 0.9f, 0.95f, 0.1f, 1.0f, 1, 7);
+        c.guard.clip_norm = 1.0;
+        CUDA_CHECK(cudaMemcpy(s.control, &c, sizeof c, cudaMemcpyHostToDevice));
+    }
+    CUDA_CHECK(cudaMemsetAsync(&s.control->totals.norm_squared, 0, sizeof(float), 0));
+    global_norm_squared(&s.control->totals.norm_squared, s.grads, s.buckets.total, s.scratch, 0);
+    step_guard(s.control, 0);
+    adamw_update_multi_tensor(s.adamw, 0.9f, 0.95f, 1e-8f, &s.control->adamw, 0);
 }
 
 // What the step does besides kernels: zero the gradients and dresidual, upload the tokens, copy the
@@ -505,7 +526,7 @@ std::vector<OpClass> op_classes(StepBuffers& s) {
         {"classifier (softmax + loss + dlogits)", 1, 0, classifier_bytes(N, s.Vp, true),
          [&s] { run_classifier(s); }},
         {"encoder (fwd+bwd)", 2, 0, encoder_bytes, [&s] { run_encoder(s); }},
-        {"AdamW + global norm", (int)runs.size() + 2, 0, adamw_bytes(updated, true) + s.buckets.total * S,
+        {"AdamW + global norm", 4, 0, adamw_bytes(updated, true) + s.buckets.total * S,
          [&s, runs] { run_update(s, runs); }},
         {"memsets + copies", 5, 0, s.buckets.total * S + E * S + 12 * n, [&s] { run_memsets_and_copies(s); }},
     };

@@ -130,9 +130,13 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
     attention_check_shape(B, T, NH, HS);
     const AttentionKernel kernel = attention_kernel_for(HS);
 #ifndef ENABLE_FP32
-    if (kernel == AttentionKernel::Hopper) {
-        if (HS == 64) return attention_forward_hopper<64>(out, lse, qkv, B, T, NH, stream);
-        return attention_forward_hopper<128>(out, lse, qkv, B, T, NH, stream);
+    if (kernel == AttentionKernel::Hopper) {  // its launches are checked here
+        if (HS == 64)
+            attention_forward_hopper<64>(out, lse, qkv, B, T, NH, stream);
+        else
+            attention_forward_hopper<128>(out, lse, qkv, B, T, NH, stream);
+        CUDA_CHECK(cudaGetLastError());
+        return;
     }
     using namespace attention_tc;
     if (kernel == AttentionKernel::CudaCores) return attention_forward_simple(out, lse, qkv, B, T, NH, HS, stream);
@@ -155,9 +159,13 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
     attention_check_shape(B, T, NH, HS);
     const AttentionKernel kernel = attention_kernel_for(HS);
 #ifndef ENABLE_FP32
-    if (kernel == AttentionKernel::Hopper) {
-        if (HS == 64) return attention_backward_hopper<64>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
-        return attention_backward_hopper<128>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
+    if (kernel == AttentionKernel::Hopper) {  // its launches are checked here (the last error sticks)
+        if (HS == 64)
+            attention_backward_hopper<64>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
+        else
+            attention_backward_hopper<128>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
+        CUDA_CHECK(cudaGetLastError());
+        return;
     }
     using namespace attention_tc;
     if (kernel == AttentionKernel::CudaCores)

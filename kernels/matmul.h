@@ -34,10 +34,16 @@
 // one small add), for that measurement: off by default.
 //
 // One cuBLASLt handle and one 32 MiB workspace serve the whole program: matmul calls on different
-// streams must not run at the same time. Algorithms are chosen once per shape by cuBLASLt's heuristic
-// and cached, so a given shape always runs the same algorithm; cuBLAS documents bitwise identical
+// streams must not run at the same time. Each configuration (shape, transposes, epilogue, alignments)
+// gets its descriptor and layouts made once and its algorithm chosen once, then cached: on a GPU the
+// heuristic's top candidates (up to kMatmulCandidates) are each timed on the call's own operands and
+// the fastest is kept (matmul_set_autotune; the emulated build takes the heuristic's first unless a
+// test turns timing on); a product that accumulates into D has D kept aside and put back around the
+// timing. So a given configuration always runs the same algorithm; cuBLAS documents bitwise identical
 // results run to run for a given toolkit version, architecture and SM count (its "Results
-// reproducibility" section), so the backward is reproducible bit for bit.
+// reproducibility" section), so the backward is reproducible bit for bit. The choice happens at the
+// first call of a configuration, which must not be inside a CUDA graph capture (the trainer's first
+// step runs eagerly); a configuration first met inside a capture takes the heuristic's first.
 // Where cuBLASLt has no algorithm for a fused epilogue, the same result is computed in separate
 // passes (plain GEMM, then our bias / GELU / GELU-gradient kernels); matmul_set_epilogue_fusion(false)
 // forces those passes (tests and dev/cuda/matmul.cu compare both). Each refusal is recorded with
@@ -185,11 +191,18 @@ struct MatmulAlgoKey {
                align_aux == o.align_aux;
     }
 };
+// What one configuration needs, made once: its descriptor (transposes, epilogue and the GELU matrix's
+// leading dimension set; the bias and aux pointers set per call), its layouts, and its algorithm.
 struct MatmulAlgoChoice {
     MatmulAlgoKey key;
     bool found;  // false: cuBLASLt has no algorithm for this epilogue here (cached too)
     cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    int candidates;  // the heuristic's candidates, and how many of them were timed (0: none)
+    int timed;
 };
+constexpr int kMatmulCandidates = 8;
 
 // A fused epilogue cuBLASLt had no algorithm for (the product then ran in separate passes).
 struct MatmulRefusal {
@@ -204,12 +217,27 @@ struct MatmulContext {
     cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
     bool fuse_epilogues = true;
     bool bias_gradient_epilogue = false;  // matmul_set_bias_gradient_epilogue
+#ifdef EMU_CUDA
+    bool autotune = false;  // matmul_set_autotune
+#else
+    bool autotune = true;
+#endif
     std::vector<MatmulAlgoChoice> algos;
     std::vector<MatmulRefusal> refusals;  // one per configuration (the heuristic is asked once)
 };
 inline MatmulContext& matmul_context() {
     static MatmulContext context;
     return context;
+}
+
+// Forgets every configuration's descriptor, layouts and algorithm.
+inline void matmul_clear_algos() {
+    MatmulContext& ctx = matmul_context();
+    for (MatmulAlgoChoice& c : ctx.algos) {
+        cublasLtMatmulDescDestroy(c.desc);
+        for (cublasLtMatrixLayout_t l : {c.a, c.b, c.d}) cublasLtMatrixLayoutDestroy(l);
+    }
+    ctx.algos.clear();
 }
 
 // Creates the handle and workspace (or, if they exist, only changes the TF32 setting). allow_tf32
@@ -226,7 +254,7 @@ inline void matmul_setup(bool allow_tf32 = false) {
     (void)allow_tf32;
     const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
 #endif
-    if (compute != ctx.compute_type) ctx.algos.clear();
+    if (compute != ctx.compute_type) matmul_clear_algos();
     ctx.compute_type = compute;
     ctx.users++;
     if (ctx.handle) return;
@@ -240,11 +268,11 @@ inline void matmul_teardown() {
     MatmulContext& ctx = matmul_context();
     if (ctx.users > 0) ctx.users--;
     if (ctx.users > 0) return;
+    matmul_clear_algos();
     if (ctx.handle) CUBLAS_CHECK(cublasLtDestroy(ctx.handle));
     if (ctx.workspace) CUDA_CHECK(cudaFree(ctx.workspace));
     ctx.handle = nullptr;
     ctx.workspace = nullptr;
-    ctx.algos.clear();
 }
 
 // True while a handle exists (for tests).
@@ -264,6 +292,11 @@ inline void matmul_set_epilogue_fusion(bool fused) { matmul_context().fuse_epilo
 // recorded). Off until measured on a GPU (dev/cuda/matmul.cu).
 inline void matmul_set_bias_gradient_epilogue(bool on) { matmul_context().bias_gradient_epilogue = on; }
 
+// true (the default on a GPU): a configuration's algorithm is the fastest of the heuristic's top
+// candidates, timed at its first call; false (the emulated build's default): the heuristic's first.
+// Applies to configurations met from now on.
+inline void matmul_set_autotune(bool on) { matmul_context().autotune = on; }
+
 // Largest power of two up to 256 that divides the address (256 for null).
 inline int matmul_alignment_bytes(const void* p) {
     const uintptr_t address = (uintptr_t)p;
@@ -272,16 +305,98 @@ inline int matmul_alignment_bytes(const void* p) {
     return alignment;
 }
 
-// RAII holders for the per-call descriptors.
-struct MatmulLayout {
-    cublasLtMatrixLayout_t layout = nullptr;
-    MatmulLayout(uint64_t rows, uint64_t cols, int64_t ld) {
-        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, MATMUL_DATA_TYPE, rows, cols, ld));
+// Whether work issued to `stream` is being captured into a CUDA graph.
+inline bool matmul_stream_capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
+// The configuration's descriptor and layouts (D (m×n, ld m) = op(A) · op(B); see matmul_cublaslt).
+inline void matmul_make_descriptors(MatmulAlgoChoice* c, cublasLtEpilogue_t epilogue) {
+    MatmulContext& ctx = matmul_context();
+    const MatmulAlgoKey& k = c->key;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&c->desc, ctx.compute_type, CUDA_R_32F));
+    const cublasOperation_t op_a = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+        epilogue == CUBLASLT_EPILOGUE_DGELU) {
+        const int64_t aux_ld = k.m;  // the GELU matrix is m×n, like D
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
     }
-    ~MatmulLayout() { cublasLtMatrixLayoutDestroy(layout); }
-    MatmulLayout(const MatmulLayout&) = delete;
-    MatmulLayout& operator=(const MatmulLayout&) = delete;
-};
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->a, MATMUL_DATA_TYPE, k.trans_a ? k.k : k.m, k.trans_a ? k.m : k.k,
+                                            k.trans_a ? k.k : k.m));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->b, MATMUL_DATA_TYPE, k.trans_b ? k.n : k.k, k.trans_b ? k.k : k.n,
+                                            k.trans_b ? k.n : k.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c->d, MATMUL_DATA_TYPE, k.m, k.n, k.m));  // C and D: the same matrix
+}
+
+// The call's bias and GELU-matrix pointers into the configuration's descriptor.
+inline void matmul_set_pointers(const MatmulAlgoChoice& c, const floatX* bias, const floatX* aux) {
+    if (bias) {
+        const void* bias_pointer = bias;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
+                                                    sizeof(bias_pointer)));
+    }
+    if (aux) {
+        const void* aux_pointer = aux;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_pointer,
+                                                    sizeof(aux_pointer)));
+    }
+}
+
+inline void matmul_run(const MatmulAlgoChoice& c, const cublasLtMatmulAlgo_t& algo, floatX* d, const floatX* a,
+                       const floatX* b, cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    const float alpha = 1.0f, beta = c.key.accumulate ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(ctx.handle, c.desc, &alpha, a, c.a, b, c.b, &beta, d, c.d, d, c.d, &algo,
+                                ctx.workspace, MATMUL_WORKSPACE_BYTES, stream));
+}
+
+// The fastest of the candidates on these operands: each run once to warm up, then timed over a few
+// runs (CUDA events, on the call's stream; the host waits: set-up time, not a step's). A product that
+// accumulates into D has D copied aside first and back after; any other output (D, the GELU matrix,
+// a bias gradient) is rewritten by the call that follows.
+inline cublasLtMatmulAlgo_t matmul_fastest(const MatmulAlgoChoice& c, const cublasLtMatmulHeuristicResult_t* results,
+                                           int count, floatX* d, const floatX* a, const floatX* b, cudaStream_t stream) {
+#ifdef EMU_CUDA
+    const int runs = 1;  // the emulator's times mean nothing: run each once, for the save and restore
+#else
+    const int runs = 5;
+#endif
+    const size_t d_bytes = (size_t)c.key.m * c.key.n * sizeof(floatX);
+    floatX* saved = nullptr;
+    if (c.key.accumulate) {
+        CUDA_CHECK(cudaMalloc(&saved, d_bytes));
+        CUDA_CHECK(cudaMemcpyAsync(saved, d, d_bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    int best = 0;
+    float best_ms = 0;
+    for (int i = 0; i < count; i++) {
+        if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > MATMUL_WORKSPACE_BYTES) continue;
+        matmul_run(c, results[i].algo, d, a, b, stream);
+        CUDA_CHECK(cudaEventRecord(start, stream));
+        for (int r = 0; r < runs; r++) matmul_run(c, results[i].algo, d, a, b, stream);
+        CUDA_CHECK(cudaEventRecord(stop, stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    if (saved) {
+        CUDA_CHECK(cudaMemcpyAsync(d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaFree(saved));
+    }
+    return results[best].algo;
+}
 
 // D (m×n, column-major, ld m) = op(A) · op(B) [+ D when accumulate], with a cuBLASLt epilogue
 // (bias: m-vector; aux: the GELU input, m×n with ld m, written by GELU_AUX*, read by DGELU).
@@ -294,41 +409,18 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
     MatmulContext& ctx = matmul_context();
     if (!ctx.handle) matmul_setup();
 
-    cublasLtMatmulDesc_t desc;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, ctx.compute_type, CUDA_R_32F));
-    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (bias) {
-        const void* bias_pointer = bias;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
-                                                    sizeof(bias_pointer)));
-    }
-    if (aux) {
-        const void* aux_pointer = aux;
-        const int64_t aux_ld = m;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                    &aux_pointer, sizeof(aux_pointer)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                    sizeof(aux_ld)));
-    }
-    const MatmulLayout layout_a(trans_a ? k : m, trans_a ? m : k, trans_a ? k : m);
-    const MatmulLayout layout_b(trans_b ? n : k, trans_b ? k : n, trans_b ? n : k);
-    const MatmulLayout layout_d(m, n, m);  // C and D: the same matrix
-
-    // The algorithm: cached per configuration, else asked of the heuristic once.
     // clang-format off
     const MatmulAlgoKey key{m, n, k, trans_a, trans_b, accumulate, (uint32_t)epilogue,
                             matmul_alignment_bytes(a), matmul_alignment_bytes(b), matmul_alignment_bytes(d),
                             matmul_alignment_bytes(bias), matmul_alignment_bytes(aux)};
     // clang-format on
-    const MatmulAlgoChoice* choice = nullptr;
-    for (const MatmulAlgoChoice& c : ctx.algos)
+    MatmulAlgoChoice* choice = nullptr;
+    for (MatmulAlgoChoice& c : ctx.algos)
         if (c.key == key) choice = &c;
-    if (!choice) {
+    if (!choice) {  // first call of this configuration: its descriptors, and its algorithm
+        MatmulAlgoChoice fresh{key, false, {}, nullptr, nullptr, nullptr, nullptr, 0, 0};
+        matmul_make_descriptors(&fresh, epilogue);
+        matmul_set_pointers(fresh, bias, aux);
         cublasLtMatmulPreference_t preference;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
         const uint64_t workspace_bytes = MATMUL_WORKSPACE_BYTES;
@@ -343,20 +435,26 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
         for (int i = 0; i < 4; i++)
             CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i],
                                                               sizeof(alignments[i])));
-        cublasLtMatmulHeuristicResult_t result;
+        cublasLtMatmulHeuristicResult_t results[kMatmulCandidates];
         int returned = 0;
-        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-            ctx.handle, desc, layout_a.layout, layout_b.layout, layout_d.layout, layout_d.layout, preference,
-            1, &result, &returned);
+        const cublasStatus_t status =
+            cublasLtMatmulAlgoGetHeuristic(ctx.handle, fresh.desc, fresh.a, fresh.b, fresh.d, fresh.d, preference,
+                                           kMatmulCandidates, results, &returned);
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
-        MatmulAlgoChoice fresh{key, status == CUBLAS_STATUS_SUCCESS && returned > 0, {}};
-        if (fresh.found) fresh.algo = result.algo;
+        fresh.found = status == CUBLAS_STATUS_SUCCESS && returned > 0;
+        fresh.candidates = fresh.found ? returned : 0;
+        if (fresh.found) {
+            fresh.algo = results[0].algo;
+            if (ctx.autotune && returned > 1 && !matmul_stream_capturing(stream)) {
+                fresh.algo = matmul_fastest(fresh, results, returned, d, a, b, stream);
+                fresh.timed = returned;
+            }
+        }
         if (!fresh.found && epilogue != CUBLASLT_EPILOGUE_DEFAULT) ctx.refusals.push_back({key, status});
         ctx.algos.push_back(fresh);
         choice = &ctx.algos.back();
     }
     if (!choice->found) {
-        CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
         if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
             fprintf(stderr, "cuBLASLt has no algorithm for a %d x %d x %d product (trans_a %d, trans_b %d)\n",
                     m, n, k, (int)trans_a, (int)trans_b);
@@ -364,13 +462,18 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
         }
         return false;
     }
-
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(ctx.handle, desc, &alpha, a, layout_a.layout, b, layout_b.layout, &beta, d,
-                                layout_d.layout, d, layout_d.layout, &choice->algo, ctx.workspace,
-                                MATMUL_WORKSPACE_BYTES, stream));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    matmul_set_pointers(*choice, bias, aux);
+    matmul_run(*choice, choice->algo, d, a, b, stream);
     return true;
+}
+
+// How many configurations are cached, and how many of them chose their algorithm by timing (for the
+// start-up report and tests).
+inline int matmul_configurations() { return (int)matmul_context().algos.size(); }
+inline int matmul_timed_configurations() {
+    int timed = 0;
+    for (const MatmulAlgoChoice& c : matmul_context().algos) timed += c.timed > 0;
+    return timed;
 }
 
 // ---- the record of refused epilogues, for a start-up report. A refusal costs speed, not accuracy

@@ -359,3 +359,32 @@ TEST(matmul_backward_bias_gradient_epilogue) {
     matmul_set_bias_gradient_epilogue(false);
     CHECK(matmul_refusal_count() == 0);
 }
+
+// Choosing a configuration's algorithm by timing the heuristic's candidates (the GPU's default; the
+// emulated cuBLASLt offers three) changes no bit: the timed runs' outputs are rewritten by the call,
+// and a gradient accumulated into dweight is put back before it. Each configuration is timed once,
+// at its first call; its descriptors and algorithm are cached from then on.
+TEST(matmul_timed_algorithm_choice_changes_no_bits) {
+    Layer l(37, 64, 96, 870);
+    std::vector<floatX> results[2][3];  // [timed][dinp, dweight, dbias]
+    for (int timed = 0; timed < 2; timed++) {
+        matmul_clear_algos();
+        matmul_set_autotune(timed == 1);
+        Backward b(l, 880);
+        b.run(true, true);
+        b.run(true, true);  // accumulating: the second call finds its configurations cached
+        results[timed][0] = host_copy_of(b.d_dinp, (size_t)l.N * l.IC);
+        results[timed][1] = host_copy_of(b.d_dweight, (size_t)l.OC * l.IC);
+        results[timed][2] = host_copy_of(b.d_dbias, l.OC);
+        CHECK_MSG(matmul_timed_configurations() == (timed ? matmul_configurations() : 0),
+                  "%d of %d configurations timed", matmul_timed_configurations(), matmul_configurations());
+    }
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(bitwise_equal(results[0][i].data(), results[1][i].data(), results[0][i].size() * sizeof(floatX)),
+                  "output %d differs when the algorithm is chosen by timing", i);
+#ifdef EMU_CUDA
+    matmul_set_autotune(false);
+#else
+    matmul_set_autotune(true);
+#endif
+}
