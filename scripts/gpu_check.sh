@@ -312,8 +312,8 @@ on_the_gpu() {
     fi
 }
 
-train_run() {  # the short GPT-2 124M job: speed, and the loss going down
-    local args=${GPU_CHECK_TRAIN_ARGS:-"-e d12 -b 16 -t 1024 -x 40 -v 20 -m 4 -s 40 -g 32"}
+train_run() {  # the short GPT-2 124M job: speed, the loss going down, the GPU's telemetry (-lg)
+    local args=${GPU_CHECK_TRAIN_ARGS:-"-e d12 -b 16 -t 1024 -x 40 -v 20 -m 4 -s 40 -g 32 -lg 10"}
     # shellcheck disable=SC2086 # the flags are words
     run_checked "train_gpt GPT-2 124M" "$1" ./train_gpt $args
     local rows=$(step_rows "$run_out")
@@ -334,6 +334,12 @@ train_run() {  # the short GPT-2 124M job: speed, and the loss going down
             local val=$(grep -E '^val loss' "$run_out" | awk '{ v = v (NR > 1 ? " " : "") $3 } END { print v }')
             run_detail="$n steps, loss $first -> $last"
             figures+=("train_gpt ($args): $n steps, loss $first -> $last, val loss ${val:-n/a}, median $ms ms/step, $tok tok/s, MFU $mfu")
+            # The start-up report's compute line (MFU's peak, CUDA graphs), the last GPU reading and
+            # any fused epilogue cuBLASLt refused.
+            figures+=("train_gpt $(grep -m1 '^compute: ' "$run_out")")
+            local gpu=$(grep -E '^step .* [|] GPU ' "$run_out" | tail -n 1 | sed 's/.* [|] GPU /GPU /')
+            [ -n "$gpu" ] && figures+=("train_gpt telemetry at its last -lg step: $gpu")
+            while IFS= read -r line; do figures+=("train_gpt $line"); done < <(grep -E '^matmul: .* refused' "$run_out")
         fi
     fi
     record "train_gpt GPT-2 124M" "$run_status" "$run_secs" "$run_detail"
