@@ -224,6 +224,14 @@ struct MatmulContext {
 #endif
     std::vector<MatmulAlgoChoice> algos;
     std::vector<MatmulRefusal> refusals;  // one per configuration (the heuristic is asked once)
+    void destroy_descriptors() {
+        for (MatmulAlgoChoice& c : algos) {
+            cublasLtMatmulDescDestroy(c.desc);
+            for (cublasLtMatrixLayout_t l : {c.a, c.b, c.d}) cublasLtMatrixLayoutDestroy(l);
+        }
+        algos.clear();
+    }
+    ~MatmulContext() { destroy_descriptors(); }  // host memory, at exit where no teardown freed it
 };
 inline MatmulContext& matmul_context() {
     static MatmulContext context;
@@ -231,14 +239,7 @@ inline MatmulContext& matmul_context() {
 }
 
 // Forgets every configuration's descriptor, layouts and algorithm.
-inline void matmul_clear_algos() {
-    MatmulContext& ctx = matmul_context();
-    for (MatmulAlgoChoice& c : ctx.algos) {
-        cublasLtMatmulDescDestroy(c.desc);
-        for (cublasLtMatrixLayout_t l : {c.a, c.b, c.d}) cublasLtMatrixLayoutDestroy(l);
-    }
-    ctx.algos.clear();
-}
+inline void matmul_clear_algos() { matmul_context().destroy_descriptors(); }
 
 // Creates the handle and workspace (or, if they exist, only changes the TF32 setting). allow_tf32
 // matters in the fp32 build only: compute type 32F_FAST_TF32 instead of exact 32F.
