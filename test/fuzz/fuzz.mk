@@ -12,9 +12,9 @@ FUZZ_FLAGS := -std=c++17 -g -O1 -I. $(FUZZ_SAN) -MMD -MP
 FUZZ_TARGETS := $(patsubst test/fuzz/fuzz_%.cpp,$(FUZZ_DIR)/fuzz_%,$(wildcard test/fuzz/fuzz_*.cpp))
 # The parsers and what they call (a target that needs another file fails to link, naming it).
 PARSER_SRCS  := $(addprefix host/,checkpoint.cpp dataloader.cpp decode_table.cpp errors.cpp \
-                  file_io.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp metrics_log.cpp model_descriptor.cpp \
-                  model_file.cpp outlier_detector.cpp repository.cpp rng.cpp run_folder.cpp \
-                  safetensors.cpp train_flags.cpp training_state.cpp) \
+                  file_io.cpp gpu_telemetry.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp metrics_log.cpp \
+                  model_descriptor.cpp model_file.cpp outlier_detector.cpp repository.cpp rng.cpp \
+                  run_folder.cpp safetensors.cpp train_flags.cpp training_state.cpp) \
                 data/gpt2_vocab.cpp data/read_file.cpp data/token_shard.cpp host/model_part.cpp
 PARSER_OBJS  := $(patsubst %.cpp,$(FUZZ_OBJ)/%.o,$(PARSER_SRCS))
 
