@@ -923,12 +923,20 @@ void GPUModel::reduce_gradients(int bucket, bool last_micro_step) {
 // parallelism the column-parallel products' input gradients are partial sums, reduced like the
 // forward's row-parallel outputs, and the row-parallel products read the whole output gradient,
 // gathered.
+// The residual projections' bias gradients (attproj's, fcproj's: column sums of the residual
+// gradient where their output was added) are summed by the LayerNorm backward that finishes that
+// gradient anyway (ln2's, and ln1's of the layer above or lnf's), saving a pass over it, where this
+// rank holds every position and that LayerNorm is on this stage; elsewhere (sequence parallelism,
+// the top layer of a stage that sends to another) by the projection's own backward. A layer's
+// gradients are therefore prepared before the LayerNorm above it runs.
 void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) {
     const int B = B_, T = T_, N = B * T, Nl = tp_.local_positions(N);
     const int C = config_.channels, Ct = C / tp_.size(), NHt = config_.num_heads / tp_.size();
     const int HS = C / config_.num_heads;
     const int FINAL_NORM = buckets_.final_norm_bucket();
     const bool keep_ln = recompute_ < 2, keep_gelu = recompute_ < 1;
+    const bool norms_sum_biases = Nl == N;
+    auto fcproj_bias_in_norm = [&](int l) { return norms_sum_biases && (l + 1 < stage_.end_layer || stage_.last); };
     Activations& a = act_;
     cudaStream_t s = stream_;
     const int turn = pipeline_.stages() > 1 ? micro_batch % 2 : 0;
@@ -940,10 +948,13 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
         store_.gather_weights(FINAL_NORM);
         store_.wait_for_weights(FINAL_NORM);
         store_.prepare_gradients(FINAL_NORM);
+        const int top = stage_.end_layer - 1;
+        if (fcproj_bias_in_norm(top)) store_.prepare_gradients(buckets_.layer_bucket(top));
         CUDA_CHECK(cudaMemsetAsync(dresidual, 0, (size_t)Nl * C * sizeof(floatX), s));
         layernorm_backward(dresidual, g(LNFW), g(LNFB), buf_.scratch, a.dlnf + (size_t)slot * max_Nl_ * C,
                            stage_output(slot), p(LNFW), a.lnf_mean + (size_t)slot * max_Nl_,
-                           a.lnf_rstd + (size_t)slot * max_Nl_, Nl, C, s);
+                           a.lnf_rstd + (size_t)slot * max_Nl_, Nl, C, s,
+                           fcproj_bias_in_norm(top) ? g(FCPROJB, top) : nullptr);
         store_.release_weights(FINAL_NORM);
         reduce_gradients(FINAL_NORM, last_micro_step);
     } else {
@@ -954,7 +965,7 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
         const int bucket = buckets_.layer_bucket(l);
         if (l > stage_.first_layer) store_.gather_weights(buckets_.layer_bucket(l - 1));  // prefetch
         store_.wait_for_weights(bucket);
-        store_.prepare_gradients(bucket);
+        if (!fcproj_bias_in_norm(l)) store_.prepare_gradients(bucket);  // else before the norm above
         const LayerSlices y = layer_slices(l, slot);
 
         // Recompute what -r did not keep, bit for bit as forward computed it.
@@ -967,14 +978,15 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
         // (fc's weight gradient needs ln2 whole: gathered while fcproj's backward computes.)
         const floatX* dbranch = tp_.gather_positions(a.whole, dresidual, N, C, s);
         tp_.start_gather(a.whole_ln, y.ln2, N, C, s);
-        matmul_backward(a.dfch, g(FCPROJW, l), g(FCPROJB, l), buf_.scratch, dbranch, y.fch_gelu,
-                        p(FCPROJW, l), N, 4 * Ct, C, s, y.fch);
+        matmul_backward(a.dfch, g(FCPROJW, l), fcproj_bias_in_norm(l) ? nullptr : g(FCPROJB, l), buf_.scratch,
+                        dbranch, y.fch_gelu, p(FCPROJW, l), N, 4 * Ct, C, s, y.fch);
         const floatX* ln2 = tp_.finish_gather(s);
         matmul_backward(partial_for(a.dln), g(FCW, l), g(FCB, l), buf_.scratch, a.dfch, ln2, p(FCW, l), N, C,
                         4 * Ct, s);
         tp_.reduce_positions(a.dln, partial_for(a.dln), N, C, s);
         layernorm_backward(dresidual, g(LN2W, l), g(LN2B, l), buf_.scratch, a.dln, y.residual2,
-                           p(LN2W, l), y.ln2_mean, y.ln2_rstd, Nl, C, s);
+                           p(LN2W, l), y.ln2_mean, y.ln2_rstd, Nl, C, s,
+                           norms_sum_biases ? g(ATTPROJB, l) : nullptr);
 
         // Attention branch (qkv's weight gradient needs ln1 whole: gathered while attproj's and the
         // attention's backward compute).
@@ -982,15 +994,18 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
         if (!keep_ln)
             layernorm_recompute(y.ln1, y.x, y.ln1_mean, y.ln1_rstd, p(LN1W, l), p(LN1B, l), Nl, C, s);
         tp_.start_gather(a.whole_ln, y.ln1, N, C, s);
-        matmul_backward(a.datty, g(ATTPROJW, l), g(ATTPROJB, l), buf_.scratch, dbranch, y.atty,
-                        p(ATTPROJW, l), N, Ct, C, s);
+        matmul_backward(a.datty, g(ATTPROJW, l), norms_sum_biases ? nullptr : g(ATTPROJB, l), buf_.scratch,
+                        dbranch, y.atty, p(ATTPROJW, l), N, Ct, C, s);
         attention_backward(a.dqkv, buf_.scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, NHt, HS, s);
         const floatX* ln1 = tp_.finish_gather(s);
         matmul_backward(partial_for(a.dln), g(QKVW, l), g(QKVB, l), buf_.scratch, a.dqkv, ln1, p(QKVW, l), N,
                         C, 3 * Ct, s);
         tp_.reduce_positions(a.dln, partial_for(a.dln), N, C, s);
+        const bool below = l > stage_.first_layer;  // the layer whose fcproj output this norm's input holds
+        if (below && fcproj_bias_in_norm(l - 1)) store_.prepare_gradients(buckets_.layer_bucket(l - 1));
         layernorm_backward(dresidual, g(LN1W, l), g(LN1B, l), buf_.scratch, a.dln, y.x, p(LN1W, l),
-                           y.ln1_mean, y.ln1_rstd, Nl, C, s);
+                           y.ln1_mean, y.ln1_rstd, Nl, C, s,
+                           below && fcproj_bias_in_norm(l - 1) ? g(FCPROJB, l - 1) : nullptr);
         store_.release_weights(bucket);
         reduce_gradients(bucket, last_micro_step);
     }

@@ -371,12 +371,13 @@ void run_gemms(StepBuffers& s) {
     }
     matmul_forward(a.logits, a.lnf, s.p(WTE), nullptr, N, C, Vp, 0);
     matmul_backward(a.dln, s.g(WTE), nullptr, s.scratch, a.logits, a.lnf, s.p(WTE), N, C, Vp, 0);
+    // (fcproj's and attproj's bias gradients are summed by the LayerNorm backward, as in the trainer)
     for (int l = s.L - 1; l >= 0; l--) {
-        matmul_backward(a.dfch, s.g(FCPROJW, l), s.g(FCPROJB, l), s.scratch, a.dresidual[0], s.fch_gelu(l),
+        matmul_backward(a.dfch, s.g(FCPROJW, l), nullptr, s.scratch, a.dresidual[0], s.fch_gelu(l),
                         s.p(FCPROJW, l), N, 4 * C, C, 0, s.fch(l));
         matmul_backward(a.dln, s.g(FCW, l), s.g(FCB, l), s.scratch, a.dfch, s.ln2(l), s.p(FCW, l), N, C,
                         4 * C, 0);
-        matmul_backward(a.datty, s.g(ATTPROJW, l), s.g(ATTPROJB, l), s.scratch, a.dresidual[0], s.atty(l),
+        matmul_backward(a.datty, s.g(ATTPROJW, l), nullptr, s.scratch, a.dresidual[0], s.atty(l),
                         s.p(ATTPROJW, l), N, C, C, 0);
         matmul_backward(a.dln, s.g(QKVW, l), s.g(QKVB, l), s.scratch, a.dqkv, s.ln1(l), s.p(QKVW, l), N, C,
                         3 * C, 0);
@@ -391,7 +392,8 @@ void run_attention(StepBuffers& s) {
 }
 
 // The first ln1 (every other LayerNorm is fused with the residual add before it), the backward of
-// all 2L + 1, and with -r 2 the outputs recomputed in backward.
+// all 2L + 1 (each also summing the bias gradient of the projection added into its input, as the
+// trainer's does), and with -r 2 the outputs recomputed in backward.
 void run_layernorms(StepBuffers& s) {
     const int N = s.N, C = s.C, L = s.L;
     Activations& a = s.a;
@@ -408,7 +410,7 @@ void run_layernorms(StepBuffers& s) {
                                        a.branch, s.p(LNFW), s.p(LNFB), N, C, 0);
     }
     layernorm_backward(a.dresidual[0], s.g(LNFW), s.g(LNFB), s.scratch, a.dln, s.residual3(L - 1), s.p(LNFW),
-                       a.lnf_mean, a.lnf_rstd, N, C, 0);
+                       a.lnf_mean, a.lnf_rstd, N, C, 0, s.g(FCPROJB, L - 1));
     const bool recompute = s.recompute >= 2;
     for (int l = L - 1; l >= 0; l--) {
         const floatX* x = l == 0 ? a.encoded : s.residual3(l - 1);
@@ -416,12 +418,12 @@ void run_layernorms(StepBuffers& s) {
             layernorm_recompute(s.ln2(l), s.residual2(l), s.ln2_mean(l), s.ln2_rstd(l), s.p(LN2W, l),
                                 s.p(LN2B, l), N, C, 0);
         layernorm_backward(a.dresidual[0], s.g(LN2W, l), s.g(LN2B, l), s.scratch, a.dln, s.residual2(l),
-                           s.p(LN2W, l), s.ln2_mean(l), s.ln2_rstd(l), N, C, 0);
+                           s.p(LN2W, l), s.ln2_mean(l), s.ln2_rstd(l), N, C, 0, s.g(ATTPROJB, l));
         if (recompute)
             layernorm_recompute(s.ln1(l), x, s.ln1_mean(l), s.ln1_rstd(l), s.p(LN1W, l), s.p(LN1B, l), N, C,
                                 0);
         layernorm_backward(a.dresidual[0], s.g(LN1W, l), s.g(LN1B, l), s.scratch, a.dln, x, s.p(LN1W, l),
-                           s.ln1_mean(l), s.ln1_rstd(l), N, C, 0);
+                           s.ln1_mean(l), s.ln1_rstd(l), N, C, 0, l > 0 ? s.g(FCPROJB, l - 1) : nullptr);
     }
 }
 

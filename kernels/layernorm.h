@@ -7,6 +7,9 @@
 //   backward   xhat = (x − mean)·rstd,  g = dout·weight
 //              dinp[n,c]  += rstd[n] · (g[n,c] − mean_c(g[n,:]) − xhat[n,c] · mean_c(g[n,:]·xhat[n,:]))
 //              dweight[c] += Σ_n dout[n,c]·xhat[n,c],   dbias[c] += Σ_n dout[n,c]
+//              optionally dinput_bias[c] += Σ_n dinp[n,c] (after the update): the gradient of a bias that
+//              was added into inp, e.g. the bias of the projection whose output the residual add
+//              brought in, which the LayerNorm's backward finishes anyway (no separate pass over dinp)
 //   residual   out = a + b
 //
 // Shapes and types: inp, out, inp1, inp2, residual_out, dout, dinp are (N, C) floatX; weight, bias,
@@ -18,6 +21,7 @@
 //   residual_layernorm_forward  reads 2·N·C·S, writes 2·N·C·S + 8N bytes        ~8·N·C FLOPs
 //   layernorm_backward          reads 3·N·C·S + 8N (dout, inp, dinp, mean, rstd), writes N·C·S,
 //                               plus 2·P·C fp32 partial sums written and read    ~16·N·C FLOPs
+//                               (3·P·C with dinput_bias, and N·C more FLOPs)
 //   residual_forward            reads 2·n·S, writes n·S                          n FLOPs
 // (weight and bias, 2·C·S bytes, are read by every row but come from the L1 cache.)
 //
@@ -30,7 +34,7 @@
 // Backward also takes a row per warp: it reduces Σg and Σg·xhat with shuffles, updates dinp, and adds
 // dout·xhat and dout into this warp's fp32 slice of shared memory. At the end each block sums its
 // warps' slices in warp order into one row of `scratch`; a second small kernel sums those rows in
-// block order into dweight and dbias. No float atomics: the result is bitwise the same every run
+// block order into dweight and dbias (and dinput_bias: then each slice and row holds 3C floats). No float atomics: the result is bitwise the same every run
 // (on a given GPU, whose SM count fixes the number of blocks).
 #pragma once
 #include <algorithm>
@@ -262,22 +266,32 @@ __device__ __forceinline__ void layernorm_accumulate_parameter_grads(float* warp
         *reinterpret_cast<float4*>(warp_dbias + channel + k) = b4;
     }
 }
+// With dinput_bias, the third C floats of the slice sum the updated dinp as stored (rounded to floatX).
+__device__ __forceinline__ void layernorm_accumulate_dinp(float* warp_dinput_bias, int channel,
+                                                          const Packed128<floatX>& dx) {
+#pragma unroll
+    for (int k = 0; k < LAYERNORM_X128; k += 4) {
+        float4 r4 = *reinterpret_cast<float4*>(warp_dinput_bias + channel + k);
+        r4.x += to_float(dx[k]), r4.y += to_float(dx[k + 1]), r4.z += to_float(dx[k + 2]), r4.w += to_float(dx[k + 3]);
+        *reinterpret_cast<float4*>(warp_dinput_bias + channel + k) = r4;
+    }
+}
 
-// Zeroes this warp's slice of 2C floats (only this warp uses it until the block's final sum), and
-// at the end writes the block's partial row: the sum over warps, in warp order, of every slice.
-__device__ __forceinline__ void layernorm_zero_warp_slice(float* warp_slice, int lane, int C) {
-    for (int c = lane * 4; c < 2 * C; c += 32 * 4)
+// Zeroes this warp's slice of sums·C floats (only this warp uses it until the block's final sum),
+// and at the end writes the block's partial row: the sum over warps, in warp order, of every slice.
+__device__ __forceinline__ void layernorm_zero_warp_slice(float* warp_slice, int lane, int width) {
+    for (int c = lane * 4; c < width; c += 32 * 4)
         *reinterpret_cast<float4*>(warp_slice + c) = make_float4(0, 0, 0, 0);
     __syncwarp();  // lanes then add into channels other lanes zeroed
 }
 __device__ __forceinline__ void layernorm_write_block_partial(float* __restrict__ partials,
-                                                              const float* slices, int C) {
+                                                              const float* slices, int width) {
     __syncthreads();
     const int warps = blockDim.x / 32;
-    float* block_row = partials + (size_t)blockIdx.x * 2 * C;
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    float* block_row = partials + (size_t)blockIdx.x * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
         float sum = 0.0f;
-        for (int w = 0; w < warps; w++) sum += slices[w * 2 * C + c];
+        for (int w = 0; w < warps; w++) sum += slices[w * width + c];
         block_row[c] = sum;
     }
 }
@@ -313,19 +327,21 @@ __device__ __forceinline__ void layernorm_vector_gradients(Packed128<floatX>& dx
 }
 
 // One warp per row (rows strided over the whole grid), dout and x in registers. Dynamic shared
-// memory: warps · 2C floats. Writes one partial row of 2C floats per block into `partials`.
+// memory: warps · sums·C floats. Writes one partial row of sums·C floats per block into `partials`
+// (sums = 2: dweight, dbias; 3: and dinput_bias).
 template <int VECS>
 __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
     layernorm_backward_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                               const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                               const floatX* __restrict__ weight, const float* __restrict__ mean,
-                              const float* __restrict__ rstd, int N, int C) {
+                              const float* __restrict__ rstd, int N, int C, int sums) {
     DYNAMIC_SHARED(float, slices);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int vecs = C / LAYERNORM_X128;
-    float* warp_dweight = slices + warp * 2 * C;
+    float* warp_dweight = slices + warp * sums * C;
     float* warp_dbias = warp_dweight + C;
-    layernorm_zero_warp_slice(warp_dweight, lane, C);
+    float* warp_dinput_bias = sums == 3 ? warp_dbias + C : nullptr;
+    layernorm_zero_warp_slice(warp_dweight, lane, sums * C);
 
     for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
         const size_t offset = layernorm_row_offset(row, C);
@@ -369,9 +385,10 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
                                        row_mean, row_rstd, mean_g, mean_gx);
             store128(dinp + offset + v * LAYERNORM_X128, dxi);
             layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
+            if (warp_dinput_bias) layernorm_accumulate_dinp(warp_dinput_bias, v * LAYERNORM_X128, dxi);
         }
     }
-    layernorm_write_block_partial(partials, slices, C);
+    layernorm_write_block_partial(partials, slices, sums * C);
 }
 
 // Rows too long for registers: the same work in two passes over the row, the second re-reading
@@ -380,13 +397,14 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
     layernorm_backward_wide_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                                    const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                                    const floatX* __restrict__ weight, const float* __restrict__ mean,
-                                   const float* __restrict__ rstd, int N, int C) {
+                                   const float* __restrict__ rstd, int N, int C, int sums) {
     DYNAMIC_SHARED(float, slices);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int vecs = C / LAYERNORM_X128;
-    float* warp_dweight = slices + warp * 2 * C;
+    float* warp_dweight = slices + warp * sums * C;
     float* warp_dbias = warp_dweight + C;
-    layernorm_zero_warp_slice(warp_dweight, lane, C);
+    float* warp_dinput_bias = sums == 3 ? warp_dbias + C : nullptr;
+    layernorm_zero_warp_slice(warp_dweight, lane, sums * C);
 
     for (int row = blockIdx.x * warps + warp; row < N; row += gridDim.x * warps) {
         const size_t offset = layernorm_row_offset(row, C);
@@ -409,32 +427,35 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
             layernorm_vector_gradients(dx, dw, db, d, x, w, row_mean, row_rstd, mean_g, mean_gx);
             store128(dinp + offset + v * LAYERNORM_X128, dx);
             layernorm_accumulate_parameter_grads(warp_dweight, warp_dbias, v * LAYERNORM_X128, dw, db);
+            if (warp_dinput_bias) layernorm_accumulate_dinp(warp_dinput_bias, v * LAYERNORM_X128, dx);
         }
     }
-    layernorm_write_block_partial(partials, slices, C);
+    layernorm_write_block_partial(partials, slices, sums * C);
 }
 
-// Sums the backward's per-block partial rows (blocks × 2C floats) in block order and adds the
-// result into dweight (first C columns) and dbias (last C). A block takes 32 columns; its warps
-// take every warps-th partial row, then warp 0 adds the warps' sums in warp order.
+// Sums the backward's per-block partial rows (blocks × sums·C floats) in block order and adds the
+// result into dweight (first C columns), dbias (next C) and, with sums = 3, dinput_bias (last C). A
+// block takes 32 columns; its warps take every warps-th partial row, then warp 0 adds the warps' sums
+// in warp order.
 constexpr int LAYERNORM_SUM_WARPS = 16;
 __global__ void __launch_bounds__(32 * LAYERNORM_SUM_WARPS)
     layernorm_sum_partials_kernel(floatX* __restrict__ dweight, floatX* __restrict__ dbias,
-                                  const float* __restrict__ partials, int blocks, int C) {
+                                  floatX* __restrict__ dinput_bias, const float* __restrict__ partials, int blocks,
+                                  int C, int sums) {
     __shared__ float warp_sums[LAYERNORM_SUM_WARPS][32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int column = blockIdx.x * 32 + lane;
+    const int column = blockIdx.x * 32 + lane, width = sums * C;
     float sum = 0.0f;
-    if (column < 2 * C) {
+    if (column < width) {
 #pragma unroll 4
-        for (int p = warp; p < blocks; p += LAYERNORM_SUM_WARPS) sum += partials[(size_t)p * 2 * C + column];
+        for (int p = warp; p < blocks; p += LAYERNORM_SUM_WARPS) sum += partials[(size_t)p * width + column];
     }
     warp_sums[warp][lane] = sum;
     __syncthreads();
-    if (warp != 0 || column >= 2 * C) return;
+    if (warp != 0 || column >= width) return;
     float total = 0.0f;
     for (int w = 0; w < LAYERNORM_SUM_WARPS; w++) total += warp_sums[w][lane];
-    floatX* target = column < C ? dweight + column : dbias + (column - C);
+    floatX* target = column < C ? dweight + column : column < 2 * C ? dbias + (column - C) : dinput_bias + (column - 2 * C);
     *target = from_float<floatX>(to_float(*target) + total);
 }
 
@@ -516,19 +537,21 @@ inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 // memory, at most 8: bigger blocks leave fewer partial rows to sum), shared bytes, and the number
 // of blocks: as many as run at once on the GPU (a persistent grid: each block's partial row covers
 // many rows), never more than the rows need.
+// `sums`: 2 (dweight, dbias) or 3 (and dinput_bias), the C-wide column sums each warp keeps.
 struct LayernormBackwardPlan {
     void (*kernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*,
-                   int, int);
+                   int, int, int);
     int warps, shared_bytes, blocks;
 };
-inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
-    // The trainer asks for the same shape every layer and step: remember the last answer, since the
+inline LayernormBackwardPlan layernorm_backward_plan(int N, int C, int sums = 2) {
+    // The trainer asks for the same two shapes every layer and step: remember the answers, since the
     // device queries below cost microseconds, as much as a small kernel.
-    thread_local int cached_device = -1, cached_N = -1, cached_C = -1;
-    thread_local LayernormBackwardPlan cached{};
+    thread_local int cached_device[2] = {-1, -1}, cached_N[2] = {-1, -1}, cached_C[2] = {-1, -1};
+    thread_local LayernormBackwardPlan cached[2] = {};
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
-    if (device == cached_device && N == cached_N && C == cached_C) return cached;
+    const int entry = sums - 2;
+    if (device == cached_device[entry] && N == cached_N[entry] && C == cached_C[entry]) return cached[entry];
 
     LayernormBackwardPlan plan{};
     layernorm_with_vecs_per_lane(C, [&](auto vecs_per_lane) {
@@ -541,7 +564,7 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     int sms = 1, max_shared = 48 * 1024;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const int slice_bytes = 2 * C * (int)sizeof(float);
+    const int slice_bytes = sums * C * (int)sizeof(float);
     plan.warps = std::min(LAYERNORM_BACKWARD_MAX_WARPS, max_shared / slice_bytes);
     if (plan.warps < 1) {
         fprintf(stderr, "layernorm_backward: C=%d needs %d bytes of shared memory per warp, more than %d\n",
@@ -549,9 +572,8 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
         exit(EXIT_FAILURE);
     }
     plan.shared_bytes = plan.warps * slice_bytes;
-    if (plan.shared_bytes > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        plan.shared_bytes));
+    if (plan.shared_bytes > 48 * 1024)  // the device's limit, not this plan's: the other `sums` may need more
+        CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
     int blocks_per_sm = 2;  // the emulator has no occupancy calculator; 2 exercises several blocks per "SM"
 #ifdef __CUDACC__
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, plan.kernel, 32 * plan.warps,
@@ -559,31 +581,36 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C) {
     blocks_per_sm = std::max(blocks_per_sm, 1);
 #endif
     plan.blocks = std::max(1, std::min(sms * blocks_per_sm, ceil_div(N, plan.warps)));
-    cached_device = device, cached_N = N, cached_C = C, cached = plan;
+    cached_device[entry] = device, cached_N[entry] = N, cached_C[entry] = C, cached[entry] = plan;
     return plan;
 }
 
-// Device scratch layernorm_backward needs: one fp32 row of 2C partial sums per block. Enough for
-// any call with the same C and at most N rows (the block count never grows as N shrinks).
+// Device scratch layernorm_backward needs: one fp32 row of 2C (with dinput_bias 3C) partial sums per
+// block. Enough for any call with the same C and at most N rows (the block count never grows as N
+// shrinks), with or without dinput_bias.
 inline size_t layernorm_backward_scratch_bytes(int N, int C) {
     layernorm_check("layernorm_backward_scratch_bytes", N, C, {});
-    return (size_t)layernorm_backward_plan(N, C).blocks * 2 * C * sizeof(float);
+    size_t bytes = 0;
+    for (int sums : {2, 3}) bytes = std::max(bytes, (size_t)layernorm_backward_plan(N, C, sums).blocks * sums * C * sizeof(float));
+    return bytes;
 }
 
-// Adds the gradients of LayerNorm into dinp (N, C), dweight (C) and dbias (C). `scratch` holds
-// layernorm_backward_scratch_bytes(N, C) bytes of device memory.
+// Adds the gradients of LayerNorm into dinp (N, C), dweight (C) and dbias (C); with dinput_bias (C,
+// optional) also the column sums of dinp as updated. `scratch` holds layernorm_backward_scratch_bytes(N,
+// C) bytes of device memory.
 inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, void* scratch,
                                const floatX* dout, const floatX* inp, const floatX* weight, const float* mean,
-                               const float* rstd, int N, int C, cudaStream_t stream) {
-    layernorm_check("layernorm_backward", N, C, {dinp, dweight, dbias, scratch, dout, inp, weight});
+                               const float* rstd, int N, int C, cudaStream_t stream, floatX* dinput_bias = nullptr) {
+    layernorm_check("layernorm_backward", N, C, {dinp, dweight, dbias, scratch, dout, inp, weight, dinput_bias});
     if (N == 0) return;
-    const LayernormBackwardPlan plan = layernorm_backward_plan(N, C);
+    const int sums = dinput_bias ? 3 : 2;
+    const LayernormBackwardPlan plan = layernorm_backward_plan(N, C, sums);
     float* partials = static_cast<float*>(scratch);
     LAUNCH(plan.kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, stream, dinp, partials, dout, inp,
-           weight, mean, rstd, N, C);
+           weight, mean, rstd, N, C, sums);
     CUDA_CHECK(cudaGetLastError());
-    LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, stream, dweight,
-           dbias, partials, plan.blocks, C);
+    LAUNCH(layernorm_sum_partials_kernel, ceil_div(sums * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, stream, dweight,
+           dbias, dinput_bias, partials, plan.blocks, C, sums);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -22,7 +22,7 @@
 // The bias is a vector along m (rows of the column-major result) in the forward product, which is what
 // CUBLASLT_EPILOGUE_BIAS broadcasts; the GELU input is an m×N matrix with leading dimension m.
 //
-// The bias gradient is our own deterministic column-sum (two small kernels), not cuBLASLt's
+// The bias gradient is our own deterministic column-sum (one small kernel), not cuBLASLt's
 // BGRADB epilogue on the dweight product: that epilogue *stores* the sum (dbias must be added into,
 // across gradient-accumulation micro-steps) in the output type (bf16: we would add a rounded partial
 // sum to the rounded running sum), and its reduction order is cuBLASLt's. Ours sums in fp32 with a
@@ -97,14 +97,19 @@ __global__ void matmul_add_bias_kernel(T* out, const T* bias, int N, int OC) {
     store128(out + first, y);
 }
 
-// Bias gradient, pass 1: partial column sums of dout (N×OC) over a band of rows.
+// Bias gradient: dbias[col] += Σ_row dout[row, col] (dout N×OC), in one launch.
 // Grid (column strips, row bands); block BIAS_GRAD_BLOCK_X × BIAS_GRAD_BLOCK_Y. Thread (x, y) owns one
 // 128-bit column vector of the strip and sums rows y, y+Y, y+2Y, ... of the band; the Y row lanes are
 // then added in order through shared memory and each column's fp32 sum is written to
 // partial[band · OC + column]. Warps read whole 512-byte row segments (coalesced).
+// The block that finishes last (counted on bias_grad_arrivals) then adds, for every column, the bands'
+// partial sums in band order into dbias: the same order whichever block is last, so the same bits in
+// every run. The counter is zero between launches (the last block resets it), so bias-gradient
+// kernels must not run at the same time on one device (matmul calls never do: see above).
 constexpr int BIAS_GRAD_BLOCK_X = 32, BIAS_GRAD_BLOCK_Y = 8;
+static __device__ unsigned int bias_grad_arrivals = 0;
 template <typename T>
-__global__ void bias_grad_partial_kernel(float* partial, const T* dout, int N, int OC, int rows_per_band) {
+__global__ void bias_grad_kernel(T* dbias, float* partial, const T* dout, int N, int OC, int rows_per_band) {
     constexpr int V = Packed128<T>::size;
     constexpr int STRIP = BIAS_GRAD_BLOCK_X * V;  // columns per block
     constexpr int PITCH = V + 1;                  // padding: conflict-free shared-memory access
@@ -136,16 +141,19 @@ __global__ void bias_grad_partial_kernel(float* partial, const T* dout, int N, i
         for (int y = 0; y < BIAS_GRAD_BLOCK_Y; y++) total += lane_sums[y][at];
         partial[matmul_element_offset(blockIdx.y, col, OC)] = total;
     }
-}
 
-// Bias gradient, pass 2: dbias[col] += Σ_band partial[band, col], bands in order; one thread per column.
-template <typename T>
-__global__ void bias_grad_finish_kernel(T* dbias, const float* partial, int OC, int bands) {
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= OC) return;
-    float total = 0.0f;
-    for (int band = 0; band < bands; band++) total += partial[matmul_element_offset(band, col, OC)];
-    dbias[col] = from_float<T>(to_float(dbias[col]) + total);
+    __shared__ bool finishes;
+    __threadfence();  // this block's partial sums are visible to the block that finishes
+    __syncthreads();
+    if (tid == 0) finishes = atomicAdd(&bias_grad_arrivals, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!finishes) return;
+    for (int col = tid; col < OC; col += BIAS_GRAD_BLOCK_X * BIAS_GRAD_BLOCK_Y) {
+        float total = 0.0f;
+        for (int band = 0; band < (int)gridDim.y; band++) total += __ldcg(partial + matmul_element_offset(band, col, OC));
+        dbias[col] = from_float<T>(to_float(dbias[col]) + total);
+    }
+    if (tid == 0) bias_grad_arrivals = 0;
 }
 
 // dbias[col] += partial[col] (OC values of floatX, from cuBLASLt's BGRADB epilogue); one thread per column.
@@ -588,12 +596,8 @@ inline void matmul_bias_gradient(floatX* dbias, void* scratch, const floatX* dou
     const int bands = bias_grad_bands(N, OC);
     const int strips = ceil_div(OC, BIAS_GRAD_BLOCK_X * Packed128<floatX>::size);
     float* partial = static_cast<float*>(scratch);
-    LAUNCH(bias_grad_partial_kernel<floatX>, dim3(strips, bands), dim3(BIAS_GRAD_BLOCK_X, BIAS_GRAD_BLOCK_Y),
-           0, stream, partial, dout, N, OC, ceil_div(N, bands));
-    CUDA_CHECK(cudaGetLastError());
-    const int block_size = 256;
-    LAUNCH(bias_grad_finish_kernel<floatX>, ceil_div(OC, block_size), block_size, 0, stream, dbias, partial,
-           OC, bands);
+    LAUNCH(bias_grad_kernel<floatX>, dim3(strips, bands), dim3(BIAS_GRAD_BLOCK_X, BIAS_GRAD_BLOCK_Y), 0, stream,
+           dbias, partial, dout, N, OC, ceil_div(N, bands));
     CUDA_CHECK(cudaGetLastError());
 }
 

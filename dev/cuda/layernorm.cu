@@ -229,9 +229,9 @@ std::vector<std::pair<std::string, std::function<void()>>> backward_versions(Pro
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  plan.shared_bytes));
              LAUNCH(layernorm_backward_wide_kernel, plan.blocks, 32 * plan.warps, plan.shared_bytes, 0,
-                    p.d_dinp, (float*)p.d_scratch, p.d_dout, p.d_inp, p.d_weight, p.d_mean, p.d_rstd, N, C);
+                    p.d_dinp, (float*)p.d_scratch, p.d_dout, p.d_inp, p.d_weight, p.d_mean, p.d_rstd, N, C, 2);
              LAUNCH(layernorm_sum_partials_kernel, ceil_div(2 * C, 32), 32 * LAYERNORM_SUM_WARPS, 0, 0,
-                    p.d_dweight, p.d_dbias, (const float*)p.d_scratch, plan.blocks, C);
+                    p.d_dweight, p.d_dbias, nullptr, (const float*)p.d_scratch, plan.blocks, C, 2);
          }},
         {"backward 3 shipped (row in registers)",
          [&p, N, C] {
@@ -280,6 +280,24 @@ void run(int N, int C, double ceiling) {
         // Timed runs keep adding into the gradients: harmless for timing.
         time_bandwidth(name, launch, 4.0 * n * S + 8.0 * N + partial_bytes, ceiling);
     }
+    // The shipped backward also summing the updated dinp's columns (the trainer's gradient of the
+    // projection bias added into the LayerNorm's input): against the line above, what that costs
+    // instead of the separate pass over dinp (N·C·S bytes) a bias-gradient kernel would make.
+    const std::string name = "backward 3 shipped + input's bias gradient";
+    floatX* d_dinput_bias = device_floatX(std::vector<float>(C, 0.0f));
+    auto launch = [&p, d_dinput_bias, N, C] {
+        layernorm_backward(p.d_dinp, p.d_dweight, p.d_dbias, p.d_scratch, p.d_dout, p.d_inp, p.d_weight, p.d_mean,
+                           p.d_rstd, N, C, 0, d_dinput_bias);
+    };
+    p.reset_gradients();
+    launch();
+    CUDA_CHECK(cudaGetLastError());
+    std::vector<double> column_sums(C, 0.0);
+    for (size_t i = 0; i < n; i++) column_sums[i % C] += ref.dinp[i];
+    report_check(name + " dinp" + shape, relative_error(host_floats_of(p.d_dinp, n), ref.dinp));
+    report_check(name + " dinput_bias" + shape, relative_error(host_floats_of(d_dinput_bias, C), column_sums));
+    time_bandwidth(name, launch, 4.0 * n * S + 8.0 * N + partial_bytes * 3 / 2, ceiling);
+    device_free(d_dinput_bias);
 }
 
 }  // namespace

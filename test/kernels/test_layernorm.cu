@@ -146,7 +146,7 @@ namespace {
 
 // One backward problem: inputs plus non-zero initial gradients (the kernel adds into them).
 struct BackwardProblem : Problem {
-    std::vector<float> dout, dinp0, dweight0, dbias0, mean, rstd;
+    std::vector<float> dout, dinp0, dweight0, dbias0, dinput_bias0, mean, rstd;
     BackwardProblem(int rows, int channels, unsigned seed) : Problem(rows, channels, seed) {
         const size_t n = (size_t)N * C;
         // dout partly follows the input, so that both terms of the row's mean gradient matter.
@@ -156,21 +156,24 @@ struct BackwardProblem : Problem {
         dinp0 = round_to_floatX(random_floats(n, seed + 4, -0.1f, 0.1f));
         dweight0 = round_to_floatX(random_floats(C, seed + 5));
         dbias0 = round_to_floatX(random_floats(C, seed + 6));
+        dinput_bias0 = round_to_floatX(random_floats(C, seed + 7));
         const ForwardReference fwd = reference_forward(inp, *this);
         mean = fwd.mean;
         rstd = fwd.rstd;
     }
 };
 struct BackwardResult {
-    std::vector<float> dinp, dweight, dbias;
+    std::vector<float> dinp, dweight, dbias, dinput_bias;
 };
 
-// Runs layernorm_backward on the device from the problem's initial gradients.
-BackwardResult device_backward(const BackwardProblem& p) {
+// Runs layernorm_backward on the device from the problem's initial gradients; with_input_bias also
+// asks for the column sums of the updated dinp (added into the problem's dinput_bias0).
+BackwardResult device_backward(const BackwardProblem& p, bool with_input_bias = false) {
     const size_t n = (size_t)p.N * p.C;
     floatX* d_dinp = device_floatX(p.dinp0);
     floatX* d_dweight = device_floatX(p.dweight0);
     floatX* d_dbias = device_floatX(p.dbias0);
+    floatX* d_dinput_bias = with_input_bias ? device_floatX(p.dinput_bias0) : nullptr;
     floatX* d_dout = device_floatX(p.dout);
     floatX* d_inp = device_floatX(p.inp);
     floatX* d_weight = device_floatX(p.weight);
@@ -179,11 +182,12 @@ BackwardResult device_backward(const BackwardProblem& p) {
     const size_t scratch_bytes = layernorm_backward_scratch_bytes(p.N, p.C);
     void* d_scratch = device_poisoned<unsigned char>(scratch_bytes);
     layernorm_backward(d_dinp, d_dweight, d_dbias, d_scratch, d_dout, d_inp, d_weight, d_mean, d_rstd, p.N,
-                       p.C, 0);
+                       p.C, 0, d_dinput_bias);
     BackwardResult result{host_floats_of(d_dinp, n), host_floats_of(d_dweight, p.C),
-                          host_floats_of(d_dbias, p.C)};
+                          host_floats_of(d_dbias, p.C), {}};
+    if (with_input_bias) result.dinput_bias = host_floats_of(d_dinput_bias, p.C);
     for (void* ptr : {(void*)d_dinp, (void*)d_dweight, (void*)d_dbias, (void*)d_dout, (void*)d_inp,
-                      (void*)d_weight, (void*)d_mean, (void*)d_rstd, d_scratch})
+                      (void*)d_weight, (void*)d_mean, (void*)d_rstd, d_scratch, (void*)d_dinput_bias})
         CUDA_CHECK(cudaFree(ptr));
     return result;
 }
@@ -195,7 +199,7 @@ BackwardResult reference_backward(const BackwardProblem& p) {
     const std::vector<double> mean = to_double(p.mean), rstd = to_double(p.rstd);
     layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
                        mean.data(), rstd.data(), p.N, p.C);
-    return {to_float_vector(dinp), to_float_vector(dweight), to_float_vector(dbias)};
+    return {to_float_vector(dinp), to_float_vector(dweight), to_float_vector(dbias), {}};
 }
 
 }  // namespace
@@ -208,6 +212,23 @@ TEST(layernorm_backward_matches_reference) {
         CHECK_CLOSE(got.dinp, ref.dinp, KERNEL_TOLERANCE, ("dinp " + what).c_str());
         CHECK_CLOSE(got.dweight, ref.dweight, KERNEL_TOLERANCE, ("dweight " + what).c_str());
         CHECK_CLOSE(got.dbias, ref.dbias, KERNEL_TOLERANCE, ("dbias " + what).c_str());
+    }
+}
+
+// The optional third sum: dinput_bias += Σ_n dinp[n, :] of dinp as the kernel stored it (checked
+// against the independent reference above), summed here in double; dinp, dweight and dbias are the
+// same bits as without it.
+TEST(layernorm_backward_sums_the_updated_input_gradient) {
+    for (int C : row_lengths()) {
+        const BackwardProblem p(rows_for(C), C, 450 + C);
+        const BackwardResult got = device_backward(p, true), plain = device_backward(p);
+        std::vector<double> sums = to_double(p.dinput_bias0);
+        for (int n = 0; n < p.N; n++)
+            for (int c = 0; c < C; c++) sums[c] += got.dinp[(size_t)n * C + c];
+        const std::string what = tst::format("N=%d C=%d", p.N, C);
+        CHECK_CLOSE(got.dinput_bias, to_float_vector(sums), KERNEL_TOLERANCE, ("dinput_bias " + what).c_str());
+        CHECK_MSG(got.dinp == plain.dinp && got.dweight == plain.dweight && got.dbias == plain.dbias,
+                  "%s: the third sum changes the other outputs", what.c_str());
     }
 }
 
@@ -260,11 +281,14 @@ TEST(layernorm_offsets_are_64_bit) {
 }
 
 TEST(layernorm_backward_scratch_size) {
-    // A whole number of partial rows (2C floats each), at least one, never more than the row count.
+    // Room for every block's partial row (2C floats, 3C with dinput_bias), with at least one block and
+    // never more blocks than rows.
     for (int N : {1, 37, 16 * 1024}) {
         const size_t bytes = layernorm_backward_scratch_bytes(N, 768);
-        const size_t row = 2 * 768 * sizeof(float);
-        CHECK(bytes >= row && bytes % row == 0 && bytes / row <= (size_t)N);
+        for (int sums : {2, 3}) {
+            const int blocks = layernorm_backward_plan(N, 768, sums).blocks;
+            CHECK(blocks >= 1 && blocks <= N && bytes >= (size_t)blocks * sums * 768 * sizeof(float));
+        }
     }
 }
 
