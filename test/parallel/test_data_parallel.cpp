@@ -19,13 +19,8 @@ namespace {
 // 134,912 parameters: divisible by 2 and 4, not by 3.
 const char* MODEL = "custom:L2:C64:H2:V512:T32";
 
-const std::string& data() {
-    static const std::string path = data_file();
-    return path;
-}
-
 std::string run(int ranks, const std::string& flags, bool bf16 = false) {
-    return trainer_runs::run(ranks, MODEL, data(), flags, bf16);
+    return trainer_runs::run(ranks, MODEL, default_data(), flags, bf16);
 }
 
 }  // namespace
@@ -107,7 +102,7 @@ TEST(zero2_and_zero3_match_one_rank) {
 // accumulation, so losses agree to 1e-3 and weights to 2e-3 (measured 2.3e-4; a bf16 weight holds
 // 8 bits, 4e-3 relative). -r 0 and -r 2 give the same bits, as on one rank.
 TEST(zero3_bf16_with_validation_sampling_and_recompute) {
-    const std::string flags = "-d 256 -x 4 -j " + data() + " -v 2 -m 2 -s 2 -g 8 -sl 5 -sg 5 -o ";
+    const std::string flags = "-d 256 -x 4 -j " + default_data() + " -v 2 -m 2 -s 2 -g 8 -sl 5 -sg 5 -o ";
     const std::string one = out_dir(), r0 = out_dir(), r2 = out_dir();
     const std::string log_one = run(0, flags + one + " -r 1", true);
     run(2, flags + r0 + " -z 3 -r 0", true);
@@ -125,7 +120,7 @@ TEST(zero3_bf16_with_validation_sampling_and_recompute) {
 // without communication; a one-rank run continues on 2 ranks under -z 3. Each continuation matches
 // the uninterrupted one-rank run.
 TEST(checkpoints_move_between_zero_stages_and_rank_counts) {
-    check_moves(MODEL, data(), {{2, "-z 3", 4, "-z 1"}, {2, "-z 3", 0, "-z 0"}, {0, "-z 0", 2, "-z 3"}}, 1e-6);
+    check_moves(MODEL, default_data(), {{2, "-z 3", 4, "-z 1"}, {2, "-z 3", 0, "-z 0"}, {0, "-z 0", 2, "-z 3"}}, 1e-6);
 }
 
 // --dry-run from one process (--plan-ranks 2) prints the same memory and network lines as the two

@@ -13,13 +13,8 @@ namespace {
 // 4 layers of 4 heads (head size 32): 862,976 parameters.
 const char* MODEL = "custom:L4:C128:H4:V512:T32";
 
-const std::string& data() {
-    static const std::string path = data_file();
-    return path;
-}
-
 std::string run(int ranks, const std::string& flags, const std::string& model = MODEL) {
-    return trainer_runs::run(ranks, model, data(), flags);
+    return trainer_runs::run(ranks, model, default_data(), flags);
 }
 
 }  // namespace
@@ -54,7 +49,7 @@ TEST(pipeline_matches_one_rank) {
 TEST(pipeline_over_five_layers) {
     const std::string model = "custom:L5:C64:H2:V512:T32";
     const std::string flags =
-        "-d 256 -x 4 -j " + data() + " -v 2 -m 2 -s 4 -g 4 -h 1 --hellaswag-file " + eval_file(512) + " -o ";
+        "-d 256 -x 4 -j " + default_data() + " -v 2 -m 2 -s 4 -g 4 -h 1 --hellaswag-file " + eval_file(512) + " -o ";
     const std::string one = out_dir(), three = out_dir();
     const std::string reference = run(0, flags + one, model);
     const std::string log = run(3, flags + three + " -pp 3", model);
@@ -73,7 +68,7 @@ TEST(pipeline_over_five_layers) {
 // Universal checkpoints across meshes: 2 tensor x 2 pipeline ranks continue on one rank; one rank
 // continues as 2 data x 2 pipeline ranks under ZeRO-3; 8 ranks (2 x 2 x 2) continue on 4 (2 x 2).
 TEST(pipeline_checkpoints_move_between_meshes) {
-    check_moves(MODEL, data(), {{4, "-tp 2 -pp 2", 0, ""}, {0, "", 4, "-pp 2 -z 3"}, {8, "-tp 2 -pp 2 -z 1", 4, "-tp 2 -pp 2"}},
+    check_moves(MODEL, default_data(), {{4, "-tp 2 -pp 2", 0, ""}, {0, "", 4, "-pp 2 -z 3"}, {8, "-tp 2 -pp 2 -z 1", 4, "-tp 2 -pp 2"}},
                 1e-5);
 }
 

@@ -16,13 +16,8 @@ namespace {
 // 4 heads (so -tp 4 gives each rank one), head size 32; 466,432 parameters.
 const char* MODEL = "custom:L2:C128:H4:V512:T32";
 
-const std::string& data() {
-    static const std::string path = data_file();
-    return path;
-}
-
 std::string run(int ranks, const std::string& flags, const std::string& model = MODEL) {
-    return trainer_runs::run(ranks, model, data(), flags);
+    return trainer_runs::run(ranks, model, default_data(), flags);
 }
 
 }  // namespace
@@ -77,7 +72,7 @@ TEST(tensor_parallel_over_three_ranks) {
 // A -tp 2 checkpoint continues on one rank, and a one-rank checkpoint continues under -tp 2 with
 // ZeRO-3 over 2 data ranks: both match the uninterrupted one-rank run.
 TEST(tensor_parallel_checkpoints_move_between_meshes) {
-    check_moves(MODEL, data(), {{2, "-tp 2", 0, ""}, {0, "", 4, "-tp 2 -z 3"}, {2, "-tp 2 -sp 0", 2, "-tp 2"}}, 1e-5);
+    check_moves(MODEL, default_data(), {{2, "-tp 2", 0, ""}, {0, "", 4, "-tp 2 -z 3"}, {2, "-tp 2 -sp 0", 2, "-tp 2"}}, 1e-5);
 }
 
 // --dry-run from one process plans the memory and network lines the ranks then report (their memory

@@ -34,6 +34,12 @@ inline std::string data_file(int vocab = 512, size_t count = 20000) {
     return path;
 }
 
+// The programs' common token shard (data_file's defaults), written once per program.
+inline const std::string& default_data() {
+    static const std::string path = data_file();
+    return path;
+}
+
 // A HellaSwag-style eval file of `count` examples (4 completions each) with tokens below `vocab`.
 inline std::string eval_file(int vocab, int count = 6) {
     const std::string path = tst::make_temp_dir() + "/eval.bin";
