@@ -7,8 +7,11 @@
 //   v3  cuBLASLt with those passes fused into its epilogue: BIAS, GELU_AUX_BIAS, DGELU (shipped)
 // Also timed: the bare product (no bias: the GEMM rate at this shape), the shipped backward (dinp,
 // dweight, dbias), and the bias-gradient kernel alone (memory-bound, in GB/s of copy bandwidth).
+// One line counts the values where gelu_forward on GELU_AUX_BIAS's stored pre-activation differs from
+// the epilogue's output (the trainer's GELU recomputation needs 0 to take that epilogue in its fc).
 // Under the emulator only the checks run, at small sizes. Exit status 1 if a check failed.
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -130,6 +133,32 @@ void check_gelu_forward_versions(int N, int IC, int OC) {
         poison(d_pre, pre.size());
     }
     device_free(d_inp, d_weight, d_bias, d_out, d_pre);
+}
+
+// Whether gelu_forward, run on the pre-activation that the GELU_AUX_BIAS epilogue stored, gives the
+// epilogue's output bit for bit. The trainer recomputes GELU in backward (-r 1) with gelu_forward,
+// and its recomputation must give the forward's bits, so it can take the GELU into the fc product's
+// epilogue only where this line says 0 values differ; the timing below says what that would save.
+void report_gelu_recompute_bits(int N, int IC, int OC) {
+    const size_t n = (size_t)N * OC;
+    floatX* d_inp = device_floatX(random_vector((size_t)N * IC, 31));
+    floatX* d_weight = device_floatX(random_vector((size_t)OC * IC, 32, 0.1f));
+    floatX* d_bias = device_floatX(random_vector(OC, 33));
+    floatX *d_out = device_poisoned<floatX>(n), *d_pre = device_poisoned<floatX>(n), *d_again = device_poisoned<floatX>(n);
+    matmul_clear_refusals();
+    fc_gelu_fused(d_out, d_pre, d_inp, d_weight, d_bias, N, IC, OC);
+    const bool fused = matmul_refusal_count() == 0;
+    gelu_forward(d_again, d_pre, n, 0);
+    std::vector<floatX> out(n), again(n);
+    CUDA_CHECK(cudaMemcpy(out.data(), d_out, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(again.data(), d_again, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) differ += memcmp(&out[i], &again[i], sizeof(floatX)) != 0;
+    printf("GELU recomputation (N=%d, %d->%d): gelu_forward on the epilogue's pre-activation differs from the "
+           "GELU_AUX_BIAS output in %zu of %zu values%s\n",
+           N, IC, OC, differ, n, fused ? "" : " (the epilogue was refused: separate passes ran)");
+    matmul_clear_refusals();
+    device_free(d_inp, d_weight, d_bias, d_out, d_pre, d_again);
 }
 
 // The whole backward with the GELU gradient, fused (v3) and in separate passes (v2), accumulating
@@ -274,6 +303,7 @@ int main() {
     check_forward_versions(74, 160, 480);
     check_gelu_forward_versions(74, 160, 640);
     check_backward_versions(74, 640, 160);
+    report_gelu_recompute_bits(74, 160, 640);
     const double ceiling = measure_bf16_gemm_tflops();
 
     if (BENCH_ON_GPU) {
@@ -290,6 +320,7 @@ int main() {
             for (const Shape& s : shapes) time_layer(s, N, ceiling, copy_gbs);
             time_gelu_fusion(N, C, ceiling);
         }
+        report_gelu_recompute_bits(16384, C, 4 * C);
     } else {
         printf("emulator: checks only (the GEMM-ceiling code ran on a %s product)\n", "128^3");
     }
