@@ -32,7 +32,7 @@ constexpr int kNvmlClockSm = 1;         // nvmlClockType_t NVML_CLOCK_SM
 constexpr int kNvmlTemperatureGpu = 0;  // nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU
 
 struct Nvml {
-    void* library = nullptr;
+    void* handle = nullptr;  // dlopen's
     std::string error;
     nvml_return (*init)() = nullptr;
     nvml_return (*by_bus_id)(const char*, nvml_device*) = nullptr;
@@ -57,27 +57,27 @@ const Nvml& nvml(const char* library_name) {
     static std::string opened_name;
     static Nvml loaded;
     std::lock_guard<std::mutex> hold(lock);
-    if (loaded.library || !loaded.error.empty()) {
+    if (loaded.handle || !loaded.error.empty()) {
         if (opened_name == library_name) return loaded;
-        if (loaded.library) dlclose(loaded.library);
+        if (loaded.handle) dlclose(loaded.handle);
         loaded = Nvml{};
     }
     opened_name = library_name;
-    loaded.library = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
-    if (!loaded.library) {
+    loaded.handle = dlopen(library_name, RTLD_NOW | RTLD_LOCAL);
+    if (!loaded.handle) {
         const char* why = dlerror();
         loaded.error = std::string("cannot open ") + library_name + (why ? std::string(": ") + why : "");
         return loaded;
     }
-    const bool all = find(loaded.library, "nvmlInit_v2", &loaded.init) &&
-                     find(loaded.library, "nvmlDeviceGetHandleByPciBusId_v2", &loaded.by_bus_id) &&
-                     find(loaded.library, "nvmlDeviceGetHandleByIndex_v2", &loaded.by_index) &&
-                     find(loaded.library, "nvmlDeviceGetClockInfo", &loaded.clock) &&
-                     find(loaded.library, "nvmlDeviceGetMaxClockInfo", &loaded.max_clock) &&
-                     find(loaded.library, "nvmlDeviceGetPowerUsage", &loaded.power) &&
-                     find(loaded.library, "nvmlDeviceGetEnforcedPowerLimit", &loaded.power_limit) &&
-                     find(loaded.library, "nvmlDeviceGetTemperature", &loaded.temperature) &&
-                     find(loaded.library, "nvmlDeviceGetCurrentClocksThrottleReasons", &loaded.reasons);
+    const bool all = find(loaded.handle, "nvmlInit_v2", &loaded.init) &&
+                     find(loaded.handle, "nvmlDeviceGetHandleByPciBusId_v2", &loaded.by_bus_id) &&
+                     find(loaded.handle, "nvmlDeviceGetHandleByIndex_v2", &loaded.by_index) &&
+                     find(loaded.handle, "nvmlDeviceGetClockInfo", &loaded.clock) &&
+                     find(loaded.handle, "nvmlDeviceGetMaxClockInfo", &loaded.max_clock) &&
+                     find(loaded.handle, "nvmlDeviceGetPowerUsage", &loaded.power) &&
+                     find(loaded.handle, "nvmlDeviceGetEnforcedPowerLimit", &loaded.power_limit) &&
+                     find(loaded.handle, "nvmlDeviceGetTemperature", &loaded.temperature) &&
+                     find(loaded.handle, "nvmlDeviceGetCurrentClocksThrottleReasons", &loaded.reasons);
     if (!all) {
         loaded.error = std::string(library_name) + " lacks an NVML entry point";
     } else if (const nvml_return status = loaded.init(); status != 0) {
@@ -85,8 +85,8 @@ const Nvml& nvml(const char* library_name) {
     } else {
         return loaded;
     }
-    dlclose(loaded.library);
-    loaded.library = nullptr;
+    dlclose(loaded.handle);
+    loaded.handle = nullptr;
     return loaded;
 }
 
@@ -95,7 +95,7 @@ const Nvml& nvml(const char* library_name) {
 GpuTelemetry read_gpu_telemetry(const char* pci_bus_id, const char* library) {
     GpuTelemetry t;
     const Nvml& api = nvml(library);
-    if (!api.library) {
+    if (!api.handle) {
         t.why_not = "NVML not available (" + api.error + ")";
         return t;
     }

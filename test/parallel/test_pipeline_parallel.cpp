@@ -24,21 +24,13 @@ TEST(pipeline_matches_one_rank) {
     const std::string flags = "-d 256 -x 3 -o ";
     const std::string one = out_dir();
     run(0, flags + one);
-    struct Case {
-        int ranks;
-        const char* extra;
-    } cases[] = {{2, "-pp 2"},       {4, "-pp 4"},       {2, "-pp 2 --pp-schedule gpipe"}, {4, "-pp 2 -tp 2"},
-                 {4, "-pp 2 -z 1"}, {4, "-pp 2 -z 3"}, {8, "-pp 2 -tp 2 -z 3"}};
-    std::string one_f_one_b, gpipe;
-    for (const Case& c : cases) {
-        const std::string dir = out_dir();
-        const std::string log = run(c.ranks, flags + dir + " " + c.extra);
-        const std::string what = strprintf("mpirun -np %d %s", c.ranks, c.extra);
-        CHECK_MSG(log.find("pipeline: ") != std::string::npos, "%s:\n%s", what.c_str(), log.c_str());
-        check_same_run(dir, one, 3, 1e-5, what.c_str());
-        if (std::string(c.extra) == "-pp 2") one_f_one_b = dir;
-        if (std::string(c.extra) == "-pp 2 --pp-schedule gpipe") gpipe = dir;
-    }
+    const std::vector<std::string> dirs = check_meshes_match_one_rank(
+        MODEL, flags, one,
+        {{2, "-pp 2"}, {4, "-pp 4"}, {2, "-pp 2 --pp-schedule gpipe"}, {4, "-pp 2 -tp 2"}, {4, "-pp 2 -z 1"},
+         {4, "-pp 2 -z 3"}, {8, "-pp 2 -tp 2 -z 3"}},
+        "pipeline: ", 1e-5);
+    const std::string& one_f_one_b = dirs[0];
+    const std::string& gpipe = dirs[2];
     // The two schedules add every gradient in the same order: the same bits.
     CHECK(read_all(checkpoint_model_path(gpipe, 3)) == read_all(checkpoint_model_path(one_f_one_b, 3)));
     CHECK(read_all(checkpoint_state_path(gpipe, 3, 1)) == read_all(checkpoint_state_path(one_f_one_b, 3, 1)));

@@ -27,17 +27,10 @@ TEST(tensor_parallel_matches_one_rank) {
     const std::string flags = "-d 256 -x 3 -o ";
     const std::string one = out_dir();
     run(0, flags + one);
-    struct Case {
-        int ranks;
-        const char* extra;
-    } cases[] = {{2, "-tp 2"}, {4, "-tp 4"}, {2, "-tp 2 -sp 0"}, {2, "-tp 2 -r 2"}, {4, "-tp 2 -z 1"}, {4, "-tp 2 -z 3"}};
-    for (const Case& c : cases) {
-        const std::string dir = out_dir();
-        const std::string log = run(c.ranks, flags + dir + " " + c.extra);
-        const std::string what = strprintf("mpirun -np %d %s", c.ranks, c.extra);
-        CHECK_MSG(log.find("tensor parallel over") != std::string::npos, "%s:\n%s", what.c_str(), log.c_str());
-        check_same_run(dir, one, 3, 1e-5, what.c_str());
-    }
+    check_meshes_match_one_rank(MODEL, flags, one,
+                                {{2, "-tp 2"}, {4, "-tp 4"}, {2, "-tp 2 -sp 0"}, {2, "-tp 2 -r 2"}, {4, "-tp 2 -z 1"},
+                                 {4, "-tp 2 -z 3"}},
+                                "tensor parallel over", 1e-5);
 }
 
 // GPT-2's vocabulary, 50,257 tokens padded to 50,304: two slices of 25,152 rows, the second ending in

@@ -105,6 +105,31 @@ inline void check_same_run(const std::string& dir, const std::string& reference_
 
 inline std::string out_dir() { return tst::make_temp_dir() + "/out"; }
 
+// A mesh to compare with one rank: `ranks` MPI ranks with `flags`.
+struct MeshCase {
+    int ranks;
+    const char* flags;
+};
+// Trains the model on the default data with `flags` + each case's own, 3 steps, each into its folder
+// (`flags` ends with -o), checks that the log names the parallelism (`report`, a start-up line's
+// text) and that losses and final weights match the one-rank run in `one` within `tolerance`;
+// returns the cases' folders in order.
+inline std::vector<std::string> check_meshes_match_one_rank(const std::string& model, const std::string& flags,
+                                                            const std::string& one,
+                                                            const std::vector<MeshCase>& cases,
+                                                            const char* report, double tolerance) {
+    std::vector<std::string> dirs;
+    for (const MeshCase& c : cases) {
+        const std::string dir = out_dir();
+        const std::string log = run(c.ranks, model, default_data(), flags + dir + " " + c.flags);
+        const std::string what = strprintf("mpirun -np %d %s", c.ranks, c.flags);
+        CHECK_MSG(log.find(report) != std::string::npos, "%s:\n%s", what.c_str(), log.c_str());
+        check_same_run(dir, one, 3, tolerance, what.c_str());
+        dirs.push_back(dir);
+    }
+    return dirs;
+}
+
 // A checkpoint moved between meshes: saved at step 2 by `saved_ranks` ranks (0: a plain process) with
 // `saved` flags, resumed by `ranks` with `resumed`.
 struct MeshMove {
