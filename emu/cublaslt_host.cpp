@@ -312,8 +312,15 @@ struct BatchPointers {
     void *d, *bias, *aux;
 };
 
+// Which stand-in algorithm computes the product: the heuristic's candidates 0 and 1 sum over k in one
+// pass; candidate 2 sums each half of k on its own, rounds both partial sums to D's type and then adds
+// them, as a split-k algorithm of the real library does with its OUTPUT_TYPE reduction scheme: the same
+// product, rounded differently (a caller that times candidates must not let that change its results:
+// kernels/matmul.h sets such a candidate aside).
+constexpr uint64_t kSplitKAlgorithm = 2;
+
 void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layout& lc, const Layout& ld,
-                const BatchPointers& ptr, float alpha, float beta) {
+                const BatchPointers& ptr, float alpha, float beta, bool split_k) {
     const int64_t m = p.m, n = p.n, k = p.k;
     const Epilogue& e = p.epilogue;
     std::vector<float> a = widen(ptr.a, la.type, (int64_t)la.rows, (int64_t)la.cols, la.ld);
@@ -321,11 +328,29 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
 
     // z = alpha * op(A) op(B), dense m x n column-major. gemm() is row-major, and a column-major
     // matrix read row-major is its transpose, so it computes zᵀ = op(B)ᵀ op(A)ᵀ (n x m, ld m).
+    // product(k0, kn, out): the sum over k0 <= κ < k0 + kn only (A and B start at their κ = k0).
+    auto product = [&](int64_t k0, int64_t kn, float* out) {
+        const float* a0 = a.data() + (p.trans_a ? k0 : k0 * m);  // op(A) = Aᵀ: A is k x m, ld k
+        const float* b0 = b.data() + (p.trans_b ? k0 * n : k0);  // op(B) = Bᵀ: B is n x k, ld n
+        gemm(p.trans_b, p.trans_a, (int)n, (int)m, (int)kn, alpha, b0, (int)lb.rows, a0, (int)la.rows, 0.0f, out,
+             (int)m);
+    };
     std::vector<float> z((size_t)m * n);
-    if (k == 0) std::fill(z.begin(), z.end(), 0.0f);
-    else
-        gemm(p.trans_b, p.trans_a, (int)n, (int)m, (int)k, alpha, b.data(), (int)lb.rows, a.data(),
-             (int)la.rows, 0.0f, z.data(), (int)m);
+    if (k == 0) {
+        std::fill(z.begin(), z.end(), 0.0f);
+    } else if (split_k && k >= 2) {
+        std::vector<float> second((size_t)m * n);
+        product(0, k / 2, z.data());
+        product(k / 2, k - k / 2, second.data());
+        auto in_output_type = [&](float x) {
+            unsigned char word[4];
+            store(word, ld.type, 0, x);
+            return load(word, ld.type, 0);
+        };
+        for (size_t i = 0; i < z.size(); i++) z[i] = in_output_type(z[i]) + in_output_type(second[i]);
+    } else {
+        product(0, k, z.data());
+    }
 
     // Element-wise epilogue; z keeps each final fp32 value for the bias-gradient sum.
     for (int64_t j = 0; j < n; j++) {
@@ -475,7 +500,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
     }
 }
 
-// --- heuristic search: one algorithm, no workspace, for every problem the stand-in can run
+// --- heuristic search: three algorithms, no workspace, for every problem the stand-in can run
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
     if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
@@ -524,7 +549,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     if (describe_problem(*desc_of(op), *layout_of(a), *layout_of(b), *layout_of(c), *layout_of(d), &problem) !=
         CUBLAS_STATUS_SUCCESS)
         return CUBLAS_STATUS_NOT_SUPPORTED;  // what cuBLASLt answers when no algorithm fits
-    // Up to three candidates, as cuBLASLt offers several (a caller may time them); all compute alike.
+    // Up to three candidates, as cuBLASLt offers several (a caller may time them); the third sums over
+    // k in two halves (kSplitKAlgorithm), so its roundings differ from the first two's.
     *returned = std::min(requested, 3);
     for (int i = 0; i < *returned; i++) {
         results[i] = cublasLtMatmulHeuristicResult_t{};
@@ -541,7 +567,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, const void* alpha, const void* A,
                               cublasLtMatrixLayout_t a_layout, const void* B, cublasLtMatrixLayout_t b_layout,
                               const void* beta, const void* C, cublasLtMatrixLayout_t c_layout, void* D,
-                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* /*algo*/,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
                               void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t stream) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!op || !alpha || !beta || !a_layout || !b_layout || !c_layout || !d_layout)
@@ -560,7 +586,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null matrix pointer");
 
     // The product, with copies of the descriptors (the caller may destroy them once this returns).
-    auto run = [p, desc, la, lb, lc, ld, A, B, C, D, alpha_value, beta_value] {
+    const bool split_k = algo != nullptr && algo->data[0] == kSplitKAlgorithm;
+    auto run = [p, desc, la, lb, lc, ld, A, B, C, D, alpha_value, beta_value, split_k] {
         if (emu::count_library_launch) emu::count_library_launch();
         if (p.m == 0 || p.n == 0) return;
         auto offset = [](const void* base, int32_t type, int64_t elements) {
@@ -574,7 +601,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
             ptr.d = const_cast<char*>(offset(D, ld.type, batch * ld.batch_stride));
             ptr.bias = const_cast<char*>(offset(desc.bias, p.bias_type, batch * desc.bias_batch_stride));
             ptr.aux = const_cast<char*>(offset(desc.aux, p.aux_type, batch * desc.aux_batch_stride));
-            matmul_one(p, la, lb, lc, ld, ptr, alpha_value, beta_value);
+            matmul_one(p, la, lb, lc, ld, ptr, alpha_value, beta_value, split_k);
         }
     };
     if (!(emu::record_work && emu::record_work(stream, "cublasLtMatmul", run))) run();

@@ -89,13 +89,18 @@ struct AdamWKernelArgs {
     size_t global_offset;              // index of this slice's first element in the whole model
 };
 
-// One element's update: m and v in place, returns the new parameter. Written as cpu/adamw.h does.
+// One element's update: m and v in place, returns the new parameter. The formula of cpu/adamw.h, with
+// each multiply-add written as an explicit fmaf: a compiler may otherwise fuse a product and a sum
+// into one rounding in one inlined copy and not in another (nvcc did, between the 128-bit and the
+// element-by-element paths, on an H100), and then shards, slices and unaligned arrays would not get
+// the same bits. Every other operation here is a single product, quotient, sum or square root.
 __device__ __forceinline__ float adamw_step(float p, float grad, float& m, float& v, const AdamWKernelArgs& s) {
     const float g = s.grad_scale * grad;
-    m = s.beta1 * m + (1.0f - s.beta1) * g;
-    v = s.beta2 * v + (1.0f - s.beta2) * g * g;
+    m = fmaf(s.beta1, m, (1.0f - s.beta1) * g);
+    v = fmaf(s.beta2, v, ((1.0f - s.beta2) * g) * g);
     const float m_hat = m / s.m_correction, v_hat = v / s.v_correction;
-    return p - s.learning_rate * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * p);
+    const float direction = fmaf(s.weight_decay, p, m_hat / (sqrtf(v_hat) + s.eps));
+    return fmaf(-s.learning_rate, direction, p);
 }
 
 // Element i of the slice, one at a time (head, tail, and unaligned slices).

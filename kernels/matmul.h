@@ -36,12 +36,13 @@
 // One cuBLASLt handle and one 32 MiB workspace serve the whole program: matmul calls on different
 // streams must not run at the same time. Each configuration (shape, transposes, epilogue, alignments)
 // gets its descriptor and layouts made once and its algorithm chosen once, then cached: on a GPU the
-// heuristic's top candidates (up to kMatmulCandidates) are each timed on the call's own operands and
-// the fastest is kept (matmul_set_autotune; the emulated build takes the heuristic's first unless a
-// test turns timing on); a product that accumulates into D has D kept aside and put back around the
-// timing. So a given configuration always runs the same algorithm; cuBLAS documents bitwise identical
-// results run to run for a given toolkit version, architecture and SM count (its "Results
-// reproducibility" section), so the backward is reproducible bit for bit. The choice happens at the
+// heuristic's top candidates (up to kMatmulCandidates) that compute the same bits as its first are
+// each timed on the call's own operands and the fastest is kept (matmul_fastest; matmul_set_autotune;
+// the emulated build takes the heuristic's first unless a test turns timing on); a product that
+// accumulates into D has D kept aside and put back around the timing. So every run computes what the
+// heuristic's first candidate computes, whichever candidate timed fastest; cuBLAS documents bitwise
+// identical results run to run for a given algorithm, toolkit version, architecture and SM count (its
+// "Results reproducibility" section), so a run is reproducible bit for bit. The choice happens at the
 // first call of a configuration, which must not be inside a CUDA graph capture (the trainer's first
 // step runs eagerly); a configuration first met inside a capture takes the heuristic's first.
 // Where cuBLASLt has no algorithm for a fused epilogue, the same result is computed in separate
@@ -176,6 +177,24 @@ inline int bias_grad_bands(int N, int OC) {
     return std::max(1, std::min(wanted, most));
 }
 
+// A fingerprint of a matrix's bits: Σ_i mix(i, word_i) over its 16-bit words, mod 2^64. Integer sums
+// do not depend on their order, so it is the same in every run; two candidates' outputs with equal
+// fingerprints are, but for a 2^-64 chance, the same bits. One thread per word (grid-stride), one
+// integer atomic per warp.
+__device__ __forceinline__ unsigned long long matmul_mix_word(unsigned long long index, unsigned short word) {
+    unsigned long long x = (index << 16 | word) + 0x9E3779B97F4A7C15ull;  // splitmix64's finaliser
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+__global__ void matmul_fingerprint_kernel(unsigned long long* out, const unsigned short* words, size_t n) {
+    unsigned long long sum = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        sum += matmul_mix_word(i, words[i]);
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0) atomicAdd(out, sum);
+}
+
 // ================================================================================================
 // cuBLASLt: the program-wide handle, workspace and algorithm cache.
 
@@ -209,6 +228,7 @@ struct MatmulAlgoChoice {
     cublasLtMatrixLayout_t a, b, d;
     int candidates;  // the heuristic's candidates, and how many of them were timed (0: none)
     int timed;
+    int set_aside;   // candidates not timed because their bits differ from the heuristic's first
 };
 constexpr int kMatmulCandidates = 8;
 
@@ -364,12 +384,31 @@ inline void matmul_run(const MatmulAlgoChoice& c, const cublasLtMatmulAlgo_t& al
                                 ctx.workspace, MATMUL_WORKSPACE_BYTES, stream));
 }
 
-// The fastest of the candidates on these operands: each run once to warm up, then timed over a few
-// runs (CUDA events, on the call's stream; the host waits: set-up time, not a step's). A product that
-// accumulates into D has D copied aside first and back after; any other output (D, the GELU matrix,
-// a bias gradient) is rewritten by the call that follows.
-inline cublasLtMatmulAlgo_t matmul_fastest(const MatmulAlgoChoice& c, const cublasLtMatmulHeuristicResult_t* results,
-                                           int count, floatX* d, const floatX* a, const floatX* b, cudaStream_t stream) {
+// The fingerprint (matmul_fingerprint_kernel) of `bytes` bytes at p; the host waits for it.
+inline unsigned long long matmul_fingerprint(const void* p, size_t bytes, unsigned long long* scratch,
+                                             cudaStream_t stream) {
+    CUDA_CHECK(cudaMemsetAsync(scratch, 0, sizeof(*scratch), stream));
+    const size_t words = bytes / 2;
+    const int block = 256, grid = (int)std::min<size_t>(1024, std::max<size_t>(1, ceil_div(words, (size_t)block)));
+    LAUNCH(matmul_fingerprint_kernel, grid, block, 0, stream, scratch, static_cast<const unsigned short*>(p), words);
+    unsigned long long fingerprint = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&fingerprint, scratch, sizeof(fingerprint), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return fingerprint;
+}
+
+// The fastest of the candidates on these operands that compute the heuristic's first candidate's bits.
+// cuBLASLt's algorithms differ in how they split and order the sum over k (tile shapes, split-k,
+// stream-k), so two candidates may give different roundings; a choice by timing alone would then make
+// the bits of a run depend on which one happened to be faster at start-up. So each candidate first
+// runs once from the same D, and one whose output (D, and the bias gradient of a BGRAD epilogue) has
+// another fingerprint than the first candidate's is set aside; the others are timed over a few runs
+// (CUDA events, on the call's stream; the host waits: set-up time, not a step's). A product that
+// accumulates into D has D copied aside first and put back before each candidate and at the end; any
+// other output (D, the GELU matrix, a bias gradient) is rewritten by the call that follows.
+inline cublasLtMatmulAlgo_t matmul_fastest(MatmulAlgoChoice& c, const cublasLtMatmulHeuristicResult_t* results,
+                                           int count, floatX* d, const floatX* a, const floatX* b,
+                                           const floatX* bias_gradient, cudaStream_t stream) {
 #ifdef EMU_CUDA
     const int runs = 1;  // the emulator's times mean nothing: run each once, for the save and restore
 #else
@@ -381,24 +420,45 @@ inline cublasLtMatmulAlgo_t matmul_fastest(const MatmulAlgoChoice& c, const cubl
         CUDA_CHECK(cudaMalloc(&saved, d_bytes));
         CUDA_CHECK(cudaMemcpyAsync(saved, d, d_bytes, cudaMemcpyDeviceToDevice, stream));
     }
+    unsigned long long* scratch = nullptr;
+    CUDA_CHECK(cudaMalloc(&scratch, sizeof(*scratch)));
+    auto fingerprint = [&] {
+        unsigned long long f = matmul_fingerprint(d, d_bytes, scratch, stream);
+        if (bias_gradient) {  // BGRADB: one value per column of D; BGRADA, DGELU_BGRAD: per row
+            const size_t values = c.key.epilogue == CUBLASLT_EPILOGUE_BGRADB ? c.key.n : c.key.m;
+            f ^= 31 * matmul_fingerprint(bias_gradient, values * sizeof(floatX), scratch, stream);
+        }
+        return f;
+    };
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    int best = 0;
+    int best = 0, first = -1;
     float best_ms = 0;
+    unsigned long long first_bits = 0;
     for (int i = 0; i < count; i++) {
         if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > MATMUL_WORKSPACE_BYTES) continue;
+        if (saved) CUDA_CHECK(cudaMemcpyAsync(d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
         matmul_run(c, results[i].algo, d, a, b, stream);
+        const unsigned long long bits = fingerprint();
+        if (first < 0) {
+            first = best = i;
+            first_bits = bits;
+        } else if (bits != first_bits) {
+            c.set_aside++;
+            continue;
+        }
         CUDA_CHECK(cudaEventRecord(start, stream));
         for (int r = 0; r < runs; r++) matmul_run(c, results[i].algo, d, a, b, stream);
         CUDA_CHECK(cudaEventRecord(stop, stream));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+        if (i == first || ms < best_ms) best = i, best_ms = ms;
     }
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
+    CUDA_CHECK(cudaFree(scratch));
     if (saved) {
         CUDA_CHECK(cudaMemcpyAsync(d, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -427,7 +487,7 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
     for (MatmulAlgoChoice& c : ctx.algos)
         if (c.key == key) choice = &c;
     if (!choice) {  // first call of this configuration: its descriptors, and its algorithm
-        MatmulAlgoChoice fresh{key, false, {}, nullptr, nullptr, nullptr, nullptr, 0, 0};
+        MatmulAlgoChoice fresh{key, false, {}, nullptr, nullptr, nullptr, nullptr, 0, 0, 0};
         matmul_make_descriptors(&fresh, epilogue);
         matmul_set_pointers(fresh, bias, aux);
         cublasLtMatmulPreference_t preference;
@@ -455,7 +515,11 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
         if (fresh.found) {
             fresh.algo = results[0].algo;
             if (ctx.autotune && returned > 1 && !matmul_stream_capturing(stream)) {
-                fresh.algo = matmul_fastest(fresh, results, returned, d, a, b, stream);
+                const bool writes_bias_gradient = epilogue == CUBLASLT_EPILOGUE_BGRADB ||
+                                                  epilogue == CUBLASLT_EPILOGUE_BGRADA ||
+                                                  epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+                fresh.algo = matmul_fastest(fresh, results, returned, d, a, b, writes_bias_gradient ? bias : nullptr,
+                                            stream);
                 fresh.timed = returned;
             }
         }
@@ -483,6 +547,12 @@ inline int matmul_timed_configurations() {
     int timed = 0;
     for (const MatmulAlgoChoice& c : matmul_context().algos) timed += c.timed > 0;
     return timed;
+}
+// How many candidates the timing set aside for computing other bits than the heuristic's first.
+inline int matmul_candidates_set_aside() {
+    int set_aside = 0;
+    for (const MatmulAlgoChoice& c : matmul_context().algos) set_aside += c.set_aside;
+    return set_aside;
 }
 
 // ---- the record of refused epilogues, for a start-up report. A refusal costs speed, not accuracy

@@ -142,8 +142,9 @@ for p in "${built[@]}"; do
 done
 
 # The scripts gpu_check.sh runs, as they were when these programs were built (dev/gpt2_torch.py: the
-# PyTorch reference and speed peer, run with the GPU machine's PyTorch).
-for s in test/kernels/gpu_kernel_tests.sh test/emu/gpu_vs_emu.sh dev/gpt2_torch.py; do
+# PyTorch reference and speed peer; dev/attention_torch.py: the attention benchmark's peer; both run
+# with the GPU machine's PyTorch).
+for s in test/kernels/gpu_kernel_tests.sh test/emu/gpu_vs_emu.sh dev/gpt2_torch.py dev/attention_torch.py; do
     [ -e "$s" ] && mkdir -p "$stage/$(dirname "$s")" && cp "$s" "$stage/$s"
 done
 

@@ -294,7 +294,9 @@ TEST(one_rank_nccl_paths_match_no_communication) {
 
 // The memory line of the start-up report is what the device gives the model: for every ZeRO stage
 // and recomputation level, the bytes the report adds up equal the device memory the model's
-// construction took (the emulated device counts every cudaMalloc), and equal the --dry-run plan.
+// construction took (the emulated device counts every cudaMalloc), and equal the --dry-run plan. A
+// real device hands out memory in pages of 2 MiB (an H100 took 14,680,064 bytes, 7 pages, for a
+// report of 13,904,640): there the memory taken is the report rounded up to whole pages, at most.
 TEST(memory_report_equals_device_allocation) {
     const GPTConfig c = odd_config();
     ncclUniqueId id;
@@ -313,9 +315,15 @@ TEST(memory_report_equals_device_allocation) {
             GPUModel gpu(c, opt, {&one_rank, comm});
             CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
             const ModelMemory m = gpu.memory();
-            CHECK_MSG(m.total() == free_before - free_after && m.total() == gpu.allocated_bytes(),
-                      "-z %d -r %d: report %zu bytes, device %zu", zero_stage, recompute, m.total(),
-                      free_before - free_after);
+            const size_t taken = free_before - free_after;
+#ifdef EMU_CUDA
+            const bool as_reported = taken == m.total();
+#else
+            const size_t page = (size_t)2 << 20;
+            const bool as_reported = taken <= (m.total() + page - 1) / page * page;
+#endif
+            CHECK_MSG(as_reported && m.total() == gpu.allocated_bytes(), "-z %d -r %d: report %zu bytes, device %zu",
+                      zero_stage, recompute, m.total(), taken);
             const ModelMemory plan = plan_gpu_memory(c, opt, 1, true);
             CHECK_MSG(plan.parameters == m.parameters && plan.gradients == m.gradients &&
                           plan.master_weights == m.master_weights &&
