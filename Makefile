@@ -49,10 +49,11 @@ $(BUILD)/%.o: %.cpp
 # The test harness main(), linked into every C++ test program.
 TEST_MAIN := $(BUILD)/test/test_main.o
 
-# Order matters: later fragments use the object lists earlier ones define
-# (HOST_OBJS/HOST_LIBS from host/, CPU_OBJS/CPU_LIBS from cpu/, EMU_* from emu/).
-include $(wildcard host/build.mk data/build.mk cpu/build.mk emu/build.mk emu/stand_ins.mk \
-                   kernels/build.mk test/build.mk)
+# Order matters: later fragments use the object lists earlier ones define (BASE_OBJS from base/,
+# PLAN_OBJS and PARALLEL_OBJS from parallel/, HOST_OBJS/HOST_LIBS from train/, CPU_OBJS/CPU_LIBS
+# from cpu/, EMU_* from emu/).
+include $(wildcard base/build.mk parallel/build.mk train/build.mk data/build.mk cpu/build.mk \
+                   emu/build.mk emu/stand_ins.mk kernels/build.mk test/build.mk)
 
 # The CPU reference trainer: shared host code + the fp32 CPU model.
 PROGRAMS += $(BIN)/train_gpt_cpu
@@ -99,8 +100,8 @@ ifneq ($(CUDA_INCLUDE),)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_CUBLASLT_LIBS) $(CPU_LIBS) $(HOST_LIBS) $(TOKENIZER_LIBS)
 endif
 # The test links the CPU decoder to judge the bf16 GPU path's tokens.
-TESTS += $(BUILD)/test/host/test_generate
-$(BUILD)/test/host/test_generate: $(BUILD)/test/host/test_generate.o $(CPU_OBJS) $(HOST_OBJS) $(TEST_MAIN) \
+TESTS += $(BUILD)/test/train/test_generate
+$(BUILD)/test/train/test_generate: $(BUILD)/test/train/test_generate.o $(CPU_OBJS) $(HOST_OBJS) $(TEST_MAIN) \
                                   | $(BIN)/generate $(BIN)/train_gpt_cpu $(GENERATE_EMU)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
@@ -136,10 +137,9 @@ $(BIN)/dev/bin/bench_generate: $(BUILD)/dev/bench_generate.o $(CPU_OBJS) $(HOST_
 # CPU trainer under that name, saying in one line that it was built without CUDA. ./train_gpt_emu (and
 # train_gpt_emu_fp32) is train_gpt.cu built through the emulator (emu/): the real kernels on the CPU,
 # for the tests. Both link the CPU model too: train_gpt falls back to it when there is no device.
-# Data parallelism (parallel/): ranks over MPI, and NCCL (the real one under nvcc, the stand-in over MPI in
-# the emulated build).
+# Every parallelism (parallel/comm/, PARALLEL_OBJS): ranks over MPI, and NCCL (the real one under
+# nvcc, the stand-in over MPI in the emulated build).
 TRAINER_HOST_OBJS := $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
-PARALLEL_OBJS := $(BUILD)/parallel/mpi_ranks.o $(BUILD)/parallel/mesh_communicators.o
 $(PARALLEL_OBJS): CXXFLAGS += $(MPI_CXXFLAGS) $(STAND_INS_CXXFLAGS)
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)

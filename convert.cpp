@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "base/formats.h"
+#include "base/model_descriptor.h"
+#include "base/model_file.h"
+#include "base/repository.h"
 #include "data/pinned_vocab.h"
-#include "host/checkpoint.h"
-#include "host/errors.h"
-#include "host/file_io.h"
-#include "host/formats.h"
-#include "host/hf_gpt2.h"
-#include "host/model_descriptor.h"
-#include "host/model_file.h"
-#include "host/repository.h"
+#include "train/checkpoint.h"
+#include "train/hf_gpt2.h"
 
 static const char* const USAGE = R"(usage:
   ./convert export-hf SRC DIR [--dtype fp32|bf16|fp16] [--vocab VOCAB_DIR]

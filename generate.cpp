@@ -23,22 +23,22 @@
 #include <string>
 #include <vector>
 
+#include "base/decode_table.h"
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "base/model_descriptor.h"
+#include "base/model_file.h"
+#include "base/repository.h"
+#include "base/rng.h"
 #include "cpu/gpt_cpu.h"
 #include "cpu/gpt_decode.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/pinned_vocab.h"
-#include "host/cached_sampling.h"
-#include "host/checkpoint.h"
-#include "host/dataloader.h"
-#include "host/decode_table.h"
-#include "host/errors.h"
-#include "host/file_io.h"
-#include "host/memory_check.h"
-#include "host/model_descriptor.h"
-#include "host/model_file.h"
-#include "host/repository.h"
-#include "host/rng.h"
-#include "host/sampling.h"
+#include "train/cached_sampling.h"
+#include "train/checkpoint.h"
+#include "train/dataloader.h"
+#include "train/memory_check.h"
+#include "train/sampling.h"
 
 // Built by nvcc, or through the emulator (build/generate_emu): the GPU path too.
 #if defined(__CUDACC__) || defined(EMU_CUDA)

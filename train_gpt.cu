@@ -1,7 +1,7 @@
 // train_gpt: trains GPT-2 on NVIDIA GPUs with the hand-written kernels of kernels/ and cuBLASLt.
 // bf16 weights, activations and gradients (fp32 with -DENABLE_FP32), fp32 master weights and AdamW
 // moments, activation recomputation (-r), gradient accumulation (-d). The training loop itself
-// (flags, data, schedule, checkpoints, metrics, sampling) is the shared one of host/train_loop.h; this
+// (flags, data, schedule, checkpoints, metrics, sampling) is the shared one of train/train_loop.h; this
 // file is the GPU model behind its interface, read top to bottom:
 //   1. the buffers: parameters, gradients, optimizer state, activations, scratch — all allocated once
 //   2. forward: embeddings, the transformer blocks, final LayerNorm, logits, loss
@@ -11,8 +11,8 @@
 //   5. update: gradient norm and AdamW on the parameters this rank owns
 //   6. main(): ranks from MPI, the device (or the CPU when there is none), then the loop
 // Several GPUs (`mpirun -np N ./train_gpt`), as a mesh of data × pipeline × tensor ranks
-// (parallel/mesh.h): data parallelism with ZeRO (-z, parallel/zero.h), tensor parallelism (-tp,
-// parallel/tensor_parallel.h), pipeline parallelism (-pp, parallel/pipeline_parallel.h). Where data
+// (parallel/plan/mesh.h): data parallelism with ZeRO (-z, parallel/comm/zero.h), tensor parallelism (-tp,
+// parallel/comm/tensor_parallel.h), pipeline parallelism (-pp, parallel/comm/pipeline_parallel.h). Where data
 // crosses ranks the code below makes one named call (store_, tp_, pipeline_); the kernels compute on
 // this rank's slice only.
 // Built by nvcc it is ./train_gpt; built through the emulator (emu/) it is ./train_gpt_emu, which runs
@@ -28,12 +28,11 @@
 
 #include <nccl.h>
 
+#include "base/errors.h"
 #include "cpu/cpu_train_model.h"
 #include "gpu/cuda_graphs.h"
+#include "gpu/device_info.h"
 #include "gpu/gpt_decode.h"
-#include "host/errors.h"
-#include "host/gpu_telemetry.h"
-#include "host/train_loop.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
 #include "kernels/chunked_classifier.h"
@@ -47,15 +46,16 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/step_guard.h"
-#include "parallel/mesh.h"
-#include "parallel/mesh_communicators.h"
-#include "parallel/mpi_ranks.h"
-#include "parallel/nccl_check.h"
-#include "parallel/param_buckets.h"
-#include "parallel/pipeline_parallel.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/tensor_parallel.h"
-#include "parallel/zero.h"
+#include "parallel/comm/mesh_communicators.h"
+#include "parallel/comm/mpi_ranks.h"
+#include "parallel/comm/nccl_check.h"
+#include "parallel/comm/pipeline_parallel.h"
+#include "parallel/comm/tensor_parallel.h"
+#include "parallel/comm/zero.h"
+#include "parallel/plan/mesh.h"
+#include "parallel/plan/param_buckets.h"
+#include "parallel/plan/pipeline_schedule.h"
+#include "train/train_loop.h"
 
 // ------------------------------------------------------------------------------------------------
 // 1. Buffers
@@ -76,7 +76,7 @@ static Stage make_stage(const GPTConfig& config, const TrainOptions& opt, const 
 
 // What the forward pass keeps for the backward pass, for micro-batches of up to N = B·T positions.
 // Per-layer tensors hold a slice per layer of the stage and per micro-batch in flight (slot). With
-// tensor parallelism over T ranks (parallel/tensor_parallel.h) the attention and MLP activations hold
+// tensor parallelism over T ranks (parallel/comm/tensor_parallel.h) the attention and MLP activations hold
 // this rank's heads and hidden units (C/T, 3C/T, 4C/T wide), and with sequence parallelism the residual
 // stream and the LayerNorms hold this rank's Nl = N/T positions (Nl = N otherwise). With
 // recomputation, some tensors hold one slice that every layer and slot reuses, and backward recomputes
@@ -128,7 +128,7 @@ struct Activations {
 
 // This process among the ranks of the run: the host group (MPI) and the world's NCCL communicator (null
 // without an MPI launcher: then there is nothing to communicate). The model places itself in the mesh
-// of -tp and -pp (parallel/mesh.h) and splits the communicator into its groups'.
+// of -tp and -pp (parallel/plan/mesh.h) and splits the communicator into its groups'.
 struct WorldRanks {
     RankGroup* ranks;
     ncclComm_t nccl = nullptr;
@@ -254,7 +254,7 @@ static ModelSlice model_slice(const Mesh& mesh, const Stage& stage) {
 }
 
 // Bytes one rank sends in its tensor group per optimizer step of `micro_steps` micro-steps: the
-// collectives of forward_stage, run_classifier and backward_stage (parallel/tensor_parallel.h),
+// collectives of forward_stage, run_classifier and backward_stage (parallel/comm/tensor_parallel.h),
 // counted here without running them (GPUModel checks its first micro-step against this). Per
 // micro-step, with n = N·C elements of one (N, C) activation and Ls the stage's layers:
 //   sequence parallel   forward: the embeddings' reduce-scatter (first stage); per layer 2 gathers and
@@ -407,7 +407,7 @@ public:
 
 private:
     // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb): this rank's slice of its
-    // weights and of its gradients, wherever the ZeRO stage keeps its bucket now (parallel/zero.h).
+    // weights and of its gradients, wherever the ZeRO stage keeps its bucket now (parallel/comm/zero.h).
     floatX* p(int t, int l = 0) const {
         return store_.weights(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
     }
@@ -581,7 +581,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
     // MFU's denominator for any GPU: its SM count × its peak SM clock × the dense bf16 tensor-core
-    // FLOPs per clock of an SM of its compute capability (host/gpu_telemetry.h); 0 (MFU n/a) where
+    // FLOPs per clock of an SM of its compute capability (base/gpu_telemetry.h); 0 (MFU n/a) where
     // the capability's rate is not known, and on the emulated device.
     peak_flops_ = cuda_device_peak_bf16_flops(device_);
     if (peak_flops_ > 0) {
@@ -917,7 +917,7 @@ void GPUModel::reduce_gradients(int bucket, bool last_micro_step) {
 // it; a stage other than the first sends what is left, the gradient of its input, to the previous
 // one. Matmul and attention backward overwrite their input gradients; every parameter gradient is
 // added into, so micro-steps accumulate. As soon as a bucket's gradients are final for this
-// micro-step, they are reduced across the data ranks (parallel/zero.h says when and how for each ZeRO
+// micro-step, they are reduced across the data ranks (parallel/comm/zero.h says when and how for each ZeRO
 // stage): the final LayerNorm's first, then each layer's, the embeddings' last. Under ZeRO-3 each
 // layer's weights are gathered again, the next layer down while this one computes. Under tensor
 // parallelism the column-parallel products' input gradients are partial sums, reduced like the
@@ -1077,7 +1077,7 @@ void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
 }
 
 // Every micro-batch read and staged first; then, without a pipeline, the micro-steps one after the
-// other; with one, this stage's actions in the schedule's order (parallel/pipeline_schedule.h),
+// other; with one, this stage's actions in the schedule's order (parallel/plan/pipeline_schedule.h),
 // micro-batch i in slot i mod slots; the first and last stage then sum the tied embedding's gradients.
 // The loss stays on the device (control->totals).
 void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_batch) {
@@ -1222,7 +1222,7 @@ void GPUModel::issue_update(const AdamWSettings& constants) {
     store_.adamw(&c->adamw, constants);
 }
 
-// AdamW on the parameters this rank owns (parallel/zero.h). The stochastic rounding of the bf16
+// AdamW on the parameters this rank owns (parallel/comm/zero.h). The stochastic rounding of the bf16
 // weights draws from a stream that depends on the run's seed, the step and each parameter's index in
 // the model, so runs, resumed runs and runs on other numbers of ranks or other ZeRO stages round alike.
 uint32_t GPUModel::rounding_seed(int step) const {
@@ -1239,7 +1239,7 @@ void GPUModel::update(const AdamWSettings& s, int step) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Parameters and optimizer state in and out (fp32 on the host, ParamLayout order; parallel/zero.h
+// Parameters and optimizer state in and out (fp32 on the host, ParamLayout order; parallel/comm/zero.h
 // converts to and from where the stage keeps them).
 
 WeightType GPUModel::working_weight_type() const {

@@ -1,11 +1,11 @@
 // train_gpt_cpu: trains GPT-2 on the CPU in fp32, with the reference model of cpu/gpt_cpu.h.
 // The training loop (flags, data, schedule, checkpoints, metrics, sampling) is the shared one of
-// host/train_loop.h, driving the CPU model of cpu/cpu_train_model.h; this file is only main().
+// train/train_loop.h, driving the CPU model of cpu/cpu_train_model.h; this file is only main().
 #include <cstdio>
 
 #include "cpu/cpu_train_model.h"
-#include "host/memory_check.h"
-#include "host/train_loop.h"
+#include "train/memory_check.h"
+#include "train/train_loop.h"
 
 int main(int argc, char** argv) {
 #ifdef TRAIN_GPT_WITHOUT_CUDA  // built as ./train_gpt where make found no nvcc

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "base/errors.h"
 #include "cpu/gemm.h"
 #include "cpu/gpt_cpu.h"
 #include "cpu/gpt_decode.h"
-#include "host/errors.h"
 
 TrainOptions cpu_trainer_defaults() {
     TrainOptions o;

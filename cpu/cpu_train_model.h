@@ -1,11 +1,11 @@
 // The fp32 CPU reference model (cpu/gpt_cpu.h) behind the training loop's model interface
-// (host/train_model.h), and the defaults of a CPU run. Used by train_gpt_cpu, and by train_gpt when
+// (base/train_model.h), and the defaults of a CPU run. Used by train_gpt_cpu, and by train_gpt when
 // it finds no CUDA device (or was built without nvcc).
 #pragma once
 #include <memory>
 
-#include "host/train_flags.h"
-#include "host/train_model.h"
+#include "base/train_model.h"
+#include "base/train_options.h"
 
 // Defaults sized for a 2-core CPU: a 4-layer, 128-channel GPT-2 on Jane Austen trains for about
 // three minutes (0.7 epoch) and its validation loss falls from 10.8 to about 5.9.

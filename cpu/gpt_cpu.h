@@ -1,12 +1,12 @@
 // The fp32 CPU reference GPT-2: forward pass, backward pass and AdamW over contiguous buffers.
 // This is the compute half of train_gpt_cpu; everything else (flags, data, schedule, checkpoints,
-// logging) is the shared host code in host/. It is also the ground truth the CUDA kernels are tested
+// logging) is the shared host code in train/ and base/. It is also the ground truth the CUDA kernels are tested
 // against.
 #pragma once
 #include <vector>
 
-#include "host/gpt_config.h"
-#include "host/train_model.h"  // AdamWSettings
+#include "base/gpt_config.h"
+#include "base/train_model.h"  // AdamWSettings
 
 struct GPTCpu;  // parameters, gradients, AdamW moments and activations (defined in cpu/gpt_cpu.cpp)
 

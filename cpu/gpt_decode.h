@@ -10,7 +10,7 @@
 #pragma once
 #include <cstddef>
 
-#include "host/gpt_config.h"
+#include "base/gpt_config.h"
 
 struct GPTDecoder;  // the caches and one position's activations (cpu/gpt_decode.cpp)
 

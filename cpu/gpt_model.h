@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/gpt_config.h"
 #include "cpu/adamw.h"
 #include "cpu/attention.h"
 #include "cpu/crossentropy.h"
@@ -22,7 +23,6 @@
 #include "cpu/matmul.h"
 #include "cpu/parallel.h"
 #include "cpu/residual.h"
-#include "host/gpt_config.h"
 
 template <typename Real>
 void fill_zero(std::vector<Real>& v, size_t n) {

@@ -3,8 +3,8 @@
 TOKENIZER_OBJS := $(addprefix $(BUILD)/data/, gpt2_vocab.o pretokenize.o gpt2_tokenizer.o \
                     read_file.o pinned_vocab.o parallel_encode.o progress.o dataset.o \
                     token_shard.o rdata_reader.o janeausten.o) \
-                  $(BUILD)/host/errors.o $(BUILD)/host/file_io.o $(BUILD)/host/decode_table.o \
-                  $(BUILD)/host/repository.o
+                  $(BUILD)/base/errors.o $(BUILD)/base/file_io.o $(BUILD)/base/decode_table.o \
+                  $(BUILD)/base/repository.o
 TOKENIZER_LIBS := -lpcre2-8 -lz -lcrypto
 
 PROGRAMS += $(BIN)/data/prepare
@@ -15,7 +15,7 @@ $(BIN)/data/prepare: $(BUILD)/data/prepare.o $(TOKENIZER_OBJS)
 # Tests: unit tests of the parts (C++), and data/prepare end to end against node references (script).
 TESTS += $(BUILD)/test/data/test_tokenizer test/data/test_prepare.sh
 $(BUILD)/test/data/test_tokenizer: $(BUILD)/test/data/test_tokenizer.o $(TEST_MAIN) $(TOKENIZER_OBJS) \
-                                   $(BUILD)/host/dataloader.o $(BUILD)/host/rng.o
+                                   $(BUILD)/train/dataloader.o $(BUILD)/base/rng.o
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
 

@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base/errors.h"
+#include "base/formats.h"
 #include "data/parallel_encode.h"
 #include "data/read_file.h"
 #include "data/token_shard.h"
-#include "host/errors.h"
-#include "host/formats.h"
 
 namespace fs = std::filesystem;
 

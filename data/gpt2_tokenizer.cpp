@@ -1,7 +1,7 @@
 // Byte-level BPE encode and decode (see gpt2_tokenizer.h).
 #include "data/gpt2_tokenizer.h"
 
-#include "host/errors.h"
+#include "base/errors.h"
 
 // BPE inside one piece, as encoder.py's bpe(): repeatedly find the adjacent pair with the lowest
 // merge rank and merge every occurrence of it, left to right, until no adjacent pair is a merge.

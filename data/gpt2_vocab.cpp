@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/errors.h"
+#include "base/formats.h"
 #include "data/read_file.h"
-#include "host/errors.h"
-#include "host/formats.h"
 
 // GPT-2's byte <-> unicode table: bytes that are printable Latin-1 characters ('!'..'~', '¡'..'¬',
 // '®'..'ÿ') stand for themselves; the other 68 bytes, in increasing order, become U+0100, U+0101, ...

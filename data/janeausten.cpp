@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "base/errors.h"
 #include "data/rdata_reader.h"
-#include "host/errors.h"
 
 // Titles as the first line of each novel reads (case aside), in publication order.
 static const char* const NOVELS_IN_ORDER[] = {"SENSE AND SENSIBILITY", "PRIDE AND PREJUDICE",

@@ -3,9 +3,9 @@
 
 #include <openssl/evp.h>
 
+#include "base/errors.h"
+#include "base/file_io.h"
 #include "data/read_file.h"
-#include "host/errors.h"
-#include "host/file_io.h"
 
 std::string sha256_of_file(const std::string& path) {
     const std::string bytes = read_file(path);

@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "base/decode_table.h"
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "base/formats.h"
+#include "base/repository.h"
 #include "data/dataset.h"
 #include "data/janeausten.h"
 #include "data/pinned_vocab.h"
 #include "data/token_shard.h"
-#include "host/decode_table.h"
-#include "host/errors.h"
-#include "host/file_io.h"
-#include "host/formats.h"
-#include "host/repository.h"
 
 static const char* const USAGE = R"(usage: data/prepare COMMAND [ARGS] [OPTIONS]
 

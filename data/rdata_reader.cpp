@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <zlib.h>
 
+#include "base/errors.h"
 #include "data/read_file.h"
-#include "host/errors.h"
 
 // R's SEXP type codes and CHARSXP encoding flags (in the "levels" bits, above bit 12 of the flags).
 constexpr int CHARSXP = 9, STRSXP = 16;

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <sys/stat.h>
 
-#include "host/errors.h"
+#include "base/errors.h"
 
 std::string read_file(const std::string& path) {
     struct stat info;

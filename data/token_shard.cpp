@@ -1,9 +1,9 @@
 // Token shard writing and reading (see token_shard.h).
 #include "data/token_shard.h"
 
-#include "host/errors.h"
-#include "host/file_io.h"
-#include "host/formats.h"
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "base/formats.h"
 
 void write_token_shard(const std::string& path, const uint16_t* tokens, size_t count) {
     if (count > MAX_SHARD_TOKENS)

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "base/model_descriptor.h"
 #include "cpu/gpt_cpu.h"
 #include "cpu/gpt_decode.h"
-#include "host/model_descriptor.h"
 
 template <typename Fn>
 static double median_ms(int reps, Fn&& fn) {

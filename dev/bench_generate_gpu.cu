@@ -12,10 +12,10 @@
 
 #include <chrono>
 
+#include "base/gpt_init.h"
+#include "base/model_descriptor.h"
+#include "base/rng.h"
 #include "gpu/gpt_decode.h"
-#include "host/gpt_init.h"
-#include "host/model_descriptor.h"
-#include "host/rng.h"
 
 template <typename Fn>
 static double median_ms(int reps, Fn&& fn) {

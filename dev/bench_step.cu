@@ -29,12 +29,12 @@
 #include <chrono>
 #include <functional>
 
+#include "base/gpt_init.h"
+#include "base/model_descriptor.h"
+#include "base/rng.h"
 #include "dev/cuda/bench.h"
 #include "dev/cuda/gemm_ceiling.h"
-#include "host/dataloader.h"
-#include "host/gpt_init.h"
-#include "host/model_descriptor.h"
-#include "host/rng.h"
+#include "train/dataloader.h"
 
 namespace {
 

@@ -12,10 +12,10 @@
 #include <unistd.h>
 #include <vector>
 
+#include "base/errors.h"
 #include "data/janeausten.h"
 #include "data/parallel_encode.h"
 #include "data/pinned_vocab.h"
-#include "host/errors.h"
 
 // Median seconds of `runs` encodings of the corpus on `threads` threads; tokens counts the output.
 static double median_encode_seconds(const Gpt2Tokenizer& tokenizer,

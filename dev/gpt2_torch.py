@@ -8,7 +8,7 @@ Two modes:
             batch in the order of our DataLoader (sequential mode, one rank), with our optimizer
             settings, and prints one line per step in our trainer's format. With --compare LOG (our
             trainer's output for the same flags) it checks that the losses of every step agree and
-            exits 1 where they do not. The training step is the one of host/train_loop.cpp:
+            exits 1 where they do not. The training step is the one of train/train_loop.cpp:
               - micro-batch c of B*T+1 consecutive tokens; inputs and targets shifted by one;
                 -d gives gradient accumulation (each micro-batch's loss scaled by 1/steps);
               - global gradient norm; gradients scaled by 1/norm when the norm exceeds 1.0;
@@ -98,7 +98,7 @@ class Config:
         return sum(math.prod(shape) for _, shape in self.tensor_shapes())
 
     def training_flops_per_token(self, T):
-        """As host/train_loop.cpp counts them: 6 per parameter plus causal attention's 6*L*C*T."""
+        """As train/train_loop.cpp counts them: 6 per parameter plus causal attention's 6*L*C*T."""
         return 6.0 * self.num_parameters() + 6.0 * self.num_layers * self.channels * T
 
 
@@ -146,7 +146,7 @@ def read_model_file(path):
 
 
 def read_token_shard(path, vocab_size):
-    """A token shard (GUIDE §2) -> int64 tensor of its tokens, checked as host/dataloader.cpp does."""
+    """A token shard (GUIDE §2) -> int64 tensor of its tokens, checked as train/dataloader.cpp does."""
     h = read_header(path)
     if h[0] != SHARD_MAGIC:
         raise InputError(f"{path}: not a token shard (magic {h[0]}, expected {SHARD_MAGIC})")
@@ -280,7 +280,7 @@ class GPT2(nn.Module):
 
     @torch.no_grad()
     def init_gpt2(self, seed):
-        """GPT-2's initialisation (as host/gpt_init.h, drawn by torch): weight matrices normal(0,
+        """GPT-2's initialisation (as base/gpt_init.h, drawn by torch): weight matrices normal(0,
         0.02), residual projections scaled by 1/sqrt(2L), padded wte rows zero, biases zero,
         LayerNorm weights one. For the speed benchmark: random weights, never zeros."""
         generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -335,7 +335,7 @@ def global_grad_norm(model):
 
 
 def step_line(step, steps, loss, lr, norm, ms, tokens_per_s, mfu="n/a", eta_s=0.0):
-    """Our trainer's step line (host/train_loop.cpp), so scripts read both alike."""
+    """Our trainer's step line (train/train_loop.cpp), so scripts read both alike."""
     eta = int(round(eta_s))
     eta_text = f"{eta // 3600}h{eta // 60 % 60:02d}m" if eta >= 3600 else f"{eta // 60}m{eta % 60:02d}s"
     return (f"step {step}/{steps} | loss {loss:.4f} | lr {lr:.2e} | norm {norm:.3f} | {ms:.1f} ms | "

@@ -17,8 +17,8 @@
 #include <functional>
 #include <vector>
 
-#include "host/errors.h"
-#include "host/gpt_config.h"
+#include "base/errors.h"
+#include "base/gpt_config.h"
 #include "kernels/common.h"
 #include "kernels/decode_attention.h"
 #include "kernels/device_arena.h"

@@ -1,6 +1,6 @@
 // ./generate on the GPU: the model file's weights uploaded once, in floatX (bf16, or fp32 with
 // -DENABLE_FP32), in ParamLayout order, and GPUDecoder (gpu/gpt_decode.h) stepping one token at a
-// time through its key/value cache over them; generate.cpp runs it behind host/cached_sampling.h, as
+// time through its key/value cache over them; generate.cpp runs it behind train/cached_sampling.h, as
 // it runs the CPU decoder. Device memory: the weights (P·sizeof(floatX)), the decoder's caches and
 // one position's activations (GPUDecoder::device_bytes) and cuBLASLt's workspace, checked against
 // what the device has free before anything is allocated. Header-only, built by nvcc (./generate) or
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "base/errors.h"
+#include "base/gpt_config.h"
 #include "gpu/gpt_decode.h"
-#include "host/errors.h"
-#include "host/gpt_config.h"
 #include "kernels/common.h"
 #include "kernels/matmul.h"
 

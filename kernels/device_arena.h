@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "host/errors.h"
-#include "host/train_model.h"  // ModelMemory
+#include "base/errors.h"
+#include "base/train_model.h"  // ModelMemory
 #include "kernels/common.h"
 
 enum class MemoryKind { PARAMETERS, GRADIENTS, MASTER_WEIGHTS, OPTIMIZER_STATE, ACTIVATIONS };

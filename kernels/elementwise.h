@@ -22,7 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "host/errors.h"
+#include "base/errors.h"
 #include "kernels/common.h"
 
 constexpr int kGroupSize = 8;  // elements one thread moves in the vectorised paths

@@ -4,11 +4,11 @@
 //   norm        = sqrt(norm²) in double;  grad_scale = norm > clip ? clip / norm : 1
 //               (global_norm_clip_scale's arithmetic, so the same float as the host loop's)
 //   z(x, W)     = the z-score of x against the window W of recent values with x added: the last 128
-//                 values, NaN until there are 128, 0 when they are all equal (host/outlier_detector.h's
+//                 values, NaN until there are 128, 0 when they are all equal (base/outlier_detector.h's
 //                 update(), the same double arithmetic in the same order)
 //   verdict     = 1 when the loss is not finite, 2 the norm, 3 when z(loss) > skip_loss_z > 0,
 //                 4 when z(norm) > skip_norm_z > 0, else 0 (apply): the first that holds, in this
-//                 order, as the training loop decides on the host (UpdateVerdict, host/train_model.h)
+//                 order, as the training loop decides on the host (UpdateVerdict, base/train_model.h)
 // and writes grad_scale and "skip = verdict ≠ 0" into the AdamW step values the update reads
 // (AdamWDeviceStep, kernels/adamw.h). Every rank computes it from the same all-reduced loss and norm
 // and the same windows, so every rank takes the same decision.
@@ -24,9 +24,9 @@
 #include "kernels/adamw.h"
 #include "kernels/common.h"
 
-constexpr int kOutlierWindow = 128;  // host/outlier_detector.h's WINDOW
+constexpr int kOutlierWindow = 128;  // base/outlier_detector.h's WINDOW
 
-// An outlier detector's state (host/outlier_detector.h: its values, how many it has seen, where the
+// An outlier detector's state (base/outlier_detector.h: its values, how many it has seen, where the
 // next one goes), before this step's value.
 struct OutlierWindow {
     double values[kOutlierWindow];

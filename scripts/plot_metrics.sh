@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Renders a trainer's metrics log (metrics.jsonl: one JSON object per step, see host/metrics_log.h)
+# Renders a trainer's metrics log (metrics.jsonl: one JSON object per step, see train/metrics_log.h)
 # into a PNG chart with four panels: train and val loss, learning rate, gradient norm, tokens/s,
 # titled with the run (its folder, and the model and steps from its run.json when there is one).
 #   usage: scripts/plot_metrics.sh RUN_DIR | RUN_DIR/metrics.jsonl [chart.png]

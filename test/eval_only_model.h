@@ -1,7 +1,7 @@
 // A base for the tests' fake models that only evaluate: every training method of TrainModel is a
 // no-op, so a fake defines just config(), description(), forward() and logits_at().
 #pragma once
-#include "host/train_model.h"
+#include "base/train_model.h"
 
 class EvalOnlyModel : public TrainModel {
 public:

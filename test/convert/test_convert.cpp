@@ -1,4 +1,4 @@
-// ./convert (convert.cpp, host/hf_gpt2.h, host/safetensors.h), checked independently:
+// ./convert (convert.cpp, train/hf_gpt2.h, train/safetensors.h), checked independently:
 //   - export: the folder is read back by a safetensors parser written here, and a double-precision
 //     GPT-2 forward written here in transformers' layout (Conv1D x·W + b, W stored (in, out); tied
 //     head) gives our CPU model's logits and loss on the same tokens (max |diff| printed);
@@ -18,12 +18,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/decode_table.h"
+#include "base/model_file.h"
 #include "cpu/gpt_cpu.h"
-#include "host/decode_table.h"
-#include "host/hf_gpt2.h"
-#include "host/model_file.h"
-#include "host/safetensors.h"
-#include "test/host/host_test_util.h"
+#include "test/train/host_test_util.h"
+#include "train/hf_gpt2.h"
+#include "train/safetensors.h"
 
 using nlohmann::json;
 

@@ -1,5 +1,5 @@
 // Unit tests of the tokenizer's parts: round trips on arbitrary bytes, chunked parallel encoding,
-// the decode table and token shards (read back by host/dataloader), the R data reader, and the
+// the decode table and token shards (read back by train/dataloader), the R data reader, and the
 // vocabulary loader's errors. The exactness tests against js-tiktoken and gpt-tokenizer's test plans
 // run with node in test_prepare.sh. Needs data/cache from scripts/install_deps.sh (fails without).
 #include <cstring>
@@ -7,6 +7,9 @@
 #include <random>
 #include <zlib.h>
 
+#include "base/decode_table.h"
+#include "base/errors.h"
+#include "base/formats.h"
 #include "data/dataset.h"
 #include "data/janeausten.h"
 #include "data/parallel_encode.h"
@@ -14,11 +17,8 @@
 #include "data/rdata_reader.h"
 #include "data/read_file.h"
 #include "data/token_shard.h"
-#include "host/dataloader.h"
-#include "host/decode_table.h"
-#include "host/errors.h"
-#include "host/formats.h"
 #include "test/test.h"
+#include "train/dataloader.h"
 
 static const Gpt2Tokenizer& tokenizer() {
     static Gpt2Tokenizer instance(load_pinned_gpt2_vocab(DEFAULT_VOCAB_DIR));

@@ -1,7 +1,7 @@
 # Builds the libFuzzer targets (test/fuzz/fuzz_*.cpp) with clang under AddressSanitizer and
 # UndefinedBehaviorSanitizer, into build-fuzz/. Called by scripts/fuzz.sh:
 #   make -f test/fuzz/fuzz.mk -j2            every target
-# The parsers are the real ones, from host/ and data/, built here with the same instrumentation
+# The parsers are the real ones, from base/, train/ and data/, built here with the same instrumentation
 # (objects under build-fuzz/obj, so the normal builds are untouched).
 FUZZ_CXX  ?= clang++
 FUZZ_DIR  := build-fuzz
@@ -11,11 +11,12 @@ FUZZ_FLAGS := -std=c++17 -g -O1 -I. $(FUZZ_SAN) -MMD -MP
 
 FUZZ_TARGETS := $(patsubst test/fuzz/fuzz_%.cpp,$(FUZZ_DIR)/fuzz_%,$(wildcard test/fuzz/fuzz_*.cpp))
 # The parsers and what they call (a target that needs another file fails to link, naming it).
-PARSER_SRCS  := $(addprefix host/,checkpoint.cpp dataloader.cpp decode_table.cpp errors.cpp \
-                  file_io.cpp gpu_telemetry.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp metrics_log.cpp \
-                  model_descriptor.cpp model_file.cpp outlier_detector.cpp repository.cpp rng.cpp \
-                  run_folder.cpp safetensors.cpp train_flags.cpp training_state.cpp) \
-                data/gpt2_vocab.cpp data/read_file.cpp data/token_shard.cpp host/model_part.cpp
+PARSER_SRCS  := $(addprefix base/,decode_table.cpp errors.cpp file_io.cpp gpu_telemetry.cpp \
+                  model_descriptor.cpp model_file.cpp model_part.cpp outlier_detector.cpp repository.cpp \
+                  rng.cpp train_options.cpp) \
+                $(addprefix train/,checkpoint.cpp dataloader.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp \
+                  metrics_log.cpp run_folder.cpp safetensors.cpp train_flags.cpp training_state.cpp) \
+                data/gpt2_vocab.cpp data/read_file.cpp data/token_shard.cpp
 PARSER_OBJS  := $(patsubst %.cpp,$(FUZZ_OBJ)/%.o,$(PARSER_SRCS))
 
 .PHONY: all corpus-tool

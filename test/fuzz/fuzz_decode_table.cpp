@@ -1,6 +1,6 @@
 // Fuzz target: the tokenizer decode table (data/gpt2_tokenizer.bin) through read_decode_table, then
 // decoding a few ids, in range and out of it.
-#include "host/decode_table.h"
+#include "base/decode_table.h"
 #include "test/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "host/lr_schedule.h"
-#include "host/model_descriptor.h"
-#include "host/train_flags.h"
+#include "base/model_descriptor.h"
 #include "test/fuzz/fuzz_target.h"
+#include "train/lr_schedule.h"
+#include "train/train_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;

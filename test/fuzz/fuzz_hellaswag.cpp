@@ -5,10 +5,10 @@
 #include <cmath>
 #include <vector>
 
-#include "host/formats.h"
-#include "host/hellaswag.h"
+#include "base/formats.h"
 #include "test/eval_only_model.h"
 #include "test/fuzz/fuzz_target.h"
+#include "train/hellaswag.h"
 
 class CheckingModel : public EvalOnlyModel {
 public:

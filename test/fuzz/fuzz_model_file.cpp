@@ -1,5 +1,5 @@
 // Fuzz target: llm.c model files, fp32 (version 3) and bf16 (version 5), through read_model_file.
-#include "host/model_file.h"
+#include "base/model_file.h"
 #include "test/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

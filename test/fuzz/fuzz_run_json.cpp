@@ -1,6 +1,6 @@
 // Fuzz target: a run folder's run.json, whose "settings" a resumed run reads (read_run_settings).
-#include "host/run_folder.h"
 #include "test/fuzz/fuzz_target.h"
+#include "train/run_folder.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = write_scratch("run.json", data, size);

@@ -1,12 +1,12 @@
-// Fuzz target: safetensors files (host/safetensors.h) and GPT-2 folders (host/hf_gpt2.h). Each input
+// Fuzz target: safetensors files (train/safetensors.h) and GPT-2 folders (train/hf_gpt2.h). Each input
 // is parsed as a safetensors file in memory (every floating tensor of an accepted header is then
 // widened to fp32), and imported as the model.safetensors of a folder whose config.json describes a
 // tiny GPT-2 (L=1, C=8, H=2, V=16, maxT=4), which exercises the tensor names, shapes and dtypes.
 // A refusal must be a one-line InputError; another exception aborts (a finding), as do the crashes,
 // leaks and out-of-bounds reads the sanitizers catch. Seeds: test/fuzz/corpus/safetensors/.
-#include "host/hf_gpt2.h"
-#include "host/safetensors.h"
 #include "test/fuzz/fuzz_target.h"
+#include "train/hf_gpt2.h"
+#include "train/safetensors.h"
 
 // A scratch folder holding the tiny config.json; written once.
 static std::string folder() {

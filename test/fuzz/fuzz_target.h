@@ -13,7 +13,7 @@
 #include <exception>
 #include <string>
 
-#include "host/errors.h"
+#include "base/errors.h"
 
 // A file of this process's scratch folder under $FUZZ_SCRATCH (default /tmp; scripts/fuzz.sh gives a
 // temporary folder it removes at exit).

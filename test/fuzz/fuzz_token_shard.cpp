@@ -2,10 +2,10 @@
 // batches, both data orders) and as data/'s read_token_shard does.
 #include <vector>
 
+#include "base/formats.h"
 #include "data/token_shard.h"
-#include "host/dataloader.h"
-#include "host/formats.h"
 #include "test/fuzz/fuzz_target.h"
+#include "train/dataloader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = write_scratch("shard.bin", data, size);

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "host/training_state.h"
 #include "test/fuzz/fuzz_target.h"
+#include "train/training_state.h"
 
 constexpr size_t HEADER_BYTES = 32;  // magic 8, version 4, zero 4, payload bytes 8, checksum 8
 

@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "base/decode_table.h"
+#include "base/errors.h"
+#include "base/formats.h"
+#include "base/model_descriptor.h"
+#include "base/model_file.h"
 #include "data/token_shard.h"
-#include "host/decode_table.h"
-#include "host/errors.h"
-#include "host/formats.h"
-#include "host/model_descriptor.h"
-#include "host/model_file.h"
-#include "host/run_folder.h"
-#include "host/train_flags.h"
-#include "host/training_state.h"
+#include "train/run_folder.h"
+#include "train/train_flags.h"
+#include "train/training_state.h"
 
 using Bytes = std::string;
 

@@ -27,7 +27,7 @@ double reference_z(const std::vector<double>& history, double x) {
     return sd > 0 ? (x - mean) / sd : 0.0;
 }
 
-// A detector's window after `history` (oldest first), as host/outlier_detector.h keeps it: a ring.
+// A detector's window after `history` (oldest first), as base/outlier_detector.h keeps it: a ring.
 OutlierWindow window_of(const std::vector<double>& history) {
     OutlierWindow w{};
     for (double v : history) {

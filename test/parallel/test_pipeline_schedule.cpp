@@ -1,4 +1,4 @@
-// The pipeline's plan (parallel/pipeline_schedule.h), checked exhaustively on small pipelines:
+// The pipeline's plan (parallel/plan/pipeline_schedule.h), checked exhaustively on small pipelines:
 // every schedule runs each micro-batch's forward and backward once, forwards and backwards each in
 // micro-batch order, keeps at most the stated number of micro-batches in flight, and a simulation of
 // the stages exchanging activations and gradients finishes (no stage waits forever); the layer split
@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "host/model_descriptor.h"
-#include "parallel/pipeline_schedule.h"
+#include "base/model_descriptor.h"
+#include "parallel/plan/pipeline_schedule.h"
 #include "test/test.h"
 
 TEST(schedules_run_every_micro_batch_once_in_order) {

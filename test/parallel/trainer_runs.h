@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "host/checkpoint.h"
-#include "host/file_io.h"
-#include "host/hellaswag.h"
-#include "host/model_file.h"
-#include "host/rng.h"
-#include "test/host/host_test_util.h"
+#include "base/file_io.h"
+#include "base/model_file.h"
+#include "base/rng.h"
+#include "test/train/host_test_util.h"
+#include "train/checkpoint.h"
+#include "train/hellaswag.h"
 
 namespace trainer_runs {
 

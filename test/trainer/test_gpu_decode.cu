@@ -5,7 +5,7 @@
 //     beyond the new position poisoned (a read of it shows) and the new row checked bit for bit;
 //   - the decoder's logits at every length against the fp32 CPU decoder (cpu/gpt_decode.h) and
 //     against the GPU model's own forward pass over the whole prefix (GPUModel of train_gpt.cu);
-//   - sampling through the cache (host/cached_sampling.h, including its restart once the window
+//   - sampling through the cache (train/cached_sampling.h, including its restart once the window
 //     slides) and by recomputation, in lockstep for several seeds, temperatures and top-k: in fp32
 //     every token agrees; in bf16 the two paths' distributions stay within 0.05 in total variation
 //     and a token may differ only where that distance (or a near tie) explains it;
@@ -16,12 +16,12 @@
 #include <functional>
 #include <random>
 
+#include "base/rng.h"
 #include "cpu/gpt_decode.h"
 #include "gpu/gpt_decode.h"
-#include "host/cached_sampling.h"
-#include "host/rng.h"
-#include "host/sampling.h"
 #include "test/kernels/kernel_test.h"
+#include "train/cached_sampling.h"
+#include "train/sampling.h"
 
 namespace {
 

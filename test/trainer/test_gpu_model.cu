@@ -8,8 +8,8 @@
 
 #include <memory>
 
+#include "base/gpt_init.h"
 #include "cpu/gpt_model.h"
-#include "host/gpt_init.h"
 #include "test/kernels/kernel_test.h"
 
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer's end-to-end tests (test/host/test_train_cpu.cpp) that concern the model behind the
+# The trainer's end-to-end tests (test/train/test_train_cpu.cpp) that concern the model behind the
 # shared loop, run against train_gpt.cu built through the emulator, in bf16 and fp32: help, overfitting
 # one batch, bitwise resume, checkpoint pruning, bad input failing cleanly, SIGTERM stopping with a
 # checkpoint, HellaSwag (single-sequence forwards and logits_at), -lg's telemetry (n/a on the emulated
@@ -8,7 +8,7 @@
 # same code for both trainers, is tested on train_gpt_cpu.)
 # The sanitized build (BUILD=build-san) runs the bf16 trainer only: the fp32 one is the same code.
 set -u
-tests="${BUILD:-build}/test/host/test_train_cpu"
+tests="${BUILD:-build}/test/train/test_train_cpu"
 trainers="train_gpt_emu train_gpt_emu_fp32"
 case "${BUILD:-build}" in *san*) trainers="train_gpt_emu" ;; esac
 selected="trainer_help_exits_cleanly single_batch_overfits resume_continues_bitwise

@@ -1,0 +1,131 @@
+// File helpers (see file_io.h).
+#include "base/file_io.h"
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/errors.h"
+#include "base/formats.h"
+
+// The temporary paths of the AtomicFiles being written, in fixed storage a signal handler can read:
+// a slot's path is complete before its `used` flag is set, and the flag is cleared before the slot
+// is reused.
+namespace {
+struct TemporarySlot {
+    volatile sig_atomic_t used = 0;
+    char path[4096];
+};
+TemporarySlot g_temporaries[16];
+
+int register_temporary(const std::string& path) {
+    if (path.size() >= sizeof g_temporaries[0].path) return -1;
+    for (int i = 0; i < (int)(sizeof g_temporaries / sizeof g_temporaries[0]); i++) {
+        if (g_temporaries[i].used) continue;
+        memcpy(g_temporaries[i].path, path.c_str(), path.size() + 1);
+        g_temporaries[i].used = 1;
+        return i;
+    }
+    return -1;  // more open at once than slots: that file is left to the start-up clean-up
+}
+
+void unregister_temporary(int slot) {
+    if (slot >= 0) g_temporaries[slot].used = 0;
+}
+}  // namespace
+
+void remove_temporary_files_now() {
+    for (TemporarySlot& slot : g_temporaries)
+        if (slot.used) unlink(slot.path);
+}
+
+AtomicFile::AtomicFile(const std::string& path)
+    : path_(path), temp_path_(path + ".tmp." + std::to_string(getpid())) {
+    slot_ = register_temporary(temp_path_);
+    file_ = fopen(temp_path_.c_str(), "wb");
+    if (!file_) {
+        unregister_temporary(slot_);
+        fail("%s: cannot create (%s)", path_.c_str(), strerror(errno));
+    }
+}
+
+AtomicFile::~AtomicFile() {
+    if (file_) {
+        fclose(file_);
+        remove(temp_path_.c_str());
+    }
+    unregister_temporary(slot_);
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+    if (bytes && fwrite(data, 1, bytes, file_) != bytes)
+        fail("%s: write failed (%s)", path_.c_str(), strerror(errno));
+}
+
+void AtomicFile::commit() {
+    bool ok = fflush(file_) == 0 && fsync(fileno(file_)) == 0;
+    int saved_errno = errno;
+    ok = (fclose(file_) == 0) && ok;
+    file_ = nullptr;
+    if (!ok || rename(temp_path_.c_str(), path_.c_str()) != 0) {
+        if (ok) saved_errno = errno;
+        remove(temp_path_.c_str());
+        unregister_temporary(slot_);
+        slot_ = -1;
+        fail("%s: could not be written (%s)", path_.c_str(), strerror(saved_errno));
+    }
+    unregister_temporary(slot_);
+    slot_ = -1;
+}
+
+// fopen for reading, failing with a message naming the file. A directory opens without error on
+// Linux and only its reads fail, which would read as "file too short": say what it is instead.
+static FILE* open_for_reading(const std::string& path) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) fail("%s: cannot open (%s)", path.c_str(), strerror(errno));
+    struct stat info;
+    if (fstat(fileno(f), &info) == 0 && S_ISDIR(info.st_mode)) {
+        fclose(f);
+        fail("%s: is a directory, not a file", path.c_str());
+    }
+    return f;
+}
+
+uint64_t file_size(const std::string& path) {
+    FILE* f = open_for_reading(path);
+    fseeko(f, 0, SEEK_END);
+    off_t size = ftello(f);
+    fclose(f);
+    if (size < 0) fail("%s: cannot determine its size", path.c_str());
+    return (uint64_t)size;
+}
+
+void read_bytes(const std::string& path, uint64_t offset, void* out, size_t bytes) {
+    FILE* f = open_for_reading(path);
+    bool ok = fseeko(f, (off_t)offset, SEEK_SET) == 0 && fread(out, 1, bytes, f) == bytes;
+    fclose(f);
+    if (!ok)
+        fail("%s: cannot read %zu bytes at offset %llu (file too short?)", path.c_str(), bytes,
+             (unsigned long long)offset);
+}
+
+std::vector<int32_t> read_header(const std::string& path) {
+    if (file_size(path) < (uint64_t)FILE_HEADER_BYTES)
+        fail("%s: shorter than the %d-byte header", path.c_str(), FILE_HEADER_BYTES);
+    std::vector<int32_t> header(FILE_HEADER_INTS);
+    read_bytes(path, 0, header.data(), FILE_HEADER_BYTES);
+    return header;
+}
+
+bool path_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+void make_directory(const std::string& path) {
+    std::error_code error;
+    std::filesystem::create_directories(path, error);
+    if (error || !std::filesystem::is_directory(path))
+        fail("%s: cannot create directory (%s)", path.c_str(),
+             error ? error.message().c_str() : "a file of that name exists");
+}

@@ -1,0 +1,44 @@
+// File helpers every writer and reader in base/ and train/ uses.
+// AtomicFile writes to "<path>.tmp.<pid>", and commit() flushes, fsyncs and renames it over <path>;
+// if it is destroyed before commit() (an error, an exception) the temporary file is removed. So a
+// file either appears complete under its real name or not at all.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+class AtomicFile {
+public:
+    explicit AtomicFile(const std::string& path);  // throws InputError if the temp file can't open
+    ~AtomicFile();
+    AtomicFile(const AtomicFile&) = delete;
+    AtomicFile& operator=(const AtomicFile&) = delete;
+
+    void write(const void* data, size_t bytes);  // throws InputError naming the file on failure
+    void commit();                               // flush, fsync, close, rename; throws on failure
+
+private:
+    std::string path_, temp_path_;
+    FILE* file_ = nullptr;
+    int slot_ = -1;  // where remove_temporary_files_now() finds temp_path_ (-1: not registered)
+};
+
+// Removes the temporary files of the AtomicFiles now open. Async-signal-safe: for a signal handler
+// about to end the process at once (train/interrupts.h), so that no half-written file stays behind.
+void remove_temporary_files_now();
+
+// Size of a file in bytes; throws InputError naming it if it cannot be opened.
+uint64_t file_size(const std::string& path);
+
+// Reads bytes [offset, offset + bytes) of a file; throws InputError naming it if that is not
+// possible.
+void read_bytes(const std::string& path, uint64_t offset, void* out, size_t bytes);
+
+// Reads the 256-int32 header at the start of a file; throws InputError if the file is shorter.
+std::vector<int32_t> read_header(const std::string& path);
+
+bool path_exists(const std::string& path);
+
+// Creates a directory (and parents) if missing; throws InputError naming it on failure.
+void make_directory(const std::string& path);

@@ -1,0 +1,96 @@
+// llm.c model file read/write (see model_file.h).
+#include "base/model_file.h"
+
+#include <cstring>
+
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "base/formats.h"
+#include "base/model_descriptor.h"
+
+uint16_t float_to_bf16(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, 4);
+    if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu))
+        return (uint16_t)((bits >> 16) | 0x0040u);  // NaN: keep sign, force a quiet NaN
+    // Add half of the dropped range, minus one unless the kept part is odd: ties go to even.
+    uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+    return (uint16_t)((bits + rounding) >> 16);
+}
+
+float bf16_to_float(uint16_t value) {
+    uint32_t bits = (uint32_t)value << 16;
+    float out;
+    memcpy(&out, &bits, 4);
+    return out;
+}
+
+void write_model_file(const std::string& path, const GPTConfig& c, const float* params,
+                      WeightType type) {
+    int32_t header[FILE_HEADER_INTS] = {0};
+    header[0] = MODEL_FILE_MAGIC;
+    header[1] = type == WeightType::FP32 ? MODEL_FILE_VERSION_FP32 : MODEL_FILE_VERSION_BF16;
+    header[2] = c.max_seq_len;
+    header[3] = c.vocab_size;
+    header[4] = c.num_layers;
+    header[5] = c.num_heads;
+    header[6] = c.channels;
+    header[7] = c.padded_vocab_size;
+    const size_t total = param_layout(c).total;
+    AtomicFile file(path);
+    file.write(header, sizeof header);
+    if (type == WeightType::FP32) {
+        file.write(params, total * sizeof(float));
+    } else {
+        std::vector<uint16_t> chunk;
+        const size_t chunk_size = 1 << 20;
+        for (size_t start = 0; start < total; start += chunk_size) {
+            size_t n = std::min(chunk_size, total - start);
+            chunk.resize(n);
+            for (size_t i = 0; i < n; i++) chunk[i] = float_to_bf16(params[start + i]);
+            file.write(chunk.data(), n * sizeof(uint16_t));
+        }
+    }
+    file.commit();
+}
+
+ModelFile read_model_file(const std::string& path) {
+    std::vector<int32_t> h = read_header(path);
+    if (h[0] != MODEL_FILE_MAGIC) {
+        if (const char* kind = file_kind_of_magic(h[0]))
+            fail("%s: is %s, not a model file", path.c_str(), kind);
+        fail("%s: not a model file (magic %d, expected %d)", path.c_str(), h[0], MODEL_FILE_MAGIC);
+    }
+    if (h[1] != MODEL_FILE_VERSION_FP32 && h[1] != MODEL_FILE_VERSION_BF16)
+        fail("%s: unsupported model file version %d (expected %d for fp32 or %d for bf16)",
+             path.c_str(), h[1], MODEL_FILE_VERSION_FP32, MODEL_FILE_VERSION_BF16);
+    ModelFile model;
+    model.type = h[1] == MODEL_FILE_VERSION_FP32 ? WeightType::FP32 : WeightType::BF16;
+    GPTConfig& c = model.config;
+    c.max_seq_len = h[2];
+    c.vocab_size = h[3];
+    c.num_layers = h[4];
+    c.num_heads = h[5];
+    c.channels = h[6];
+    c.padded_vocab_size = h[7];
+    validate_config(c, path + " header");
+    const size_t total = param_layout(c).total;
+    const size_t element = model.type == WeightType::FP32 ? 4 : 2;
+    const uint64_t expected = FILE_HEADER_BYTES + (uint64_t)total * element;
+    const uint64_t actual = file_size(path);
+    if (actual < expected)
+        fail("%s: truncated tensor data (%llu bytes, the header's %s needs %llu)", path.c_str(),
+             (unsigned long long)actual, describe_config(c).c_str(), (unsigned long long)expected);
+    if (actual > expected)
+        fail("%s: file size %llu does not match its header (%s needs %llu bytes)", path.c_str(),
+             (unsigned long long)actual, describe_config(c).c_str(), (unsigned long long)expected);
+    model.params.resize(total);
+    if (model.type == WeightType::FP32) {
+        read_bytes(path, FILE_HEADER_BYTES, model.params.data(), total * 4);
+    } else {
+        std::vector<uint16_t> raw(total);
+        read_bytes(path, FILE_HEADER_BYTES, raw.data(), total * 2);
+        for (size_t i = 0; i < total; i++) model.params[i] = bf16_to_float(raw[i]);
+    }
+    return model;
+}

@@ -1,0 +1,26 @@
+// llm.c model files (GUIDE §2): a 256-int32 header (magic 20240326, version 3 = fp32 or 5 = bf16,
+// maxT, V, L, NH, C, Vp) followed by the 16 parameter tensors in ParamLayout order.
+// Writing goes through AtomicFile; reading checks magic, version, the header's shape and that the
+// file holds exactly the bytes the header implies, each failure a one-line InputError.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/gpt_config.h"
+
+enum class WeightType { FP32, BF16 };
+
+struct ModelFile {
+    GPTConfig config;
+    WeightType type;
+    std::vector<float> params;  // param_layout(config).total values (bf16 files widened to fp32)
+};
+
+void write_model_file(const std::string& path, const GPTConfig& config, const float* params,
+                      WeightType type);
+ModelFile read_model_file(const std::string& path);
+
+// fp32 → bf16 with round-to-nearest-even (NaN stays NaN); bf16 → fp32 is exact.
+uint16_t float_to_bf16(float value);
+float bf16_to_float(uint16_t value);

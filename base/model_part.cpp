@@ -1,0 +1,83 @@
+// Parts of the model (see model_part.h).
+#include "base/model_part.h"
+
+#include <cstring>
+
+#include "base/errors.h"
+
+std::vector<LayoutRange> whole_model_ranges(size_t total) { return {{0, total}}; }
+
+size_t ranges_size(const std::vector<LayoutRange>& ranges) {
+    size_t n = 0;
+    for (const LayoutRange& r : ranges) n += r.length;
+    return n;
+}
+
+void append_range(std::vector<LayoutRange>* ranges, uint64_t offset, uint64_t length) {
+    if (length == 0) return;
+    if (!ranges->empty() && ranges->back().offset + ranges->back().length == offset)
+        ranges->back().length += length;
+    else
+        ranges->push_back({offset, length});
+}
+
+void scatter_part(const std::vector<LayoutRange>& ranges, const float* values, std::vector<float>* whole) {
+    for (const LayoutRange& r : ranges) {
+        memcpy(whole->data() + r.offset, values, r.length * sizeof(float));
+        values += r.length;
+    }
+}
+
+void Coverage::add(const std::vector<LayoutRange>& ranges, const std::string& what) {
+    for (const LayoutRange& r : ranges) {
+        if (r.offset > count.size() || r.length > count.size() - r.offset)
+            fail("%s: range [%llu, +%llu) lies outside the model's %zu parameters", what.c_str(),
+                 (unsigned long long)r.offset, (unsigned long long)r.length, count.size());
+        for (uint64_t i = r.offset; i < r.offset + r.length; i++)
+            if (count[i]++)
+                fail("%s: parameter %llu is stored twice", what.c_str(), (unsigned long long)i);
+    }
+}
+
+void Coverage::fail_if_incomplete(const std::string& what) const {
+    for (size_t i = 0; i < count.size(); i++)
+        if (!count[i]) fail("%s: parameter %zu is missing (an incomplete set of parts)", what.c_str(), i);
+}
+
+// A part as bytes: the range count, the ranges, the values.
+static std::vector<char> serialize(const ModelPart& part) {
+    const uint64_t n = part.ranges.size();
+    std::vector<char> bytes(8 + n * sizeof(LayoutRange) + part.values.size() * sizeof(float));
+    memcpy(bytes.data(), &n, 8);
+    memcpy(bytes.data() + 8, part.ranges.data(), n * sizeof(LayoutRange));
+    memcpy(bytes.data() + 8 + n * sizeof(LayoutRange), part.values.data(), part.values.size() * sizeof(float));
+    return bytes;
+}
+
+static ModelPart deserialize(const std::vector<char>& bytes) {
+    ModelPart part;
+    uint64_t n = 0;
+    memcpy(&n, bytes.data(), 8);
+    part.ranges.resize(n);
+    memcpy(part.ranges.data(), bytes.data() + 8, n * sizeof(LayoutRange));
+    part.values.resize((bytes.size() - 8 - n * sizeof(LayoutRange)) / sizeof(float));
+    memcpy(part.values.data(), bytes.data() + 8 + n * sizeof(LayoutRange), part.values.size() * sizeof(float));
+    return part;
+}
+
+std::vector<float> assemble_on_rank0(const ModelPart& mine, size_t total, RankGroup& ranks) {
+    if (ranges_size(mine.ranges) != mine.values.size())
+        fail("internal error: a model part lists %zu elements but holds %zu", ranges_size(mine.ranges),
+             mine.values.size());
+    const std::vector<std::vector<char>> parts = ranks.gather_on_rank0(serialize(mine));
+    if (ranks.rank != 0) return {};
+    std::vector<float> whole(total);
+    Coverage coverage(total);
+    for (size_t r = 0; r < parts.size(); r++) {
+        const ModelPart part = deserialize(parts[r]);
+        coverage.add(part.ranges, strprintf("the weights of rank %zu", r));
+        scatter_part(part.ranges, part.values.data(), &whole);
+    }
+    coverage.fail_if_incomplete("the weights gathered from the ranks");
+    return whole;
+}

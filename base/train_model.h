@@ -1,0 +1,184 @@
+// The interface between the shared training loop (train/train_loop.h) and a model's compute. Each
+// trainer implements it once: train_gpt_cpu.cpp over the fp32 reference (cpu/gpt_cpu.h), train_gpt.cu
+// over the CUDA kernels. The loop owns everything else: flags, data, schedule, checkpoints, metrics,
+// sampling.
+//
+// Two kinds of weights: the working weights the forward pass reads (fp32 on the CPU, bf16 or fp32 on
+// a GPU) and the fp32 master weights AdamW updates. Without a separate master copy (the CPU model, or
+// the CUDA one with -w 0) the master weights are the working weights. A checkpoint stores the working
+// weights in the model file (model_NNNNNNNN.bin, in working_weight_type()) and the master weights and
+// AdamW moments in the state file, so a resumed run continues bit for bit.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/gpt_config.h"
+#include "base/gpu_telemetry.h"
+#include "base/model_file.h"
+#include "base/model_part.h"
+#include "base/outlier_detector.h"
+
+struct AdamWSettings {
+    float learning_rate;
+    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    float weight_decay = 0.0f;  // decoupled; applied only where is_weight_matrix()
+    float grad_scale = 1.0f;    // multiplies every gradient first (global-norm clipping)
+};
+
+// What an optimizer step does after its gradients, as the loop asks for it: AdamW with these settings
+// (grad_scale is decided by the step: clip_norm / norm when the global gradient norm exceeds
+// clip_norm, else 1), unless the verdict (update_verdict) skips the update.
+struct StepUpdate {
+    AdamWSettings adamw{0.0f};
+    int step = 1;                    // counts from 1 (AdamW's bias correction)
+    double clip_norm = 1.0;
+    double skip_loss_z = 0, skip_norm_z = 0;  // -sl, -sg (0: off)
+    OutlierDetector loss_window, norm_window;  // the detectors before this step (the step adds to copies)
+};
+// Whether a step's update is applied, and if not why: the first of these that holds, in this order.
+enum class UpdateVerdict { APPLY = 0, LOSS_NOT_FINITE, NORM_NOT_FINITE, LOSS_OUTLIER, NORM_OUTLIER };
+// The verdict on a step of this loss and norm: skipped when either is not finite, else when the loss's
+// (norm's) z-score against its window, this step's value included, exceeds -sl (-sg). A model that
+// decides on the device does the same arithmetic there (kernels/step_guard.h).
+inline UpdateVerdict update_verdict(double loss, double norm, const StepUpdate& u) {
+    OutlierDetector loss_window = u.loss_window, norm_window = u.norm_window;
+    const double loss_z = loss_window.update(loss), norm_z = norm_window.update(norm);
+    if (!std::isfinite(loss)) return UpdateVerdict::LOSS_NOT_FINITE;
+    if (!std::isfinite(norm)) return UpdateVerdict::NORM_NOT_FINITE;
+    if (u.skip_loss_z > 0 && loss_z > u.skip_loss_z) return UpdateVerdict::LOSS_OUTLIER;
+    if (u.skip_norm_z > 0 && norm_z > u.skip_norm_z) return UpdateVerdict::NORM_OUTLIER;
+    return UpdateVerdict::APPLY;
+}
+inline float clip_scale(double norm, double clip_norm) {
+    return norm > clip_norm ? (float)(clip_norm / norm) : 1.0f;
+}
+// What an optimizer step reports: the step's mean loss over every rank's micro-batches, the global
+// gradient norm (before clipping), and the verdict on its update.
+struct StepOutcome {
+    double loss = 0, norm = 0;
+    UpdateVerdict verdict = UpdateVerdict::APPLY;
+};
+
+// Bytes a model holds, for the start-up report. activations counts everything sized by B and T.
+struct ModelMemory {
+    size_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0, activations = 0;
+    // What one rank sends per optimizer step (0 with one rank): in its data group (gradients, ZeRO's
+    // gathers) and in its tensor group (tensor parallelism's activations).
+    size_t network_bytes_per_step = 0;
+    size_t tensor_bytes_per_step = 0;
+    size_t pipeline_bytes_per_step = 0;  // activations and their gradients between stages
+    // With pipeline stages: lines on the stages' layers, schedule, bubble and memory (else empty).
+    std::string pipeline_report;
+    size_t total() const {
+        return parameters + gradients + master_weights + optimizer_state + activations;
+    }
+};
+
+class TrainModel {
+public:
+    virtual ~TrainModel() = default;
+
+    virtual const GPTConfig& config() const = 0;
+    // One line for the start-up report: where it runs and in what precision.
+    virtual std::string description() const = 0;
+    // Dense peak FLOP/s of the device in the training precision, for MFU; 0 when unknown.
+    virtual double peak_flops() const { return 0; }
+
+    // Forward over inputs (B×T token ids). With targets, returns the mean cross-entropy over the B·T
+    // positions; without (nullptr), returns NAN and only computes logits.
+    virtual float forward(const int* inputs, const int* targets, int B, int T) = 0;
+    // The first V logits at position t of sequence 0 of the last forward, widened to fp32.
+    virtual void logits_at(int t, float* out) = 0;
+
+    virtual void zero_grad() = 0;
+    // Training micro-step: forward over inputs with targets, then adds loss_scale · d(mean loss)/
+    // d(params) into the gradients (1/k for k micro-steps of accumulation); returns the mean loss.
+    // One call, so a GPU model can write the loss gradient while it computes the loss. last_micro_step
+    // marks the backward whose gradients are final for this step: the only one after which gradients
+    // may be sent to other ranks.
+    virtual float forward_backward(const int* inputs, const int* targets, int B, int T,
+                                   float loss_scale, bool last_micro_step) = 0;
+    // One optimizer step's forward and backward passes: zeroes the gradients, then `micro_steps`
+    // micro-batches of B×T tokens, each read by next_batch(inputs, targets) in order and its gradient
+    // scaled by 1/micro_steps, so that the gradients are those of the step's mean loss, which it
+    // returns. This default runs forward_backward on each in turn; a model split into pipeline stages
+    // runs them in its schedule's order.
+    using NextBatch = std::function<void(int* inputs, int* targets)>;
+    virtual double train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
+        zero_grad();
+        std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+        double loss = 0;
+        for (int i = 0; i < micro_steps; i++) {
+            next_batch(inputs.data(), targets.data());
+            loss += forward_backward(inputs.data(), targets.data(), B, T, 1.0f / micro_steps,
+                                     i == micro_steps - 1) / micro_steps;
+        }
+        return loss;
+    }
+    virtual double grad_norm() = 0;  // global L2 norm of the gradients
+    // One AdamW step; step counts from 1 (bias correction).
+    virtual void update(const AdamWSettings& settings, int step) = 0;
+    // A whole optimizer step as the loop runs it: train_step's gradients, their norm, the verdict and
+    // (unless skipped) the clipped update; returns the loss (mean_over_ranks gives the mean of every
+    // rank's), the norm and the verdict. This default asks for each in turn, on the host; a GPU model
+    // decides on the device and reads the loss and the norm back once, after the update was issued.
+    virtual StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch,
+                                      const StepUpdate& u, const std::function<double(double)>& mean_over_ranks) {
+        StepOutcome r;
+        r.loss = mean_over_ranks(train_step(micro_steps, B, T, next_batch));
+        r.norm = grad_norm();
+        r.verdict = update_verdict(r.loss, r.norm, u);
+        if (r.verdict == UpdateVerdict::APPLY) {
+            AdamWSettings s = u.adamw;
+            s.grad_scale = clip_scale(r.norm, u.clip_norm);
+            update(s, u.step);
+        }
+        return r;
+    }
+    // Lines for the end of a run (e.g. what a step cost the device); empty: nothing.
+    virtual std::string end_of_run_report() { return ""; }
+    // The GPU's clocks, power, temperature and throttle reasons now (base/gpu_telemetry.h), for -lg;
+    // a model without a GPU says why there are none.
+    virtual GpuTelemetry device_telemetry() {
+        GpuTelemetry t;
+        t.why_not = "no GPU";
+        return t;
+    }
+
+    // Parameters and optimizer state in: fp32 vectors of the whole model (param_layout(config).total,
+    // ParamLayout order); a model spread over ranks keeps its own part of them.
+    virtual WeightType working_weight_type() const = 0;
+    virtual void set_working_weights(const std::vector<float>& weights) = 0;  // also the master copy
+    virtual void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                                     const std::vector<float>& v) = 0;
+    // Out: the whole model's working weights, where this rank holds all of them (tests, one rank).
+    virtual std::vector<float> working_weights() = 0;
+    // Out, for checkpoints (base/model_part.h): the part of the working weights this rank writes into
+    // the model file, and the part of the master weights and moments its state file stores. The parts
+    // of all ranks cover the model exactly once. Every rank calls working_weights_part at the same
+    // point (under ZeRO-3 or a model split across ranks it gathers collectively).
+    virtual ModelPart working_weights_part() {
+        return {whole_model_ranges(param_layout(config()).total), working_weights()};
+    }
+    virtual OptimizerPart optimizer_part() = 0;
+    // True when forward() is a collective (ZeRO-3 gathers each layer's weights from every rank; a model
+    // split across ranks computes each layer together): then every rank must run the same forwards,
+    // e.g. all ranks generate a sample, rank 0 prints it.
+    virtual bool forward_is_collective() const { return false; }
+
+    virtual ModelMemory memory() const = 0;
+
+    // Incremental decoding for the loop's samples (train/cached_sampling.h): a key/value cache for
+    // one sequence of up to max_len tokens. decode_reset empties it; decode_next appends a token and
+    // writes the next token's first V logits (fp32). A model without one keeps these defaults, and
+    // its samples recompute the prefix with forward() at every token.
+    virtual bool supports_decode() const { return false; }
+    virtual void decode_reset(int max_len) { (void)max_len; }
+    virtual void decode_next(int token, float* logits) {
+        (void)token;
+        (void)logits;
+    }
+};

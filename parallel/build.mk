@@ -1,0 +1,16 @@
+# parallel/plan/: the host-only planning of the ranks (the mesh, the parameter buckets and their ZeRO
+# shards, the pipeline's schedules and layer split), one object each in PLAN_OBJS.
+PLAN_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard parallel/plan/*.cpp))
+
+# parallel/comm/: what the CUDA trainer's ranks exchange. Its .cpp files (the ranks over MPI, the
+# mesh's NCCL communicators) build against MPI and NCCL (the real ones under nvcc, the stand-in over
+# MPI in the emulated build; their flags are set in the Makefile, once emu/stand_ins.mk has found
+# them); its headers hold the NCCL collectives the GPU model calls.
+PARALLEL_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard parallel/comm/*.cpp))
+
+# The pipeline's schedules and layer split (parallel/plan/pipeline_schedule.h), host code only.
+TESTS += $(BUILD)/test/parallel/test_pipeline_schedule
+$(BUILD)/test/parallel/test_pipeline_schedule: $(BUILD)/test/parallel/test_pipeline_schedule.o $(HOST_OBJS) \
+                                               $(TEST_MAIN)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(HOST_LIBS)

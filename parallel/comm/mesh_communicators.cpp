@@ -1,0 +1,55 @@
+// The mesh's NCCL communicators (see mesh_communicators.h).
+#include "parallel/comm/mesh_communicators.h"
+
+#include "base/errors.h"
+
+namespace {
+
+ncclComm_t split(ncclComm_t world, int color, int key) {
+    ncclComm_t comm = nullptr;
+    const ncclResult_t result = ncclCommSplit(world, color, key, &comm, nullptr);
+    if (result != ncclSuccess)
+        fail("NCCL could not split the communicators of the mesh: %s", ncclGetErrorString(result));
+    return comm;
+}
+
+}  // namespace
+
+MeshCommunicators split_mesh_communicators(ncclComm_t world, const Mesh& m) {
+    MeshCommunicators c;
+    if (!world) return c;
+    if (m.tensor == 1 && m.pipeline == 1) {
+        c.data = world, c.data_is_world = true;
+        return c;
+    }
+    // Every rank takes part in every split; a colour names the group, the key orders its ranks.
+    c.data = split(world, m.stage * m.tensor + m.tensor_rank, m.data_rank);
+    ncclComm_t tensor = split(world, m.data_rank * m.pipeline + m.stage, m.tensor_rank);
+    ncclComm_t tensor_overlap = split(world, m.data_rank * m.pipeline + m.stage, m.tensor_rank);
+    ncclComm_t pipeline = split(world, m.data_rank * m.tensor + m.tensor_rank, m.stage);
+    auto keep = [](ncclComm_t comm, bool wanted) {
+        if (wanted) return comm;
+        ncclCommDestroy(comm);
+        return (ncclComm_t) nullptr;
+    };
+    c.tensor = keep(tensor, m.tensor > 1);
+    c.tensor_overlap = keep(tensor_overlap, m.tensor > 1);
+    c.pipeline = keep(pipeline, m.pipeline > 1);
+    const bool ends = m.stage == 0 || m.stage == m.pipeline - 1;
+    ncclComm_t tied = split(world, ends ? m.data_rank * m.tensor + m.tensor_rank : NCCL_SPLIT_NOCOLOR, m.stage);
+    if (m.pipeline > 2 && ends) {
+        c.tied_embedding = tied;
+    } else {
+        if (tied) ncclCommDestroy(tied);
+        c.tied_embedding = m.pipeline == 2 ? c.pipeline : nullptr;
+    }
+    return c;
+}
+
+void destroy_mesh_communicators(MeshCommunicators* c) {
+    if (c->tied_embedding && c->tied_embedding != c->pipeline) ncclCommDestroy(c->tied_embedding);
+    for (ncclComm_t comm : {c->tensor, c->tensor_overlap, c->pipeline})
+        if (comm) ncclCommDestroy(comm);
+    if (c->data && !c->data_is_world) ncclCommDestroy(c->data);
+    *c = MeshCommunicators();
+}

@@ -1,0 +1,124 @@
+// MPI ranks and the NCCL communicator (see mpi_ranks.h).
+#include "parallel/comm/mpi_ranks.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/errors.h"
+
+namespace {
+
+void finalize_mpi() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+}
+
+class MpiRankGroup : public RankGroup {
+public:
+    MpiRankGroup() {
+        int initialized = 0;
+        MPI_Initialized(&initialized);
+        if (!initialized) {
+            int provided = 0;
+            MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+            atexit(finalize_mpi);
+        }
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &num_ranks);
+        // The ranks that share this machine's memory are its local ranks.
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_size(node, &node_ranks_);
+        MPI_Comm_free(&node);
+        int nodes_local = local_rank == 0 ? 1 : 0;
+        MPI_Allreduce(&nodes_local, &nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    }
+
+    double mean(double value) override {
+        double sum = 0;
+        MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        return sum / num_ranks;
+    }
+
+    void check_same(uint64_t fingerprint, const char* what) override {
+        unsigned long long mine = fingerprint, low = 0, high = 0;
+        MPI_Allreduce(&mine, &low, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(&mine, &high, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+        if (low != high)
+            fail("the %d ranks disagree on %s (rank %d's differs from another's): start every rank "
+                 "with the same command line and the same files",
+                 num_ranks, what, rank);
+    }
+
+    void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+
+    // Point to point, in pieces of at most 1 GiB (MPI counts are int).
+    std::vector<std::vector<char>> gather_on_rank0(const std::vector<char>& mine) override {
+        const size_t kPiece = size_t(1) << 30;
+        unsigned long long bytes = mine.size();
+        std::vector<unsigned long long> sizes(num_ranks);
+        MPI_Gather(&bytes, 1, MPI_UNSIGNED_LONG_LONG, sizes.data(), 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        if (rank != 0) {
+            for (size_t at = 0; at < mine.size(); at += kPiece)
+                MPI_Send(mine.data() + at, (int)std::min(kPiece, mine.size() - at), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
+            return {};
+        }
+        std::vector<std::vector<char>> all(num_ranks);
+        all[0] = mine;
+        for (int r = 1; r < num_ranks; r++) {
+            all[r].resize(sizes[r]);
+            for (size_t at = 0; at < all[r].size(); at += kPiece)
+                MPI_Recv(all[r].data() + at, (int)std::min(kPiece, all[r].size() - at), MPI_BYTE, r, 0,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+        return all;
+    }
+
+    [[noreturn]] void abort_all(int status) override {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, status);
+        exit(status);
+    }
+
+    std::string description() const override {
+        return strprintf("%d ranks on %d node(s) over MPI (this is rank %d, local rank %d of %d)",
+                         num_ranks, nodes_, rank, local_rank, node_ranks_);
+    }
+
+private:
+    int node_ranks_ = 1, nodes_ = 1;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+        if (getenv(name)) return true;
+    return false;
+}
+
+std::unique_ptr<RankGroup> make_mpi_rank_group() { return std::make_unique<MpiRankGroup>(); }
+
+ncclComm_t make_nccl_communicator(const RankGroup& group) {
+    ncclUniqueId id;
+    ncclResult_t status = ncclSuccess;
+    if (group.rank == 0) status = ncclGetUniqueId(&id);
+    int ok = status == ncclSuccess, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) fail("NCCL could not create its unique id on rank 0: %s", ncclGetErrorString(status));
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm = nullptr;
+    status = ncclCommInitRank(&comm, group.num_ranks, id, group.rank);
+    ok = status == ncclSuccess;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok)
+        fail("NCCL could not start its communicator over %d ranks (rank %d: %s); see NCCL_DEBUG=INFO",
+             group.num_ranks, group.rank, ncclGetErrorString(status));
+    return comm;
+}

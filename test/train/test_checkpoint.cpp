@@ -1,0 +1,272 @@
+// Tests of the training-state file (round trip, corruption detected, run-shape check), of which
+// checkpoints in an output folder count as complete, of pruning, and of the metrics log lines.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/file_io.h"
+#include "base/model_descriptor.h"
+#include "base/rng.h"
+#include "test/train/host_test_util.h"
+#include "train/checkpoint.h"
+#include "train/metrics_log.h"
+#include "train/training_state.h"
+
+static TrainingState sample_state() {
+    TrainingState s;
+    s.shape.config = config_from_descriptor("custom:L2:C32:H2:V300:T16");
+    s.shape.batch_size = 2;
+    s.shape.seq_len = 8;
+    s.shape.total_batch = 32;
+    s.shape.num_ranks = 1;
+    s.shape.shuffle = 1;
+    s.shape.data_seed = 0xFEEDFACECAFEBEEFull;
+    s.rank = 0;
+    s.step = 1234567890123ll;
+    s.loader = {3, 1, 42};
+    s.sample_rng_state = 0x0123456789ABCDEFull;
+    for (int i = 0; i < 130; i++) s.loss_detector.update(i * 0.5);
+    for (int i = 0; i < 7; i++) s.norm_detector.update(i);
+    const size_t n = param_layout(s.shape.config).total;
+    s.ranges = whole_model_ranges(n);
+    Rng rng(5);
+    for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) {
+        v->resize(n);
+        for (float& x : *v) x = (float)rng.normal();
+    }
+    return s;
+}
+
+TEST(training_state_round_trip) {
+    const std::string dir = tst::make_temp_dir();
+    TrainingState s = sample_state();
+    write_training_state(dir + "/state.bin", s);
+    TrainingState r = read_training_state(dir + "/state.bin");
+    check_same_run(r.shape, s.shape, "state.bin");  // identical shapes pass
+    CHECK(r.rank == s.rank && r.step == s.step && r.sample_rng_state == s.sample_rng_state);
+    CHECK(r.loader.epoch == 3 && r.loader.shard_step == 1 && r.loader.chunk_step == 42);
+    CHECK(r.shape.data_seed == s.shape.data_seed && r.shape.total_batch == 32 &&
+          r.shape.shuffle == 1);
+    CHECK(r.params.size() == s.params.size() && r.adam_m.size() == s.adam_m.size());
+    CHECK(memcmp(&r.loss_detector, &s.loss_detector, sizeof(OutlierDetector)) == 0);
+    CHECK(memcmp(&r.norm_detector, &s.norm_detector, sizeof(OutlierDetector)) == 0);
+    CHECK(r.loss_detector.count == 128 && r.norm_detector.count == 7);
+    CHECK(memcmp(r.params.data(), s.params.data(), s.params.size() * 4) == 0);
+    CHECK(memcmp(r.adam_m.data(), s.adam_m.data(), s.adam_m.size() * 4) == 0);
+    CHECK(memcmp(r.adam_v.data(), s.adam_v.data(), s.adam_v.size() * 4) == 0);
+    write_training_state(dir + "/again.bin", r);
+    CHECK(read_all(dir + "/state.bin") == read_all(dir + "/again.bin"));
+}
+
+// A part of the state (what one rank of a split model writes): its ranges come back as written, and
+// ranges that leave the model or do not match the arrays are refused.
+TEST(training_state_part_keeps_its_ranges) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
+    TrainingState s = sample_state();
+    s.shape.num_ranks = 4, s.rank = 3, s.data_ranks = 1, s.tensor_parallel = 2, s.pipeline_parallel = 2;
+    s.ranges = {{10, 5}, {100, 20}};
+    for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) v->resize(25);
+    write_training_state(path, s);
+    const TrainingState r = read_training_state(path);
+    CHECK(r.ranges.size() == 2 && r.ranges[0].offset == 10 && r.ranges[0].length == 5 &&
+          r.ranges[1].offset == 100 && r.ranges[1].length == 20);
+    CHECK(r.data_ranks == 1 && r.tensor_parallel == 2 && r.pipeline_parallel == 2 && r.params == s.params);
+    s.ranges = {{param_layout(s.shape.config).total - 4, 25}};
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "lies outside the model"});
+    s.ranges = {{10, 24}};
+    expect_input_error([&] { write_training_state(path, s); }, {"ranges list 24"});
+    s.ranges = {{10, 25}}, s.tensor_parallel = 3;  // 1 x 2 x 3 meshes do not make 4 ranks
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible run state"});
+}
+
+// The version 1 format (a whole-model state, before the ranges) is still read: the file is rebuilt
+// here from a version 2 one by the old layout (a zero `sharded` flag where the mesh is, no ranges).
+TEST(version1_training_state_is_read) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
+    const TrainingState s = sample_state();
+    write_training_state(path, s);
+    std::vector<unsigned char> v2 = read_all(path);
+    const size_t n = s.params.size();
+    const size_t mesh_at = v2.size() - 3 * n * 4 - 3 * 8 - 16 - 8 - 16;  // mesh, range count, one range
+    std::vector<unsigned char> v1(v2.begin(), v2.begin() + mesh_at);
+    v1.insert(v1.end(), 8, 0);                                             // sharded = 0
+    v1.insert(v1.end(), v2.begin() + mesh_at + 16 + 8 + 16, v2.end());    // lengths and arrays
+    const uint32_t version = 1;
+    const uint64_t payload = v1.size() - 32, checksum = fnv1a64(&v1[32], payload, FNV_OFFSET);
+    memcpy(&v1[8], &version, 4), memcpy(&v1[16], &payload, 8), memcpy(&v1[24], &checksum, 8);
+    write_all(path, v1);
+    const TrainingState r = read_training_state(path);
+    CHECK(r.step == s.step && r.params == s.params && r.adam_v == s.adam_v && r.data_ranks == 1);
+    CHECK(r.ranges.size() == 1 && r.ranges[0].offset == 0 && r.ranges[0].length == n);
+    v1[mesh_at] = 1;  // a version 1 ZeRO shard: refused with what to do
+    const uint64_t resum = fnv1a64(&v1[32], payload, FNV_OFFSET);
+    memcpy(&v1[24], &resum, 8);
+    write_all(path, v1);
+    expect_input_error([&] { read_training_state(path); }, {path, "version 1", "build that wrote it"});
+}
+
+TEST(corrupted_training_state_is_a_clear_error) {
+    const std::string dir = tst::make_temp_dir();
+    const std::string path = dir + "/state.bin";
+    write_training_state(path, sample_state());
+    const std::vector<unsigned char> good = read_all(path);
+    std::vector<unsigned char> bad = good;
+    bad[good.size() / 2] ^= 0x10;  // one flipped bit in the weights
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "checksum mismatch"});
+    bad = good;
+    bad.resize(good.size() - 4);
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "does not match its header"});
+    bad = good;
+    bad[0] = 'X';
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "not a training state"});
+    bad = good;
+    bad[8] = 99;  // version
+    write_all(path, bad);
+    expect_input_error([&] { read_training_state(path); }, {path, "version 99"});
+    write_all(path, {1, 2, 3});
+    expect_input_error([&] { read_training_state(path); }, {path, "too short"});
+}
+
+// Fields behind a valid checksum that a resumed run would trust: an outlier window's slot (an index
+// into its array), the rank and step, and array lengths whose sum wraps around to the right total.
+TEST(training_state_with_fields_out_of_range_is_refused) {
+    const std::string path = tst::make_temp_dir() + "/state.bin";
+    TrainingState s = sample_state();
+    s.loss_detector.next = 500;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "outlier window out of range"});
+    s = sample_state();
+    s.norm_detector.count = -1;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "outlier window out of range"});
+    s = sample_state();
+    s.rank = 1;  // of 1 rank
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible run state"});
+    s = sample_state();
+    s.step = -5;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible run state"});
+    // The three lengths sit just before the arrays; make the first two huge, keeping their sum.
+    write_training_state(path, sample_state());
+    std::vector<unsigned char> bytes = read_all(path);
+    const size_t n = param_layout(sample_state().shape.config).total;
+    const size_t lengths_at = bytes.size() - 3 * n * 4 - 3 * 8;
+    uint64_t lengths[3];
+    memcpy(lengths, &bytes[lengths_at], sizeof lengths);
+    CHECK(lengths[0] == n && lengths[1] == n && lengths[2] == n);
+    lengths[0] += 1ull << 63, lengths[1] += 1ull << 63;
+    memcpy(&bytes[lengths_at], lengths, sizeof lengths);
+    const uint64_t checksum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    memcpy(&bytes[24], &checksum, 8);
+    write_all(path, bytes);
+    expect_input_error([&] { read_training_state(path); }, {path, "array lengths do not match"});
+}
+
+TEST(resume_rejects_a_different_run) {
+    TrainingState s = sample_state();
+    RunShape other = s.shape;
+    other.batch_size = 4;
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); },
+                       {"st.bin", "-b (batch size) = 2", "4"});
+    other = s.shape;
+    other.config.num_layers = 3;
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"st.bin", "L=2", "L=3"});
+    // Another -d (only the accumulation changes; run.json's check asks for --accept-changes) and
+    // another number of ranks (the optimizer state is re-sharded) continue the same run.
+    other = s.shape;
+    other.total_batch = 64;
+    other.num_ranks = 3;
+    check_same_run(s.shape, other, "st.bin");
+    other = s.shape;
+    other.data_seed = 1;
+    expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"--seed"});
+}
+
+static void touch(const std::string& path) { write_all(path, {}); }
+
+TEST(only_complete_checkpoints_count_and_pruning_keeps_the_newest) {
+    const std::string dir = tst::make_temp_dir();
+    CHECK(checkpoint_model_path(dir, 20) == dir + "/model_00000020.bin");
+    CHECK(checkpoint_state_path(dir, 20, 3) == dir + "/state_00000020_00003.bin");
+    CHECK(checkpoint_done_path(dir, 20) == dir + "/DONE_00000020");
+    for (int step : {10, 20, 30, 40}) {
+        touch(checkpoint_model_path(dir, step));
+        for (int r = 0; r < 2; r++) touch(checkpoint_state_path(dir, step, r));
+        mark_checkpoint_done(dir, step);
+    }
+    touch(checkpoint_model_path(dir, 50));  // step 50: rank 1's state and DONE never written
+    touch(checkpoint_state_path(dir, 50, 0));
+    remove(checkpoint_state_path(dir, 40, 1).c_str());  // step 40: DONE but a file is missing
+    touch(dir + "/DONE_123");                           // not a marker name
+    CHECK(complete_checkpoints(dir, 2) == (std::vector<long long>{10, 20, 30}));
+    CHECK(complete_checkpoints(dir + "/missing", 2).empty());
+    prune_checkpoints(dir, 2, 2);
+    CHECK(complete_checkpoints(dir, 2) == (std::vector<long long>{20, 30}));
+    CHECK(!path_exists(checkpoint_model_path(dir, 10)) &&
+          !path_exists(checkpoint_state_path(dir, 10, 1)));
+    CHECK(path_exists(checkpoint_model_path(dir, 50)));  // incomplete newer ones are left alone
+    prune_checkpoints(dir, 0, 2);                        // 0 keeps everything
+    CHECK(complete_checkpoints(dir, 2).size() == 2);
+}
+
+TEST(metrics_log_lines) {
+    StepMetrics m;
+    m.step = 12;
+    m.has_train = true;
+    m.loss = 3.45678;
+    m.lr = 3e-4;
+    m.norm = 1.25;
+    m.ms = 123.4;
+    m.tokens_per_s = 54321;
+    CHECK(metrics_json(m) ==
+          "{\"step\":12,\"loss\":3.456780,\"lr\":3.000000e-04,\"norm\":1.250000,\"ms\":123.400,"
+          "\"tok_per_s\":54321.0}");
+    m.has_val = true;
+    m.val_loss = 3.21;
+    CHECK(metrics_json(m).find(",\"val_loss\":3.210000}") != std::string::npos);
+    StepMetrics v;
+    v.has_val = true;
+    v.val_loss = NAN;
+    CHECK(metrics_json(v) == "{\"step\":0,\"val_loss\":null}");
+    const std::string dir = tst::make_temp_dir();
+    {
+        MetricsLog log(dir + "/m.jsonl");
+        log.write(m);
+        log.write(v);
+    }
+    {
+        MetricsLog log(dir + "/m.jsonl");  // reopening appends
+        log.write(v);
+    }
+    std::vector<unsigned char> bytes = read_all(dir + "/m.jsonl");
+    std::string text(bytes.begin(), bytes.end());
+    CHECK(text == metrics_json(m) + "\n" + metrics_json(v) + "\n" + metrics_json(v) + "\n");
+}
+
+TEST(metrics_log_truncated_on_resume) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/m.jsonl";
+    truncate_metrics_log(path, 5);  // no log yet: nothing happens
+    CHECK(!path_exists(path));
+    {
+        MetricsLog log(path);
+        for (int step = 0; step <= 12; step++) {
+            StepMetrics m;
+            m.step = step;
+            m.has_val = true;
+            m.val_loss = step;
+            log.write(m);
+        }
+    }
+    truncate_metrics_log(path, 10);
+    std::vector<unsigned char> bytes = read_all(path);
+    std::string text(bytes.begin(), bytes.end());
+    CHECK(std::count(text.begin(), text.end(), '\n') == 11);
+    CHECK(text.find("{\"step\":10,") != std::string::npos);
+    CHECK(text.find("{\"step\":11,") == std::string::npos);
+}

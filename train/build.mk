@@ -1,0 +1,30 @@
+# The training loop and what surrounds it (flags, data loading, schedule, checkpoints and run
+# folders, metrics, sampling, evaluation, Hugging Face files): each train/*.cpp becomes one object in
+# TRAIN_OBJS. HOST_OBJS is the host code every trainer links: train/, base/ and parallel/plan/.
+# HOST_LIBS: nothing beyond libc and libstdc++ so far.
+TRAIN_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard train/*.cpp))
+HOST_OBJS := $(TRAIN_OBJS) $(BASE_OBJS) $(PLAN_OBJS)
+HOST_LIBS :=
+
+# The host tests (test/train/): one C++ program per module family.
+HOST_TESTS := $(patsubst %,$(BUILD)/test/train/%,test_model_files test_dataloader test_flags \
+                test_schedule test_checkpoint test_run_safety \
+                test_hellaswag test_gpu_telemetry)
+TESTS += $(HOST_TESTS)
+$(HOST_TESTS): $(BUILD)/test/train/%: $(BUILD)/test/train/%.o $(HOST_OBJS) $(TEST_MAIN)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(HOST_LIBS)
+
+# The trainer's end-to-end test runs $(BIN)/train_gpt_cpu (overfit, resume, bad input); it needs only
+# the test harness, and the trainer built first.
+TESTS += $(BUILD)/test/train/test_train_cpu
+$(BUILD)/test/train/test_train_cpu: $(BUILD)/test/train/test_train_cpu.o $(HOST_OBJS) $(TEST_MAIN) \
+                                   | $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+TESTS += test/train/test_plot_metrics.sh
+# SIGTERM to one rank of two: all stop at the same step (the emulated trainer under mpirun; the
+# script skips where either is missing). Plain build only, like the other multi-rank runs (time).
+ifneq ($(SAN),1)
+  TESTS += test/trainer/test_signal_one_rank.sh
+endif

@@ -1,0 +1,420 @@
+// GPT-2 folders in transformers' layout, to and from our model files (see hf_gpt2.h).
+#include "train/hf_gpt2.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "base/model_descriptor.h"
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+static const char* torch_dtype_name(StDtype dtype) {
+    return dtype == StDtype::BF16 ? "bfloat16" : dtype == StDtype::F16 ? "float16" : "float32";
+}
+
+// End of text: GPT-2's token 50256, or the last token of a smaller vocabulary.
+static int end_of_text(const GPTConfig& c) { return std::min(50256, c.vocab_size - 1); }
+
+std::string hf_config_json(const GPTConfig& c, StDtype dtype) {
+    // No dropout: the model was trained without it, and fine-tuning continues the same way.
+    const json config = {
+        {"architectures", {"GPT2LMHeadModel"}},
+        {"model_type", "gpt2"},
+        {"vocab_size", c.vocab_size},
+        {"n_positions", c.max_seq_len},
+        {"n_ctx", c.max_seq_len},
+        {"n_embd", c.channels},
+        {"n_layer", c.num_layers},
+        {"n_head", c.num_heads},
+        {"n_inner", nullptr},
+        {"activation_function", "gelu_new"},
+        {"layer_norm_epsilon", 1e-5},
+        {"initializer_range", 0.02},
+        {"resid_pdrop", 0.0},
+        {"embd_pdrop", 0.0},
+        {"attn_pdrop", 0.0},
+        {"scale_attn_weights", true},
+        {"scale_attn_by_inverse_layer_idx", false},
+        {"reorder_and_upcast_attn", false},
+        {"tie_word_embeddings", true},
+        {"bos_token_id", end_of_text(c)},
+        {"eos_token_id", end_of_text(c)},
+        {"use_cache", true},
+        {"torch_dtype", torch_dtype_name(dtype)},
+    };
+    return config.dump(2) + "\n";
+}
+
+namespace {
+
+int int_field(const json& config, const char* name, const std::string& what, long min, long max) {
+    if (!config.contains(name)) fail("%s: no '%s'", what.c_str(), name);
+    const json& v = config[name];
+    if (!v.is_number_integer() || v.get<long long>() < min || v.get<long long>() > max)
+        fail("%s: %s is %s, not a whole number from %ld to %ld", what.c_str(), name,
+             v.dump().substr(0, 40).c_str(), min, max);
+    return (int)v.get<long long>();
+}
+
+// An optional boolean that must have the given value for this trainer's model.
+void require_bool(const json& config, const char* name, bool needed, const std::string& what,
+                  const char* why) {
+    if (!config.contains(name) || config[name].is_null()) return;
+    if (!config[name].is_boolean())
+        fail("%s: %s is %s, not true or false", what.c_str(), name,
+             config[name].dump().substr(0, 40).c_str());
+    if (config[name].get<bool>() != needed)
+        fail("%s: %s is %s: %s", what.c_str(), name, needed ? "false" : "true", why);
+}
+
+}  // namespace
+
+GPTConfig parse_hf_config(const std::string& text, const std::string& what) {
+    const json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded()) fail("%s: not valid JSON", what.c_str());
+    if (!config.is_object()) fail("%s: not a JSON object", what.c_str());
+    if (!config.contains("model_type") || !config["model_type"].is_string())
+        fail("%s: no model_type (a GPT-2 config.json says \"model_type\": \"gpt2\")", what.c_str());
+    const std::string type = config["model_type"].get<std::string>();
+    if (type != "gpt2")
+        fail("%s: model_type '%s' is not gpt2: only GPT-2 models are read", what.c_str(),
+             type.c_str());
+    if (config.contains("architectures")) {
+        const json& a = config["architectures"];
+        bool gpt2 = false;
+        if (a.is_array())
+            for (const json& name : a)
+                if (name.is_string() && (name == "GPT2LMHeadModel" || name == "GPT2Model"))
+                    gpt2 = true;
+        if (!gpt2)
+            fail("%s: architectures %s names neither GPT2LMHeadModel nor GPT2Model", what.c_str(),
+                 a.dump().substr(0, 60).c_str());
+    }
+    GPTConfig c;
+    c.num_layers = int_field(config, "n_layer", what, 1, 1 << 16);
+    c.num_heads = int_field(config, "n_head", what, 1, 1 << 16);
+    c.channels = int_field(config, "n_embd", what, 1, 1 << 20);
+    c.vocab_size = int_field(config, "vocab_size", what, 1, 65536);
+    c.max_seq_len = int_field(config, config.contains("n_positions") ? "n_positions" : "n_ctx", what,
+                              1, 1 << 20);
+    c.padded_vocab_size = padded_vocab_size(c.vocab_size);
+    validate_config(c, what);
+    if (config.contains("n_inner") && !config["n_inner"].is_null() &&
+        !(config["n_inner"].is_number_integer() && config["n_inner"] == 4 * (long)c.channels))
+        fail("%s: n_inner %s: this trainer's MLP is 4·n_embd = %d wide", what.c_str(),
+             config["n_inner"].dump().substr(0, 40).c_str(), 4 * c.channels);
+    if (config.contains("activation_function")) {
+        const json& f = config["activation_function"];
+        if (!f.is_string() || (f != "gelu_new" && f != "gelu_pytorch_tanh"))
+            fail("%s: activation_function %s: this trainer's GELU is the tanh form (gelu_new)",
+                 what.c_str(), f.dump().substr(0, 40).c_str());
+    }
+    if (config.contains("layer_norm_epsilon")) {
+        const json& e = config["layer_norm_epsilon"];
+        if (!e.is_number() || std::fabs(e.get<double>() - 1e-5) > 1e-12)
+            fail("%s: layer_norm_epsilon %s: this trainer's LayerNorm uses 1e-05", what.c_str(),
+                 e.dump().substr(0, 40).c_str());
+    }
+    require_bool(config, "tie_word_embeddings", true, what,
+                 "the output layer must be the token embedding (GPT-2 ties them)");
+    require_bool(config, "scale_attn_weights", true, what,
+                 "attention scores must be scaled by 1/sqrt(head size)");
+    require_bool(config, "scale_attn_by_inverse_layer_idx", false, what,
+                 "attention scaled per layer is not GPT-2's");
+    require_bool(config, "add_cross_attention", false, what, "cross-attention is not GPT-2's");
+    return c;
+}
+
+std::vector<HfTensor> hf_gpt2_tensors(const GPTConfig& c) {
+    const uint64_t V = c.vocab_size, C = c.channels, T = c.max_seq_len;
+    std::vector<HfTensor> list = {{"wte.weight", WTE, 0, {V, C}, false},
+                                  {"wpe.weight", WPE, 0, {T, C}, false}};
+    for (int l = 0; l < c.num_layers; l++) {
+        const std::string h = "h." + std::to_string(l) + ".";
+        const std::vector<HfTensor> layer = {
+            {h + "ln_1.weight", LN1W, l, {C}, false},
+            {h + "ln_1.bias", LN1B, l, {C}, false},
+            {h + "attn.c_attn.weight", QKVW, l, {C, 3 * C}, true},
+            {h + "attn.c_attn.bias", QKVB, l, {3 * C}, false},
+            {h + "attn.c_proj.weight", ATTPROJW, l, {C, C}, true},
+            {h + "attn.c_proj.bias", ATTPROJB, l, {C}, false},
+            {h + "ln_2.weight", LN2W, l, {C}, false},
+            {h + "ln_2.bias", LN2B, l, {C}, false},
+            {h + "mlp.c_fc.weight", FCW, l, {C, 4 * C}, true},
+            {h + "mlp.c_fc.bias", FCB, l, {4 * C}, false},
+            {h + "mlp.c_proj.weight", FCPROJW, l, {4 * C, C}, true},
+            {h + "mlp.c_proj.bias", FCPROJB, l, {C}, false},
+        };
+        list.insert(list.end(), layer.begin(), layer.end());
+    }
+    list.push_back({"ln_f.weight", LNFW, 0, {C}, false});
+    list.push_back({"ln_f.bias", LNFB, 0, {C}, false});
+    return list;
+}
+
+// Where one HfTensor's values start in our parameter buffer (`elements` per layer slice; for wte
+// the first V rows).
+static size_t our_offset(const ParamLayout& layout, const HfTensor& t, size_t elements) {
+    const bool per_layer = t.tensor >= LN1W && t.tensor <= FCPROJB;
+    return layout.offset[t.tensor] + (per_layer ? (size_t)t.layer * elements : 0);
+}
+
+// ---- export ----
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+    AtomicFile file(path);
+    file.write(text.data(), text.size());
+    file.commit();
+}
+
+void copy_file(const std::string& from, const std::string& to) {
+    std::ifstream in(from, std::ios::binary);
+    if (!in) fail("%s: cannot be read", from.c_str());
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    write_text(to, bytes.str());
+}
+
+// A folder being written; removed unless commit() renamed it to its final name.
+class TempFolder {
+public:
+    explicit TempFolder(const std::string& final_path)
+        : final_(final_path), temp_(final_path + ".tmp." + std::to_string(getpid())) {
+        std::error_code ec;
+        fs::remove_all(temp_, ec);
+        make_directory(temp_);
+    }
+    ~TempFolder() {
+        if (committed_) return;
+        std::error_code ec;
+        fs::remove_all(temp_, ec);
+    }
+    const std::string& path() const { return temp_; }
+    void commit() {
+        std::error_code ec;
+        fs::rename(temp_, final_, ec);
+        if (ec) fail("%s: cannot be created (%s)", final_.c_str(), ec.message().c_str());
+        committed_ = true;
+    }
+
+private:
+    std::string final_, temp_;
+    bool committed_ = false;
+};
+
+}  // namespace
+
+void export_hf_folder(const ModelFile& model, const std::string& dir, StDtype dtype,
+                      const HfTokenizerFiles& tokenizer) {
+    std::error_code ec;
+    if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
+        fail("%s: already exists and is not an empty folder (give a new folder)", dir.c_str());
+    const GPTConfig& c = model.config;
+    const ParamLayout layout = param_layout(c);
+    std::vector<StOutTensor> tensors;
+    for (const HfTensor& t : hf_gpt2_tensors(c)) {
+        StOutTensor out;
+        out.name = "transformer." + t.name;
+        out.shape = t.shape;
+        size_t n = 1;
+        for (uint64_t d : t.shape) n *= d;
+        const float* ours = model.params.data() + our_offset(layout, t, n);
+        out.values.resize(n);
+        if (!t.transposed) {
+            std::copy(ours, ours + n, out.values.begin());
+        } else {
+            // transformers' (in, out) from our (out, in): hf[i][o] = ours[o][i].
+            const size_t in = t.shape[0], outs = t.shape[1];
+            for (size_t i = 0; i < in; i++)
+                for (size_t o = 0; o < outs; o++) out.values[i * outs + o] = ours[o * in + i];
+        }
+        tensors.push_back(std::move(out));
+    }
+    TempFolder folder(dir);
+    const std::string tmp = folder.path();
+    write_safetensors(tmp + "/model.safetensors", tensors, dtype, {{"format", "pt"}});
+    write_text(tmp + "/config.json", hf_config_json(c, dtype));
+    const json generation = {{"bos_token_id", end_of_text(c)},
+                             {"eos_token_id", end_of_text(c)},
+                             {"_from_model_config", true}};
+    write_text(tmp + "/generation_config.json", generation.dump(2) + "\n");
+    if (!tokenizer.encoder_json.empty()) {
+        copy_file(tokenizer.encoder_json, tmp + "/vocab.json");
+        copy_file(tokenizer.vocab_bpe, tmp + "/merges.txt");
+        const json tokenizer_config = {
+            {"tokenizer_class", "GPT2Tokenizer"}, {"model_max_length", c.max_seq_len},
+            {"bos_token", "<|endoftext|>"},       {"eos_token", "<|endoftext|>"},
+            {"unk_token", "<|endoftext|>"},       {"add_prefix_space", false},
+        };
+        write_text(tmp + "/tokenizer_config.json", tokenizer_config.dump(2) + "\n");
+    }
+    if (fs::exists(dir, ec)) fs::remove(dir, ec);  // the empty folder given
+    folder.commit();
+}
+
+// ---- import ----
+
+namespace {
+
+std::string read_text(const std::string& path) {
+    std::vector<char> bytes(file_size(path));
+    if (!bytes.empty()) read_bytes(path, 0, bytes.data(), bytes.size());
+    return std::string(bytes.begin(), bytes.end());
+}
+
+// The weight files of a folder: model.safetensors, or the shards model.safetensors.index.json lists.
+std::vector<std::string> weight_files(const std::string& dir) {
+    if (path_exists(dir + "/model.safetensors")) return {dir + "/model.safetensors"};
+    const std::string index_path = dir + "/model.safetensors.index.json";
+    if (!path_exists(index_path)) {
+        if (path_exists(dir + "/pytorch_model.bin"))
+            fail("%s: holds pytorch_model.bin but no model.safetensors; only safetensors is read "
+                 "(save with save_pretrained(DIR, safe_serialization=True))", dir.c_str());
+        fail("%s: no model.safetensors (nor model.safetensors.index.json)", dir.c_str());
+    }
+    const json index = json::parse(read_text(index_path), nullptr, false);
+    if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
+        !index["weight_map"].is_object())
+        fail("%s: not a JSON object with a weight_map", index_path.c_str());
+    std::set<std::string> files;
+    for (const auto& item : index["weight_map"].items()) {
+        const json& file = item.value();
+        if (!file.is_string() || file.get<std::string>().empty() ||
+            file.get<std::string>().find('/') != std::string::npos ||
+            file.get<std::string>()[0] == '.')
+            fail("%s: weight_map entry '%s' is not a file name in the folder", index_path.c_str(),
+                 item.key().c_str());
+        files.insert(file.get<std::string>());
+    }
+    if (files.empty()) fail("%s: the weight_map lists no files", index_path.c_str());
+    std::vector<std::string> paths;
+    for (const std::string& f : files) {
+        if (!path_exists(dir + "/" + f))
+            fail("%s: lists %s, which is not in the folder", index_path.c_str(), f.c_str());
+        paths.push_back(dir + "/" + f);
+    }
+    return paths;
+}
+
+// Strips the "transformer." prefix; returns false for the causal-mask buffers, which hold no weights.
+bool weight_name(std::string name, std::string* out) {
+    const std::string prefix = "transformer.";
+    if (name.compare(0, prefix.size(), prefix) == 0) name = name.substr(prefix.size());
+    const auto ends_with = [&](const std::string& suffix) {
+        return name.size() > suffix.size() &&
+               name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (name.compare(0, 2, "h.") == 0 && (ends_with(".attn.bias") || ends_with(".attn.masked_bias")))
+        return false;
+    *out = name;
+    return true;
+}
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+    std::string s = "(";
+    for (size_t i = 0; i < shape.size(); i++)
+        s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + ")";
+}
+
+}  // namespace
+
+ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        fail("%s: not a folder (a Hugging Face model folder with config.json and "
+             "model.safetensors)", dir.c_str());
+    const std::string config_path = dir + "/config.json";
+    if (!path_exists(config_path)) fail("%s: no config.json", dir.c_str());
+    ModelFile model;
+    model.config = parse_hf_config(read_text(config_path), config_path);
+    const GPTConfig& c = model.config;
+    const ParamLayout layout = param_layout(c);
+    model.params.assign(layout.total, 0.0f);
+
+    std::map<std::string, const HfTensor*> wanted;
+    const std::vector<HfTensor> expected = hf_gpt2_tensors(c);
+    for (const HfTensor& t : expected) wanted[t.name] = &t;
+    std::map<std::string, std::string> found;  // our name → the file it came from
+    std::set<std::string> dtypes;
+    std::vector<float> lm_head;
+    std::string lm_head_file;
+    for (const std::string& path : weight_files(dir)) {
+        const StHeader header = read_safetensors_header(path);
+        for (const StTensor& st : header.tensors) {
+            std::string name;
+            if (!weight_name(st.name, &name)) continue;
+            if (found.count(name) || (name == "lm_head.weight" && !lm_head_file.empty()))
+                fail("%s: tensor '%s' appears twice (with and without the transformer. prefix, "
+                     "or in two files)", path.c_str(), name.c_str());
+            const bool head = name == "lm_head.weight";
+            const auto it = wanted.find(name);
+            if (!head && it == wanted.end())
+                fail("%s: unexpected tensor '%s' for a GPT-2 with n_layer=%d (config.json)",
+                     path.c_str(), st.name.c_str(), c.num_layers);
+            const std::vector<uint64_t> shape =
+                head ? std::vector<uint64_t>{(uint64_t)c.vocab_size, (uint64_t)c.channels}
+                     : it->second->shape;
+            if (st.shape != shape)
+                fail("%s: tensor '%s' has shape %s; config.json's GPT-2 needs %s", path.c_str(),
+                     st.name.c_str(), shape_text(st.shape).c_str(), shape_text(shape).c_str());
+            if (st.dtype != StDtype::F32 && st.dtype != StDtype::F16 && st.dtype != StDtype::BF16)
+                fail("%s: tensor '%s' is %s; GPT-2 weights must be F32, F16 or BF16",
+                     path.c_str(), st.name.c_str(), dtype_name(st.dtype));
+            dtypes.insert(dtype_name(st.dtype));
+            const std::vector<uint8_t> bytes = read_tensor_bytes(path, header, st);
+            StTensor local = st;
+            local.end -= local.begin;
+            local.begin = 0;
+            std::vector<float> values = tensor_as_float(local, bytes.data(), path);
+            if (head) {
+                lm_head = std::move(values);
+                lm_head_file = path;
+                continue;
+            }
+            const HfTensor& t = *it->second;
+            float* ours = model.params.data() + our_offset(layout, t, values.size());
+            if (!t.transposed) {
+                std::copy(values.begin(), values.end(), ours);
+            } else {
+                const size_t in = t.shape[0], outs = t.shape[1];
+                for (size_t i = 0; i < in; i++)
+                    for (size_t o = 0; o < outs; o++) ours[o * in + i] = values[i * outs + o];
+            }
+            found[name] = path;
+        }
+    }
+    for (const HfTensor& t : expected)
+        if (!found.count(t.name))
+            fail("%s: no tensor 'transformer.%s' (or '%s') in the weights", dir.c_str(),
+                 t.name.c_str(), t.name.c_str());
+    if (!lm_head.empty()) {
+        const float* wte = model.params.data() + layout.offset[WTE];
+        for (size_t i = 0; i < lm_head.size(); i++)
+            if (memcmp(&lm_head[i], &wte[i], 4) != 0)
+                fail("%s: lm_head.weight differs from wte.weight (row %zu): an untied output layer, "
+                     "which GPT-2 and this trainer do not have", lm_head_file.c_str(),
+                     i / c.channels);
+    }
+    model.type = dtypes.size() == 1 && *dtypes.begin() == "BF16" ? WeightType::BF16 : WeightType::FP32;
+    if (source_dtypes) {
+        source_dtypes->clear();
+        for (const std::string& d : dtypes) *source_dtypes += (source_dtypes->empty() ? "" : "+") + d;
+    }
+    return model;
+}

@@ -1,0 +1,66 @@
+// SIGINT / SIGTERM handling (see interrupts.h). The handler only sets a flag and writes fixed
+// messages with write(2); everything else happens in the loop, outside the handler.
+#include "train/interrupts.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <unistd.h>
+
+#include "base/file_io.h"
+
+static volatile sig_atomic_t g_signal = 0;
+static volatile sig_atomic_t g_announce = 0;
+
+static void say(const char* text) {
+    if (g_announce && write(STDERR_FILENO, text, strlen(text)) < 0) {
+        // Nothing to do about a closed stderr inside a signal handler.
+    }
+}
+
+static void on_signal(int signal_number) {
+    if (g_signal != 0) {
+        remove_temporary_files_now();
+        say("\nsecond signal: exiting now; the last complete checkpoint stays the one to resume "
+            "from\n");
+        _exit(128 + signal_number);
+    }
+    g_signal = signal_number;
+    say("\nstopping after this step (with -o, after writing a checkpoint); signal again to exit at "
+        "once\n");
+}
+
+void install_interrupt_handlers(bool announce) {
+    g_announce = announce;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;  // file writes in progress go on rather than fail with EINTR
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
+}
+
+bool stop_requested() { return g_signal != 0; }
+int stop_signal() { return g_signal; }
+const char* stop_signal_name() {
+    return g_signal == SIGINT    ? "SIGINT"
+           : g_signal == SIGTERM ? "SIGTERM"
+                                 : "a signal to another rank";
+}
+// A rank stopped because another one was signalled ends as if it had received SIGTERM.
+int interrupted_exit_status() { return 128 + (g_signal ? g_signal : SIGTERM); }
+void reset_stop_request() { g_signal = 0; }
+
+int finish_interrupted_run(int step, const std::string& output_dir, bool print) {
+    if (print) {
+        if (output_dir.empty())
+            printf("stopped at step %d by %s; nothing was saved (no -o)\n", step,
+                   stop_signal_name());
+        else
+            printf("stopped at step %d; resume with -y 1 (%s; checkpoint %d is in %s)\n", step,
+                   stop_signal_name(), step, output_dir.c_str());
+        fflush(stdout);
+    }
+    return interrupted_exit_status();
+}

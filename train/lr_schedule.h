@@ -1,0 +1,25 @@
+// Learning-rate schedules with llm.c's semantics. step counts from 0 (the first update), max_steps
+// is the run's length, min_lr = lr · final_fraction:
+//   every schedule but constant warms up linearly: lr · (step + 1) / warmup for step < warmup
+//   cosine    then min_lr + (lr - min_lr) · ½(1 + cos(π · p)),  p = (step - warmup) / (max -
+//   warmup) linear    then lr - (lr - min_lr) · p constant  lr at every step (no warmup) wsd then
+//   lr until 80% of max_steps, then min_lr + (lr - min_lr) · (1 - sqrt(q)),
+//             q = (step - decay_start) / (max - decay_start)  (warmup-stable-decay)
+#pragma once
+#include <string>
+
+#include "base/train_options.h"  // ScheduleKind
+
+struct LRSchedule {
+    ScheduleKind kind = ScheduleKind::COSINE;
+    double learning_rate = 3e-4;
+    int warmup_steps = 0;
+    int max_steps = 1;
+    double final_fraction = 1.0;
+};
+
+// "cosine" | "linear" | "constant" | "wsd" → kind; false if unknown.
+bool parse_schedule_kind(const std::string& name, ScheduleKind* kind);
+const char* schedule_name(ScheduleKind kind);
+
+double learning_rate_at(const LRSchedule& schedule, int step);

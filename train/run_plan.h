@@ -1,0 +1,24 @@
+// What a run will hold and send, said before anything is allocated: the start-up report's memory
+// and network lines, and --dry-run, which prints the whole plan for any number of ranks (--plan-ranks)
+// and any device size (--device-memory) and exits: "how many GPUs, and which -z, for this model at
+// this batch?" answered in a second, from a laptop if need be.
+#pragma once
+#include "base/gpt_config.h"
+#include "base/train_model.h"
+#include "train/train_flags.h"
+#include "train/train_loop.h"
+
+// `memory: parameters X MiB | gradients X MiB | master weights X MiB | optimizer state X MiB |
+// activations X MiB | total X MiB` and, with several ranks, `network: X MiB sent per step by each rank`
+// (followed by `(data group X MiB, tensor group X MiB)` under tensor parallelism).
+void print_memory_report(const ModelMemory& memory);
+
+// The ranks a run plans for: --plan-ranks with --dry-run, else the ranks started. Fails when a run
+// started on several ranks is asked to plan for another count.
+int planned_ranks(const TrainOptions& opt, const RankGroup& ranks);
+
+// --dry-run: prints the model, the ranks and ZeRO stage, the per-rank memory, the network traffic
+// per step and whether it fits the device (its free memory, or --device-memory), from rank 0 only.
+// Needs spec.plan_memory. Returns the exit status (0).
+int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTConfig& config,
+                   int num_ranks, bool main_rank);

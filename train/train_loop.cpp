@@ -1,0 +1,540 @@
+// The shared training loop (train/train_loop.h).
+#include "train/train_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "base/decode_table.h"
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "base/gpt_init.h"
+#include "base/model_descriptor.h"
+#include "base/model_file.h"
+#include "base/model_part.h"
+#include "base/rng.h"
+#include "parallel/plan/mesh.h"
+#include "train/cached_sampling.h"
+#include "train/checkpoint.h"
+#include "train/dataloader.h"
+#include "train/hellaswag.h"
+#include "train/interrupts.h"
+#include "train/lr_schedule.h"
+#include "train/memory_check.h"
+#include "train/metrics_log.h"
+#include "train/run_folder.h"
+#include "train/run_plan.h"
+#include "train/run_report.h"
+#include "train/sampling.h"
+#include "train/training_state.h"
+
+constexpr double GRAD_CLIP = 1.0;  // global gradient-norm clipping threshold
+
+double training_flops_per_token(const GPTConfig& c, int T) {
+    const double params = (double)param_layout(c).total;
+    return 6.0 * params + 6.0 * c.num_layers * c.channels * (double)T;
+}
+
+// "ETA 1h02m" / "ETA 3m20s".
+static std::string eta_text(double seconds) {
+    long s = (long)std::lround(seconds);
+    if (s >= 3600) return strprintf("%ldh%02ldm", s / 3600, s / 60 % 60);
+    return strprintf("%ldm%02lds", s / 60, s % 60);
+}
+
+// The model's next micro-batch: the loader's next one (with overfit set, always its first).
+static TrainModel::NextBatch next_batch_of(DataLoader& loader, bool overfit) {
+    return [&loader, overfit](int* inputs, int* targets) {
+        if (overfit) loader.reset();
+        loader.next_batch(inputs, targets);
+    };
+}
+
+// Mean loss over `batches` validation batches, from the first one.
+static double validation_loss(TrainModel& model, DataLoader& val, int batches, int B, int T,
+                              std::vector<int>& inputs, std::vector<int>& targets) {
+    val.reset();
+    double sum = 0;
+    for (int i = 0; i < batches; i++) {
+        val.next_batch(inputs.data(), targets.data());
+        sum += model.forward(inputs.data(), targets.data(), B, T);
+    }
+    return sum / batches;
+}
+
+// Generates `count` tokens after the table's end-of-text token, each from the logits of the last
+// position (a window of the last T tokens), and prints them through the decode table (if `print`).
+static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, int count, int T,
+                         bool print) {
+    const GPTConfig& c = model.config();
+    std::vector<int> tokens = {table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1};
+    std::vector<float> logits(c.vocab_size);
+    std::string text;
+    // Through the model's key/value cache where it has one; the same tokens either way.
+    CachedSampler cached(T, [&] { model.decode_reset(T); },
+                         [&](int token, float* out) { model.decode_next(token, out); });
+    for (int i = 0; i < count; i++) {
+        if (model.supports_decode()) {
+            cached.next_logits(tokens, logits.data());
+        } else {
+            int start = std::max(0, (int)tokens.size() - T);
+            int length = (int)tokens.size() - start;
+            model.forward(tokens.data() + start, nullptr, 1, length);
+            model.logits_at(length - 1, logits.data());
+        }
+        int next = sample_token(logits.data(), c.vocab_size, rng.uniform());
+        tokens.push_back(next);
+        text += table.decode(next);
+    }
+    if (print) printf("sample: %s\n---\n", text.c_str());
+}
+
+// A data loader over this rank's slices (the ranks of one data-parallel replica read the same ones);
+// an error in its shards also names the flag.
+static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::string& pattern, int B,
+                                               int T, const GPTConfig& config, bool shuffle,
+                                               uint64_t seed, const Mesh& mesh) {
+    try {
+        return std::make_unique<DataLoader>(pattern, B, T, mesh.data_rank, mesh.data, config.vocab_size,
+                                            shuffle, seed);
+    } catch (const InputError& e) { fail("%s: %s", flag, e.what()); }
+}
+
+// Every rank writes its own state file (the part of the optimizer state it is responsible for); rank 0
+// also writes the model file, assembled from every rank's part of the weights, and marks the
+// checkpoint done once every rank has finished writing.
+static void save_checkpoint(const std::string& dir, int keep, int major_every, TrainModel& model,
+                            TrainingState state, RankGroup& ranks) {
+    OptimizerPart part = model.optimizer_part();
+    state.ranges = std::move(part.ranges);
+    state.params = std::move(part.master), state.adam_m = std::move(part.m), state.adam_v = std::move(part.v);
+    const std::vector<float> weights =
+        assemble_on_rank0(model.working_weights_part(), param_layout(model.config()).total, ranks);
+    if (ranks.rank == 0)
+        write_model_file(checkpoint_model_path(dir, state.step), model.config(), weights.data(),
+                         model.working_weight_type());
+    write_training_state(checkpoint_state_path(dir, state.step, ranks.rank), state);
+    ranks.barrier();
+    if (ranks.rank == 0) {
+        mark_checkpoint_done(dir, state.step);
+        prune_checkpoints(dir, keep, ranks.num_ranks, major_every);
+        announce_checkpoint(dir, state.step, ranks.num_ranks);
+    }
+}
+
+// A fingerprint of the command line, so that ranks started differently stop before training.
+static uint64_t command_line_fingerprint(int argc, char** argv) {
+    uint64_t hash = FNV_OFFSET;
+    for (int i = 1; i < argc; i++) hash = fnv1a64(argv[i], strlen(argv[i]) + 1, hash);
+    return hash;
+}
+// A fingerprint of the data files each rank found: names and sizes.
+static uint64_t data_fingerprint(const DataLoader& loader) {
+    uint64_t hash = FNV_OFFSET;
+    for (const std::string& file : loader.files()) {
+        const uint64_t size = file_size(file);
+        hash = fnv1a64(file.c_str(), file.size() + 1, hash);
+        hash = fnv1a64(&size, sizeof size, hash);
+    }
+    return hash;
+}
+
+// The optimizer state of checkpoint `step` as the whole model's (ParamLayout order), whatever mesh
+// and ZeRO stage wrote it: each rank's file holds its part with its ranges, and together they cover
+// the model once (checked). `first` is rank 0's state, already read.
+static void read_whole_optimizer_state(const std::string& dir, long long step,
+                                       const TrainingState& first, std::vector<float>* master,
+                                       std::vector<float>* m, std::vector<float>* v) {
+    const size_t total = param_layout(first.shape.config).total;
+    const int saved_ranks = first.shape.num_ranks;
+    master->assign(total, 0.0f), m->assign(total, 0.0f), v->assign(total, 0.0f);
+    Coverage coverage(total);
+    for (int r = 0; r < saved_ranks; r++) {
+        const std::string path = checkpoint_state_path(dir, step, r);
+        const TrainingState part = r == 0 ? first : read_training_state(path);
+        if (part.rank != r || part.shape.num_ranks != saved_ranks)
+            fail("%s: not rank %d of %d of this checkpoint", path.c_str(), r, saved_ranks);
+        coverage.add(part.ranges, path);
+        scatter_part(part.ranges, part.params.data(), master);
+        scatter_part(part.ranges, part.adam_m.data(), m);
+        scatter_part(part.ranges, part.adam_v.data(), v);
+    }
+    coverage.fail_if_incomplete(strprintf("the state files of step %lld in %s", step, dir.c_str()));
+}
+
+// The loader position of a run saved on `saved_ranks` ranks, for this run's ranks: a chunk holds
+// B·T tokens per rank, so the same token offset is a different chunk count.
+static LoaderPosition position_for_ranks(LoaderPosition p, int saved_ranks, int ranks,
+                                         const std::string& path) {
+    if (saved_ranks == ranks) return p;
+    if (p.chunk_step * saved_ranks % ranks != 0)
+        fail("%s: saved on %d ranks at a point that %d ranks cannot continue from; resume on %d "
+             "ranks", path.c_str(), saved_ranks, ranks, saved_ranks);
+    p.chunk_step = p.chunk_step * saved_ranks / ranks;
+    return p;
+}
+
+// ---- the run: what train() sets up once, and what its steps and periodic work share ----
+struct Run {
+    Run(const TrainerSpec& spec_, RankGroup& ranks_) : spec(spec_), ranks(ranks_), main_rank(ranks_.rank == 0) {}
+    const TrainerSpec& spec;
+    RankGroup& ranks;
+    const bool main_rank;
+    TrainOptions opt;
+    DataChoice data_choice;
+    GPTConfig config;
+    Mesh mesh;
+    int B = 0, T = 0, accum_steps = 1, max_steps = 0, last_step = 0;
+    std::unique_ptr<DataLoader> train_loader, val_loader;
+    TrainingState state;  // what a checkpoint saves; state.step = updates done so far
+    bool resuming = false;
+    Mesh resumed_mesh;    // the mesh that wrote the checkpoint resumed from
+    std::unique_ptr<TrainModel> model;
+    std::unique_ptr<HellaSwagEval> hellaswag;
+    DecodeTable decode_table;
+    bool can_sample = false;
+    std::unique_ptr<MetricsLog> metrics;
+    Rng sample_rng{0};
+    RunClock clock{0};
+    std::vector<int> inputs, targets;  // one batch, for validation
+    double step_flops = 0, total_ms = 0;
+    int timed_steps = 0;
+};
+
+// The model's shape, from -e's descriptor or the model file (whose weights it returns too).
+static GPTConfig model_shape(const TrainOptions& opt, ModelFile* model_file) {
+    const bool from_descriptor = is_model_descriptor(opt.model);
+    if (from_descriptor) {
+        try {
+            return config_from_descriptor(opt.model);
+        } catch (const InputError& e) { fail("-e (--model): %s", e.what()); }
+    }
+    if (!path_exists(opt.model))
+        fail("-e (--model): '%s' is neither a model descriptor nor an existing file", opt.model.c_str());
+    *model_file = with_flag("-e (--model)", [&] { return read_model_file(opt.model); });
+    return model_file->config;
+}
+
+// The data loaders, checked to be the same files on every rank, and the number of steps.
+static void open_data(Run& run) {
+    const TrainOptions& opt = run.opt;
+    run.train_loader = open_loader("-i (--train-data)", opt.train_data, run.B, run.T, run.config, opt.shuffle,
+                                   opt.seed, run.mesh);
+    if (opt.val_every > 0 && !opt.val_data.empty())
+        run.val_loader =
+            open_loader("-j (--val-data)", opt.val_data, run.B, run.T, run.config, false, opt.seed, run.mesh);
+    run.ranks.check_same(data_fingerprint(*run.train_loader), "the training data files (-i)");
+    run.max_steps = opt.max_steps > 0
+                        ? opt.max_steps
+                        : (int)std::max<int64_t>(1, run.train_loader->chunks_per_epoch() / run.accum_steps);
+    run.last_step = opt.stop_at > 0 ? std::min(opt.stop_at, run.max_steps) : run.max_steps;
+}
+
+// -y 1 resumes from the newest complete checkpoint, or starts afresh when there is none yet (as llm.c
+// does), so a supervisor can restart a run with the same command line every time. A checkpoint is
+// complete once its DONE marker exists: rank 0 writes it after every rank's state file is in place,
+// whatever the mesh that wrote them. Every rank reads rank 0's file for the run's progress (the same on
+// all ranks) and every rank's part for the optimizer state. Returns false when there is nothing to
+// resume from.
+struct Resumed {
+    ModelFile weights;
+    std::vector<float> master, m, v;
+};
+static bool read_resume_point(Run& run, Resumed* resumed) {
+    const TrainOptions& opt = run.opt;
+    const std::vector<long long> checkpoints =
+        opt.resume ? complete_checkpoints(opt.output_dir, 1) : std::vector<long long>();
+    if (checkpoints.empty()) return false;
+    const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), 0);
+    const TrainingState saved = read_training_state(path);
+    check_same_run(saved.shape, run.state.shape, path);
+    resumed->weights = read_model_file(checkpoint_model_path(opt.output_dir, checkpoints.back()));
+    read_whole_optimizer_state(opt.output_dir, checkpoints.back(), saved, &resumed->master, &resumed->m,
+                               &resumed->v);
+    run.train_loader->set_position(position_for_ranks(saved.loader, saved.data_ranks, run.mesh.data, path));
+    run.state.step = saved.step;
+    run.state.sample_rng_state = saved.sample_rng_state;
+    run.state.loss_detector = saved.loss_detector;
+    run.state.norm_detector = saved.norm_detector;
+    run.resumed_mesh = {saved.data_ranks, saved.pipeline_parallel, saved.tensor_parallel};
+    return true;
+}
+
+// The model, with its weights: the checkpoint's, the model file's, or fresh ones from the descriptor.
+static void create_model(Run& run, ModelFile& model_file, Resumed& resumed) {
+    run.model = run.spec.create_model(run.config, run.opt);
+    if (run.resuming) {
+        run.model->set_working_weights(resumed.weights.params);
+        run.model->set_optimizer_state(resumed.master, resumed.m, resumed.v);
+    } else if (model_file.params.empty()) {
+        std::vector<float> weights(param_layout(run.config).total);
+        gpt_init_params(run.config, run.opt.seed, weights.data());
+        run.model->set_working_weights(weights);
+    } else {
+        run.model->set_working_weights(model_file.params);
+    }
+}
+
+// Rank 0 samples; where forward() is a collective (the model is spread over the ranks), every rank
+// generates the same tokens alongside it, and rank 0 prints them.
+static void prepare_sampling(Run& run) {
+    const bool all_ranks_sample = run.model->forward_is_collective();
+    run.can_sample = (run.main_rank || all_ranks_sample) && run.opt.sample_every > 0 && path_exists(run.opt.tokenizer);
+    if (all_ranks_sample) run.ranks.check_same(run.can_sample, "whether the --tokenizer file exists");
+    if (run.can_sample) run.decode_table = with_flag("--tokenizer", [&] { return read_decode_table(run.opt.tokenizer); });
+    run.sample_rng = Rng(run.state.sample_rng_state);
+}
+
+// Everything before the first step: flags, model shape, data, resume point, all checked before
+// anything is written; then the model, the output folder and the metrics log. Returns false when the
+// run ends here (--help, --dry-run), with *status set.
+static bool set_up(Run& run, int argc, char** argv, int* status) {
+    const TrainerSpec& spec = run.spec;
+    TrainOptions& opt = run.opt;
+    opt = spec.defaults;
+    *status = 0;
+    if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return false;
+    run.ranks.check_same(command_line_fingerprint(argc, argv), "the command line");
+    install_interrupt_handlers(run.main_rank);
+    run.data_choice = choose_data_paths(&opt, spec.defaults);
+
+    ModelFile model_file;
+    run.config = model_shape(opt, &model_file);
+    const int planned = planned_ranks(opt, run.ranks);
+    if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
+        fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");
+    validate_train_options(&opt, run.config, planned);
+    if (opt.dry_run) {
+        *status = print_run_plan(spec, opt, run.config, planned, run.main_rank);
+        return false;
+    }
+    RankGroup& ranks = run.ranks;
+    run.mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel);
+    run.B = opt.batch_size, run.T = opt.seq_len;
+    run.accum_steps = grad_accum_steps(opt, ranks.num_ranks);
+    open_data(run);
+
+    TrainingState& state = run.state;
+    state.shape = {run.config, run.B, run.T, opt.total_batch, ranks.num_ranks, opt.shuffle, opt.seed};
+    state.rank = ranks.rank;
+    state.data_ranks = run.mesh.data, state.tensor_parallel = run.mesh.tensor;
+    state.pipeline_parallel = run.mesh.pipeline;
+    state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
+    Resumed resumed;
+    run.resuming = read_resume_point(run, &resumed);
+
+    check_output_folder(opt, run.resuming, state.step, run.last_step, run_settings(opt, run.max_steps),
+                        run.main_rank);
+    check_host_memory(spec.host_memory_needed ? spec.host_memory_needed(run.config, opt) : ModelMemory(),
+                      run.config, opt, run.resuming, !model_file.params.empty());
+    run.hellaswag.reset(new HellaSwagEval(opt, run.config.vocab_size));
+    create_model(run, model_file, resumed);
+    prepare_sampling(run);
+
+    if (!opt.output_dir.empty() && run.main_rank) {
+        prepare_output_folder(
+            opt, run.resuming,
+            make_run_record(argc, argv, opt, run.max_steps, run.config, run.train_loader->files(),
+                            run.val_loader ? run.val_loader->files() : std::vector<std::string>(),
+                            ranks.num_ranks, run.resuming ? state.step : 0));
+        if (run.resuming) truncate_metrics_log(metrics_log_path(opt.output_dir), state.step);
+        run.metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
+    }
+    run.inputs.resize((size_t)run.B * run.T), run.targets.resize((size_t)run.B * run.T);
+    run.step_flops = training_flops_per_token(run.config, run.T) * (double)opt.total_batch;
+    run.clock = make_run_clock(opt, run.max_steps, run.last_step);
+    return true;
+}
+
+// The start-up report (rank 0).
+static void print_report(const Run& run) {
+    const TrainOptions& opt = run.opt;
+    const Mesh& mesh = run.mesh;
+    printf("model: %s (%s), %zu parameters\n", model_source_text(opt, run.resuming, run.state.step).c_str(),
+           describe_config(run.config).c_str(), param_layout(run.config).total);
+    printf("compute: %s\n", run.model->description().c_str());
+    if (run.ranks.num_ranks > 1) printf("ranks: %s\n", run.ranks.description().c_str());
+    if (mesh.tensor > 1 || mesh.pipeline > 1)
+        printf("mesh: %s (tensor groups of consecutive ranks, then pipeline stages)\n", mesh.shape().c_str());
+    print_memory_report(run.model->memory());
+    printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d %s), %d steps, %s schedule, lr %.2e\n",
+           run.B, run.T, opt.total_batch, run.accum_steps, mesh.data,
+           mesh.data == run.ranks.num_ranks ? "ranks" : "data ranks", run.max_steps, schedule_name(opt.schedule),
+           opt.learning_rate);
+    print_data_report(run.data_choice, opt, *run.train_loader, run.max_steps, run.accum_steps, mesh.data);
+    if (run.resuming)
+        printf("resumed from step %lld in %s%s\n", (long long)run.state.step, opt.output_dir.c_str(),
+               run.resumed_mesh.shape() != mesh.shape()
+                   ? strprintf(" (saved on %d ranks as %s, now %d as %s: optimizer state re-sharded)",
+                               run.resumed_mesh.size(), run.resumed_mesh.shape().c_str(), run.ranks.num_ranks,
+                               mesh.shape().c_str()).c_str()
+                   : "");
+    if (opt.resume && !run.resuming)
+        printf("note: no complete checkpoint in %s yet, so training starts from step 0\n", opt.output_dir.c_str());
+    if (opt.sample_every > 0 && !run.can_sample)
+        printf("note: no decode table at '%s', so no samples are printed\n", opt.tokenizer.c_str());
+    if (!run.hellaswag->note().empty()) printf("%s\n", run.hellaswag->note().c_str());
+    for (const std::string& note : llmc_flag_notes(opt)) printf("note: %s\n", note.c_str());
+    if (run.spec.report_ignored_flags) run.spec.report_ignored_flags(opt);
+    fflush(stdout);
+}
+
+// Validation loss and HellaSwag accuracy into m, where they run (all: the untrained model's).
+static void evaluate(Run& run, StepMetrics* m, bool validation, bool hellaswag) {
+    if (validation && run.val_loader) {
+        m->has_val = true;
+        m->val_loss = run.ranks.mean(
+            validation_loss(*run.model, *run.val_loader, run.opt.val_batches, run.B, run.T, run.inputs, run.targets));
+        if (run.main_rank) printf("val loss %.4f\n", m->val_loss);
+    }
+    if (hellaswag && run.hellaswag->active()) {
+        const EvalResult result = run.hellaswag->run(*run.model, run.T, run.ranks);
+        m->has_hellaswag = true, m->hellaswag_accuracy = result.accuracy();
+        if (run.main_rank) printf("%s\n", describe_eval_result(result).c_str());
+    }
+}
+
+// Why a step's update was skipped, for its message.
+static std::string skip_reason_text(UpdateVerdict verdict, double loss_z, double norm_z) {
+    switch (verdict) {
+        case UpdateVerdict::LOSS_NOT_FINITE: return "the loss is not finite";
+        case UpdateVerdict::NORM_NOT_FINITE: return "the gradient norm is not finite";
+        case UpdateVerdict::LOSS_OUTLIER: return strprintf("loss z-score %.2f", loss_z);
+        case UpdateVerdict::NORM_OUTLIER: return strprintf("grad norm z-score %.2f", norm_z);
+        case UpdateVerdict::APPLY: break;
+    }
+    return "";
+}
+
+// One optimizer step: the micro-batches' gradients (each scaled by 1/accum_steps, so the gradients are
+// those of the step's mean loss), the norm, clipping, AdamW (skipped when the loss or the norm is not
+// finite, or an outlier: -sl, -sg), and the step line. The model takes the whole step at once
+// (TrainModel::optimizer_step): a GPU model decides on the device whether to apply the update, from the
+// loss and the norm it computed there, and reads them back once, after the update was issued; the
+// detectors here then take the values it reports, as every rank's model reports the same.
+static StepMetrics train_step(Run& run, int step, int first_step) {
+    const TrainOptions& opt = run.opt;
+    TrainModel& model = *run.model;
+    const auto start = std::chrono::steady_clock::now();
+    StepUpdate update;
+    update.adamw.learning_rate = (float)learning_rate_at(
+        {opt.schedule, opt.learning_rate, opt.warmup_steps, run.max_steps, opt.final_lr_fraction}, step - 1);
+    update.adamw.weight_decay = (float)opt.weight_decay;
+    update.step = step;
+    update.clip_norm = GRAD_CLIP;
+    update.skip_loss_z = opt.skip_loss_z, update.skip_norm_z = opt.skip_norm_z;
+    update.loss_window = run.state.loss_detector, update.norm_window = run.state.norm_detector;
+    const StepOutcome result =
+        model.optimizer_step(run.accum_steps, run.B, run.T, next_batch_of(*run.train_loader, opt.overfit_single_batch),
+                             update, [&](double x) { return run.ranks.mean(x); });
+    const double loss = result.loss, norm = result.norm;
+    const double loss_z = run.state.loss_detector.update(loss), norm_z = run.state.norm_detector.update(norm);
+    if (run.main_rank && result.verdict != UpdateVerdict::APPLY)
+        printf("skipping the update of step %d: %s\n", step, skip_reason_text(result.verdict, loss_z, norm_z).c_str());
+    const double ms = ms_since(start);
+    run.total_ms += ms;
+    run.timed_steps++;
+
+    StepMetrics m;
+    m.step = step;
+    m.has_train = true;
+    m.loss = loss, m.lr = update.adamw.learning_rate, m.norm = norm, m.ms = ms;
+    m.tokens_per_s = opt.total_batch / (ms / 1000.0);
+    run.clock.add_step(ms);
+    const double peak = model.peak_flops() * run.ranks.num_ranks;
+    const std::string mfu = peak > 0 ? strprintf("%.1f%%", 100.0 * run.step_flops / (ms / 1000.0) / peak) : "n/a";
+    // -lg N: the GPU read every N steps (after the step's timing), at the end of its line.
+    std::string gpu;
+    if (opt.log_gpu_every > 0 && step % opt.log_gpu_every == 0) {
+        m.has_gpu = true;
+        m.gpu = model.device_telemetry();
+        gpu = " | GPU " + (m.gpu.available ? gpu_telemetry_text(m.gpu) : "n/a (" + m.gpu.why_not + ")");
+    }
+    if (run.main_rank && step_is_logged(opt, step, first_step, run.last_step))
+        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | ETA %s%s\n", step,
+               run.max_steps, loss, m.lr, norm, ms, m.tokens_per_s, mfu.c_str(),
+               eta_text(run.clock.eta_seconds(step)).c_str(), gpu.c_str());
+    return m;
+}
+
+// After a step: validation and HellaSwag, the metrics log, samples, and a checkpoint when one is due or
+// the run stops (SIGINT / SIGTERM: every rank stops at the same step, as soon as any rank was asked
+// to). Returns true when the run stops here.
+static bool periodic_work(Run& run, int step, StepMetrics& m) {
+    const TrainOptions& opt = run.opt;
+    const auto eval_start = std::chrono::steady_clock::now();
+    const bool validation = run.val_loader && (step % opt.val_every == 0 || step == run.last_step);
+    evaluate(run, &m, validation, validates_at(opt, step, run.last_step));
+    if (validates_at(opt, step, run.last_step)) run.clock.validation.add(ms_since(eval_start));
+    if (run.metrics) run.metrics->write(m);
+    // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps whether or
+    // not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
+    if (run.can_sample && (step % opt.sample_every == 0 || step == run.max_steps)) {
+        const auto sample_start = std::chrono::steady_clock::now();
+        print_sample(*run.model, run.decode_table, run.sample_rng, opt.gen_tokens, run.T, run.main_rank);
+        run.clock.sampling.add(ms_since(sample_start));
+    }
+    fflush(stdout);
+
+    run.state.step = step;
+    const bool stopping = run.ranks.mean(stop_requested() ? 1.0 : 0.0) > 0 && step < run.last_step;
+    if (!opt.output_dir.empty() &&
+        ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == run.last_step || stopping)) {
+        const auto save_start = std::chrono::steady_clock::now();
+        run.state.loader = run.train_loader->position();
+        run.state.sample_rng_state = run.sample_rng.state;
+        save_checkpoint(opt.output_dir, opt.checkpoints_keep, opt.major_checkpoint_every, *run.model, run.state,
+                        run.ranks);
+        run.clock.checkpoint.add(ms_since(save_start));
+    }
+    return stopping;
+}
+
+static int train(int argc, char** argv, const TrainerSpec& spec) {
+    RankGroup single_rank;
+    Run run(spec, spec.ranks ? *spec.ranks : single_rank);
+    int status = 0;
+    if (!set_up(run, argc, argv, &status)) return status;
+    if (run.main_rank) print_report(run);
+
+    if (!run.resuming) {  // the untrained model, as a baseline (step 0)
+        const auto start = std::chrono::steady_clock::now();
+        StepMetrics baseline;
+        evaluate(run, &baseline, true, true);
+        if (run.metrics && (baseline.has_val || baseline.has_hellaswag)) run.metrics->write(baseline);
+        if (run.val_loader || run.hellaswag->active()) run.clock.validation.add(ms_since(start));
+    }
+    const int first_step = (int)run.state.step + 1;
+    for (int step = first_step; step <= run.last_step; step++) {
+        StepMetrics m = train_step(run, step, first_step);
+        if (periodic_work(run, step, m)) return finish_interrupted_run(step, run.opt.output_dir, run.main_rank);
+    }
+
+    if (run.main_rank) {
+        if (run.timed_steps > 0)
+            printf("done: %d steps, %.1f ms per step on average\n", run.timed_steps, run.total_ms / run.timed_steps);
+        else
+            printf("done: nothing to do, the run already reached step %d\n", run.last_step);
+        printf("%s", run.model->end_of_run_report().c_str());
+    }
+    return 0;
+}
+
+// An error ends the run. With several ranks it may be this rank's alone (a file missing on its node),
+// and the others would wait for it in their next collective: end them all.
+int run_training(int argc, char** argv, const TrainerSpec& spec) {
+    try {
+        return train(argc, argv, spec);
+    } catch (const InputError& e) {
+        fprintf(stderr, "error: %s\n", e.what());
+    } catch (const std::bad_alloc&) {
+        fprintf(stderr, "error: out of memory (try a smaller model, -b or -t)\n");
+    }
+    if (spec.ranks && spec.ranks->num_ranks > 1) spec.ranks->abort_all(1);
+    return 1;
+}

@@ -1,0 +1,60 @@
+// The training-state file, state_NNNNNNNN_RRRRR.bin: everything rank R needs to continue a run
+// bit for bit. Our own format, little-endian:
+//   header  magic "GPTSTATE" (8 bytes), version (u32), 0 (u32), payload bytes (u64),
+//           FNV-1a 64 checksum of the payload (u64)
+//   payload RunShape (the run's configuration, checked on resume), step, data loader position,
+//           sampling RNG state, the loss and grad-norm outlier windows, the mesh that wrote it
+//           (data ranks, -tp, -pp), then the part of the fp32 master weights and AdamW m and v this
+//           rank is responsible for: its ranges in ParamLayout order (u64 count, then u64 offset and
+//           length pairs) and the three arrays (u64 lengths, then fp32 values).
+// The files of all ranks of a checkpoint cover the model exactly once (base/model_part.h), so a run
+// on any mesh and ZeRO stage reassembles them without knowing how they were cut. Version 1 files
+// (whole-model state without ranges) are read too.
+// Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
+// checksum, each failure a one-line InputError naming the file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/gpt_config.h"
+#include "base/model_part.h"
+#include "base/outlier_detector.h"
+#include "train/dataloader.h"
+
+// What must be the same for a resumed run to be a continuation.
+struct RunShape {
+    GPTConfig config;
+    int32_t batch_size = 0;   // B
+    int32_t seq_len = 0;      // T
+    int64_t total_batch = 0;  // tokens per step (-d)
+    int32_t num_ranks = 1;
+    int32_t shuffle = 0;  // data loader mode
+    uint64_t data_seed = 0;
+};
+
+struct TrainingState {
+    RunShape shape;
+    int32_t rank = 0;
+    int64_t step = 0;  // updates done
+    LoaderPosition loader;
+    uint64_t sample_rng_state = 0;
+    OutlierDetector loss_detector, norm_detector;  // windows behind -sl and -sg
+    int32_t data_ranks = 1;  // data-parallel ranks: the loader's slices (shape.num_ranks are all ranks)
+    int32_t tensor_parallel = 1, pipeline_parallel = 1;  // the rest of the mesh that wrote it
+    std::vector<LayoutRange> ranges;  // where params, adam_m, adam_v belong in ParamLayout order
+    std::vector<float> params;        // fp32 master weights
+    std::vector<float> adam_m, adam_v;
+};
+
+constexpr uint32_t TRAINING_STATE_VERSION = 2;
+
+void write_training_state(const std::string& path, const TrainingState& state);
+TrainingState read_training_state(const std::string& path);
+
+// Throws InputError naming the file and the first field where saved and current differ.
+void check_same_run(const RunShape& saved, const RunShape& current, const std::string& path);
+
+// FNV-1a 64 over bytes, continuing from hash (start with FNV_OFFSET).
+constexpr uint64_t FNV_OFFSET = 0xCBF29CE484222325ull;
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t hash);
