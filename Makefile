@@ -141,10 +141,18 @@ $(BIN)/dev/bin/bench_generate: $(BUILD)/dev/bench_generate.o $(CPU_OBJS) $(HOST_
 # nvcc, the stand-in over MPI in the emulated build).
 TRAINER_HOST_OBJS := $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
 $(PARALLEL_OBJS): CXXFLAGS += $(MPI_CXXFLAGS) $(STAND_INS_CXXFLAGS)
+# The GPU model (gpu/*.cu), built three ways: by nvcc (GPU_MODEL_CUDA_OBJS), and through the emulator
+# in bf16 and fp32 (GPU_MODEL_EMU_OBJS, GPU_MODEL_EMU_FP32_OBJS); the trainer, its tests and the
+# benchmarks link it.
+GPU_MODEL_SRCS := $(wildcard gpu/*.cu)
+GPU_MODEL_CUDA_OBJS := $(patsubst %.cu,$(BUILD)/%.cuda.o,$(GPU_MODEL_SRCS))
+GPU_MODEL_EMU_OBJS := $(patsubst %.cu,$(BUILD)/%.emu.o,$(GPU_MODEL_SRCS))
+GPU_MODEL_EMU_FP32_OBJS := $(patsubst %.cu,$(BUILD)/%.fp32.emu.o,$(GPU_MODEL_SRCS))
+$(GPU_MODEL_EMU_OBJS) $(GPU_MODEL_EMU_FP32_OBJS): CXXFLAGS += $(STAND_INS_CXXFLAGS)
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)
     PROGRAMS += $(BIN)/train_gpt
-    $(BIN)/train_gpt: $(BUILD)/train_gpt.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+    $(BIN)/train_gpt: $(BUILD)/train_gpt.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
   endif
 else
@@ -160,10 +168,10 @@ ifneq ($(CUDA_INCLUDE),)
   TRAINER_EMU_OBJS := $(EMU_OBJS) $(sort $(EMU_STAND_IN_OBJS) $(TRAINER_HOST_OBJS)) $(PARALLEL_OBJS)
   PROGRAMS += $(BIN)/train_gpt_emu $(BIN)/train_gpt_emu_fp32
   $(BUILD)/train_gpt.emu.o $(BUILD)/train_gpt.fp32.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
-  $(BIN)/train_gpt_emu: $(BUILD)/train_gpt.emu.o $(TRAINER_EMU_OBJS)
+  $(BIN)/train_gpt_emu: $(BUILD)/train_gpt.emu.o $(GPU_MODEL_EMU_OBJS) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
-  $(BIN)/train_gpt_emu_fp32: $(BUILD)/train_gpt.fp32.emu.o $(TRAINER_EMU_OBJS)
+  $(BIN)/train_gpt_emu_fp32: $(BUILD)/train_gpt.fp32.emu.o $(GPU_MODEL_EMU_FP32_OBJS) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
 endif
@@ -192,14 +200,15 @@ ifneq ($(CUDA_INCLUDE),)
   endif
   $(BUILD)/test/trainer/test_gpu_model.emu.o $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
-  $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o
-  $(BUILD)/test/trainer/fp32/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o
+  $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/trainer/fp32/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o \
+      $(GPU_MODEL_EMU_FP32_OBJS)
   # The same tests built by nvcc, run on a GPU by test/kernels/gpu_kernel_tests.sh.
   ifneq ($(NVCC),)
     ifneq ($(SAN),1)
       PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_model
       $(BUILD)/test/trainer/cuda/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.cuda.o \
-          $(BUILD)/test/test_main.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+          $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
     endif
@@ -218,8 +227,9 @@ ifneq ($(CUDA_INCLUDE),)
   TESTS += $(GPU_DECODE_TESTS)
   $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
-  $(BUILD)/test/trainer/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.emu.o
-  $(BUILD)/test/trainer/fp32/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o
+  $(BUILD)/test/trainer/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/trainer/fp32/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o \
+      $(GPU_MODEL_EMU_FP32_OBJS)
   $(GPU_DECODE_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
@@ -227,13 +237,13 @@ ifneq ($(CUDA_INCLUDE),)
     ifneq ($(SAN),1)
       PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_decode
       $(BUILD)/test/trainer/cuda/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.cuda.o \
-          $(BUILD)/test/test_main.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+          $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
       # ms per generated token on the GPU, through the cache and by recomputation (dev/bench_generate_gpu.cu).
       BENCHES += $(BIN)/dev/bin/bench_generate_gpu
-      $(BIN)/dev/bin/bench_generate_gpu: $(BUILD)/dev/bench_generate_gpu.cuda.o $(TRAINER_HOST_OBJS) \
-          $(PARALLEL_OBJS)
+      $(BIN)/dev/bin/bench_generate_gpu: $(BUILD)/dev/bench_generate_gpu.cuda.o $(GPU_MODEL_CUDA_OBJS) \
+          $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
     endif
@@ -253,14 +263,15 @@ ifneq ($(CUDA_INCLUDE),)
   PROGRAMS += $(BUILD)/dev/bench_step_emu
   TESTS += test/trainer/test_bench_step_emu.sh
   $(BUILD)/dev/bench_step.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
-  $(BUILD)/dev/bench_step_emu: $(BUILD)/dev/bench_step.emu.o $(TRAINER_EMU_OBJS)
+  $(BUILD)/dev/bench_step_emu: $(BUILD)/dev/bench_step.emu.o $(GPU_MODEL_EMU_OBJS) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
 endif
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)
     BENCHES += $(BIN)/dev/bin/bench_step
-    $(BIN)/dev/bin/bench_step: $(BUILD)/dev/bench_step.cuda.o $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+    $(BIN)/dev/bin/bench_step: $(BUILD)/dev/bench_step.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) \
+        $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
   endif

@@ -7,8 +7,8 @@
 // Usage: dev/bin/bench_generate_gpu [model descriptor]   (default d12, GPT-2 124M)
 // Built through the emulator it runs too (slowly: use a tiny model, e.g. custom:L2:C64:H2:T64), but
 // only the nvcc build's figures are GPU figures.
-#define TRAIN_GPT_NO_MAIN
-#include "train_gpt.cu"
+#include "gpu/gpt_model.h"
+#include "gpu/memory_plan.h"
 
 #include <chrono>
 

@@ -22,8 +22,16 @@
 // bench_step_emu, run by test/trainer/test_bench_step_emu.sh) it runs a tiny model (default
 // custom:L2:C64:H2:T64, B=2, T=64) as a smoke test: every call at its shapes, and the table; its
 // times are the emulator's, never GPU figures.
-#define TRAIN_GPT_NO_MAIN
-#include "train_gpt.cu"
+#include "gpu/gpt_model.h"
+#include "gpu/memory_plan.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/classifier.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/global_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
 
 #include <cerrno>
 #include <chrono>
@@ -35,6 +43,7 @@
 #include "dev/cuda/bench.h"
 #include "dev/cuda/gemm_ceiling.h"
 #include "train/dataloader.h"
+#include "train/train_loop.h"
 
 namespace {
 

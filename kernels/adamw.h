@@ -208,7 +208,7 @@ struct AdamWDeviceStep {
 // replaced per run and from *grad_scale). grad_scale: one float on the device (e.g. written by
 // global_norm_clip_scale), or null for 1. step: null, or the step's values on the device, which then
 // replace s's learning rate, weight decay, corrections, key and grad_scale (and may skip the update).
-__global__ void adamw_multi_tensor_kernel(const AdamWRunEntry* table, int runs, AdamWKernelArgs s,
+static __global__ void adamw_multi_tensor_kernel(const AdamWRunEntry* table, int runs, AdamWKernelArgs s,
                                           const float* grad_scale, const AdamWDeviceStep* step) {
     if (step != nullptr) {
         if (step->skip) return;

@@ -115,7 +115,7 @@ __device__ __forceinline__ void classifier_row_gradient(floatX* x, int valid, in
 
 // One block per row (blockIdx.x). Any block size that is a multiple of 32, up to 1024; the launch
 // bounds keep registers at 32 or fewer, so that two blocks of 1024 fit on an SM.
-__global__ void __launch_bounds__(1024, 2)
+static __global__ void __launch_bounds__(1024, 2)
     fused_classifier_kernel(floatX* logits, float* losses, float dloss, const int* targets, int V, int Vp,
                             bool write_dlogits) {
     const int row = blockIdx.x;
@@ -168,7 +168,7 @@ constexpr int kClassifierStats = 3;  // per row: (max, sum of exp(x − max), ta
 
 // One block per row of the slice (blockIdx.x): fused_classifier's first sweep over the valid columns,
 // and the target's logit when the slice holds it.
-__global__ void __launch_bounds__(1024, 2)
+static __global__ void __launch_bounds__(1024, 2)
     classifier_slice_stats_kernel(float* stats, const floatX* logits, const int* targets, int vocab_begin,
                                   int valid, int Vs) {
     const int row = blockIdx.x;
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(1024, 2)
 }
 
 // One thread per row: the R slices' stats combined in rank order.
-__global__ void classifier_combine_stats_kernel(float* lse, float* losses, const float* gathered, int R,
+static __global__ void classifier_combine_stats_kernel(float* lse, float* losses, const float* gathered, int R,
                                                 int N) {
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N) return;
@@ -209,7 +209,7 @@ __global__ void classifier_combine_stats_kernel(float* lse, float* losses, const
 
 // One block per row of the slice: fused_classifier's second sweep, the target's column shifted into
 // the slice (outside [0, valid) when another slice holds it).
-__global__ void __launch_bounds__(1024, 2)
+static __global__ void __launch_bounds__(1024, 2)
     classifier_slice_gradient_kernel(floatX* logits, const float* lse, const int* targets, float dloss,
                                      int vocab_begin, int valid, int Vs) {
     const int row = blockIdx.x;
@@ -275,7 +275,7 @@ inline void classifier_slice_gradient(floatX* logits, const float* lse, const in
 // unless running_sum is null, *running_sum += mean / divisor and *running_rounded = (float)*running_sum
 // (a step's mean over its micro-steps, divisor = micro-steps). One block; reads 4N bytes.
 constexpr int kLossMeanThreads = 1024;
-__global__ void __launch_bounds__(kLossMeanThreads)
+static __global__ void __launch_bounds__(kLossMeanThreads)
     loss_mean_kernel(float* mean, double* running_sum, float* running_rounded, const float* losses, int N,
                      double divisor) {
     __shared__ double sums[kLossMeanThreads];

@@ -31,7 +31,7 @@ __host__ __device__ inline size_t decode_attention_shared_floats(int length, int
     return (size_t)HS + length + (size_t)(DECODE_ATTENTION_THREADS / HS) * HS;
 }
 
-__global__ void __launch_bounds__(DECODE_ATTENTION_THREADS)
+static __global__ void __launch_bounds__(DECODE_ATTENTION_THREADS)
     decode_attention_kernel(floatX* __restrict__ out, floatX* __restrict__ k_cache,
                             floatX* __restrict__ v_cache, const floatX* __restrict__ qkv, int pos,
                             int NH, int HS, int capacity) {

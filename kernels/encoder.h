@@ -61,7 +61,7 @@ __host__ __device__ inline size_t encoder_row_offset(size_t row, int C) { return
 // the wte_slice row; a token outside the slice reads nothing and contributes 0, a null wpe likewise.
 // The whole vocabulary reads the same bytes as a plain gather and adds in the same order.
 
-__global__ void encoder_forward_kernel(floatX* __restrict__ out, const int* __restrict__ tokens,
+static __global__ void encoder_forward_kernel(floatX* __restrict__ out, const int* __restrict__ tokens,
                                        const floatX* __restrict__ wte_slice, int vocab_begin, int vocab_count,
                                        const floatX* __restrict__ wpe, int B, int T, int C) {
     const int vecs = C / ENCODER_X128;
@@ -103,7 +103,7 @@ struct alignas(16) EncoderTokenGroup {
 // (looping when the row has more) by blockDim.y position groups; group g sums positions g, g+G, ...
 // of its token in order. With G > 1, groups 1..G-1 leave their sums in shared memory
 // ((G-1)·ENCODER_X128·blockDim.x floats) and group 0 adds them in group order.
-__global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const floatX* __restrict__ dout,
+static __global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const floatX* __restrict__ dout,
                                             const int* __restrict__ sorted_positions,
                                             const EncoderTokenGroup* __restrict__ groups, int C) {
     DYNAMIC_SHARED(float, group_sums);
@@ -148,7 +148,7 @@ __global__ void encoder_backward_wte_kernel(floatX* __restrict__ dwte, const flo
 }
 
 // dwpe rows: one thread per 128-bit vector of dwpe[0..T), summing dout over b in order.
-__global__ void encoder_backward_wpe_kernel(floatX* __restrict__ dwpe, const floatX* __restrict__ dout, int B,
+static __global__ void encoder_backward_wpe_kernel(floatX* __restrict__ dwpe, const floatX* __restrict__ dout, int B,
                                             int T, int C) {
     const int vecs = C / ENCODER_X128;
     const int index = blockIdx.x * blockDim.x + threadIdx.x;

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kGlobalNormBlockSize, 8)
 }
 
 // Pass 2 (one block): *out += Σ partial[0 .. count), in a fixed order.
-__global__ void global_norm_final_kernel(float* out, const float* partial, int count) {
+static __global__ void global_norm_final_kernel(float* out, const float* partial, int count) {
     float sum = 0.0f;
     for (int i = threadIdx.x; i < count; i += blockDim.x) sum += partial[i];
     sum = block_reduce_sum(sum);
@@ -84,7 +84,7 @@ inline void global_norm_squared(float* out, const floatX* grads, size_t n, void*
 // *grad_scale = norm > clip ? (float)(clip / norm) : 1, norm = sqrt((double)*norm_squared); optionally
 // *norm_out = (float)norm (null: not wanted). A non-finite norm² gives 1 (NaN) or 0 (+inf): a trainer
 // that skips such steps must still check the norm (read back later, or asynchronously).
-__global__ void global_norm_clip_scale_kernel(float* grad_scale, float* norm_out, const float* norm_squared,
+static __global__ void global_norm_clip_scale_kernel(float* grad_scale, float* norm_out, const float* norm_squared,
                                               float clip) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const double norm = sqrt((double)*norm_squared);

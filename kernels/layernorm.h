@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
 // Rows too long for registers (C > 4096 in bf16, > 2048 in fp32): one warp per row, three passes,
 // the second and third re-reading the row (the fused kernel re-reads the residual it just stored)
 // from cache. `residual_out` and `inp2` are nullptr for plain LayerNorm.
-__global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
+static __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
     layernorm_forward_wide_kernel(floatX* __restrict__ out, float* __restrict__ mean,
                                   float* __restrict__ rstd, floatX* residual_out, const floatX* inp1,
                                   const floatX* __restrict__ inp2, const floatX* __restrict__ weight,
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(LAYERNORM_FORWARD_THREADS)
 }
 
 // out = a + b over n elements: one 128-bit vector per thread, scalar for a tail shorter than one.
-__global__ void residual_forward_kernel(floatX* __restrict__ out, const floatX* __restrict__ a,
+static __global__ void residual_forward_kernel(floatX* __restrict__ out, const floatX* __restrict__ a,
                                         const floatX* __restrict__ b, size_t n) {
     const size_t first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * LAYERNORM_X128;
     if (first + LAYERNORM_X128 <= n) {
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
 
 // Rows too long for registers: the same work in two passes over the row, the second re-reading
 // dout and inp from cache.
-__global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
+static __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
     layernorm_backward_wide_kernel(floatX* __restrict__ dinp, float* __restrict__ partials,
                                    const floatX* __restrict__ dout, const floatX* __restrict__ inp,
                                    const floatX* __restrict__ weight, const float* __restrict__ mean,
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(32 * LAYERNORM_BACKWARD_MAX_WARPS)
 // block takes 32 columns; its warps take every warps-th partial row, then warp 0 adds the warps' sums
 // in warp order.
 constexpr int LAYERNORM_SUM_WARPS = 16;
-__global__ void __launch_bounds__(32 * LAYERNORM_SUM_WARPS)
+static __global__ void __launch_bounds__(32 * LAYERNORM_SUM_WARPS)
     layernorm_sum_partials_kernel(floatX* __restrict__ dweight, floatX* __restrict__ dbias,
                                   floatX* __restrict__ dinput_bias, const float* __restrict__ partials, int blocks,
                                   int C, int sums) {
@@ -620,7 +620,7 @@ inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, voi
 // out = LayerNorm(inp) from the mean and rstd the forward saved: one 128-bit vector per thread, the
 // same layernorm_apply128() as the forward kernels, so the result is bit for bit the forward's output.
 // Reads N·C·S + 8N bytes (plus weight and bias from cache), writes N·C·S.
-__global__ void layernorm_recompute_kernel(floatX* __restrict__ out, const floatX* __restrict__ inp,
+static __global__ void layernorm_recompute_kernel(floatX* __restrict__ out, const floatX* __restrict__ inp,
                                            const float* __restrict__ mean, const float* __restrict__ rstd,
                                            const floatX* __restrict__ weight, const floatX* __restrict__ bias,
                                            int N, int C) {

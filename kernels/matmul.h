@@ -187,7 +187,7 @@ __device__ __forceinline__ unsigned long long matmul_mix_word(unsigned long long
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
-__global__ void matmul_fingerprint_kernel(unsigned long long* out, const unsigned short* words, size_t n) {
+static __global__ void matmul_fingerprint_kernel(unsigned long long* out, const unsigned short* words, size_t n) {
     unsigned long long sum = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         sum += matmul_mix_word(i, words[i]);

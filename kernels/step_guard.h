@@ -86,7 +86,7 @@ __host__ __device__ inline int step_verdict(const StepGuardArgs& g, double loss,
 }
 
 // One thread: the verdict and the clipping factor from c->totals.loss and c->totals.norm_squared.
-__global__ void step_guard_kernel(StepControl* c) {
+static __global__ void step_guard_kernel(StepControl* c) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     const double norm = sqrt((double)c->totals.norm_squared);
     const double clip = c->guard.clip_norm;

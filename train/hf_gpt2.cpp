@@ -332,6 +332,86 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
     return s + ")";
 }
 
+// What the weight files have given so far.
+struct ImportedWeights {
+    std::map<std::string, std::string> found;  // our name → the file it came from
+    std::set<std::string> dtypes;
+    std::vector<float> lm_head;
+    std::string lm_head_file;
+};
+
+// Copies one tensor's values to its place in our parameters: transformers' (in, out) matrices
+// become our (out, in).
+void place_values(const HfTensor& t, const std::vector<float>& values, float* ours) {
+    if (!t.transposed) {
+        std::copy(values.begin(), values.end(), ours);
+    } else {
+        const size_t in = t.shape[0], outs = t.shape[1];
+        for (size_t i = 0; i < in; i++)
+            for (size_t o = 0; o < outs; o++) ours[o * in + i] = values[i * outs + o];
+    }
+}
+
+// Reads one tensor of the weight file at `path` into the model, after checking that the model
+// wants it (once), with its shape and a float dtype; lm_head.weight is kept aside, to be compared
+// with wte once all are read. The causal-mask buffers are skipped.
+void import_tensor(const std::string& path, const StHeader& header, const StTensor& st,
+                   const std::map<std::string, const HfTensor*>& wanted, const ParamLayout& layout,
+                   ModelFile* model, ImportedWeights* imported) {
+    const GPTConfig& c = model->config;
+    std::string name;
+    if (!weight_name(st.name, &name)) return;
+    if (imported->found.count(name) || (name == "lm_head.weight" && !imported->lm_head_file.empty()))
+        fail("%s: tensor '%s' appears twice (with and without the transformer. prefix, "
+             "or in two files)", path.c_str(), name.c_str());
+    const bool head = name == "lm_head.weight";
+    const auto it = wanted.find(name);
+    if (!head && it == wanted.end())
+        fail("%s: unexpected tensor '%s' for a GPT-2 with n_layer=%d (config.json)",
+             path.c_str(), st.name.c_str(), c.num_layers);
+    const std::vector<uint64_t> shape =
+        head ? std::vector<uint64_t>{(uint64_t)c.vocab_size, (uint64_t)c.channels}
+             : it->second->shape;
+    if (st.shape != shape)
+        fail("%s: tensor '%s' has shape %s; config.json's GPT-2 needs %s", path.c_str(),
+             st.name.c_str(), shape_text(st.shape).c_str(), shape_text(shape).c_str());
+    if (st.dtype != StDtype::F32 && st.dtype != StDtype::F16 && st.dtype != StDtype::BF16)
+        fail("%s: tensor '%s' is %s; GPT-2 weights must be F32, F16 or BF16",
+             path.c_str(), st.name.c_str(), dtype_name(st.dtype));
+    imported->dtypes.insert(dtype_name(st.dtype));
+    const std::vector<uint8_t> bytes = read_tensor_bytes(path, header, st);
+    StTensor local = st;
+    local.end -= local.begin;
+    local.begin = 0;
+    std::vector<float> values = tensor_as_float(local, bytes.data(), path);
+    if (head) {
+        imported->lm_head = std::move(values);
+        imported->lm_head_file = path;
+        return;
+    }
+    const HfTensor& t = *it->second;
+    place_values(t, values, model->params.data() + our_offset(layout, t, values.size()));
+    imported->found[name] = path;
+}
+
+// Every tensor the model needs was found, and lm_head (where given) is the token embedding.
+void check_all_imported(const std::string& dir, const std::vector<HfTensor>& expected,
+                        const ImportedWeights& imported, const ModelFile& model,
+                        const ParamLayout& layout) {
+    for (const HfTensor& t : expected)
+        if (!imported.found.count(t.name))
+            fail("%s: no tensor 'transformer.%s' (or '%s') in the weights", dir.c_str(),
+                 t.name.c_str(), t.name.c_str());
+    if (!imported.lm_head.empty()) {
+        const float* wte = model.params.data() + layout.offset[WTE];
+        for (size_t i = 0; i < imported.lm_head.size(); i++)
+            if (memcmp(&imported.lm_head[i], &wte[i], 4) != 0)
+                fail("%s: lm_head.weight differs from wte.weight (row %zu): an untied output layer, "
+                     "which GPT-2 and this trainer do not have", imported.lm_head_file.c_str(),
+                     i / model.config.channels);
+    }
+}
+
 }  // namespace
 
 ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes) {
@@ -343,74 +423,20 @@ ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes) {
     if (!path_exists(config_path)) fail("%s: no config.json", dir.c_str());
     ModelFile model;
     model.config = parse_hf_config(read_text(config_path), config_path);
-    const GPTConfig& c = model.config;
-    const ParamLayout layout = param_layout(c);
+    const ParamLayout layout = param_layout(model.config);
     model.params.assign(layout.total, 0.0f);
 
     std::map<std::string, const HfTensor*> wanted;
-    const std::vector<HfTensor> expected = hf_gpt2_tensors(c);
+    const std::vector<HfTensor> expected = hf_gpt2_tensors(model.config);
     for (const HfTensor& t : expected) wanted[t.name] = &t;
-    std::map<std::string, std::string> found;  // our name → the file it came from
-    std::set<std::string> dtypes;
-    std::vector<float> lm_head;
-    std::string lm_head_file;
+    ImportedWeights imported;
     for (const std::string& path : weight_files(dir)) {
         const StHeader header = read_safetensors_header(path);
-        for (const StTensor& st : header.tensors) {
-            std::string name;
-            if (!weight_name(st.name, &name)) continue;
-            if (found.count(name) || (name == "lm_head.weight" && !lm_head_file.empty()))
-                fail("%s: tensor '%s' appears twice (with and without the transformer. prefix, "
-                     "or in two files)", path.c_str(), name.c_str());
-            const bool head = name == "lm_head.weight";
-            const auto it = wanted.find(name);
-            if (!head && it == wanted.end())
-                fail("%s: unexpected tensor '%s' for a GPT-2 with n_layer=%d (config.json)",
-                     path.c_str(), st.name.c_str(), c.num_layers);
-            const std::vector<uint64_t> shape =
-                head ? std::vector<uint64_t>{(uint64_t)c.vocab_size, (uint64_t)c.channels}
-                     : it->second->shape;
-            if (st.shape != shape)
-                fail("%s: tensor '%s' has shape %s; config.json's GPT-2 needs %s", path.c_str(),
-                     st.name.c_str(), shape_text(st.shape).c_str(), shape_text(shape).c_str());
-            if (st.dtype != StDtype::F32 && st.dtype != StDtype::F16 && st.dtype != StDtype::BF16)
-                fail("%s: tensor '%s' is %s; GPT-2 weights must be F32, F16 or BF16",
-                     path.c_str(), st.name.c_str(), dtype_name(st.dtype));
-            dtypes.insert(dtype_name(st.dtype));
-            const std::vector<uint8_t> bytes = read_tensor_bytes(path, header, st);
-            StTensor local = st;
-            local.end -= local.begin;
-            local.begin = 0;
-            std::vector<float> values = tensor_as_float(local, bytes.data(), path);
-            if (head) {
-                lm_head = std::move(values);
-                lm_head_file = path;
-                continue;
-            }
-            const HfTensor& t = *it->second;
-            float* ours = model.params.data() + our_offset(layout, t, values.size());
-            if (!t.transposed) {
-                std::copy(values.begin(), values.end(), ours);
-            } else {
-                const size_t in = t.shape[0], outs = t.shape[1];
-                for (size_t i = 0; i < in; i++)
-                    for (size_t o = 0; o < outs; o++) ours[o * in + i] = values[i * outs + o];
-            }
-            found[name] = path;
-        }
+        for (const StTensor& st : header.tensors)
+            import_tensor(path, header, st, wanted, layout, &model, &imported);
     }
-    for (const HfTensor& t : expected)
-        if (!found.count(t.name))
-            fail("%s: no tensor 'transformer.%s' (or '%s') in the weights", dir.c_str(),
-                 t.name.c_str(), t.name.c_str());
-    if (!lm_head.empty()) {
-        const float* wte = model.params.data() + layout.offset[WTE];
-        for (size_t i = 0; i < lm_head.size(); i++)
-            if (memcmp(&lm_head[i], &wte[i], 4) != 0)
-                fail("%s: lm_head.weight differs from wte.weight (row %zu): an untied output layer, "
-                     "which GPT-2 and this trainer do not have", lm_head_file.c_str(),
-                     i / c.channels);
-    }
+    check_all_imported(dir, expected, imported, model, layout);
+    const std::set<std::string>& dtypes = imported.dtypes;
     model.type = dtypes.size() == 1 && *dtypes.begin() == "BF16" ? WeightType::BF16 : WeightType::FP32;
     if (source_dtypes) {
         source_dtypes->clear();

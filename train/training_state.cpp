@@ -107,28 +107,37 @@ static uint64_t read_u64(const std::vector<unsigned char>& payload, size_t* at, 
     return value;
 }
 
-TrainingState read_training_state(const std::string& path) {
+// Reads the header and the payload it announces, checking magic, version, size and checksum in that
+// order; sets *version.
+static std::vector<unsigned char> read_checked_payload(const std::string& path, uint32_t* version) {
     const uint64_t size = file_size(path);
     if (size < STATE_HEADER_BYTES) fail("%s: too short to be a training state", path.c_str());
     unsigned char header[STATE_HEADER_BYTES];
     read_bytes(path, 0, header, STATE_HEADER_BYTES);
-    uint32_t version;
     uint64_t payload_bytes, checksum;
-    memcpy(&version, header + 8, 4);
+    memcpy(version, header + 8, 4);
     memcpy(&payload_bytes, header + 16, 8);
     memcpy(&checksum, header + 24, 8);
     if (memcmp(header, STATE_MAGIC, 8) != 0) fail("%s: not a training state file", path.c_str());
-    if (version != 1 && version != TRAINING_STATE_VERSION)
-        fail("%s: training state version %u, this build reads versions 1 and %u", path.c_str(), version,
+    if (*version != 1 && *version != TRAINING_STATE_VERSION)
+        fail("%s: training state version %u, this build reads versions 1 and %u", path.c_str(), *version,
              TRAINING_STATE_VERSION);
-    if (payload_bytes != size - STATE_HEADER_BYTES || payload_bytes < fixed_bytes(version))
+    if (payload_bytes != size - STATE_HEADER_BYTES || payload_bytes < fixed_bytes(*version))
         fail("%s: size %llu does not match its header (truncated?)", path.c_str(),
              (unsigned long long)size);
     std::vector<unsigned char> payload(payload_bytes);
     read_bytes(path, STATE_HEADER_BYTES, payload.data(), payload_bytes);
     if (fnv1a64(payload.data(), payload_bytes, FNV_OFFSET) != checksum)
         fail("%s: checksum mismatch (the file is corrupted)", path.c_str());
+    return payload;
+}
 
+// Unpacks a checked payload in file order: the fixed fields, the mesh (version 2) or the sharded
+// flag (version 1), the ranges (version 2) and the three arrays, failing where a count or length
+// does not fit the bytes left. A version 1 state's ranges are left to check_ranges.
+static TrainingState unpack_payload(const std::vector<unsigned char>& payload, uint32_t version,
+                                    const std::string& path) {
+    const uint64_t payload_bytes = payload.size();
     TrainingState s;
     MeshFields mesh = {0, 0, 0, 0};
     int64_t v1_sharded = 0;
@@ -165,6 +174,12 @@ TrainingState read_training_state(const std::string& path) {
         if (lengths[i]) memcpy(arrays[i]->data(), payload.data() + at, lengths[i] * 4);
         at += lengths[i] * 4;
     }
+    return s;
+}
+
+// The run's fields: a valid config, a plausible shape, rank, step and mesh, outlier windows in
+// range, and three arrays of one length.
+static void check_run_fields(const TrainingState& s, const std::string& path) {
     validate_config(s.shape.config, path + " config");
     const RunShape& r = s.shape;
     if (r.batch_size <= 0 || r.seq_len <= 0 || r.total_batch <= 0 || r.num_ranks <= 0 ||
@@ -181,6 +196,11 @@ TrainingState read_training_state(const std::string& path) {
                  d->count, d->next, OutlierDetector::WINDOW);
     if (s.params.size() != s.adam_m.size() || s.params.size() != s.adam_v.size())
         fail("%s: master weights and AdamW moments differ in length", path.c_str());
+}
+
+// The ranges: a version 1 state holds the whole model (its ranges are set here); each range lies
+// inside the model, and together they list exactly the parameters the state holds.
+static void check_ranges(TrainingState& s, uint32_t version, const std::string& path) {
     const size_t total = param_layout(s.shape.config).total;
     if (version == 1) {
         if (s.params.size() != total)
@@ -197,6 +217,14 @@ TrainingState read_training_state(const std::string& path) {
     }
     if (listed != s.params.size())
         fail("%s: its ranges do not list the %zu parameters it holds", path.c_str(), s.params.size());
+}
+
+TrainingState read_training_state(const std::string& path) {
+    uint32_t version;
+    const std::vector<unsigned char> payload = read_checked_payload(path, &version);
+    TrainingState s = unpack_payload(payload, version, path);
+    check_run_fields(s, path);
+    check_ranges(s, version, path);
     return s;
 }
 

@@ -1,6 +1,7 @@
 // Reading C++ and CUDA source text for the floor-plan checks (see source_text.h).
 #include "test/layout/source_text.h"
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -200,7 +201,10 @@ bool follows_function_name(const std::vector<Token>& head, size_t open, std::str
     if (open == 0) return false;
     const size_t before = open - 1;
     const std::string& p = head[before].text;
-    if (p == "]") return *name = "lambda", true;  // a lambda defined at namespace scope
+    if (p == "]") {  // operator[](...), or a lambda defined at namespace scope
+        const bool subscript = before >= 2 && head[before - 1].text == "[" && head[before - 2].text == "operator";
+        return *name = subscript ? "operator[]" : "lambda", true;
+    }
     if (p == ")") {  // operator()(...)
         const size_t name_open = matching_open(head, before);
         return name_open > 0 && name_open < before && head[name_open - 1].text == "operator" &&

@@ -10,8 +10,8 @@
 //     every token agrees; in bf16 the two paths' distributions stay within 0.05 in total variation
 //     and a token may differ only where that distance (or a near tie) explains it;
 //   - the GPU model's decode_reset/decode_next, once it offers them, the same way.
-#define TRAIN_GPT_NO_MAIN
-#include "train_gpt.cu"
+#include "gpu/gpt_model.h"
+#include "gpu/memory_plan.h"
 
 #include <functional>
 #include <random>

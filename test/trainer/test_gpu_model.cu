@@ -3,8 +3,9 @@
 // every gradient tensor, and the weights after five AdamW steps; then properties of its own:
 // recomputation levels give identical bits, accumulation over micro-batches equals one big batch,
 // and two runs are bitwise identical. Built twice, bf16 and fp32 (-DENABLE_FP32), like the kernels.
-#define TRAIN_GPT_NO_MAIN
-#include "train_gpt.cu"
+#include "gpu/gpt_model.h"
+#include "gpu/memory_plan.h"
+#include "kernels/attention.h"
 
 #include <memory>
 

@@ -1,0 +1,222 @@
+// GPUModel: GPT-2 on an NVIDIA GPU, the model behind the shared training loop's interface
+// (base/train_model.h). Its parts:
+//   gpt_model.cu   construction (where the rank sits, what it keeps, the device arena), the
+//                  description, weights and optimizer state in and out
+//   gpt_layers.cu  the layer maths: the forward and backward passes, each line a kernel or a named
+//                  parallel operation
+//   gpt_step.cu    a step: tokens to the device, micro-steps, the pipeline schedule's executor, the
+//                  update with one host synchronisation
+//   activations.h, placement.h, memory_plan.h   its buffers, its place among the ranks, its plan
+#pragma once
+#include <nccl.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/gpt_config.h"
+#include "base/train_model.h"
+#include "base/train_options.h"
+#include "gpu/activations.h"
+#include "gpu/cuda_graphs.h"
+#include "gpu/device_info.h"
+#include "gpu/gpt_decode.h"
+#include "gpu/placement.h"
+#include "kernels/device_arena.h"
+#include "kernels/step_guard.h"
+#include "parallel/comm/mesh_communicators.h"
+#include "parallel/comm/pipeline_parallel.h"
+#include "parallel/comm/tensor_parallel.h"
+#include "parallel/comm/zero.h"
+#include "parallel/plan/mesh.h"
+#include "parallel/plan/param_buckets.h"
+
+class GPUModel : public TrainModel {
+public:
+    GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
+    ~GPUModel() override;
+
+    const GPTConfig& config() const override { return config_; }
+    std::string description() const override;
+    double peak_flops() const override { return peak_flops_; }
+    GpuTelemetry device_telemetry() override { return read_cuda_device_telemetry(device_); }
+
+    float forward(const int* inputs, const int* targets, int B, int T) override;
+    void logits_at(int t, float* out) override;
+    void zero_grad() override;
+    float forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
+                           bool last_micro_step) override;
+    double train_step(int micro_steps, int B, int T, const NextBatch& next_batch) override;
+    double grad_norm() override;
+    void update(const AdamWSettings& settings, int step) override;
+    StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
+                              const std::function<double(double)>& mean_over_ranks) override;
+    std::string end_of_run_report() override;
+
+    WeightType working_weight_type() const override;
+    void set_working_weights(const std::vector<float>& weights) override;
+    std::vector<float> working_weights() override { return store_.weights_in_layout_order(); }
+    ModelPart working_weights_part() override { return store_.weights_part(); }
+    bool forward_is_collective() const override {
+        return store_.stage() >= 3 || tp_.size() > 1 || pipeline_.stages() > 1;
+    }
+    void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                             const std::vector<float>& v) override;
+    OptimizerPart optimizer_part() override { return store_.optimizer_part(); }
+    ModelMemory memory() const override { return memory_; }
+    // Samples through a key/value cache (gpu/gpt_decode.h) where this rank holds every weight; where
+    // forward() is a collective (the model spread over the ranks), the samples recompute the prefix.
+    bool supports_decode() const override { return !forward_is_collective(); }
+    void decode_reset(int max_len) override {
+        if (!decoder_ || decoder_->capacity() < max_len)
+            decoder_ = std::make_unique<GPUDecoder>(config_, max_len, stream_);
+        decoder_->truncate(0);
+    }
+    void decode_next(int token, float* logits) override {
+        decoder_->step(token, [this](int t, int l) -> const floatX* { return p(t, l); }, logits);
+    }
+    // The gradients, widened to fp32 (for tests and debugging; one rank of a whole model, -z 0 and 1).
+    std::vector<float> gradients() { return store_.gradients_in_layout_order(); }
+    // Device bytes the model allocated (its arena), for tests of the memory report.
+    size_t allocated_bytes() const { return arena_.bytes(); }
+
+private:
+    // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb): this rank's slice of its
+    // weights and of its gradients, wherever the ZeRO stage keeps its bucket now (parallel/comm/zero.h).
+    floatX* p(int t, int l = 0) const {
+        return store_.weights(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
+    }
+    floatX* g(int t, int l = 0) const {
+        return store_.gradients(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
+    }
+    // Layer l's (a layer of this stage) slices of every per-layer activation of the micro-batch in
+    // `slot` (slice 0 of those -r does not keep per layer).
+    struct LayerSlices {
+        const floatX* x;  // the layer's input: the stage's input, or the previous layer's residual3
+        floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+        float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
+    };
+    LayerSlices layer_slices(int l, int slot) const;
+    // The stage's input and output activations of the micro-batch in `slot`.
+    floatX* stage_input(int slot) const { return act_.encoded + (size_t)slot * max_Nl_ * config_.channels; }
+    const floatX* stage_output(int slot) const { return layer_slices(stage_.end_layer - 1, slot).residual3; }
+    // A row-parallel product's partial sums go here before tp_.reduce_positions into `mine`.
+    floatX* partial_for(floatX* mine) const { return tp_.partial_buffer(act_.partial, mine); }
+    // Reduces the gradients of `bucket` across the data ranks; under sequence parallelism the
+    // LayerNorm parameters' gradients are summed over the tensor group first.
+    void reduce_gradients(int bucket, bool last_micro_step);
+
+    // Pinned host memory for micro-batches 0 .. micro_batches-1 of a step (grown when a step has more):
+    // copies from it are asynchronous, so the host never waits for the device to take a micro-batch.
+    void reserve_staging(int micro_batches);
+    int* staged_inputs(int micro_batch) const { return staged_tokens_ + (size_t)micro_batch * 2 * max_N_; }
+    int* staged_targets(int micro_batch) const { return staged_inputs(micro_batch) + max_N_; }
+    // Checks micro-batch `micro_batch`'s tokens and copies them into its staging area (targets may be
+    // null: a forward without loss).
+    void stage_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch);
+    // The staged tokens of `micro_batch` to the device buffers the next forward reads.
+    void upload_tokens(int micro_batch, bool with_targets);
+    // How far a forward pass goes on the last stage: the logits, the loss too, or also the
+    // classifier's backward (training).
+    enum class Pass { LOGITS, LOSS, TRAINING };
+    // The stage's forward pass of the micro-batch in `slot` (tokens already uploaded); on the last
+    // stage the mean loss goes into control->totals (micro_loss; in training also the step's running
+    // loss, as 1/micro_steps of it), where the step reads it back once.
+    void forward_stage(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step);
+    void run_classifier(int slot, bool training, float loss_scale, int micro_steps, bool last_micro_step);
+    // The stage's backward pass of micro-batch `micro_batch`, in `slot`: the layers (everything the
+    // device can do alone), then the embeddings (whose backward groups the tokens on the host).
+    void backward_layers(int slot, int micro_batch, bool last_micro_step);
+    void backward_embeddings(int slot, int micro_batch, bool last_micro_step);
+    // One optimizer step's forward and backward passes over `micro_steps` micro-batches (read and
+    // staged first), from zeroed gradients and loss: one after the other, or in the pipeline
+    // schedule's order.
+    void accumulate(int micro_steps, int B, int T, const NextBatch& next_batch);
+    // Micro-step i of micro_steps without a pipeline: forward, then backward.
+    void micro_step(int i, int micro_steps, bool last_micro_step);
+    // The squared global gradient norm into control->totals.norm_squared, summed over the ranks.
+    void issue_norm();
+    // The end of a step on the device: the loss from the last stage averaged over the data ranks, the
+    // norm, the verdict and the clipped update (kernels/step_guard.h), and the totals copied out.
+    void issue_update(const AdamWSettings& constants);
+    // The stochastic rounding's seed of step `step`.
+    uint32_t rounding_seed(int step) const;
+    // Copies control->totals to the host (waits for the device: a host synchronisation).
+    const StepTotals& read_totals();
+    // Issues `issue`'s work on the compute stream: as a CUDA graph captured under `key` once graphs are
+    // on and the first optimizer step is done (it runs eagerly: cuBLASLt's algorithm choices, lazily
+    // made streams and the tensor traffic check happen outside any capture), else directly.
+    template <typename Issue>
+    void issue_graphed(const std::vector<long long>& key, Issue&& issue) {
+        if (steps_done_ == 0 || !graphs_.enabled()) return issue();
+        graphs_.run(key, stream_, issue);
+    }
+    bool stream_capturing() const {
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
+        return status != cudaStreamCaptureStatusNone;
+    }
+
+    GPTConfig config_;
+    WorldRanks world_;
+    Mesh mesh_;                       // this rank's place among the ranks (-tp, -pp, data)
+    MeshCommunicators comms_;         // its groups' NCCL communicators
+    TensorParallel tp_;               // the collectives of its tensor group
+    PipelineParallel pipeline_;       // the transfers along its pipeline
+    int accum_steps_;
+    std::string schedule_;            // --pp-schedule
+    Stage stage_;                     // the layers it computes, the micro-batches it keeps
+    ParamBuckets buckets_;            // device order of parameters and gradients (this rank's slice)
+    ParameterStore store_;            // weights, gradients, optimizer state under the ZeRO stage
+    GraphCache graphs_;               // micro-steps and updates as CUDA graphs (--cuda-graphs)
+    std::string graphs_text_;         // for the description: on, or why not
+    int steps_done_ = 0;              // optimizer steps so far (the first runs without graphs)
+    int max_B_, max_T_;
+    size_t max_N_, max_Nl_;           // positions of a micro-batch, and those this rank keeps (-sp)
+    int classifier_rows_;             // rows of logits held at once (classifier_rows)
+    int recompute_;
+    bool use_master_;
+    double peak_flops_ = 0;           // dense bf16 tensor-core peak, for MFU (0: unknown)
+    int device_ = 0;                  // the CUDA device
+    std::string device_name_, peak_text_;
+    uint64_t seed_;
+    cudaStream_t stream_ = nullptr;
+    DeviceArena arena_;
+    ModelMemory memory_;
+    bool traffic_checked_ = false;    // the first micro-step's tensor traffic was compared with the plan
+
+    StepBuffers buf_;
+    Activations& act_ = buf_.act;
+
+    // Pinned host memory (cudaMallocHost): each micro-batch's tokens (inputs then targets, max_N_ each)
+    // and the encoder backward's grouping of them, for staged_ micro-batches; the step's control block.
+    int* staged_tokens_ = nullptr;
+    char* encoder_host_scratch_ = nullptr;
+    size_t encoder_host_bytes_ = 0;  // per micro-batch
+    int staged_ = 0;
+    StepControl* control_host_ = nullptr;
+
+    int B_ = 0, T_ = 0;                // shape of the micro-batches
+    std::unique_ptr<GPUDecoder> decoder_;  // the samples' key/value cache, made by the first sample
+    // The emulated device's counts over the last optimizer step (end_of_run_report, tests).
+public:
+    struct StepCounts {
+        unsigned long long kernels = 0, syncs = 0, graph_kernels = 0, graph_launches = 0;
+#ifdef EMU_CUDA
+        static StepCounts now() {
+            return {emu::launch_count(), emu::host_sync_count(), emu::graph_kernel_count(), emu::graph_launch_count()};
+        }
+#endif
+        StepCounts operator-(const StepCounts& o) const {
+            return {kernels - o.kernels, syncs - o.syncs, graph_kernels - o.graph_kernels,
+                    graph_launches - o.graph_launches};
+        }
+        unsigned long long host_launches() const { return kernels - graph_kernels + graph_launches; }
+    };
+    const StepCounts& last_step_counts() const { return last_step_counts_; }
+
+private:
+    StepCounts last_step_counts_;
+    int steps_counted_ = 0;
+};

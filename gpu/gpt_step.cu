@@ -1,0 +1,317 @@
+// GPUModel's steps (gpt_model.h): tokens to the device, forward-only passes, micro-steps, the pipeline
+// schedule's executor, the update.
+#include "gpu/gpt_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/errors.h"
+#include "gpu/memory_plan.h"
+#include "kernels/adamw.h"
+#include "kernels/attention.h"
+#include "kernels/chunked_classifier.h"
+#include "kernels/classifier.h"
+#include "kernels/common.h"
+#include "kernels/elementwise.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/global_norm.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/step_guard.h"
+#include "parallel/comm/nccl_check.h"
+#include "parallel/plan/pipeline_schedule.h"
+
+void GPUModel::reserve_staging(int micro_batches) {
+    if (micro_batches <= staged_) return;
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // nothing in flight reads the old areas
+    int* tokens = nullptr;
+    CUDA_CHECK(cudaMallocHost(&tokens, (size_t)micro_batches * 2 * max_N_ * sizeof(int)));
+    if (staged_tokens_) std::copy(staged_tokens_, staged_tokens_ + (size_t)staged_ * 2 * max_N_, tokens);
+    cudaFreeHost(staged_tokens_);
+    cudaFreeHost(encoder_host_scratch_);
+    staged_tokens_ = tokens;
+    CUDA_CHECK(cudaMallocHost(&encoder_host_scratch_, (size_t)micro_batches * encoder_host_bytes_));
+    staged_ = micro_batches;
+}
+
+void GPUModel::stage_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch) {
+    if (B < 1 || B > max_B_ || T < 1 || T > max_T_)
+        fail("forward: batch %dx%d exceeds the allocated %dx%d", B, T, max_B_, max_T_);
+    const size_t N = (size_t)B * T;
+    for (size_t i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= config_.vocab_size ||
+            (targets && (targets[i] < 0 || targets[i] >= config_.vocab_size)))
+            fail("forward: token id outside the vocabulary [0, %d) at position %zu",
+                 config_.vocab_size, i);
+    B_ = B, T_ = T;
+    reserve_staging(micro_batch + 1);
+    std::copy(inputs, inputs + N, staged_inputs(micro_batch));
+    if (targets) std::copy(targets, targets + N, staged_targets(micro_batch));
+}
+
+void GPUModel::upload_tokens(int micro_batch, bool with_targets) {
+    const size_t bytes = (size_t)B_ * T_ * sizeof(int);
+    if (stage_.first)
+        CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, staged_inputs(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
+    if (with_targets && stage_.last)
+        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, staged_targets(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+const StepTotals& GPUModel::read_totals() {
+    CUDA_CHECK(cudaMemcpyAsync(&control_host_->totals, &buf_.control->totals, sizeof(StepTotals),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return control_host_->totals;
+}
+
+// Under sequence parallelism a forward of a length the tensor ranks cannot split (a sample, a
+// HellaSwag row: no targets) runs padded with token 0 at the end of each sequence: causal attention
+// keeps the padding from changing the real positions, whose logits are then read as usual.
+float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
+    const int T_run = tp_.padded_length(T);
+    std::vector<int> padded;
+    if (T_run != T) {
+        if (targets) fail("internal error: a forward with targets of %d positions, which -tp does not split", T);
+        padded.assign((size_t)B * T_run, 0);
+        for (int b = 0; b < B; b++)
+            std::copy(inputs + (size_t)b * T, inputs + (size_t)(b + 1) * T, &padded[(size_t)b * T_run]);
+        inputs = padded.data(), T = T_run;
+    }
+    stage_tokens(inputs, targets, B, T, 0);
+    upload_tokens(0, targets != nullptr);
+    forward_stage(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, 1, false);
+    pipeline_.finish(stream_);
+    if (!targets) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return NAN;
+    }
+    pipeline_.broadcast_from_last(&buf_.control->totals.micro_loss, 1, stream_);  // the last stage's
+    return read_totals().micro_loss;
+}
+
+// The last stage's row, gathered from its tensor ranks' slices and sent to the other stages (a
+// collective where the model is split across ranks).
+void GPUModel::logits_at(int t, float* out) {
+    const int V = config_.vocab_size, Vs = tp_.vocab_slice(config_.padded_vocab_size);
+    std::vector<floatX> host(V);
+    if (stage_.last) {
+        const floatX* row = act_.logits + (size_t)t * Vs;
+        if (tp_.size() > 1) {
+            tp_.gather(act_.logits_row, row, Vs, stream_);
+            row = act_.logits_row;
+        }
+        CUDA_CHECK(cudaMemcpyAsync(host.data(), row, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    if (pipeline_.stages() > 1) {
+        if (stage_.last)
+            CUDA_CHECK(cudaMemcpyAsync(act_.logits_row, host.data(), V * sizeof(floatX), cudaMemcpyHostToDevice, stream_));
+        pipeline_.broadcast_from_last(act_.logits_row, V, stream_);
+        CUDA_CHECK(cudaMemcpyAsync(host.data(), act_.logits_row, V * sizeof(floatX), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    for (int i = 0; i < V; i++) out[i] = (float)host[i];
+}
+
+// ------------------------------------------------------------------------------------------------
+// 4. A step
+
+// One micro-step, forward then backward (for tests and benchmarks: the loss is read back at once).
+float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
+                                 bool last_micro_step) {
+    if (pipeline_.stages() > 1) fail("internal error: a pipelined model trains by whole steps (train_step)");
+    tp_.reset_bytes_sent();
+    stage_tokens(inputs, targets, B, T, 0);
+    upload_tokens(0, true);
+    forward_stage(0, Pass::TRAINING, loss_scale, 1, last_micro_step);
+    backward_layers(0, 0, last_micro_step);
+    backward_embeddings(0, 0, last_micro_step);
+    // The tensor group's traffic of one micro-step against the start-up report's plan (once).
+    if (!traffic_checked_ && tp_.size() > 1) {
+        const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
+        const size_t planned = t.per_micro_step + (store_.reduces_gradients(last_micro_step) ? t.per_reduction : 0);
+        if (tp_.bytes_sent() != planned)
+            fail("internal error: the tensor group sent %zu bytes in a micro-step, the plan says %zu",
+                 tp_.bytes_sent(), planned);
+        traffic_checked_ = true;
+    }
+    return read_totals().micro_loss;
+}
+
+// The forward pass and the layers' backward pass are one CUDA graph (issue_graphed) per shape and
+// position in the step: the tokens are copied into the fixed device buffers it reads first, and the
+// embeddings' backward, whose launches depend on the tokens (kernels/encoder.h groups them on the
+// host), runs after it, outside the graph.
+void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
+    upload_tokens(i, true);
+    issue_graphed({0, B_, T_, micro_steps, last_micro_step}, [&] {
+        forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
+        backward_layers(0, i, last_micro_step);
+        if (stream_capturing()) store_.finish_backward();  // a capture joins the reductions it forked
+    });
+    backward_embeddings(0, i, last_micro_step);
+}
+
+// Every micro-batch read and staged first; then, without a pipeline, the micro-steps one after the
+// other; with one, this stage's actions in the schedule's order (parallel/plan/pipeline_schedule.h),
+// micro-batch i in slot i mod slots; the first and last stage then sum the tied embedding's gradients.
+// The loss stays on the device (control->totals).
+void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_batch) {
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    for (int i = 0; i < micro_steps; i++) {
+        next_batch(inputs.data(), targets.data());
+        stage_tokens(inputs.data(), targets.data(), B, T, i);
+    }
+    zero_grad();
+    CUDA_CHECK(cudaMemsetAsync(&buf_.control->totals, 0, sizeof(StepTotals), stream_));
+    tp_.reset_bytes_sent();
+    B_ = B, T_ = T;
+    if (pipeline_.stages() == 1) {
+        for (int i = 0; i < micro_steps; i++) micro_step(i, micro_steps, i == micro_steps - 1);
+    } else {
+        const std::vector<PipelineAction> actions = pipeline_schedule(schedule_, mesh_.pipeline, mesh_.stage, micro_steps);
+        for (size_t k = 0; k < actions.size(); k++) {
+            const int i = actions[k].micro_batch, slot = i % stage_.slots;
+            const bool last = i == micro_steps - 1;
+            if (actions[k].forward) {
+                upload_tokens(i, true);
+                forward_stage(slot, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last);
+            } else {
+                backward_layers(slot, i, last);
+                backward_embeddings(slot, i, last);
+            }
+            // What this action sends goes with the next action's receive, or now if that receives nothing.
+            const bool next_receives = k + 1 < actions.size() && (actions[k + 1].forward ? !stage_.first : !stage_.last);
+            if (!next_receives) pipeline_.send_queued(stream_);
+        }
+        pipeline_.finish(stream_);
+        const int VOCABULARY = buckets_.vocabulary_bucket();
+        if (VOCABULARY >= 0) {
+            size_t count = 0;
+            floatX* reduced = store_.reduced_gradients(VOCABULARY, &count);
+            pipeline_.sum_tied_gradients(reduced, count, stream_);
+        }
+    }
+    if (!traffic_checked_ && tp_.size() > 1) {  // the tensor group's traffic against the plan (once)
+        const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
+        const size_t planned = tensor_bytes_per_step(t, micro_steps, store_.stage()) - t.per_step;
+        if (tp_.bytes_sent() != planned)
+            fail("internal error: the tensor group sent %zu bytes in a step, the plan says %zu", tp_.bytes_sent(),
+                 planned);
+        traffic_checked_ = true;
+    }
+}
+
+// A whole optimizer step's forward and backward passes (every micro-batch read first); the last stage's
+// mean loss, on every stage.
+double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
+    accumulate(micro_steps, B, T, next_batch);
+    pipeline_.broadcast_from_last(&buf_.control->totals.loss, 1, stream_);
+    return read_totals().loss;
+}
+
+// The whole step, with one host synchronisation: the micro-batches are read and staged first, the
+// forward and backward passes issued, then the update (issue_update) decides on the device whether to
+// apply itself; the loss, the norm and the verdict come back together at the end. The skip (-sl, -sg,
+// a loss or norm not finite) is decided on the device because the update must not wait for the host:
+// the host's detectors travel to the device with the step's values (control->guard) and the device
+// applies the loop's own rule to them (kernels/step_guard.h); the loop then updates its detectors with
+// the values read back, as before.
+StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
+                                    const std::function<double(double)>& /*mean_over_ranks: on the device*/) {
+#ifdef EMU_CUDA
+    const StepCounts before = StepCounts::now();
+#endif
+    accumulate(micro_steps, B, T, next_batch);
+
+    StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
+    c.adamw = adamw_device_step(u.adamw.learning_rate, u.adamw.beta1, u.adamw.beta2, u.adamw.weight_decay, 1.0f,
+                                u.step, rounding_seed(u.step));
+    c.guard.clip_norm = u.clip_norm;
+    c.guard.skip_loss_z = u.skip_loss_z, c.guard.skip_norm_z = u.skip_norm_z;
+    for (auto [to, from] : {std::make_pair(&c.guard.loss_window, &u.loss_window),
+                            std::make_pair(&c.guard.norm_window, &u.norm_window)}) {
+        std::copy(from->values, from->values + kOutlierWindow, to->values);
+        to->count = from->count, to->next = from->next;
+    }
+    issue_graphed({1}, [&] {
+        issue_update(u.adamw);
+        CUDA_CHECK(cudaMemcpyAsync(&control_host_->totals, &buf_.control->totals, sizeof(StepTotals),
+                                   cudaMemcpyDeviceToHost, stream_));
+    });
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the step's one host synchronisation
+    // After the first step every product has been asked for once: the fused epilogues cuBLASLt refused
+    // (their products ran in separate passes), with its status, for the start-up report.
+    if (steps_done_++ == 0 && world_.rank() == 0) printf("%s", matmul_refusal_report().c_str());
+    const StepTotals& t = control_host_->totals;
+#ifdef EMU_CUDA
+    last_step_counts_ = StepCounts::now() - before;
+    steps_counted_++;
+#endif
+    StepOutcome r;
+    r.loss = t.loss;
+    r.norm = std::sqrt((double)t.norm_squared);
+    r.verdict = (UpdateVerdict)t.verdict;
+    return r;
+}
+
+// The emulated device's counts over the last step: the kernels it ran (with one per cuBLASLt product),
+// how many of them CUDA graphs ran, and the host's waits for the device; with the graphs, the host
+// issued (kernels − graph kernels + graph launches) launches.
+std::string GPUModel::end_of_run_report() {
+#ifdef EMU_CUDA
+    const StepCounts& c = last_step_counts_;
+    if (steps_counted_ > 0)
+        return strprintf("emulated device, per step: %llu kernel launches, %llu host synchronisations (%llu of the "
+                         "kernels in %llu CUDA graph launches: %llu launches from the host)%s\n",
+                         c.kernels, c.syncs, c.graph_kernels, c.graph_launches, c.host_launches(),
+                         steps_counted_ == 1 ? "; the first step, which runs without graphs" : "");
+#endif
+    return "";
+}
+
+// ------------------------------------------------------------------------------------------------
+// 5. Update
+
+// The global gradient norm, of the averaged gradients wherever the stage keeps them: each rank's part
+// (its shard, its tensor slice, its stage's layers), the copies left out, summed over the ranks.
+void GPUModel::issue_norm() {
+    float* norm_squared = &buf_.control->totals.norm_squared;
+    CUDA_CHECK(cudaMemsetAsync(norm_squared, 0, sizeof(float), stream_));
+    store_.add_gradient_norm_squared(norm_squared, buf_.scratch);
+    tp_.sum(norm_squared, 1, stream_);
+    pipeline_.sum(norm_squared, 1, stream_);
+}
+
+double GPUModel::grad_norm() {
+    issue_norm();
+    return std::sqrt((double)read_totals().norm_squared);
+}
+
+void GPUModel::issue_update(const AdamWSettings& constants) {
+    StepControl* c = buf_.control;
+    CUDA_CHECK(cudaMemcpyAsync(c, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
+    pipeline_.broadcast_from_last(&c->totals.loss, 1, stream_);
+    store_.average_over_data_ranks(&c->totals.loss, 1);
+    issue_norm();
+    step_guard(c, stream_);
+    store_.adamw(&c->adamw, constants);
+}
+
+// AdamW on the parameters this rank owns (parallel/comm/zero.h). The stochastic rounding of the bf16
+// weights draws from a stream that depends on the run's seed, the step and each parameter's index in
+// the model, so runs, resumed runs and runs on other numbers of ranks or other ZeRO stages round alike.
+uint32_t GPUModel::rounding_seed(int step) const {
+    return (uint32_t)(seed_ * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)step * 0x85EBCA6Bu;
+}
+
+// The update with host-given settings (tests; the loop's steps go through optimizer_step).
+void GPUModel::update(const AdamWSettings& s, int step) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // no earlier copy still reads the pinned control block
+    control_host_->adamw =
+        adamw_device_step(s.learning_rate, s.beta1, s.beta2, s.weight_decay, s.grad_scale, step, rounding_seed(step));
+    CUDA_CHECK(cudaMemcpyAsync(buf_.control, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
+    store_.adamw(&buf_.control->adamw, s);
+}

@@ -1,0 +1,64 @@
+// Where this rank sits in the run and what of the model it holds: its pipeline stage's layers, the
+// world of ranks it belongs to, and what the run's settings make of them (the ZeRO stage in effect,
+// sequence parallelism, fp32 master weights).
+#pragma once
+#include <nccl.h>
+
+#include <vector>
+
+#include "base/gpt_config.h"
+#include "base/ranks.h"
+#include "base/train_options.h"
+#include "parallel/plan/mesh.h"
+#include "parallel/plan/param_buckets.h"
+#include "parallel/plan/pipeline_schedule.h"
+
+// The part of the model this rank's pipeline stage computes, and how many micro-batches' activations
+// it keeps at once (its schedule's in-flight count; 1 without a pipeline).
+struct Stage {
+    int first_layer, end_layer, slots;
+    bool first, last;
+    int layers() const { return end_layer - first_layer; }
+};
+inline Stage make_stage(const GPTConfig& config, const TrainOptions& opt, const Mesh& mesh, int micro_steps) {
+    const std::vector<int> first = stage_layers(config, opt.seq_len, mesh.pipeline);
+    return {first[mesh.stage], first[mesh.stage + 1],
+            micro_batches_in_flight(opt.pp_schedule, mesh.pipeline, mesh.stage, micro_steps), mesh.first_stage(),
+            mesh.last_stage()};
+}
+
+// This process among the ranks of the run: the host group (MPI) and the world's NCCL communicator (null
+// without an MPI launcher: then there is nothing to communicate). The model places itself in the mesh
+// of -tp and -pp (parallel/plan/mesh.h) and splits the communicator into its groups'.
+struct WorldRanks {
+    RankGroup* ranks;
+    ncclComm_t nccl = nullptr;
+    int rank() const { return ranks ? ranks->rank : 0; }
+    int num_ranks() const { return ranks ? ranks->num_ranks : 1; }
+};
+
+// The ZeRO stage a run uses: what -z asks for, when there is a communicator (several ranks, or one
+// started by an MPI launcher).
+inline int zero_stage_in_effect(const TrainOptions& opt, bool communicates) {
+    return communicates ? opt.zero_stage : 0;
+}
+
+// Sequence parallelism: -sp, on by default with -tp > 1.
+inline bool sequence_parallel(const TrainOptions& opt) {
+    return opt.tensor_parallel > 1 && opt.sequence_parallel != 0;
+}
+
+// fp32 master weights beside the working weights: with bf16 storage unless -w 0.
+inline bool fp32_master_weights(const TrainOptions& opt) {
+#ifdef ENABLE_FP32
+    (void)opt;
+    return false;  // the working weights are fp32 already
+#else
+    return opt.fp32_master != 0;
+#endif
+}
+
+// The slice of the model a rank holds: its tensor rank's slice of its stage's layers.
+inline ModelSlice model_slice(const Mesh& mesh, const Stage& stage) {
+    return {mesh.tensor_rank, mesh.tensor, stage.first_layer, stage.end_layer, stage.first, stage.last};
+}
