@@ -1,20 +1,10 @@
-// train_gpt: trains GPT-2 on NVIDIA GPUs with the hand-written kernels of kernels/ and cuBLASLt.
-// bf16 weights, activations and gradients (fp32 with -DENABLE_FP32), fp32 master weights and AdamW
-// moments, activation recomputation (-r), gradient accumulation (-d). The training loop itself
-// (flags, data, schedule, checkpoints, metrics, sampling) is the shared one of train/train_loop.h; this
-// file is the GPU model behind its interface, read top to bottom:
-//   1. the buffers: parameters, gradients, optimizer state, activations, scratch — all allocated once
-//   2. forward: embeddings, the transformer blocks, final LayerNorm, logits, loss
-//   3. backward: the same steps in reverse; each layer's gradients are averaged across the data
-//      ranks (NCCL, on a stream of their own) while the layers below are still computed
-//   4. a step: the micro-batches' forward and backward passes, in a pipeline schedule's order
-//   5. update: gradient norm and AdamW on the parameters this rank owns
-//   6. main(): ranks from MPI, the device (or the CPU when there is none), then the loop
-// Several GPUs (`mpirun -np N ./train_gpt`), as a mesh of data × pipeline × tensor ranks
-// (parallel/plan/mesh.h): data parallelism with ZeRO (-z, parallel/comm/zero.h), tensor parallelism (-tp,
-// parallel/comm/tensor_parallel.h), pipeline parallelism (-pp, parallel/comm/pipeline_parallel.h). Where data
-// crosses ranks the code below makes one named call (store_, tp_, pipeline_); the kernels compute on
-// this rank's slice only.
+// train_gpt: trains GPT-2 on NVIDIA GPUs with the hand-written kernels of kernels/ and cuBLASLt. This
+// file is main() and the GPU defaults: the ranks from MPI (one per GPU, `mpirun -np N ./train_gpt`), the
+// device (or the CPU model when there is none), then the shared training loop (train/train_loop.h)
+// driving the GPU model (gpu/gpt_model.h: bf16 weights, activations and gradients, or fp32 with
+// -DENABLE_FP32; fp32 master weights and AdamW moments; recomputation -r; accumulation -d) over a mesh
+// of data × pipeline × tensor ranks (parallel/plan/mesh.h; docs/ARCHITECTURE.md: where each
+// parallelism is applied).
 // Built by nvcc it is ./train_gpt; built through the emulator (emu/) it is ./train_gpt_emu, which runs
 // the same kernels on the CPU for the tests.
 #include <cstdio>
@@ -30,7 +20,6 @@
 #include "parallel/comm/mpi_ranks.h"
 #include "parallel/comm/nccl_check.h"
 #include "train/train_loop.h"
-
 
 // Defaults for a GPU: GPT-2 124M on the built-in dataset.
 static TrainOptions gpu_defaults() {

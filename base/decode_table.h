@@ -1,4 +1,4 @@
-// The tokenizer decode table in llm.c's format (GUIDE §2): a 256-int32 header ([0] magic 20240328,
+// The tokenizer decode table in llm.c's format: a 256-int32 header ([0] magic 20240328,
 // [1] version 2, [2] vocab size, [3] EOT id), then for each token one uint8 length and its bytes.
 // data/prepare writes it from GPT-2's vocabulary; the trainers read it to print samples as text.
 // Version 1 files (llm.c's older ones, no EOT in the header) are read with EOT = 50256.

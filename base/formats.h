@@ -1,4 +1,4 @@
-// Magic numbers and versions of the llm.c-compatible file formats (GUIDE §2). Every header is 256
+// Magic numbers and versions of the llm.c-compatible file formats. Every header is 256
 // little-endian int32 values; unused slots are zero.
 #pragma once
 

@@ -1,4 +1,4 @@
-// GPT model shape and the layout of its 16 parameter tensors, in llm.c's order (GUIDE §2).
+// GPT model shape and the layout of its 16 parameter tensors, in llm.c's order.
 // Both trainers keep all parameters in one contiguous buffer; ParamLayout says where each tensor is.
 #pragma once
 #include <cstddef>

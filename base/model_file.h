@@ -1,4 +1,4 @@
-// llm.c model files (GUIDE §2): a 256-int32 header (magic 20240326, version 3 = fp32 or 5 = bf16,
+// llm.c model files: a 256-int32 header (magic 20240326, version 3 = fp32 or 5 = bf16,
 // maxT, V, L, NH, C, Vp) followed by the 16 parameter tensors in ParamLayout order.
 // Writing goes through AtomicFile; reading checks magic, version, the header's shape and that the
 // file holds exactly the bytes the header implies, each failure a one-line InputError.

@@ -1,4 +1,4 @@
-// Token shards in llm.c's format (GUIDE §2): a 256-int32 header ([0] magic 20240520, [1] version 1,
+// Token shards in llm.c's format: a 256-int32 header ([0] magic 20240520, [1] version 1,
 // [2] token count n), then n uint16 tokens; the file is exactly 1024 + 2n bytes.
 #pragma once
 #include <cstdint>

@@ -4,15 +4,7 @@
 //   the median ms/step over the timed steps, the step's GFLOP/s, the GFLOP/s of the GEMMs inside
 //   the step, and both as a fraction of the isolated sgemm rate; plus the start-up memory report.
 // Usage: bench_cpu_step [B] [T] [steps]   (threads: OMP_NUM_THREADS, 2 on the reference machine)
-//
-// Measured 2026-11-22 on a 2-core Sapphire Rapids VM shared with other builds and tests (load
-// average 1.4-1.7 during the run; figures vary by 2-4x under heavier load):
-//   OMP_NUM_THREADS=2 dev/bin/bench_cpu_step 4 64 20
-//   sgemm on the step's shapes 269 GFLOP/s; median 902 ms/step (min 877, max 1057) = 212 GFLOP/s =
-//   79% of it; GEMMs inside the step 259 GFLOP/s = 96% of it, 81% of the step's time.
-//   llm.c's train_gpt2.c, same model, batch and threads, was measured at 9.7 s/step here: 10.8x.
-//   Same run with OpenBLAS's pthread build (make CPU_BLAS=system): 1033 ms/step; with the kernels
-//   OpenBLAS picks by itself on this VM (OPENBLAS_CORETYPE=Prescott): 3718 ms/step.
+// Figures measured with it: dev/RESULTS.md.
 #include <omp.h>
 
 #include <algorithm>

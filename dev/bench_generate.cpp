@@ -4,15 +4,7 @@
 // token), at prefixes of 1, 256 and 1024 tokens, and the speed-up. Medians of repeated runs.
 // Usage: bench_generate [model descriptor]   (default custom:L4:C256:H4:T1024, GPT-2's vocabulary;
 //                                            threads: OMP_NUM_THREADS)
-//
-// Measured 2026-11-23 on this project's 2-core Sapphire Rapids VM, shared with other builds and tests
-// (load average 6-9: figures vary by 2x between runs), OMP_NUM_THREADS=2 dev/bin/bench_generate:
-//   prefix   recompute ms/token   kv cache ms/token   speed-up
-//        1          24-39              27-29          0.9-1.4x
-//      256         428-492             24-32          15-17x
-//     1024        1000-1212            30-43          23-41x
-// Again 2026-11-25 (load average 5): prefix 1: 24.0 / 24.0 ms; 256: 153.9 / 21.6 ms (7.1x);
-// 1024: 756.9 / 22.0 ms (34.4x).
+// Figures measured with it: dev/RESULTS.md.
 // The cached token's time hardly moves with the prefix: its cost is reading the weights once (the
 // output layer, 50304 x 256, dominates at this size); attention over 1024 cached positions is
 // 0.5M multiply-adds per layer.

@@ -1,6 +1,6 @@
 // Benchmark of generation on the GPU: the time of one generated token through the key/value cache
 // (gpu/gpt_decode.h: one position through the forward's kernels plus attention over the cache) and
-// by recomputation (GPUModel's forward over the whole prefix, train_gpt.cu, then the last position's
+// by recomputation (GPUModel's forward over the whole prefix, gpu/gpt_model.h, then the last position's
 // logits: what the samples cost without a cache), at prefixes of 1, 256 and 1024 tokens (and the
 // model's maximum, if shorter), with the speed-up. Each token's time includes copying its logits to
 // the host, as a sampler needs them. Medians of repeated runs after a warm-up.

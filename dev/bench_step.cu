@@ -1,6 +1,6 @@
 // The training step of train_gpt, timed whole and split by op class, so that what remains between
-// us and the ceilings is visible (GUIDE §6: CUDA events, warm-up, medians, ceilings measured in the run):
-//   (a) whole steps of GPUModel (train_gpt.cu's model, its kernels and cuBLASLt) as the trainer runs
+// us and the ceilings is visible (CUDA events, warm-up, medians, ceilings measured in the run: dev/RESULTS.md):
+//   (a) whole steps of GPUModel (gpu/gpt_model.h: the trainer's model, its kernels and cuBLASLt) as the trainer runs
 //       them (optimizer_step: zeroed gradients, forward + classifier + backward, global norm, clipping
 //       and AdamW decided on the device, one host synchronisation; as CUDA graphs unless
 //       --cuda-graphs 0); median of timed steps after

@@ -59,7 +59,7 @@ HEADER_BYTES = 4 * HEADER_INTS
 MODEL_MAGIC, MODEL_FP32, MODEL_BF16 = 20240326, 3, 5
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 
-# Our model file's 16 tensors, in file order (GUIDE §2); per-layer tensors are stacked over L.
+# Our model file's 16 tensors, in file order (base/gpt_config.h); per-layer tensors are stacked over L.
 TENSOR_NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                 "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
 DECAYED_TENSORS = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}  # AdamW weight decay only here
@@ -119,7 +119,7 @@ def read_header(path):
 
 
 def read_model_file(path):
-    """Our model file (GUIDE §2) -> (Config, {name: fp32 tensor of the file shape})."""
+    """Our model file (base/model_file.h) -> (Config, {name: fp32 tensor of the file shape})."""
     h = read_header(path)
     if h[0] != MODEL_MAGIC:
         raise InputError(f"{path}: not a model file (magic {h[0]}, expected {MODEL_MAGIC})")
@@ -146,7 +146,7 @@ def read_model_file(path):
 
 
 def read_token_shard(path, vocab_size):
-    """A token shard (GUIDE §2) -> int64 tensor of its tokens, checked as train/dataloader.cpp does."""
+    """A token shard (data/token_shard.h) -> int64 tensor of its tokens, checked as train/dataloader.cpp does."""
     h = read_header(path)
     if h[0] != SHARD_MAGIC:
         raise InputError(f"{path}: not a token shard (magic {h[0]}, expected {SHARD_MAGIC})")
@@ -442,11 +442,9 @@ def read_step_lines(path):
 # the batches, clipping and AdamW; its bf16 autocast run differs from train_gpt_cpu by at most 2.1e-4;
 # train_gpt's emulated bf16 build against this script on a small model (L2, C64): worst 1.1e-4. A wrong
 # batch order, a missing bias correction or a wrong clip moves the losses by several percent.
-# Measured on an H100 (scripts/gpu_check.sh peer, GPT-2 124M, B=4, T=256, 20 steps): train_gpt
-# against this script agrees within 9.4e-5 (fp32) and 6.4e-4 (bf16 autocast) at lr 1e-4. At 6e-4
-# the runs agree within 1.5e-4 for 14 steps and then part: a loss spike (gradient norm 68) in one
-# trainer and not the other, which compounds; such a learning rate is too close to instability for a
-# step-by-step comparison.
+# On an H100 (dev/RESULTS.md) train_gpt against this script at lr 1e-4 agrees far inside these
+# tolerances; at 6e-4 the runs agree for 14 steps and then part, a loss spike in one trainer and not
+# the other compounding: such a learning rate is too close to instability for a step-by-step check.
 def compare_with_log(path, losses, norms, learning_rate, tolerance_first, tolerance):
     """Our trainer's losses against these, step by step: relative difference within tolerance_first
     at step 1 and within tolerance at every step (see above). PASS/FAIL lines; 1 on a failure."""

@@ -8,7 +8,8 @@
 #
 # Usage, from anywhere in the repository:
 #     bash dev/same_bits.sh A [B]     A, B: commits (anything git rev-parse takes); B left out: the
-#                                     working tree as it is, uncommitted changes included
+#                                     working tree as it is, uncommitted changes included; B may also
+#                                     be the path of an emulated trainer already built (not rebuilt)
 # Each commit is built in a worktree of its own under $SAME_BITS_DIR (default $TMPDIR/same_bits),
 # kept between calls, so a second comparison against the same commit only runs. Needs what the
 # build needs (bash scripts/install_deps.sh) and mpirun. JOBS: make -j (default 2).
@@ -80,10 +81,14 @@ run_all() {
 }
 
 label_a=$(git rev-parse --short "$1^{commit}") || exit 2
-label_b=${2:+$(git rev-parse --short "$2^{commit}")}
-label_b=${label_b:-worktree}
 trainer_a=$(build "$1") || exit 2
-trainer_b=$(build "${2:-worktree}") || exit 2
+if [ $# -eq 2 ] && [ -f "$2" ] && [ -x "$2" ]; then
+    label_b=$2 trainer_b=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+else
+    label_b=${2:+$(git rev-parse --short "$2^{commit}")}
+    label_b=${label_b:-worktree}
+    trainer_b=$(build "${2:-worktree}") || exit 2
+fi
 echo "running ${#runs[@]} trainings at $label_a, then at $label_b" >&2
 run_all "$trainer_a" "$work/runs_a" || exit 2
 run_all "$trainer_b" "$work/runs_b" || exit 2

@@ -25,7 +25,7 @@ int classifier_rows(const TensorParallel& tp, int B, int T, int Vp) {
 void set_classifier_chunk_bytes(size_t bytes) { classifier_chunk_bytes = bytes; }
 
 void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
-                                 const TrainOptions& opt, const TensorParallel& tp, const Stage& stage) {
+                                 const TrainOptions& opt, const TensorParallel& tp, const PipelineStage& stage) {
     const size_t C = config.channels, NH = config.num_heads;
     const size_t Vp = config.padded_vocab_size, HS = C / NH, T_ranks = tp.size();
     const int B = opt.batch_size, T = opt.seq_len;

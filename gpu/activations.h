@@ -85,4 +85,4 @@ struct StepBuffers {
 // of a tensor group of `tp` ranks and of pipeline stage `stage` (see struct Activations for what -r,
 // -tp, -sp and -pp change).
 void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
-                          const TrainOptions& opt, const TensorParallel& tp, const Stage& stage);
+                          const TrainOptions& opt, const TensorParallel& tp, const PipelineStage& stage);

@@ -1,26 +1,14 @@
-// GPUModel (gpt_model.h): construction, the description, weights and optimizer state in and out.
+// GPUModel (gpt_model.h): construction (where this rank sits, what it keeps, the device arena), the
+// description, weights and optimizer state in and out.
 #include "gpu/gpt_model.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 #include "base/errors.h"
 #include "gpu/memory_plan.h"
-#include "kernels/adamw.h"
 #include "kernels/attention.h"
-#include "kernels/chunked_classifier.h"
-#include "kernels/classifier.h"
-#include "kernels/common.h"
-#include "kernels/elementwise.h"
 #include "kernels/encoder.h"
-#include "kernels/gelu.h"
-#include "kernels/global_norm.h"
-#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "kernels/step_guard.h"
-#include "parallel/comm/nccl_check.h"
-#include "parallel/plan/pipeline_schedule.h"
 
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
     : config_(config), world_(world),
@@ -29,14 +17,15 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       tp_(comms_.tensor, comms_.tensor_overlap, mesh_.tensor_rank, mesh_.tensor, sequence_parallel(opt)),
       pipeline_(comms_.pipeline, comms_.tied_embedding, mesh_.stage, mesh_.pipeline),
       accum_steps_(std::max(1, grad_accum_steps(opt, world.num_ranks()))), schedule_(opt.pp_schedule),
-      stage_(make_stage(config, opt, mesh_, accum_steps_)),
+      stage_(make_pipeline_stage(config, opt, mesh_, accum_steps_)),
       buckets_(make_param_buckets(config, mesh_.data, model_slice(mesh_, stage_))),
-      store_(buckets_, zero_stage_in_effect(opt, comms_.data != nullptr), mesh_.data_rank, fp32_master_weights(opt)),
-      graphs_(opt.cuda_graphs != 0 && mesh_.pipeline == 1 && store_.stage() <= 1),
+      params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.data_rank),
+      optimizer_(params_, fp32_master_weights(opt)),
+      graphs_(opt.cuda_graphs != 0 && mesh_.pipeline == 1 && !params_.sharding().gradients),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
       classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config.padded_vocab_size)),
-      recompute_(opt.recompute), use_master_(fp32_master_weights(opt)), seed_(opt.seed) {
+      recompute_(opt.recompute), seed_(opt.seed) {
     const int C = config.channels, NH = config.num_heads;
     const int Vp = config.padded_vocab_size, HS = C / NH;
     if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
@@ -46,13 +35,19 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
              "kernels (supported: 32, 64, 128)", HS, C, NH);
 
     // CUDA graphs replay what a step issues the same way every time. A pipeline's schedule interleaves
-    // micro-batches with point-to-point transfers, and ZeRO-2/3 change what a micro-step issues with
-    // host-side state (which slot holds a bucket, whether a shard already holds this step's gradients)
-    // and order it by events across micro-steps: those run without graphs.
+    // micro-batches with point-to-point transfers, and sharded gradients (ZeRO-2/3) change what a
+    // micro-step issues with host-side state (which slot holds a bucket, whether a shard already holds
+    // this step's gradients) and order it by events across micro-steps: those run without graphs.
     graphs_text_ = graphs_.enabled()      ? "CUDA graphs for micro-steps and updates"
                    : opt.cuda_graphs == 0 ? "CUDA graphs off (--cuda-graphs 0)"
                    : mesh_.pipeline > 1   ? "CUDA graphs off (pipeline schedules run without them)"
                                           : "CUDA graphs off (ZeRO-2/3 run without them)";
+    read_device(opt);
+    allocate(opt, world.num_ranks());
+}
+
+// The device: its name, its peak for MFU, the compute stream, cuBLASLt and the attention kernel.
+void GPUModel::read_device(const TrainOptions& opt) {
     CUDA_CHECK(cudaGetDevice(&device_));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -70,18 +65,18 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
     CUDA_CHECK(cudaStreamCreate(&stream_));
     matmul_setup(opt.tf32 != 0);
     set_attention_kernel(opt.attention_kernel.c_str());
+}
 
-    // Parameters, gradients and optimizer state as the ZeRO stage keeps them, then everything sized
-    // by the micro-batch (see struct Activations for what -r, -tp, -sp and -pp change).
-    store_.request_memory(&arena_);
-    request_step_buffers(&arena_, &buf_, config, opt, tp_, stage_);
+// Parameters and gradients as ZeRO keeps them, the optimizer's state, then everything sized by the
+// micro-batch (see struct Activations for what -r, -tp, -sp and -pp change): planned, checked against
+// the device's free memory, allocated once.
+void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
+    params_.request_memory(&arena_);
+    optimizer_.request_memory(&arena_);
+    request_step_buffers(&arena_, &buf_, config_, opt, tp_, stage_);
     memory_ = arena_.memory();
-    memory_.network_bytes_per_step = store_.bytes_sent_per_step(accum_steps_);
-    memory_.tensor_bytes_per_step = tensor_bytes_per_step(
-        tensor_traffic(config, opt.batch_size, opt.seq_len, tp_, stage_), accum_steps_, store_.stage());
-    memory_.pipeline_bytes_per_step =
-        pipeline_bytes_per_step(config, opt, tp_, stage_, mesh_.pipeline, accum_steps_);
-    memory_.pipeline_report = stage_report(config, opt, world.num_ranks(), comms_.data != nullptr);
+    set_planned_traffic(&memory_, plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_));
+    memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
 
     // Will it fit? Say so before allocating anything, with what to lower.
     size_t free_bytes = 0, total_bytes = 0;
@@ -91,21 +86,24 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
              "activations %.2f GiB) but %s has %.2f GiB free: lower -b (batch size) or -t (sequence "
              "length), recompute more with -r 2, or shard more with a higher -z over more ranks",
              arena_.bytes() / 1073741824.0, (memory_.total() - memory_.activations) / 1073741824.0,
-             memory_.activations / 1073741824.0, prop.name, free_bytes / 1073741824.0);
+             memory_.activations / 1073741824.0, device_name_.c_str(), free_bytes / 1073741824.0);
     arena_.allocate("the model");
+    tp_.use_buffers(act_.whole, act_.whole_ln, act_.partial);
     encoder_host_bytes_ = (encoder_backward_host_scratch_bytes(max_B_, max_T_) + 255) / 256 * 256;
     CUDA_CHECK(cudaMallocHost(&control_host_, sizeof(StepControl)));
-    reserve_staging(accum_steps_);
-    store_.start(stream_, comms_.data);
+    reserve_pinned_tokens(accum_steps_);
+    params_.start(stream_, comms_.data);
+    optimizer_.start(stream_);
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
     if (stage_.last)
-        CUDA_CHECK(cudaMemsetAsync(act_.logits, 0, (size_t)classifier_rows_ * tp_.vocab_slice(Vp) * sizeof(floatX),
+        CUDA_CHECK(cudaMemsetAsync(act_.logits, 0,
+                                   (size_t)classifier_rows_ * tp_.vocab_slice(config_.padded_vocab_size) * sizeof(floatX),
                                    stream_));
 }
 
 GPUModel::~GPUModel() {
-    cudaFreeHost(staged_tokens_);
+    cudaFreeHost(pinned_tokens_);
     cudaFreeHost(encoder_host_scratch_);
     cudaFreeHost(control_host_);
     matmul_teardown();
@@ -114,7 +112,7 @@ GPUModel::~GPUModel() {
 }
 
 std::string GPUModel::description() const {
-    std::string parallel = store_.description();
+    std::string parallel = params_.description();
     auto append = [&](const std::string& what) { parallel = parallel.empty() ? what : what + ", " + parallel; };
     if (tp_.size() > 1)
         append(strprintf("tensor parallel over %d ranks%s", tp_.size(),
@@ -123,13 +121,13 @@ std::string GPUModel::description() const {
         append(strprintf("pipeline stage %d of %d (layers %d-%d, %s)", mesh_.stage, mesh_.pipeline,
                          stage_.first_layer, stage_.end_layer - 1, schedule_.c_str()));
     return strprintf("CUDA on %s%s, %s storage%s, fp32 AdamW state, recompute -r %d%s; %s", device_name_.c_str(),
-                     peak_text_.c_str(), PRECISION_NAME, use_master_ ? " with fp32 master weights" : "", recompute_,
+                     peak_text_.c_str(), PRECISION_NAME,
+                     optimizer_.keeps_master_weights() ? " with fp32 master weights" : "", recompute_,
                      parallel.empty() ? "" : (", " + parallel).c_str(), graphs_text_.c_str());
 }
 
-// ------------------------------------------------------------------------------------------------
-// Parameters and optimizer state in and out (fp32 on the host, ParamLayout order; parallel/comm/zero.h
-// converts to and from where the stage keeps them).
+// ---- parameters and optimizer state in and out (fp32 on the host, ParamLayout order; the parameter
+// store and the optimizer convert to and from where the sharding keeps them)
 
 WeightType GPUModel::working_weight_type() const {
 #ifdef ENABLE_FP32
@@ -139,9 +137,12 @@ WeightType GPUModel::working_weight_type() const {
 #endif
 }
 
-void GPUModel::set_working_weights(const std::vector<float>& weights) { store_.set_weights(weights); }
+void GPUModel::set_working_weights(const std::vector<float>& weights) {
+    params_.set_weights(weights);
+    optimizer_.set_master_weights(weights);
+}
 
 void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                    const std::vector<float>& v) {
-    store_.set_optimizer_state(master, m, v);
+    optimizer_.set_state(master, m, v);
 }

@@ -1,11 +1,15 @@
 // GPUModel: GPT-2 on an NVIDIA GPU, the model behind the shared training loop's interface
-// (base/train_model.h). Its parts:
-//   gpt_model.cu   construction (where the rank sits, what it keeps, the device arena), the
-//                  description, weights and optimizer state in and out
-//   gpt_layers.cu  the layer maths: the forward and backward passes, each line a kernel or a named
-//                  parallel operation
-//   gpt_step.cu    a step: tokens to the device, micro-steps, the pipeline schedule's executor, the
-//                  update with one host synchronisation
+// (base/train_model.h), on one rank of a data × pipeline × tensor mesh. Read in this order:
+//   gpt_layers.cu  the layer maths, top to bottom in llm.c's order: each line a kernel, or a tensor-
+//                  parallel linear layer or gather (parallel/comm/tensor_parallel.h)
+//   gpt_passes.cu  the forward and backward pass of this rank's pipeline stage: the layers in turn,
+//                  each layer's weights gathered and released and its gradients reduced (ZeRO,
+//                  parallel/comm/parameter_store.h) around the maths
+//   gpt_step.cu    a step: the micro-batches' tokens to the device, the micro-steps or the pipeline
+//                  schedule's actions with their transfers (parallel/comm/pipeline_parallel.h), the
+//                  gradients finished, the norm, AdamW (optimizer.h), one host synchronisation
+//   gpt_model.cu   construction: where the rank sits, what it keeps, the device arena; weights and
+//                  optimizer state in and out
 //   activations.h, placement.h, memory_plan.h   its buffers, its place among the ranks, its plan
 #pragma once
 #include <nccl.h>
@@ -22,15 +26,23 @@
 #include "gpu/cuda_graphs.h"
 #include "gpu/device_info.h"
 #include "gpu/gpt_decode.h"
+#include "gpu/optimizer.h"
 #include "gpu/placement.h"
 #include "kernels/device_arena.h"
 #include "kernels/step_guard.h"
 #include "parallel/comm/mesh_communicators.h"
+#include "parallel/comm/parameter_store.h"
 #include "parallel/comm/pipeline_parallel.h"
 #include "parallel/comm/tensor_parallel.h"
-#include "parallel/comm/zero.h"
 #include "parallel/plan/mesh.h"
 #include "parallel/plan/param_buckets.h"
+#include "parallel/plan/traffic.h"
+
+// The parameter tensors of one layer (this rank's slices), where they are now: its weights or its
+// gradients.
+struct LayerTensors {
+    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
 
 class GPUModel : public TrainModel {
 public:
@@ -56,14 +68,14 @@ public:
 
     WeightType working_weight_type() const override;
     void set_working_weights(const std::vector<float>& weights) override;
-    std::vector<float> working_weights() override { return store_.weights_in_layout_order(); }
-    ModelPart working_weights_part() override { return store_.weights_part(); }
+    std::vector<float> working_weights() override { return params_.weights_in_layout_order(); }
+    ModelPart working_weights_part() override { return params_.weights_part(); }
     bool forward_is_collective() const override {
-        return store_.stage() >= 3 || tp_.size() > 1 || pipeline_.stages() > 1;
+        return params_.sharding().weights || tp_.size() > 1 || pipeline_.stages() > 1;
     }
     void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) override;
-    OptimizerPart optimizer_part() override { return store_.optimizer_part(); }
+    OptimizerPart optimizer_part() override { return optimizer_.state_part(); }
     ModelMemory memory() const override { return memory_; }
     // Samples through a key/value cache (gpu/gpt_decode.h) where this rank holds every weight; where
     // forward() is a collective (the model spread over the ranks), the samples recompute the prefix.
@@ -74,67 +86,104 @@ public:
         decoder_->truncate(0);
     }
     void decode_next(int token, float* logits) override {
-        decoder_->step(token, [this](int t, int l) -> const floatX* { return p(t, l); }, logits);
+        decoder_->step(token, [this](int t, int l) -> const floatX* { return weight(t, l); }, logits);
     }
     // The gradients, widened to fp32 (for tests and debugging; one rank of a whole model, -z 0 and 1).
-    std::vector<float> gradients() { return store_.gradients_in_layout_order(); }
+    std::vector<float> gradients() { return params_.gradients_in_layout_order(); }
     // Device bytes the model allocated (its arena), for tests of the memory report.
     size_t allocated_bytes() const { return arena_.bytes(); }
+    // What this rank sent in each group during the last optimizer step (counted by the operations).
+    Traffic last_step_traffic() const { return last_step_traffic_; }
 
 private:
-    // Parameter tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb): this rank's slice of its
-    // weights and of its gradients, wherever the ZeRO stage keeps its bucket now (parallel/comm/zero.h).
-    floatX* p(int t, int l = 0) const {
-        return store_.weights(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
+    // ---- parameters: tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb), this rank's slice,
+    // wherever the parameter store keeps its bucket now
+    floatX* weight(int t, int l = 0) const {
+        return params_.weights(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
     }
-    floatX* g(int t, int l = 0) const {
-        return store_.gradients(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
+    floatX* gradient(int t, int l = 0) const {
+        return params_.gradients(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
     }
-    // Layer l's (a layer of this stage) slices of every per-layer activation of the micro-batch in
-    // `slot` (slice 0 of those -r does not keep per layer).
-    struct LayerSlices {
+    LayerTensors layer_weights(int l) const;
+    LayerTensors layer_gradients(int l) const;
+
+    // ---- activations: layer l's slices (a layer of this stage) of every per-layer activation of
+    // the micro-batch in `slot` (slice 0 of those -r does not keep per layer)
+    struct LayerActivations {
         const floatX* x;  // the layer's input: the stage's input, or the previous layer's residual3
         floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
         float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
     };
-    LayerSlices layer_slices(int l, int slot) const;
-    // The stage's input and output activations of the micro-batch in `slot`.
+    LayerActivations layer_activations(int l, int slot) const;
+    // The stage's input and output activations of the micro-batch in `slot`, and the gradient of the
+    // residual stream a backward pass works in (two, taken in turns by micro-batches, with a pipeline).
     floatX* stage_input(int slot) const { return act_.encoded + (size_t)slot * max_Nl_ * config_.channels; }
-    const floatX* stage_output(int slot) const { return layer_slices(stage_.end_layer - 1, slot).residual3; }
-    // A row-parallel product's partial sums go here before tp_.reduce_positions into `mine`.
-    floatX* partial_for(floatX* mine) const { return tp_.partial_buffer(act_.partial, mine); }
+    const floatX* stage_output(int slot) const { return layer_activations(stage_.end_layer - 1, slot).residual3; }
+    int residual_gradient_turn(int micro_batch) const { return pipeline_.stages() > 1 ? micro_batch % 2 : 0; }
+
+    // ---- the layer maths (gpt_layers.cu)
+    void embed(int slot);
+    void first_layer_norm(int slot);
+    void attention_forward_branch(int l, int slot);
+    void mlp_forward_branch(int l, int slot);
+    void residual_and_next_norm(int l, int slot);
+    void classifier_logits(int slot);
+    void classifier(int slot, bool training, float loss_scale, int micro_steps);
+    void final_norm_backward(int slot, floatX* dresidual);
+    void recompute(int l, int slot);
+    void mlp_backward_branch(int l, int slot, floatX* dresidual);
+    void attention_backward_branch(int l, int slot, floatX* dresidual);
+    void input_norm_backward(int l, int slot, floatX* dresidual);
+    void embed_backward(int micro_batch, const floatX* dresidual);
+
+    // ---- the passes of this rank's stage (gpt_passes.cu): the maths with the parameters'
+    // collectives around it
+    enum class Pass { LOGITS, LOSS, TRAINING };  // how far a forward pass goes on the last stage
+    // The stage's forward pass of the micro-batch in `slot` (tokens uploaded, input received); on the
+    // last stage the mean loss goes into control->totals (micro_loss; in training also the step's
+    // running loss, as 1/micro_steps of it), where the step reads it back once.
+    void forward_stage(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step);
+    // The stage's backward pass of micro-batch `micro_batch`, in `slot`, from the gradient of its
+    // output (received, or from the classifier): the layers, then (first stage) the embeddings, whose
+    // backward depends on the tokens on the host (so it runs outside a micro-step's CUDA graph).
+    void backward_layers(int slot, int micro_batch, bool last_micro_step);
+    void backward_embeddings(int micro_batch, bool last_micro_step);
+    // Whether the residual projections' bias gradients are summed by the LayerNorm backward that
+    // finishes the residual gradient they are column sums of (gpt_layers.cu): where this rank holds
+    // every position; fcproj's of layer l where that LayerNorm (the next layer's ln1, or lnf) is on
+    // this stage too.
+    bool norms_sum_projection_biases() const { return tp_.local_positions(B_ * T_) == B_ * T_; }
+    bool fcproj_bias_in_norm(int l) const {
+        return norms_sum_projection_biases() && (l + 1 < stage_.end_layer || stage_.last);
+    }
     // Reduces the gradients of `bucket` across the data ranks; under sequence parallelism the
     // LayerNorm parameters' gradients are summed over the tensor group first.
     void reduce_gradients(int bucket, bool last_micro_step);
 
+    // ---- a step (gpt_step.cu)
     // Pinned host memory for micro-batches 0 .. micro_batches-1 of a step (grown when a step has more):
     // copies from it are asynchronous, so the host never waits for the device to take a micro-batch.
-    void reserve_staging(int micro_batches);
-    int* staged_inputs(int micro_batch) const { return staged_tokens_ + (size_t)micro_batch * 2 * max_N_; }
-    int* staged_targets(int micro_batch) const { return staged_inputs(micro_batch) + max_N_; }
-    // Checks micro-batch `micro_batch`'s tokens and copies them into its staging area (targets may be
+    void reserve_pinned_tokens(int micro_batches);
+    int* pinned_inputs(int micro_batch) const { return pinned_tokens_ + (size_t)micro_batch * 2 * max_N_; }
+    int* pinned_targets(int micro_batch) const { return pinned_inputs(micro_batch) + max_N_; }
+    // Checks micro-batch `micro_batch`'s tokens and copies them into its pinned area (targets may be
     // null: a forward without loss).
-    void stage_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch);
-    // The staged tokens of `micro_batch` to the device buffers the next forward reads.
+    void pin_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch);
+    // The pinned tokens of `micro_batch` to the device buffers the next forward reads.
     void upload_tokens(int micro_batch, bool with_targets);
-    // How far a forward pass goes on the last stage: the logits, the loss too, or also the
-    // classifier's backward (training).
-    enum class Pass { LOGITS, LOSS, TRAINING };
-    // The stage's forward pass of the micro-batch in `slot` (tokens already uploaded); on the last
-    // stage the mean loss goes into control->totals (micro_loss; in training also the step's running
-    // loss, as 1/micro_steps of it), where the step reads it back once.
-    void forward_stage(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step);
-    void run_classifier(int slot, bool training, float loss_scale, int micro_steps, bool last_micro_step);
-    // The stage's backward pass of micro-batch `micro_batch`, in `slot`: the layers (everything the
-    // device can do alone), then the embeddings (whose backward groups the tokens on the host).
-    void backward_layers(int slot, int micro_batch, bool last_micro_step);
-    void backward_embeddings(int slot, int micro_batch, bool last_micro_step);
-    // One optimizer step's forward and backward passes over `micro_steps` micro-batches (read and
-    // staged first), from zeroed gradients and loss: one after the other, or in the pipeline
-    // schedule's order.
-    void accumulate(int micro_steps, int B, int T, const NextBatch& next_batch);
+    // A forward pass of this stage, with the transfers to and from its neighbours.
+    void forward_in_pipeline(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step);
+    // A backward pass of this stage, with the transfers to and from its neighbours.
+    void backward_in_pipeline(int slot, int micro_batch, bool last_micro_step);
     // Micro-step i of micro_steps without a pipeline: forward, then backward.
     void micro_step(int i, int micro_steps, bool last_micro_step);
+    // One optimizer step's forward and backward passes over `micro_steps` micro-batches (read and
+    // pinned first), from zeroed gradients and loss: one after the other, or in the pipeline
+    // schedule's order; then the gradients finished.
+    void accumulate(int micro_steps, int B, int T, const NextBatch& next_batch);
+    // The end of the step's backward passes: every gradient reduction done, and with a pipeline the
+    // tied embedding's two copies summed.
+    void finish_gradients();
     // The squared global gradient norm into control->totals.norm_squared, summed over the ranks.
     void issue_norm();
     // The end of a step on the device: the loss from the last stage averaged over the data ranks, the
@@ -144,9 +193,13 @@ private:
     uint32_t rounding_seed(int step) const;
     // Copies control->totals to the host (waits for the device: a host synchronisation).
     const StepTotals& read_totals();
+    // The operations' byte counters: zeroed, read, and (once) checked against the plan.
+    void reset_traffic();
+    Traffic traffic_sent() const;
+    void check_traffic_against_plan();
     // Issues `issue`'s work on the compute stream: as a CUDA graph captured under `key` once graphs are
     // on and the first optimizer step is done (it runs eagerly: cuBLASLt's algorithm choices, lazily
-    // made streams and the tensor traffic check happen outside any capture), else directly.
+    // made streams and the traffic check happen outside any capture), else directly.
     template <typename Issue>
     void issue_graphed(const std::vector<long long>& key, Issue&& issue) {
         if (steps_done_ == 0 || !graphs_.enabled()) return issue();
@@ -158,17 +211,22 @@ private:
         return status != cudaStreamCaptureStatusNone;
     }
 
+    // ---- construction (gpt_model.cu)
+    void read_device(const TrainOptions& opt);
+    void allocate(const TrainOptions& opt, int num_ranks);
+
     GPTConfig config_;
     WorldRanks world_;
     Mesh mesh_;                       // this rank's place among the ranks (-tp, -pp, data)
     MeshCommunicators comms_;         // its groups' NCCL communicators
-    TensorParallel tp_;               // the collectives of its tensor group
+    TensorParallel tp_;               // the operations of its tensor group
     PipelineParallel pipeline_;       // the transfers along its pipeline
     int accum_steps_;
     std::string schedule_;            // --pp-schedule
-    Stage stage_;                     // the layers it computes, the micro-batches it keeps
+    PipelineStage stage_;             // the layers it computes, the micro-batches it keeps
     ParamBuckets buckets_;            // device order of parameters and gradients (this rank's slice)
-    ParameterStore store_;            // weights, gradients, optimizer state under the ZeRO stage
+    ParameterStore params_;           // weights and gradients as ZeRO shards them, and their collectives
+    Optimizer optimizer_;             // AdamW on the parameters this rank owns
     GraphCache graphs_;               // micro-steps and updates as CUDA graphs (--cuda-graphs)
     std::string graphs_text_;         // for the description: on, or why not
     int steps_done_ = 0;              // optimizer steps so far (the first runs without graphs)
@@ -176,7 +234,6 @@ private:
     size_t max_N_, max_Nl_;           // positions of a micro-batch, and those this rank keeps (-sp)
     int classifier_rows_;             // rows of logits held at once (classifier_rows)
     int recompute_;
-    bool use_master_;
     double peak_flops_ = 0;           // dense bf16 tensor-core peak, for MFU (0: unknown)
     int device_ = 0;                  // the CUDA device
     std::string device_name_, peak_text_;
@@ -184,17 +241,17 @@ private:
     cudaStream_t stream_ = nullptr;
     DeviceArena arena_;
     ModelMemory memory_;
-    bool traffic_checked_ = false;    // the first micro-step's tensor traffic was compared with the plan
+    Traffic last_step_traffic_;
 
     StepBuffers buf_;
     Activations& act_ = buf_.act;
 
     // Pinned host memory (cudaMallocHost): each micro-batch's tokens (inputs then targets, max_N_ each)
-    // and the encoder backward's grouping of them, for staged_ micro-batches; the step's control block.
-    int* staged_tokens_ = nullptr;
+    // and the encoder backward's grouping of them, for pinned_ micro-batches; the step's control block.
+    int* pinned_tokens_ = nullptr;
     char* encoder_host_scratch_ = nullptr;
     size_t encoder_host_bytes_ = 0;  // per micro-batch
-    int staged_ = 0;
+    int pinned_ = 0;
     StepControl* control_host_ = nullptr;
 
     int B_ = 0, T_ = 0;                // shape of the micro-batches

@@ -1,42 +1,32 @@
-// GPUModel's steps (gpt_model.h): tokens to the device, forward-only passes, micro-steps, the pipeline
-// schedule's executor, the update.
+// GPUModel's steps (gpt_model.h): the micro-batches' tokens to the device, forward-only passes, the
+// micro-steps or the pipeline schedule's actions with the transfers between stages, the gradients
+// finished, the global norm and AdamW; one host synchronisation per optimizer step.
 #include "gpu/gpt_model.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "base/errors.h"
-#include "gpu/memory_plan.h"
-#include "kernels/adamw.h"
-#include "kernels/attention.h"
-#include "kernels/chunked_classifier.h"
-#include "kernels/classifier.h"
-#include "kernels/common.h"
-#include "kernels/elementwise.h"
-#include "kernels/encoder.h"
-#include "kernels/gelu.h"
 #include "kernels/global_norm.h"
-#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-#include "kernels/step_guard.h"
-#include "parallel/comm/nccl_check.h"
 #include "parallel/plan/pipeline_schedule.h"
 
-void GPUModel::reserve_staging(int micro_batches) {
-    if (micro_batches <= staged_) return;
+// ---- tokens
+
+void GPUModel::reserve_pinned_tokens(int micro_batches) {
+    if (micro_batches <= pinned_) return;
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // nothing in flight reads the old areas
     int* tokens = nullptr;
     CUDA_CHECK(cudaMallocHost(&tokens, (size_t)micro_batches * 2 * max_N_ * sizeof(int)));
-    if (staged_tokens_) std::copy(staged_tokens_, staged_tokens_ + (size_t)staged_ * 2 * max_N_, tokens);
-    cudaFreeHost(staged_tokens_);
+    if (pinned_tokens_) std::copy(pinned_tokens_, pinned_tokens_ + (size_t)pinned_ * 2 * max_N_, tokens);
+    cudaFreeHost(pinned_tokens_);
     cudaFreeHost(encoder_host_scratch_);
-    staged_tokens_ = tokens;
+    pinned_tokens_ = tokens;
     CUDA_CHECK(cudaMallocHost(&encoder_host_scratch_, (size_t)micro_batches * encoder_host_bytes_));
-    staged_ = micro_batches;
+    pinned_ = micro_batches;
 }
 
-void GPUModel::stage_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch) {
+void GPUModel::pin_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch) {
     if (B < 1 || B > max_B_ || T < 1 || T > max_T_)
         fail("forward: batch %dx%d exceeds the allocated %dx%d", B, T, max_B_, max_T_);
     const size_t N = (size_t)B * T;
@@ -46,17 +36,17 @@ void GPUModel::stage_tokens(const int* inputs, const int* targets, int B, int T,
             fail("forward: token id outside the vocabulary [0, %d) at position %zu",
                  config_.vocab_size, i);
     B_ = B, T_ = T;
-    reserve_staging(micro_batch + 1);
-    std::copy(inputs, inputs + N, staged_inputs(micro_batch));
-    if (targets) std::copy(targets, targets + N, staged_targets(micro_batch));
+    reserve_pinned_tokens(micro_batch + 1);
+    std::copy(inputs, inputs + N, pinned_inputs(micro_batch));
+    if (targets) std::copy(targets, targets + N, pinned_targets(micro_batch));
 }
 
 void GPUModel::upload_tokens(int micro_batch, bool with_targets) {
     const size_t bytes = (size_t)B_ * T_ * sizeof(int);
     if (stage_.first)
-        CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, staged_inputs(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(buf_.inputs, pinned_inputs(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
     if (with_targets && stage_.last)
-        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, staged_targets(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(buf_.targets, pinned_targets(micro_batch), bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 const StepTotals& GPUModel::read_totals() {
@@ -65,6 +55,30 @@ const StepTotals& GPUModel::read_totals() {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return control_host_->totals;
 }
+
+// ---- the passes between stages: a stage other than the first receives its input from the stage
+// before, one other than the last sends its output to the stage after; backward the other way, in two
+// residual-gradient buffers taken in turns (one may still be on its way to the previous stage).
+
+void GPUModel::forward_in_pipeline(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step) {
+    const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
+    if (!stage_.first) pipeline_.receive_activations(stage_input(slot), n, stream_);
+    forward_stage(slot, pass, loss_scale, micro_steps, last_micro_step);
+    if (!stage_.last) pipeline_.send_activations(stage_output(slot), n);
+}
+
+void GPUModel::backward_in_pipeline(int slot, int micro_batch, bool last_micro_step) {
+    const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
+    const int turn = residual_gradient_turn(micro_batch);
+    pipeline_.before_overwriting(turn, stream_);
+    if (!stage_.last) pipeline_.receive_gradients(act_.dresidual[turn], n, stream_);
+    backward_layers(slot, micro_batch, last_micro_step);
+    backward_embeddings(micro_batch, last_micro_step);
+    if (!stage_.first) pipeline_.send_gradients(act_.dresidual[turn], n, turn);
+    params_.finish_backward();
+}
+
+// ---- forward only
 
 // Under sequence parallelism a forward of a length the tensor ranks cannot split (a sample, a
 // HellaSwag row: no targets) runs padded with token 0 at the end of each sequence: causal attention
@@ -79,9 +93,9 @@ float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
             std::copy(inputs + (size_t)b * T, inputs + (size_t)(b + 1) * T, &padded[(size_t)b * T_run]);
         inputs = padded.data(), T = T_run;
     }
-    stage_tokens(inputs, targets, B, T, 0);
+    pin_tokens(inputs, targets, B, T, 0);
     upload_tokens(0, targets != nullptr);
-    forward_stage(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, 1, false);
+    forward_in_pipeline(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, 1, false);
     pipeline_.finish(stream_);
     if (!targets) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -115,28 +129,20 @@ void GPUModel::logits_at(int t, float* out) {
     for (int i = 0; i < V; i++) out[i] = (float)host[i];
 }
 
-// ------------------------------------------------------------------------------------------------
-// 4. A step
+// ---- training
+
+void GPUModel::zero_grad() { params_.zero_gradients(); }
 
 // One micro-step, forward then backward (for tests and benchmarks: the loss is read back at once).
 float GPUModel::forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
                                  bool last_micro_step) {
     if (pipeline_.stages() > 1) fail("internal error: a pipelined model trains by whole steps (train_step)");
-    tp_.reset_bytes_sent();
-    stage_tokens(inputs, targets, B, T, 0);
+    pin_tokens(inputs, targets, B, T, 0);
     upload_tokens(0, true);
     forward_stage(0, Pass::TRAINING, loss_scale, 1, last_micro_step);
     backward_layers(0, 0, last_micro_step);
-    backward_embeddings(0, 0, last_micro_step);
-    // The tensor group's traffic of one micro-step against the start-up report's plan (once).
-    if (!traffic_checked_ && tp_.size() > 1) {
-        const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
-        const size_t planned = t.per_micro_step + (store_.reduces_gradients(last_micro_step) ? t.per_reduction : 0);
-        if (tp_.bytes_sent() != planned)
-            fail("internal error: the tensor group sent %zu bytes in a micro-step, the plan says %zu",
-                 tp_.bytes_sent(), planned);
-        traffic_checked_ = true;
-    }
+    backward_embeddings(0, last_micro_step);
+    params_.finish_backward();
     return read_totals().micro_loss;
 }
 
@@ -149,24 +155,24 @@ void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
     issue_graphed({0, B_, T_, micro_steps, last_micro_step}, [&] {
         forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
         backward_layers(0, i, last_micro_step);
-        if (stream_capturing()) store_.finish_backward();  // a capture joins the reductions it forked
+        if (stream_capturing()) params_.finish_backward();  // a capture joins the reductions it forked
     });
-    backward_embeddings(0, i, last_micro_step);
+    backward_embeddings(i, last_micro_step);
+    params_.finish_backward();
 }
 
-// Every micro-batch read and staged first; then, without a pipeline, the micro-steps one after the
+// Every micro-batch read and pinned first; then, without a pipeline, the micro-steps one after the
 // other; with one, this stage's actions in the schedule's order (parallel/plan/pipeline_schedule.h),
-// micro-batch i in slot i mod slots; the first and last stage then sum the tied embedding's gradients.
+// micro-batch i in slot i mod slots, what an action sends going out with the next action's receive.
 // The loss stays on the device (control->totals).
 void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_batch) {
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     for (int i = 0; i < micro_steps; i++) {
         next_batch(inputs.data(), targets.data());
-        stage_tokens(inputs.data(), targets.data(), B, T, i);
+        pin_tokens(inputs.data(), targets.data(), B, T, i);
     }
     zero_grad();
     CUDA_CHECK(cudaMemsetAsync(&buf_.control->totals, 0, sizeof(StepTotals), stream_));
-    tp_.reset_bytes_sent();
     B_ = B, T_ = T;
     if (pipeline_.stages() == 1) {
         for (int i = 0; i < micro_steps; i++) micro_step(i, micro_steps, i == micro_steps - 1);
@@ -177,30 +183,24 @@ void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_b
             const bool last = i == micro_steps - 1;
             if (actions[k].forward) {
                 upload_tokens(i, true);
-                forward_stage(slot, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last);
+                forward_in_pipeline(slot, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last);
             } else {
-                backward_layers(slot, i, last);
-                backward_embeddings(slot, i, last);
+                backward_in_pipeline(slot, i, last);
             }
-            // What this action sends goes with the next action's receive, or now if that receives nothing.
             const bool next_receives = k + 1 < actions.size() && (actions[k + 1].forward ? !stage_.first : !stage_.last);
             if (!next_receives) pipeline_.send_queued(stream_);
         }
-        pipeline_.finish(stream_);
-        const int VOCABULARY = buckets_.vocabulary_bucket();
-        if (VOCABULARY >= 0) {
-            size_t count = 0;
-            floatX* reduced = store_.reduced_gradients(VOCABULARY, &count);
-            pipeline_.sum_tied_gradients(reduced, count, stream_);
-        }
     }
-    if (!traffic_checked_ && tp_.size() > 1) {  // the tensor group's traffic against the plan (once)
-        const TensorTraffic t = tensor_traffic(config_, B, T, tp_, stage_);
-        const size_t planned = tensor_bytes_per_step(t, micro_steps, store_.stage()) - t.per_step;
-        if (tp_.bytes_sent() != planned)
-            fail("internal error: the tensor group sent %zu bytes in a step, the plan says %zu", tp_.bytes_sent(),
-                 planned);
-        traffic_checked_ = true;
+    finish_gradients();
+}
+
+void GPUModel::finish_gradients() {
+    pipeline_.finish(stream_);
+    const int VOCABULARY = buckets_.vocabulary_bucket();
+    if (pipeline_.stages() > 1 && VOCABULARY >= 0) {
+        size_t count = 0;
+        floatX* reduced = params_.reduced_gradients(VOCABULARY, &count);
+        pipeline_.sum_tied_gradients(reduced, count, stream_);
     }
 }
 
@@ -212,7 +212,7 @@ double GPUModel::train_step(int micro_steps, int B, int T, const NextBatch& next
     return read_totals().loss;
 }
 
-// The whole step, with one host synchronisation: the micro-batches are read and staged first, the
+// The whole step, with one host synchronisation: the micro-batches are read and pinned first, the
 // forward and backward passes issued, then the update (issue_update) decides on the device whether to
 // apply itself; the loss, the norm and the verdict come back together at the end. The skip (-sl, -sg,
 // a loss or norm not finite) is decided on the device because the update must not wait for the host:
@@ -224,6 +224,7 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
 #ifdef EMU_CUDA
     const StepCounts before = StepCounts::now();
 #endif
+    reset_traffic();
     accumulate(micro_steps, B, T, next_batch);
 
     StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
@@ -243,8 +244,12 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     });
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the step's one host synchronisation
     // After the first step every product has been asked for once: the fused epilogues cuBLASLt refused
-    // (their products ran in separate passes), with its status, for the start-up report.
-    if (steps_done_++ == 0 && world_.rank() == 0) printf("%s", matmul_refusal_report().c_str());
+    // (their products ran in separate passes), with its status, for the start-up report; and what the
+    // step sent, against the plan.
+    if (steps_done_++ == 0) {
+        if (world_.rank() == 0) printf("%s", matmul_refusal_report().c_str());
+        check_traffic_against_plan();
+    }
     const StepTotals& t = control_host_->totals;
 #ifdef EMU_CUDA
     last_step_counts_ = StepCounts::now() - before;
@@ -272,15 +277,17 @@ std::string GPUModel::end_of_run_report() {
     return "";
 }
 
-// ------------------------------------------------------------------------------------------------
-// 5. Update
+// ---- the update
 
-// The global gradient norm, of the averaged gradients wherever the stage keeps them: each rank's part
-// (its shard, its tensor slice, its stage's layers), the copies left out, summed over the ranks.
+// The global gradient norm, of the averaged gradients wherever the sharding keeps them: each rank's
+// part (its shard, its tensor slice, its stage's layers; the copies left out), its squares summed over
+// the ranks that hold the other parts.
 void GPUModel::issue_norm() {
     float* norm_squared = &buf_.control->totals.norm_squared;
     CUDA_CHECK(cudaMemsetAsync(norm_squared, 0, sizeof(float), stream_));
-    store_.add_gradient_norm_squared(norm_squared, buf_.scratch);
+    for (const DeviceRun& run : params_.gradient_norm_runs())
+        global_norm_squared(norm_squared, run.data, run.count, buf_.scratch, stream_);
+    params_.sum_over_shards(norm_squared, 1);
     tp_.sum(norm_squared, 1, stream_);
     pipeline_.sum(norm_squared, 1, stream_);
 }
@@ -294,15 +301,16 @@ void GPUModel::issue_update(const AdamWSettings& constants) {
     StepControl* c = buf_.control;
     CUDA_CHECK(cudaMemcpyAsync(c, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
     pipeline_.broadcast_from_last(&c->totals.loss, 1, stream_);
-    store_.average_over_data_ranks(&c->totals.loss, 1);
+    params_.average_over_data_ranks(&c->totals.loss, 1);
     issue_norm();
     step_guard(c, stream_);
-    store_.adamw(&c->adamw, constants);
+    optimizer_.step(&c->adamw, constants);
+    params_.share_updated_weights();
 }
 
-// AdamW on the parameters this rank owns (parallel/comm/zero.h). The stochastic rounding of the bf16
-// weights draws from a stream that depends on the run's seed, the step and each parameter's index in
-// the model, so runs, resumed runs and runs on other numbers of ranks or other ZeRO stages round alike.
+// The stochastic rounding of the bf16 weights draws from a stream that depends on the run's seed, the
+// step and each parameter's index in the model, so runs, resumed runs and runs on other numbers of
+// ranks or other ZeRO stages round alike.
 uint32_t GPUModel::rounding_seed(int step) const {
     return (uint32_t)(seed_ * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)step * 0x85EBCA6Bu;
 }
@@ -313,5 +321,33 @@ void GPUModel::update(const AdamWSettings& s, int step) {
     control_host_->adamw =
         adamw_device_step(s.learning_rate, s.beta1, s.beta2, s.weight_decay, s.grad_scale, step, rounding_seed(step));
     CUDA_CHECK(cudaMemcpyAsync(buf_.control, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
-    store_.adamw(&buf_.control->adamw, s);
+    optimizer_.step(&buf_.control->adamw, s);
+    params_.share_updated_weights();
+}
+
+// ---- what the step sent
+
+void GPUModel::reset_traffic() {
+    params_.reset_bytes_sent();
+    tp_.reset_bytes_sent();
+    pipeline_.reset_bytes_sent();
+}
+
+Traffic GPUModel::traffic_sent() const {
+    Traffic t;
+    t.data = params_.bytes_sent(), t.tensor = tp_.bytes_sent(), t.pipeline = pipeline_.bytes_sent();
+    return t;
+}
+
+// The first optimizer step's bytes, as the operations counted them, against the plan the start-up
+// report printed (memory_plan.h): a difference is an error in one of them.
+void GPUModel::check_traffic_against_plan() {
+    last_step_traffic_ = traffic_sent();
+    Traffic planned;
+    planned.data = memory_.network_bytes_per_step, planned.tensor = memory_.tensor_bytes_per_step;
+    planned.pipeline = memory_.pipeline_bytes_per_step;
+    if (last_step_traffic_ != planned)
+        fail("internal error: a step sent %zu / %zu / %zu bytes in the data / tensor / pipeline group, the plan "
+             "says %zu / %zu / %zu", last_step_traffic_.data, last_step_traffic_.tensor, last_step_traffic_.pipeline,
+             planned.data, planned.tensor, planned.pipeline);
 }

@@ -1,75 +1,82 @@
-// The run's plan (memory_plan.h): the tensor group's and the pipeline's traffic, and the device memory
-// of each stage, from the same buffer requests the model makes.
+// The run's plan (memory_plan.h).
 #include "gpu/memory_plan.h"
 
 #include "base/errors.h"
 #include "gpu/activations.h"
-#include "parallel/comm/zero.h"
+#include "gpu/optimizer.h"
 
-TensorTraffic tensor_traffic(const GPTConfig& c, int B, int T_len, const TensorParallel& tp,
-                                    const Stage& stage) {
-    TensorTraffic t;
-    const int T = tp.size();
-    if (T == 1) return t;
-    const size_t N = (size_t)B * T_len, C = c.channels, L = stage.layers(), e = sizeof(floatX);
-    const size_t first = stage.first ? 1 : 0, last = stage.last ? 1 : 0;
-    if (stage.last) t.per_micro_step = TensorParallel::gather_bytes(N * 3, T, sizeof(float));
-    if (tp.sequence_parallel()) {
-        t.per_micro_step += (10 * L + 2 * first + 3 * last) * TensorParallel::gather_bytes(N / T * C, T, e);
-        t.per_reduction = L * TensorParallel::all_reduce_bytes(4 * C, T, e) +
-                          (stage.last ? TensorParallel::all_reduce_bytes(2 * C, T, e) : 0);
-    } else {
-        t.per_micro_step += (4 * L + first + last) * TensorParallel::all_reduce_bytes(N * C, T, e);
-    }
-    t.per_step = TensorParallel::all_reduce_bytes(1, T, sizeof(float));
+// The tensor group's operations of one step, by their costs (parallel/comm/tensor_parallel.h), for
+// activations of N = B·T positions and C channels: per micro-step
+//   each layer, forward    qkv and fc column-parallel (their input gathered), attproj and fcproj
+//                          row-parallel (their partial sums reduced)
+//   each layer, backward   fcproj and attproj's output gradient gathered, ln2 and ln1 gathered
+//                          (prefetched) for fc's and qkv's weight gradients, fc's and qkv's input
+//                          gradients reduced
+//   first stage            the embedding's partial sums reduced, its output gradient gathered
+//   last stage             lnf gathered for the logits and again for the head's backward, each row's
+//                          statistics (3 floats) gathered, d(lnf) reduced
+// per reduction of the gradients (every micro-step, or once a step: as the parameter store reduces),
+// the LayerNorm parameters' gradients summed (4C a layer, 2C for lnf); per step the squared norm.
+static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& tp, const PipelineStage& stage, int N,
+                                int micro_steps, int reductions) {
+    if (tp.size() == 1) return 0;
+    const int C = config.channels, L = stage.layers();
+    const size_t gather = tp.gather_cost(N, C), reduce = tp.reduce_cost(N, C);
+    size_t per_micro_step = L * (2 * gather + 2 * reduce + 4 * gather + 2 * reduce);
+    if (stage.first) per_micro_step += reduce + gather;
+    if (stage.last) per_micro_step += 2 * gather + gather_bytes((size_t)N * 3, tp.size(), sizeof(float)) + reduce;
+    const size_t per_reduction = L * tp.sequence_gradients_cost(4 * (size_t)C) +
+                                 (stage.last ? tp.sequence_gradients_cost(2 * (size_t)C) : 0);
+    return micro_steps * per_micro_step + reductions * per_reduction + all_reduce_bytes(1, tp.size(), sizeof(float));
+}
+
+Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
+                     const PipelineStage& stage, const ParameterStore& params, const PipelineParallel& pipeline,
+                     int micro_steps) {
+    const int N = opt.batch_size * opt.seq_len;
+    Traffic t;
+    t.data = params.planned_bytes(micro_steps);
+    t.tensor = plan_tensor_bytes(config, tp, stage, N, micro_steps, params.reduces_gradients(false) ? micro_steps : 1);
+    const int vocabulary = params.buckets().vocabulary_bucket();  // the tied embedding's gradients, as reduced
+    t.pipeline = pipeline.planned_bytes(micro_steps, (size_t)tp.local_positions(N) * config.channels,
+                                        vocabulary >= 0 ? params.reduced_gradient_count(vocabulary) : 0);
     return t;
 }
-size_t tensor_bytes_per_step(const TensorTraffic& t, int micro_steps, int zero_stage) {
-    const size_t reductions = zero_stage >= 2 ? micro_steps : 1;  // as ParameterStore::reduces_gradients
-    return micro_steps * t.per_micro_step + reductions * t.per_reduction + t.per_step;
-}
-// Bytes one rank sends along its pipeline per step: each micro-batch's activations to the next stage
-// and their gradients to the previous one, (Nl, C) each; the tied embedding's gradient between the
-// first and the last stage; the loss, from the last stage.
-size_t pipeline_bytes_per_step(const GPTConfig& c, const TrainOptions& opt, const TensorParallel& tp,
-                                      const Stage& stage, int stages, int micro_steps) {
-    if (stages == 1) return 0;
-    const size_t Nl = tp.local_positions(opt.batch_size * opt.seq_len), C = c.channels;
-    const size_t boundaries = (stage.first ? 0 : 1) + (stage.last ? 0 : 1);
-    const size_t tied = stage.first || stage.last ? tp.vocab_slice(c.padded_vocab_size) * C : 0;
-    return (micro_steps * boundaries * Nl * C + tied) * sizeof(floatX);
+
+void set_planned_traffic(ModelMemory* memory, const Traffic& traffic) {
+    memory->network_bytes_per_step = traffic.data;
+    memory->tensor_bytes_per_step = traffic.tensor;
+    memory->pipeline_bytes_per_step = traffic.pipeline;
 }
 
-
-// The device memory and network traffic of rank 0 of a run of num_ranks ranks (stage 0; the others'
-// in memory.pipeline_report), computed from the same buffer requests the model makes, without
-// allocating anything (for --dry-run; no device needed).
+// Rank 0 of stage `stage_index`'s memory and traffic: the model's own objects, made without a device.
 static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks,
                                      bool communicates, int stage_index) {
     Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel);
     mesh.stage = stage_index;
     const int micro_steps = grad_accum_steps(opt, num_ranks);
-    const Stage stage = make_stage(config, opt, mesh, micro_steps);
+    const PipelineStage stage = make_pipeline_stage(config, opt, mesh, micro_steps);
     const TensorParallel tp(nullptr, nullptr, 0, mesh.tensor, sequence_parallel(opt));
-    const int zero_stage = zero_stage_in_effect(opt, communicates);
+    const PipelineParallel pipeline(nullptr, nullptr, mesh.stage, mesh.pipeline);
     DeviceArena arena;
-    ParameterStore store(make_param_buckets(config, mesh.data, model_slice(mesh, stage)), zero_stage, 0,
-                         fp32_master_weights(opt));
-    store.request_memory(&arena);
+    ParameterStore params(make_param_buckets(config, mesh.data, model_slice(mesh, stage)),
+                          zero_sharding(opt, communicates), 0);
+    Optimizer optimizer(params, fp32_master_weights(opt));
+    params.request_memory(&arena);
+    optimizer.request_memory(&arena);
     StepBuffers buffers;
     request_step_buffers(&arena, &buffers, config, opt, tp, stage);
     ModelMemory memory = arena.memory();
-    memory.network_bytes_per_step = store.bytes_sent_per_step(micro_steps);
-    memory.tensor_bytes_per_step =
-        tensor_bytes_per_step(tensor_traffic(config, opt.batch_size, opt.seq_len, tp, stage), micro_steps, zero_stage);
-    memory.pipeline_bytes_per_step = pipeline_bytes_per_step(config, opt, tp, stage, mesh.pipeline, micro_steps);
+    set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps));
     return memory;
 }
+
 ModelMemory plan_gpu_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
     ModelMemory memory = plan_stage_memory(config, opt, num_ranks, communicates, 0);
     memory.pipeline_report = stage_report(config, opt, num_ranks, communicates);
     return memory;
 }
+
 std::string stage_report(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
     const int P = opt.pipeline_parallel, m = grad_accum_steps(opt, num_ranks);
     if (P == 1) return "";

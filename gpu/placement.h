@@ -1,6 +1,6 @@
 // Where this rank sits in the run and what of the model it holds: its pipeline stage's layers, the
-// world of ranks it belongs to, and what the run's settings make of them (the ZeRO stage in effect,
-// sequence parallelism, fp32 master weights).
+// world of ranks it belongs to, and what the run's settings make of them (what ZeRO shards, sequence
+// parallelism, fp32 master weights).
 #pragma once
 #include <nccl.h>
 
@@ -12,15 +12,16 @@
 #include "parallel/plan/mesh.h"
 #include "parallel/plan/param_buckets.h"
 #include "parallel/plan/pipeline_schedule.h"
+#include "parallel/plan/zero_sharding.h"
 
 // The part of the model this rank's pipeline stage computes, and how many micro-batches' activations
 // it keeps at once (its schedule's in-flight count; 1 without a pipeline).
-struct Stage {
+struct PipelineStage {
     int first_layer, end_layer, slots;
     bool first, last;
     int layers() const { return end_layer - first_layer; }
 };
-inline Stage make_stage(const GPTConfig& config, const TrainOptions& opt, const Mesh& mesh, int micro_steps) {
+inline PipelineStage make_pipeline_stage(const GPTConfig& config, const TrainOptions& opt, const Mesh& mesh, int micro_steps) {
     const std::vector<int> first = stage_layers(config, opt.seq_len, mesh.pipeline);
     return {first[mesh.stage], first[mesh.stage + 1],
             micro_batches_in_flight(opt.pp_schedule, mesh.pipeline, mesh.stage, micro_steps), mesh.first_stage(),
@@ -37,10 +38,10 @@ struct WorldRanks {
     int num_ranks() const { return ranks ? ranks->num_ranks : 1; }
 };
 
-// The ZeRO stage a run uses: what -z asks for, when there is a communicator (several ranks, or one
+// What ZeRO shards in a run: what -z asks for, when there is a communicator (several ranks, or one
 // started by an MPI launcher).
-inline int zero_stage_in_effect(const TrainOptions& opt, bool communicates) {
-    return communicates ? opt.zero_stage : 0;
+inline ZeroSharding zero_sharding(const TrainOptions& opt, bool communicates) {
+    return ZeroSharding::of_stage(communicates ? opt.zero_stage : 0);
 }
 
 // Sequence parallelism: -sp, on by default with -tp > 1.
@@ -59,6 +60,6 @@ inline bool fp32_master_weights(const TrainOptions& opt) {
 }
 
 // The slice of the model a rank holds: its tensor rank's slice of its stage's layers.
-inline ModelSlice model_slice(const Mesh& mesh, const Stage& stage) {
+inline ModelSlice model_slice(const Mesh& mesh, const PipelineStage& stage) {
     return {mesh.tensor_rank, mesh.tensor, stage.first_layer, stage.end_layer, stage.first, stage.last};
 }

@@ -195,7 +195,7 @@ __device__ __forceinline__ int adamw_run_of_block(const AdamWRunEntry* table, in
 // change from step to step (a captured CUDA graph replays the same launch every step): the learning
 // rate and weight decay of the step, its bias corrections and random key (as adamw_kernel_args makes
 // them), the clipping factor, and whether to skip the update altogether (the trainer's outlier and
-// non-finite checks, decided on the device: parallel/comm/zero.h, kernels/step_guard.h).
+// non-finite checks, decided on the device: gpu/optimizer.h, kernels/step_guard.h).
 struct AdamWDeviceStep {
     float learning_rate, weight_decay;  // weight_decay: the decayed runs' value
     float m_correction, v_correction;   // 1 − β1^step, 1 − β2^step

@@ -19,7 +19,7 @@
 //     the warp schedulers pick (no enforced ping-pong order), while the producer keeps the next stage
 //     loading. kOverlapSoftmax (off in the shipped kernel) has each consumer issue the next tile's
 //     S = Q·Kᵀ before this tile's softmax, as FlashAttention-3's intra-warpgroup pipelining: on an
-//     H100 (B=8, T=1024, NH=12, HS=64) it made the forward slower, 0.109 ms against 0.084 ms without.
+//     H100 it made the forward slower at every shape measured (dev/RESULTS.md).
 // Causal tile skipping: the block loads key tiles up to its last row only; a consumer whose rows all
 // lie before a tile skips its MMAs (still waiting and arriving, to keep the ring in step).
 // Registers: 384 threads launch with 168 each; setmaxnreg moves them to where the work is: the

@@ -10,7 +10,7 @@ PARALLEL_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard parallel/comm/*.cpp))
 
 # The pipeline's schedules and layer split (parallel/plan/pipeline_schedule.h), host code only.
 TESTS += $(BUILD)/test/parallel/test_pipeline_schedule
-$(BUILD)/test/parallel/test_pipeline_schedule: $(BUILD)/test/parallel/test_pipeline_schedule.o $(HOST_OBJS) \
-                                               $(TEST_MAIN)
+$(BUILD)/test/parallel/test_pipeline_schedule: $(BUILD)/test/parallel/test_pipeline_schedule.o $(PLAN_OBJS) \
+                                               $(BASE_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS) $^ -o $@ $(HOST_LIBS)
+	$(CXX) $(LDFLAGS) $^ -o $@

@@ -482,9 +482,8 @@ peer_bench_step() {
 peer_reference() {  # LIMIT: the three runs share it
     local part_deadline=$(($(date +%s) + $1))
     # lr 1e-4: at 6e-4 without warm-up, 1,024 tokens a step, GPT-2 124M trains at the edge of
-    # stability on this data: on an H100 both trainers agreed within 1.5e-4 for 14 steps, then a
-    # loss spike (norm 68) came at step 16 in PyTorch and not in ours, a chaotic divergence rather
-    # than an error; at 1e-4 the 20 steps agreed within 9.4e-5 (fp32) and 6.4e-4 (bf16 autocast).
+    # stability on this data, and a loss spike in one trainer and not the other parts the runs
+    # (dev/RESULTS.md, the first run on a GPU).
     local args=${GPU_CHECK_PEER_ARGS:-"-b 4 -t 256 -x 20 -l 1e-4 -c 0.1"}
     local dir left model secs=0 dtype
     dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_peer.XXXXXX")

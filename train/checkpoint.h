@@ -1,4 +1,4 @@
-// The output folder (-o DIR) as llm.c lays it out (GUIDE §2):
+// The output folder (-o DIR) as llm.c lays it out:
 //   model_NNNNNNNN.bin        weights at step N (llm.c model file)
 //   state_NNNNNNNN_RRRRR.bin  training state of rank R at step N (train/training_state.h)
 //   DONE_NNNNNNNN             written last, once every file of checkpoint N is in place

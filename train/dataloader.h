@@ -1,4 +1,4 @@
-// Token-shard data loader (shard format: GUIDE §2).
+// Token-shard data loader (the shard format: data/token_shard.h).
 //
 // A batch is a "chunk" of R·B·T consecutive tokens (plus one more for the last target) of one
 // shard; rank r of R takes the r-th run of B·T tokens of it, so the ranks' slices of every batch

@@ -17,8 +17,8 @@
 //     mbarrier-guarded ring; two consumer warpgroups (setmaxnreg: 240 registers each) multiply with
 //     wgmma from shared memory, P and dS as register operands (kernels/attention_hopper.h)
 //   7 + each consumer issues the next tile's QK^T before this tile's softmax, so its own MMAs run
-//     during the softmax (the backward is 6's). Slower than 6 on an H100 (forward 0.109 against
-//     0.084 ms at B=8, T=1024, NH=12, HS=64): 6 is the shipped kernel on sm_90
+//     during the softmax (the backward is 6's). Slower than 6 on an H100 at every shape measured
+//     (dev/RESULTS.md): 6 is the shipped kernel on sm_90
 //   last: what kernels/attention.h dispatches to (--attention-kernel NAME forces one: auto, hopper,
 //     mma, cuda-cores)
 // Versions 3-7 exist in the bf16 build only; 6 and 7 run where attention_hopper_runnable() (an sm_90

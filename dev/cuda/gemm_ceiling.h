@@ -1,7 +1,7 @@
 // The compute ceiling of this card: the dense bf16 GEMM rate, measured through cuBLASLt on an
 // 8192 × 8192 × 8192 product (bf16 A, B and D, fp32 accumulation, random inputs), as the median of
 // timed runs after warm-up. Benchmarks report their TFLOP/s as a share of it (attention, the whole
-// training step, the matmuls), and MFU is quoted against it (GUIDE §6).
+// training step, the matmuls), and MFU is quoted against it (dev/RESULTS.md says how figures are measured).
 // Under the emulator (BENCH_ON_GPU false) the same code runs a 128 × 128 × 128 product through the
 // cuBLASLt stand-in, so the calls are exercised, and returns that rate: a CPU figure of no meaning
 // as a ceiling (emulated benchmarks print no timings anyway). Its random inputs come from

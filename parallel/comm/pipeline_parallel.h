@@ -1,7 +1,7 @@
 // Pipeline parallelism (-pp P): the named transfers between a stage and its neighbours, the tied
 // embedding's gradient between the first and the last stage, and what the last stage tells the
-// others. train_gpt.cu runs a schedule's actions (parallel/plan/pipeline_schedule.h) and calls these
-// between them; the layers never see the pipeline.
+// others. The GPU model's schedule executor (gpu/gpt_step.cu) runs a schedule's actions
+// (parallel/plan/pipeline_schedule.h) and calls these between them; the layers never see the pipeline.
 //
 // A forward action receives its input activations from the previous stage and sends its output to
 // the next; a backward action receives the gradient of its output from the next stage and sends the
@@ -11,6 +11,8 @@
 // warm-up forwards of the first stage, the last backwards of the last stage), it goes out at once, on
 // the pipeline's own stream, while that action computes. The compute stream waits only for what it
 // receives, and for a send to finish before it overwrites the buffer the send reads.
+// Every transfer adds what it sends to bytes_sent() (parallel/plan/traffic.h; a broadcast counts its
+// n values on every rank).
 #pragma once
 #include <cstddef>
 #include <type_traits>
@@ -20,6 +22,7 @@
 
 #include "kernels/common.h"
 #include "parallel/comm/nccl_check.h"
+#include "parallel/plan/traffic.h"
 
 class PipelineParallel {
 public:
@@ -68,12 +71,15 @@ public:
     // The tied embedding: the first stage's wte (the lookup) and the last stage's copy (the classifier)
     // get the sum of both gradients. A collective of those two stages.
     void sum_tied_gradients(floatX* g, size_t n, cudaStream_t compute) {
-        if (stages_ > 1 && (first() || last()))
-            NCCL_CHECK(ncclAllReduce(g, g, n, NCCL_FLOATX, ncclSum, tied_, compute));
+        if (stages_ == 1 || !(first() || last())) return;
+        NCCL_CHECK(ncclAllReduce(g, g, n, NCCL_FLOATX, ncclSum, tied_, compute));
+        bytes_sent_ += all_reduce_bytes(n, 2, sizeof(floatX));
     }
     // Sums over every stage (each stage's squared gradient norm).
     void sum(float* values, size_t n, cudaStream_t compute) {
-        if (stages_ > 1) NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, compute));
+        if (stages_ == 1) return;
+        NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, compute));
+        bytes_sent_ += all_reduce_bytes(n, stages_, sizeof(float));
     }
     // The last stage's values (the loss, a row of logits) on every stage.
     template <typename V>
@@ -81,6 +87,22 @@ public:
         if (stages_ == 1) return;
         const ncclDataType_t type = std::is_same<V, float>::value ? ncclFloat32 : NCCL_FLOATX;
         NCCL_CHECK(ncclBroadcast(values, values, n, type, stages_ - 1, comm_, compute));
+        bytes_sent_ += send_bytes(n, sizeof(V));
+    }
+
+    // ---- what it sends
+    size_t bytes_sent() const { return bytes_sent_; }
+    void reset_bytes_sent() { bytes_sent_ = 0; }
+    // What one step of m micro-batches of n (this rank's positions × C) activation values sends: each
+    // micro-batch's activations to the next stage and its gradient to the previous one, the tied
+    // embedding's n_tied gradients (first and last stage: those this rank holds once reduced), the
+    // squared norm and the loss.
+    size_t planned_bytes(int m, size_t n, size_t n_tied) const {
+        if (stages_ == 1) return 0;
+        const size_t boundaries = (first() ? 0 : 1) + (last() ? 0 : 1);
+        const size_t tied = first() || last() ? all_reduce_bytes(n_tied, 2, sizeof(floatX)) : 0;
+        return m * boundaries * send_bytes(n, sizeof(floatX)) + tied + all_reduce_bytes(1, stages_, sizeof(float)) +
+               send_bytes(1, sizeof(float));
     }
 
 private:
@@ -101,7 +123,10 @@ private:
         CUDA_CHECK(cudaEventRecord(computed_, compute));
         CUDA_CHECK(cudaStreamWaitEvent(stream_, computed_, 0));
         NCCL_CHECK(ncclGroupStart());
-        for (const Send& s : queued_) NCCL_CHECK(ncclSend(s.data, s.n, NCCL_FLOATX, s.peer, comm_, stream_));
+        for (const Send& s : queued_) {
+            NCCL_CHECK(ncclSend(s.data, s.n, NCCL_FLOATX, s.peer, comm_, stream_));
+            bytes_sent_ += send_bytes(s.n, sizeof(floatX));
+        }
         if (receive) NCCL_CHECK(ncclRecv(into, n, NCCL_FLOATX, from, comm_, stream_));
         NCCL_CHECK(ncclGroupEnd());
         for (const Send& s : queued_)
@@ -124,4 +149,5 @@ private:
     cudaStream_t stream_ = nullptr;
     cudaEvent_t computed_ = nullptr, arrived_ = nullptr, sent_[2] = {nullptr, nullptr};
     std::vector<Send> queued_;
+    size_t bytes_sent_ = 0;
 };

@@ -1,5 +1,5 @@
 // Where each parameter lives on a rank's device, in buckets: the unit of communication across
-// data-parallel ranks and of ZeRO sharding (parallel/comm/zero.h).
+// data-parallel ranks and of ZeRO sharding (parallel/comm/parameter_store.h).
 //
 // Files and the host keep the 16 tensors in ParamLayout order (wte, wpe, ln1w of every layer, ...).
 // A rank's device keeps its slice of them (below) by bucket instead, so that everything one layer's

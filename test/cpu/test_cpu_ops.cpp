@@ -309,7 +309,7 @@ TEST(sum_of_squares_is_exact_and_thread_count_independent) {
 
 TEST(float_ops_match_double_ops) {
     // One small layer's worth of forward ops in both precisions; float round-off over sums of
-    // ≤ 64 terms keeps every output within 1e-5 relative (GUIDE §5's fp32 bound).
+    // ≤ 64 terms keeps every output within 1e-5 relative (the kernels' fp32 bound, test/kernels/kernel_test.h).
     std::mt19937 rng(11);
     const int B = 2, T = 8, C = 16, NH = 4, N = B * T;
     std::vector<double> x = random_tensor(N * C, rng), lw = random_tensor(C, rng),

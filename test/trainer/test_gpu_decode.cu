@@ -4,7 +4,7 @@
 //   - the kernel against a double-precision attention over the cache written here, with the cache
 //     beyond the new position poisoned (a read of it shows) and the new row checked bit for bit;
 //   - the decoder's logits at every length against the fp32 CPU decoder (cpu/gpt_decode.h) and
-//     against the GPU model's own forward pass over the whole prefix (GPUModel of train_gpt.cu);
+//     against the GPU model's own forward pass over the whole prefix (GPUModel of gpu/gpt_model.h);
 //   - sampling through the cache (train/cached_sampling.h, including its restart once the window
 //     slides) and by recomputation, in lockstep for several seeds, temperatures and top-k: in fp32
 //     every token agrees; in bf16 the two paths' distributions stay within 0.05 in total variation

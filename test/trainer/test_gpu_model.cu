@@ -1,4 +1,4 @@
-// The CUDA trainer's model (GPUModel of train_gpt.cu, its kernels run through the emulator) against
+// The CUDA trainer's model (GPUModel of gpu/gpt_model.h, its kernels run through the emulator) against
 // the fp32 CPU reference (cpu/gpt_model.h) on the same weights and tokens: the loss, the logits,
 // every gradient tensor, and the weights after five AdamW steps; then properties of its own:
 // recomputation levels give identical bits, accumulation over micro-batches equals one big batch,
@@ -133,7 +133,7 @@ TEST(model_with_hopper_attention_matches_reference) {
 #endif
 }
 TEST(model_matches_reference_odd_shape) { check_against_reference(odd_config(), 3, 37); }
-// The LM head and its loss over chunks of one sequence each (train_gpt.cu's classifier_rows, lowered
+// The LM head and its loss over chunks of one sequence each (gpu/activations.h's classifier_rows, lowered
 // from its default so that three chunks run here): the same comparison.
 TEST(model_with_chunked_classifier_matches_reference) {
     set_classifier_chunk_bytes(37 * 1024 * sizeof(floatX));  // one sequence of odd_config's logits

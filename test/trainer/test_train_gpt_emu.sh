@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The trainer's end-to-end tests (test/train/test_train_cpu.cpp) that concern the model behind the
-# shared loop, run against train_gpt.cu built through the emulator, in bf16 and fp32: help, overfitting
+# shared loop, run against train_gpt.cu and the GPU model (gpu/) built through the emulator, in bf16 and fp32: help, overfitting
 # one batch, bitwise resume, checkpoint pruning, bad input failing cleanly, SIGTERM stopping with a
 # checkpoint, HellaSwag (single-sequence forwards and logits_at), -lg's telemetry (n/a on the emulated
 # device), and (bf16) a run on the Hopper

@@ -1,0 +1,60 @@
+// The optimizer (optimizer.h): AdamW's state beside the parameter store, and its one launch a step.
+#include "gpu/optimizer.h"
+
+#include <algorithm>
+
+#include "kernels/host_transfer.h"
+
+void Optimizer::request_memory(DeviceArena* arena) {
+    const size_t S = params_.state_size();
+    if (use_master_) arena->request(&master_, S, MemoryKind::MASTER_WEIGHTS);
+    arena->request(&adam_m_, S, MemoryKind::OPTIMIZER_STATE);
+    arena->request(&adam_v_, S, MemoryKind::OPTIMIZER_STATE);
+    arena->request(&table_, std::max<size_t>(1, params_.owned().size()), MemoryKind::OPTIMIZER_STATE);
+}
+
+void Optimizer::start(cudaStream_t stream) {
+    stream_ = stream;
+    const size_t S = params_.state_size();
+    for (float* state : {master_, adam_m_, adam_v_})
+        if (state) CUDA_CHECK(cudaMemsetAsync(state, 0, S * sizeof(float), stream_));
+    // The update's table: every run this rank owns, in one launch (kernels/adamw.h).
+    std::vector<AdamWRun> runs;
+    for (const OwnedRun& run : params_.owned())
+        runs.push_back({params_.weights_of(run), master_ ? master_ + run.state_offset : nullptr,
+                        adam_m_ + run.state_offset, adam_v_ + run.state_offset, params_.reduced_gradients_of(run),
+                        run.length, run.key_offset, is_weight_matrix(run.tensor)});
+    plan_ = adamw_multi_tensor_plan_in(table_, (int)std::max<size_t>(1, params_.owned().size()), runs.data(),
+                                       (int)runs.size());
+}
+
+void Optimizer::step(const AdamWDeviceStep* step, const AdamWSettings& constants) {
+    adamw_update_multi_tensor(plan_, constants.beta1, constants.beta2, constants.eps, step, stream_);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void Optimizer::set_master_weights(const std::vector<float>& weights) {
+    if (master_)
+        copy_to_device(master_, gather_shard(params_.buckets(), params_.rank(), params_.sharding().optimizer_state, weights),
+                       stream_);
+}
+
+void Optimizer::set_state(const std::vector<float>& master, const std::vector<float>& m,
+                          const std::vector<float>& v) {
+    const ParamBuckets& b = params_.buckets();
+    const bool sharded = params_.sharding().optimizer_state;
+    if (master_) copy_to_device(master_, gather_shard(b, params_.rank(), sharded, master), stream_);
+    copy_to_device(adam_m_, gather_shard(b, params_.rank(), sharded, m), stream_);
+    copy_to_device(adam_v_, gather_shard(b, params_.rank(), sharded, v), stream_);
+}
+
+OptimizerPart Optimizer::state_part() {
+    const ParamBuckets& b = params_.buckets();
+    const bool sharded = params_.sharding().optimizer_state;
+    const size_t S = params_.state_size();
+    const std::vector<float> master =
+        master_ ? copy_from_device(master_, S, stream_) : params_.working_weights_in_state_order();
+    auto written = [&](const std::vector<float>& state) { return state_values(b, params_.rank(), sharded, state); };
+    return {state_ranges(b, params_.rank(), sharded), written(master), written(copy_from_device(adam_m_, S, stream_)),
+            written(copy_from_device(adam_v_, S, stream_))};
+}

@@ -1,0 +1,461 @@
+// ParameterStore: where one data-parallel rank keeps the model's weights and gradients under its
+// ZeRO sharding (parallel/plan/zero_sharding.h), and the collectives that move them between the
+// ranks of its data group. The GPU model's layer maths computes on whatever weights(bucket) and
+// gradients(bucket) point at; its passes call the named steps below where data crosses ranks, and
+// never see the sharding. The fp32 master weights and AdamW moments are the optimizer's
+// (gpu/optimizer.h), over the runs this store says the rank owns.
+//
+// Parameters are grouped in buckets (parallel/plan/param_buckets.h: the embeddings, each layer, the
+// final LayerNorm), each split into R equal chunks for R ranks; rank r owns chunk r of every bucket (its
+// "shard", the chunks one after another). What a rank keeps, per parameter (Ψ parameters, R ranks,
+// 2-byte bf16 weights and gradients, 4-byte fp32 master weights and AdamW moments):
+//
+//   -z 0  all-reduce  weights 2Ψ,   gradients 2Ψ,   master + m + v 12Ψ
+//   -z 1  ZeRO-1      weights 2Ψ,   gradients 2Ψ,   master + m + v 12Ψ/R
+//   -z 2  ZeRO-2      weights 2Ψ,   gradients 2Ψ/R, master + m + v 12Ψ/R   + transient gradient slots
+//   -z 3  ZeRO-3      weights 2Ψ/R, gradients 2Ψ/R, master + m + v 12Ψ/R   + transient weight and
+//                                                                            gradient slots
+//
+// The collectives of one micro-step, in the order the step issues them (on a stream of their own, so
+// that they overlap the compute of neighbouring layers):
+//   -z 0/1  after the last micro-step's backward of each bucket: all-reduce (0) or reduce-scatter into
+//           the bucket's own chunk (1); after AdamW on the owned chunks, all-gather of the weights (1).
+//   -z 2    after every micro-step's backward of each bucket: its gradients, computed whole into a
+//           transient slot, are reduce-scattered into this rank's gradient shard (added to what earlier
+//           micro-steps left there); after AdamW, all-gather of the weights.
+//   -z 3    as -z 2, and each bucket's weights are all-gathered from the shards into a transient slot
+//           just before the forward needs them, and again before the backward, the next layer's
+//           gather issued while the current layer computes (prefetch); the slot is released after use.
+//           The embeddings (wte is also the classifier) are gathered once per micro-step and kept from
+//           the encoder to the classifier's backward (which runs at the end of the forward pass).
+// Gradients accumulate across micro-steps in the storage precision (bf16, or fp32 in the fp32 build),
+// as the whole-gradient stages do, so every stage rounds alike and needs 2 bytes per gradient.
+//
+// Transient slots: two for layers (layer l uses slot l % 2: while layer l computes, layer l ± 1 is
+// gathered into the other), one each for the position embeddings, the vocabulary and the final
+// LayerNorm; each with a "filled" event (the gather is done) and a "free" event (the compute is done
+// with it), and the gradient slots likewise ("ready" to reduce, "reduced").
+// Every collective adds what it sends to bytes_sent() (parallel/plan/traffic.h); planned_bytes() adds
+// up the same calls for a step without making them.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nccl.h>
+
+#include "base/errors.h"
+#include "base/model_part.h"
+#include "kernels/common.h"
+#include "kernels/device_arena.h"
+#include "kernels/elementwise.h"
+#include "kernels/host_transfer.h"
+#include "parallel/comm/nccl_check.h"
+#include "parallel/plan/param_buckets.h"
+#include "parallel/plan/traffic.h"
+#include "parallel/plan/zero_sharding.h"
+
+// A stretch of gradients on the device: the global norm sums the squares of such runs.
+struct DeviceRun {
+    const floatX* data;
+    size_t count;
+};
+
+class ParameterStore {
+public:
+    // sharding: what ZeRO shards (nothing without a communicator); rank among buckets.num_ranks.
+    ParameterStore(const ParamBuckets& buckets, ZeroSharding sharding, int rank)
+        : buckets_(buckets), sharding_(sharding), rank_(rank),
+          owned_(owned_runs(buckets, rank, sharding.optimizer_state)),
+          reduced_this_step_(buckets.buckets.size(), false) {
+        size_t at = 0;
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            shard_offset_.push_back(at);
+            at += sharding_.optimizer_state ? buckets_.chunk(b) : 0;
+            max_chunk_ = std::max(max_chunk_, buckets_.chunk(b));
+        }
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            const int s = slot_of(b);
+            if (s < 2)
+                slot_length_[0] = slot_length_[1] = std::max(slot_length_[0], buckets_.buckets[b].length);
+            else
+                slot_length_[s] = buckets_.buckets[b].length;
+        }
+    }
+    ParameterStore(const ParameterStore&) = delete;
+    ParameterStore& operator=(const ParameterStore&) = delete;
+    ~ParameterStore() {
+        for (int s = 0; s < SLOTS; s++)
+            for (cudaEvent_t e : {filled_[s], free_[s], ready_[s], reduced_[s]})
+                if (e) cudaEventDestroy(e);
+        if (communication_done_) cudaEventDestroy(communication_done_);
+        if (weights_updated_) cudaEventDestroy(weights_updated_);
+        if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    }
+
+    const ZeroSharding& sharding() const { return sharding_; }
+    const ParamBuckets& buckets() const { return buckets_; }
+    int rank() const { return rank_; }
+    // Elements of this rank's optimizer state: its shard, or the whole (padded) model.
+    size_t state_size() const { return sharding_.optimizer_state ? buckets_.shard_size() : buckets_.total; }
+    // The runs of parameters this rank updates, and where their working weights and reduced
+    // gradients are on the device.
+    const std::vector<OwnedRun>& owned() const { return owned_; }
+    floatX* weights_of(const OwnedRun& run) const {
+        return params_ + (sharding_.weights ? run.state_offset : run.device_offset);
+    }
+    const floatX* reduced_gradients_of(const OwnedRun& run) const {
+        return grads_ + (sharding_.gradients ? run.state_offset : run.device_offset);
+    }
+
+    // Requests this sharding's buffers, persistent and transient, in the arena (nothing is allocated).
+    void request_memory(DeviceArena* arena) {
+        const size_t P = buckets_.total, S = state_size();
+        arena->request(&params_, sharding_.weights ? S : P, MemoryKind::PARAMETERS);
+        if (sharding_.weights)
+            for (int s = 0; s < SLOTS; s++) arena->request(&weight_slot_[s], slot_length_[s], MemoryKind::PARAMETERS);
+        arena->request(&grads_, sharding_.gradients ? S : P, MemoryKind::GRADIENTS);
+        if (sharding_.gradients) {
+            for (int s = 0; s < SLOTS; s++) arena->request(&gradient_slot_[s], slot_length_[s], MemoryKind::GRADIENTS);
+            arena->request(&chunk_buffer_, max_chunk_, MemoryKind::GRADIENTS);
+        }
+    }
+
+    // Once the arena is allocated: the communication stream and events, every buffer zeroed (the
+    // padding of each bucket stays zero for good). comm may be null without sharding (nothing to send).
+    void start(cudaStream_t compute, ncclComm_t comm) {
+        compute_ = compute;
+        comm_ = comm;
+        if (sharding_.optimizer_state && !comm_) fail("ZeRO stage %d needs a communicator", sharding_.stage());
+        CUDA_CHECK(cudaStreamCreate(&comm_stream_));
+        for (int s = 0; s < SLOTS; s++)
+            for (cudaEvent_t* e : {&filled_[s], &free_[s], &ready_[s], &reduced_[s]})
+                CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&weights_updated_, cudaEventDisableTiming));
+        const size_t P = buckets_.total, S = state_size();
+        zero(params_, sharding_.weights ? S : P);
+        zero(grads_, sharding_.gradients ? S : P);
+        for (int s = 0; s < SLOTS; s++) {
+            zero(weight_slot_[s], sharding_.weights ? slot_length_[s] : 0);
+            zero(gradient_slot_[s], sharding_.gradients ? slot_length_[s] : 0);
+        }
+    }
+
+    std::string description() const {
+        const int R = buckets_.num_ranks;
+        switch (sharding_.stage()) {
+            case 0: return comm_ && R > 1 ? strprintf("gradients all-reduced over %d ranks", R) : "";
+            case 1: return strprintf("ZeRO-1 over %d ranks (AdamW state sharded)", R);
+            case 2: return strprintf("ZeRO-2 over %d ranks (gradients and AdamW state sharded)", R);
+            default:
+                return strprintf("ZeRO-3 over %d ranks (weights, gradients and AdamW state sharded)", R);
+        }
+    }
+
+    // ---- what the forward and backward compute on
+    // The bucket's weights, whole: the model's copy, or the slot it was gathered into (sharded weights).
+    floatX* weights(int bucket) const {
+        if (!sharding_.weights) return params_ + buckets_.buckets[bucket].offset;
+        const int s = slot_of(bucket);
+        if (slot_holds_[s] != bucket)
+            fail("internal error: bucket %d's weights are used while not gathered (slot %d holds %d)",
+                 bucket, s, slot_holds_[s]);
+        return weight_slot_[s];
+    }
+    // Where the backward adds the bucket's gradients: the model's copy, or a slot (sharded gradients).
+    floatX* gradients(int bucket) const {
+        if (!sharding_.gradients) return grads_ + buckets_.buckets[bucket].offset;
+        return gradient_slot_[slot_of(bucket)];
+    }
+
+    // ---- collectives and their order (each a no-op where the sharding does not need it)
+    // Sharded weights: all-gather the bucket's weights from every rank's chunk into its slot, on the
+    // communication stream, once the compute is done with the slot's previous bucket.
+    void gather_weights(int bucket) {
+        if (!sharding_.weights) return;
+        const int s = slot_of(bucket);
+        if (slot_holds_[s] != -1)
+            fail("internal error: bucket %d is gathered into slot %d, which bucket %d still uses", bucket, s,
+                 slot_holds_[s]);
+        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, free_[s], 0));
+        NCCL_CHECK(ncclAllGather(params_ + shard_offset_[bucket], weight_slot_[s], buckets_.chunk(bucket),
+                                 NCCL_FLOATX, comm_, comm_stream_));
+        bytes_sent_ += gather_cost(bucket);
+        CUDA_CHECK(cudaEventRecord(filled_[s], comm_stream_));
+        slot_holds_[s] = bucket;
+    }
+    // The compute stream waits until the bucket's gathered weights are there.
+    void wait_for_weights(int bucket) {
+        if (!sharding_.weights) return;
+        weights(bucket);  // checks the slot holds it
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, filled_[slot_of(bucket)], 0));
+    }
+    // Gathers the bucket unless it was prefetched, and waits for it.
+    void use_weights(int bucket) {
+        if (sharding_.weights && slot_holds_[slot_of(bucket)] != bucket) gather_weights(bucket);
+        wait_for_weights(bucket);
+    }
+    // The compute stream is done with the bucket's weights: its slot may take another bucket.
+    void release_weights(int bucket) {
+        if (!sharding_.weights) return;
+        const int s = slot_of(bucket);
+        CUDA_CHECK(cudaEventRecord(free_[s], compute_));
+        slot_holds_[s] = -1;
+    }
+
+    // A new optimizer step's accumulation starts: whole gradients are zeroed; sharded ones let each
+    // bucket's first reduce-scatter of the step overwrite its part of the shard.
+    void zero_gradients() {
+        if (!sharding_.gradients)
+            CUDA_CHECK(cudaMemsetAsync(grads_, 0, buckets_.total * sizeof(floatX), compute_));
+        reduced_this_step_.assign(buckets_.buckets.size(), false);
+    }
+    // Sharded gradients: the bucket's gradient slot, once its previous reduction has read it, zeroed
+    // for the backward to add into.
+    void prepare_gradients(int bucket) {
+        if (!sharding_.gradients) return;
+        const int s = slot_of(bucket);
+        CUDA_CHECK(cudaStreamWaitEvent(compute_, reduced_[s], 0));
+        CUDA_CHECK(cudaMemsetAsync(gradient_slot_[s], 0, slot_length_[s] * sizeof(floatX), compute_));
+    }
+    // The backward has finished the bucket's gradients of this micro-step: average them across ranks
+    // on the communication stream. Whole gradients only after the last micro-step (earlier ones
+    // accumulate in place); sharded ones after every micro-step, into this rank's gradient shard.
+    void reduce_gradients(int bucket, bool last_micro_step) {
+        if (!comm_ || !reduces_gradients(last_micro_step)) return;
+        const ParamBucket& b = buckets_.buckets[bucket];
+        const size_t chunk = buckets_.chunk(bucket);
+        CUDA_CHECK(cudaEventRecord(ready_[slot_of(bucket)], compute_));
+        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[slot_of(bucket)], 0));
+        bytes_sent_ += reduce_cost(bucket);
+        if (!sharding_.optimizer_state) {
+            NCCL_CHECK(ncclAllReduce(grads_ + b.offset, grads_ + b.offset, b.length, NCCL_FLOATX, ncclAvg,
+                                     comm_, comm_stream_));
+        } else if (!sharding_.gradients) {  // in place: this rank's chunk of the bucket receives the average
+            floatX* g = grads_ + b.offset;
+            NCCL_CHECK(ncclReduceScatter(g, g + rank_ * chunk, chunk, NCCL_FLOATX, ncclAvg, comm_,
+                                         comm_stream_));
+        } else {
+            const int s = slot_of(bucket);
+            floatX* shard = grads_ + shard_offset_[bucket];
+            if (!reduced_this_step_[bucket]) {
+                NCCL_CHECK(ncclReduceScatter(gradient_slot_[s], shard, chunk, NCCL_FLOATX, ncclAvg, comm_,
+                                             comm_stream_));
+            } else {
+                NCCL_CHECK(ncclReduceScatter(gradient_slot_[s], chunk_buffer_, chunk, NCCL_FLOATX, ncclAvg,
+                                             comm_, comm_stream_));
+                add_array(shard, chunk_buffer_, chunk, comm_stream_);
+            }
+            CUDA_CHECK(cudaEventRecord(reduced_[s], comm_stream_));
+        }
+        reduced_this_step_[bucket] = true;
+        communicating_ = true;
+    }
+    // The gradients of `bucket` this rank holds once they are reduced, and how many: the whole bucket
+    // (no sharding), or this rank's chunk of it.
+    floatX* reduced_gradients(int bucket, size_t* count) const {
+        const ParamBucket& b = buckets_.buckets[bucket];
+        *count = reduced_gradient_count(bucket);
+        if (sharding_.gradients) return grads_ + shard_offset_[bucket];
+        return grads_ + b.offset + (sharding_.optimizer_state ? rank_ * buckets_.chunk(bucket) : 0);
+    }
+    size_t reduced_gradient_count(int bucket) const {
+        return sharding_.optimizer_state ? buckets_.chunk(bucket) : buckets_.buckets[bucket].length;
+    }
+    // Whether reduce_gradients sends this micro-step's gradients (whole gradients: the last only).
+    bool reduces_gradients(bool last_micro_step) const { return sharding_.gradients || last_micro_step; }
+    // End of a backward pass: the compute stream goes on once every reduction issued is done.
+    void finish_backward() {
+        if (communicating_) {
+            CUDA_CHECK(cudaEventRecord(communication_done_, comm_stream_));
+            CUDA_CHECK(cudaStreamWaitEvent(compute_, communication_done_, 0));
+            communicating_ = false;
+        }
+    }
+
+    // ---- around the update
+    // The reduced gradients whose squares the global norm sums on this rank: one run where every
+    // bucket is whole (no copies), else each bucket's part past its copies (parallel/plan/param_buckets.h),
+    // so that the sum over the tensor group and the pipeline counts every parameter once. (Padding
+    // holds zeros.) Under optimizer sharding each rank's runs are its chunk's: sum_over_shards adds
+    // the ranks' partial sums.
+    std::vector<DeviceRun> gradient_norm_runs() const {
+        bool whole = true;  // no copies: every bucket whole
+        for (const ParamBucket& bucket : buckets_.buckets) whole = whole && bucket.unwritten == 0;
+        if (sharding_.gradients && whole) return {{grads_, buckets_.shard_size()}};
+        if (!sharding_.optimizer_state && whole) return {{grads_, buckets_.total}};
+        std::vector<DeviceRun> runs;  // bucket by bucket: this rank's chunk (sharded) or all of it
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            const ParamBucket& bucket = buckets_.buckets[b];
+            const size_t chunk = sharding_.optimizer_state ? buckets_.chunk(b) : bucket.length;
+            const size_t begin = sharding_.optimizer_state ? rank_ * chunk : 0;  // within the bucket
+            const size_t from = std::max(begin, bucket.unwritten), to = begin + chunk;
+            const floatX* g = sharding_.gradients ? grads_ + shard_offset_[b] - begin : grads_ + bucket.offset;
+            if (from < to) runs.push_back({g + from, to - from});
+        }
+        return runs;
+    }
+    // fp32 values summed over the data ranks where each holds a part of what they sum (the squared
+    // norm of the ranks' chunks under optimizer sharding), on the compute stream.
+    void sum_over_shards(float* values, size_t n) {
+        if (!sharding_.optimizer_state) return;
+        NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, compute_));
+        bytes_sent_ += all_reduce_bytes(n, buckets_.num_ranks, sizeof(float));
+    }
+    // n fp32 values averaged over the data ranks (the step's loss), on the compute stream; as they are
+    // with one rank or none.
+    void average_over_data_ranks(float* values, size_t n) {
+        if (!comm_ || buckets_.num_ranks <= 1) return;
+        NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclAvg, comm_, compute_));
+        bytes_sent_ += all_reduce_bytes(n, buckets_.num_ranks, sizeof(float));
+    }
+    // After the optimizer updated this rank's runs: with sharded optimizer state and whole weights,
+    // every rank's updated chunk of every bucket to every rank (unchanged ones when the step was
+    // skipped). With sharded weights the updated shard is all there is: the next forward gathers from
+    // it, so everything later on the communication stream waits for the update (its gathers otherwise
+    // wait only for the compute to be done with a slot, which it was before the update ran).
+    void share_updated_weights() {
+        if (sharding_.optimizer_state && !sharding_.weights) all_gather_weights();
+        if (sharding_.weights) {
+            CUDA_CHECK(cudaEventRecord(weights_updated_, compute_));
+            CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
+        }
+    }
+
+    // ---- what it sends
+    size_t bytes_sent() const { return bytes_sent_; }
+    void reset_bytes_sent() { bytes_sent_ = 0; }
+    // What one optimizer step of `micro_steps` micro-steps sends, the same calls counted without
+    // making them: each bucket's reductions, its gathers (sharded weights: before the forward and the
+    // backward, the embeddings once), the updated weights' gather, the loss and (sharded) the norm.
+    size_t planned_bytes(int micro_steps) const {
+        const int R = buckets_.num_ranks;
+        size_t bytes = 0;
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            bytes += (size_t)(sharding_.gradients ? micro_steps : 1) * reduce_cost(b);
+            if (sharding_.weights) bytes += (size_t)micro_steps * (embedding_bucket(b) ? 1 : 2) * gather_cost(b);
+            if (sharding_.optimizer_state && !sharding_.weights) bytes += gather_cost(b);
+        }
+        bytes += all_reduce_bytes(1, R, sizeof(float));                                   // the loss
+        if (sharding_.optimizer_state) bytes += all_reduce_bytes(1, R, sizeof(float));  // the norm
+        return bytes;
+    }
+
+    // ---- weights in and out (host vectors in ParamLayout order, fp32)
+    void set_weights(const std::vector<float>& weights) {
+        if (sharding_.weights)
+            copy_to_device(params_, gather_shard(buckets_, rank_, true, weights), compute_);
+        else
+            copy_to_device(params_, to_device_order(buckets_, weights), compute_);
+    }
+    // The part of the working weights this rank writes to the model file (base/model_part.h): data
+    // rank 0's slice but the copies. With sharded weights every rank must call it: the buckets are
+    // gathered one at a time through a slot, so no rank holds its whole slice on the device at once.
+    ModelPart weights_part() {
+        if (!sharding_.weights)
+            return rank_ == 0 ? device_part(buckets_, copy_from_device(params_, buckets_.total, compute_)) : ModelPart();
+        std::vector<float> device_order(rank_ == 0 ? buckets_.total : 0);
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            gather_weights(b);
+            wait_for_weights(b);
+            if (rank_ == 0) {
+                const std::vector<float> bucket = copy_from_device(weights(b), buckets_.buckets[b].length, compute_);
+                std::copy(bucket.begin(), bucket.end(), device_order.begin() + buckets_.buckets[b].offset);
+            }
+            release_weights(b);
+        }
+        return rank_ == 0 ? device_part(buckets_, device_order) : ModelPart();
+    }
+    // The working weights in state order (this rank's shard, or everything), where the optimizer keeps
+    // no master copy of them.
+    std::vector<float> working_weights_in_state_order() {
+        if (sharding_.weights) return copy_from_device(params_, state_size(), compute_);
+        return gather_shard(buckets_, rank_, sharding_.optimizer_state,
+                            to_layout_order_whole(copy_from_device(params_, buckets_.total, compute_)));
+    }
+    // The whole model's weights or gradients widened to fp32, where this rank holds all of them: one
+    // tensor rank (for tests; gradients only where they are whole).
+    std::vector<float> weights_in_layout_order() { return whole_model(weights_part()); }
+    std::vector<float> gradients_in_layout_order() {
+        if (sharding_.gradients) fail("the whole gradients are never on one rank under ZeRO-%d", sharding_.stage());
+        return whole_model(device_part(buckets_, copy_from_device(grads_, buckets_.total, compute_)));
+    }
+
+private:
+    enum { POSITION_SLOT = 2, VOCABULARY_SLOT = 3, FINAL_NORM_SLOT = 4, SLOTS = 5 };
+    int slot_of(int bucket) const {
+        if (bucket == buckets_.position_bucket()) return POSITION_SLOT;
+        if (bucket == buckets_.vocabulary_bucket()) return VOCABULARY_SLOT;
+        if (bucket == buckets_.final_norm_bucket()) return FINAL_NORM_SLOT;
+        return (bucket - buckets_.layer_bucket(buckets_.first_layer())) % 2;
+    }
+    bool embedding_bucket(int bucket) const {
+        return bucket == buckets_.position_bucket() || bucket == buckets_.vocabulary_bucket();
+    }
+    // What one gather of a bucket's chunks, and one reduction of its gradients, send.
+    size_t gather_cost(int bucket) const { return gather_bytes(buckets_.chunk(bucket), buckets_.num_ranks, sizeof(floatX)); }
+    size_t reduce_cost(int bucket) const {
+        if (!sharding_.optimizer_state)
+            return all_reduce_bytes(buckets_.buckets[bucket].length, buckets_.num_ranks, sizeof(floatX));
+        return gather_cost(bucket);  // a reduce-scatter sends what a gather does
+    }
+
+    // A part that covers the model (one tensor rank) as the whole model in ParamLayout order.
+    std::vector<float> whole_model(const ModelPart& part) const {
+        std::vector<float> whole(buckets_.layout_total, 0.0f);
+        scatter_part(part.ranges, part.values.data(), &whole);
+        return whole;
+    }
+    // This rank's device-order values in ParamLayout order, for gather_shard: the elements of its
+    // slice where they belong, zeros elsewhere.
+    std::vector<float> to_layout_order_whole(const std::vector<float>& device_order) const {
+        std::vector<float> whole(buckets_.layout_total, 0.0f);
+        for (const ParamSegment& seg : buckets_.segments)
+            for_each_layout_run(seg, 0, seg.length, [&](size_t layout_at, size_t index, size_t count) {
+                std::copy_n(device_order.begin() + seg.device_offset + index, count, whole.begin() + layout_at);
+            });
+        return whole;
+    }
+
+    // Sharded optimizer state, whole weights: every rank's updated chunk of every bucket to every rank,
+    // as one group.
+    void all_gather_weights() {
+        NCCL_CHECK(ncclGroupStart());
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
+            floatX* bucket = params_ + buckets_.buckets[b].offset;
+            const size_t chunk = buckets_.chunk(b);
+            NCCL_CHECK(ncclAllGather(bucket + rank_ * chunk, bucket, chunk, NCCL_FLOATX, comm_, compute_));
+            bytes_sent_ += gather_cost(b);
+        }
+        NCCL_CHECK(ncclGroupEnd());
+    }
+
+    template <typename T>
+    void zero(T* p, size_t n) {
+        if (n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), compute_));
+    }
+
+    ParamBuckets buckets_;
+    ZeroSharding sharding_;
+    int rank_;
+    std::vector<OwnedRun> owned_;       // the parameters this rank updates
+    std::vector<size_t> shard_offset_;  // where each bucket's chunk starts in this rank's shard
+    size_t max_chunk_ = 0;
+    size_t slot_length_[SLOTS] = {};
+    ncclComm_t comm_ = nullptr;
+    cudaStream_t compute_ = nullptr, comm_stream_ = nullptr;
+    size_t bytes_sent_ = 0;
+
+    floatX* params_ = nullptr;  // working weights: whole in bucket order, or the shard (sharded weights)
+    floatX* grads_ = nullptr;   // gradients: whole in bucket order, or the shard (sharded gradients)
+    floatX* weight_slot_[SLOTS] = {};    // sharded weights: gathered buckets
+    floatX* gradient_slot_[SLOTS] = {};  // sharded gradients: a bucket's whole gradients before the reduction
+    floatX* chunk_buffer_ = nullptr;     // sharded gradients: a reduced chunk on its way into the shard
+    int slot_holds_[SLOTS] = {-1, -1, -1, -1, -1};
+    cudaEvent_t filled_[SLOTS] = {}, free_[SLOTS] = {}, ready_[SLOTS] = {}, reduced_[SLOTS] = {};
+    cudaEvent_t communication_done_ = nullptr, weights_updated_ = nullptr;
+    std::vector<bool> reduced_this_step_;  // sharded gradients: the bucket's shard already holds this step's
+    bool communicating_ = false;
+};
