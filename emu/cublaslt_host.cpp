@@ -28,6 +28,9 @@
 //   - bias and aux pointers not 16-byte aligned (the header says only that the heuristic derives the
 //     expected alignment from these pointers' values);
 //   - GELU / DGELU epilogues with beta != 0 (accumulating into a GELU output).
+// The real library is more lenient than this: on an H100 with CUDA 13.0 it ran a BIAS epilogue with a
+// 2-byte aligned bias and a GELU_AUX_BIAS epilogue whose EPILOGUE_AUX_LD was 100. The trainer never
+// passes either; refusing them here keeps it from starting to.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 

@@ -285,11 +285,11 @@ TEST(matmul_handle_is_reference_counted) {
     CHECK(!matmul_is_set_up());
 }
 
-// The fused epilogues the trainer uses are not refused; one that cuBLASLt refuses is recorded once per
-// configuration, with cuBLASLt's status, in the report. The refused call: a GELU epilogue whose GELU
-// matrix has a leading dimension (the 100 rows of D) that is not a multiple of 8, which cublasLt.h
-// documents as required. In the emulated build also a bias only 2 bytes aligned, which the stand-in
-// refuses to be safe, though the real library (CUDA 13.0, H100) runs it.
+// The fused epilogues the trainer uses are not refused. One that cuBLASLt refuses is recorded once per
+// configuration, with cuBLASLt's status, in the report: checked in the emulated build, whose cuBLASLt
+// refuses a GELU matrix whose leading dimension (the 100 rows of D) is not a multiple of 8 (cublasLt.h
+// documents it as required) and, to be safe, a bias only 2 bytes aligned. The real library (CUDA 13.0
+// on an H100) runs both, and no case it refuses is known here, so on a GPU only the first half runs.
 TEST(matmul_refusals_are_reported) {
     matmul_clear_refusals();
     Layer l(16, 64, 96, 810);
@@ -298,35 +298,28 @@ TEST(matmul_refusals_are_reported) {
     check_backward(l, true, true, true, 811);
     CHECK_MSG(matmul_refusal_count() == 0, "refused:\n%s", matmul_refusal_report().c_str());
     CHECK(matmul_refusal_report().empty());
-
+#ifdef EMU_CUDA
     Layer odd(16, 64, 100, 812);
     floatX* out = device_poisoned<floatX>((size_t)odd.N * odd.OC);
     floatX* pre_gelu = device_poisoned<floatX>((size_t)odd.N * odd.OC);
-    for (int repeat = 0; repeat < 2; repeat++)
+    for (int repeat = 0; repeat < 2; repeat++) {
         CHECK(!matmul_cublaslt(out, odd.d_weight, odd.d_inp, odd.OC, odd.N, odd.IC, true, false, false,
                                CUBLASLT_EPILOGUE_GELU_AUX_BIAS, odd.d_bias, pre_gelu, 0));
-    int expected = 1;
-#ifdef EMU_CUDA
-    for (int repeat = 0; repeat < 2; repeat++)
         CHECK(!matmul_cublaslt(out, l.d_weight, l.d_inp, l.OC, l.N, l.IC, true, false, false, CUBLASLT_EPILOGUE_BIAS,
                                l.d_bias + 1, nullptr, 0));
-    expected = 2;
-#endif
-    CHECK_MSG(matmul_refusal_count() == expected, "%d refusals recorded", matmul_refusal_count());
+    }
+    CHECK_MSG(matmul_refusal_count() == 2, "%d refusals recorded", matmul_refusal_count());
     const std::string report = matmul_refusal_report();
     CHECK_MSG(report.find("GELU_AUX_BIAS epilogue refused for m=100 n=16 k=64") != std::string::npos &&
-                  report.find("CUBLAS_STATUS_") != std::string::npos &&
-                  std::count(report.begin(), report.end(), '\n') == expected,
+                  report.find("BIAS epilogue refused for m=96 n=16 k=64") != std::string::npos &&
+                  report.find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos &&
+                  std::count(report.begin(), report.end(), '\n') == 2,
               "report: %s", report.c_str());
-#ifdef EMU_CUDA
-    CHECK_MSG(report.find("BIAS epilogue refused for m=96 n=16 k=64") != std::string::npos &&
-                  report.find("CUBLAS_STATUS_NOT_SUPPORTED") != std::string::npos,
-              "report: %s", report.c_str());
-#endif
     matmul_clear_refusals();
     CHECK(matmul_refusal_count() == 0);
     CUDA_CHECK(cudaFree(out));
     CUDA_CHECK(cudaFree(pre_gelu));
+#endif
 }
 
 #ifdef EMU_CUDA
