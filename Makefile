@@ -194,7 +194,7 @@ ifneq ($(CUDA_INCLUDE),)
       TESTS += $(MULTI_RANK_TESTS)
     endif
     $(MULTI_RANK_TESTS): $(BUILD)/test/parallel/%: $(BUILD)/test/parallel/%.o $(HOST_OBJS) \
-                                           $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(BIN)/train_gpt_emu
+                                           $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(BIN)/train_gpt_emu $(BIN)/train_gpt_cpu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
   endif

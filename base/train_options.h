@@ -51,6 +51,7 @@ struct TrainOptions {
                                  // (-1: on with -tp > 1)
     int pipeline_parallel = 1;   // -pp: pipeline stages
     std::string pp_schedule = "1f1b";  // --pp-schedule: 1f1b or gpipe
+    std::string grad_reduce = "fp32";  // --grad-reduce: accumulate and reduce gradients in fp32 or bf16
     int recompute = 1;     // -r
     std::string attention_kernel = "auto";  // --attention-kernel: auto, hopper, mma, cuda-cores
     int tf32 = 1;          // -f
@@ -80,3 +81,5 @@ int data_ranks(const TrainOptions& options, int num_ranks);
 
 // Gradient-accumulation micro-steps per step: total_batch / (B·T·data ranks), after validation.
 int grad_accum_steps(const TrainOptions& options, int num_ranks);
+// Whether gradients are accumulated over micro-steps and reduced across ranks in fp32 (--grad-reduce).
+inline bool fp32_gradient_reduction(const TrainOptions& options) { return options.grad_reduce == "fp32"; }

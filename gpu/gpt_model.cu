@@ -19,7 +19,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       accum_steps_(std::max(1, grad_accum_steps(opt, world.num_ranks()))), schedule_(opt.pp_schedule),
       stage_(make_pipeline_stage(config, opt, mesh_, accum_steps_)),
       buckets_(make_param_buckets(config, mesh_.data, model_slice(mesh_, stage_))),
-      params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.data_rank),
+      params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.data_rank, fp32_gradient_reduction(opt)),
       optimizer_(params_, fp32_master_weights(opt)),
       graphs_(opt.cuda_graphs != 0 && mesh_.pipeline == 1 && !params_.sharding().gradients),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),

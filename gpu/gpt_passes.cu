@@ -94,11 +94,15 @@ void GPUModel::backward_embeddings(int micro_batch, bool last_micro_step) {
     reduce_gradients(VOCABULARY, last_micro_step);
 }
 
-// A bucket's gradients across the data ranks; under sequence parallelism its LayerNorm parameters'
-// gradients (computed by each tensor rank from its own positions) summed over the tensor group first.
+// A bucket's gradients across the data ranks (in fp32: widened first); under sequence parallelism its
+// LayerNorm parameters' gradients (computed by each tensor rank from its own positions) summed over the
+// tensor group first.
 void GPUModel::reduce_gradients(int bucket, bool last_micro_step) {
+    params_.widen_gradients(bucket);
     const size_t summed = buckets_.buckets[bucket].sequence_summed;
     if (params_.reduces_gradients(last_micro_step) && summed > 0)
-        tp_.sum_sequence_gradients(params_.gradients(bucket), summed, stream_);
+        params_.with_gradients_to_reduce(bucket, [&](auto* gradients) {
+            tp_.sum_sequence_gradients(gradients, summed, stream_);
+        });
     params_.reduce_gradients(bucket, last_micro_step);
 }

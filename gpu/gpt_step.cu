@@ -198,9 +198,9 @@ void GPUModel::finish_gradients() {
     pipeline_.finish(stream_);
     const int VOCABULARY = buckets_.vocabulary_bucket();
     if (pipeline_.stages() > 1 && VOCABULARY >= 0) {
-        size_t count = 0;
-        floatX* reduced = params_.reduced_gradients(VOCABULARY, &count);
-        pipeline_.sum_tied_gradients(reduced, count, stream_);
+        params_.with_reduced_gradients(VOCABULARY, [&](auto* reduced, size_t count) {
+            pipeline_.sum_tied_gradients(reduced, count, stream_);
+        });
     }
 }
 
@@ -285,8 +285,12 @@ std::string GPUModel::end_of_run_report() {
 void GPUModel::issue_norm() {
     float* norm_squared = &buf_.control->totals.norm_squared;
     CUDA_CHECK(cudaMemsetAsync(norm_squared, 0, sizeof(float), stream_));
-    for (const DeviceRun& run : params_.gradient_norm_runs())
-        global_norm_squared(norm_squared, run.data, run.count, buf_.scratch, stream_);
+    for (const DeviceRun& run : params_.gradient_norm_runs()) {
+        if (run.data_fp32)
+            global_norm_squared(norm_squared, run.data_fp32, run.count, buf_.scratch, stream_);
+        else
+            global_norm_squared(norm_squared, run.data, run.count, buf_.scratch, stream_);
+    }
     params_.sum_over_shards(norm_squared, 1);
     tp_.sum(norm_squared, 1, stream_);
     pipeline_.sum(norm_squared, 1, stream_);

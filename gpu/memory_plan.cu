@@ -18,15 +18,15 @@
 // per reduction of the gradients (every micro-step, or once a step: as the parameter store reduces),
 // the LayerNorm parameters' gradients summed (4C a layer, 2C for lnf); per step the squared norm.
 static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& tp, const PipelineStage& stage, int N,
-                                int micro_steps, int reductions) {
+                                int micro_steps, int reductions, size_t gradient_bytes) {
     if (tp.size() == 1) return 0;
     const int C = config.channels, L = stage.layers();
     const size_t gather = tp.gather_cost(N, C), reduce = tp.reduce_cost(N, C);
     size_t per_micro_step = L * (2 * gather + 2 * reduce + 4 * gather + 2 * reduce);
     if (stage.first) per_micro_step += reduce + gather;
     if (stage.last) per_micro_step += 2 * gather + gather_bytes((size_t)N * 3, tp.size(), sizeof(float)) + reduce;
-    const size_t per_reduction = L * tp.sequence_gradients_cost(4 * (size_t)C) +
-                                 (stage.last ? tp.sequence_gradients_cost(2 * (size_t)C) : 0);
+    const size_t per_reduction = L * tp.sequence_gradients_cost(4 * (size_t)C, gradient_bytes) +
+                                 (stage.last ? tp.sequence_gradients_cost(2 * (size_t)C, gradient_bytes) : 0);
     return micro_steps * per_micro_step + reductions * per_reduction + all_reduce_bytes(1, tp.size(), sizeof(float));
 }
 
@@ -36,10 +36,12 @@ Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const Ten
     const int N = opt.batch_size * opt.seq_len;
     Traffic t;
     t.data = params.planned_bytes(micro_steps);
-    t.tensor = plan_tensor_bytes(config, tp, stage, N, micro_steps, params.reduces_gradients(false) ? micro_steps : 1);
+    t.tensor = plan_tensor_bytes(config, tp, stage, N, micro_steps, params.reduces_gradients(false) ? micro_steps : 1,
+                                 params.gradient_bytes());
     const int vocabulary = params.buckets().vocabulary_bucket();  // the tied embedding's gradients, as reduced
     t.pipeline = pipeline.planned_bytes(micro_steps, (size_t)tp.local_positions(N) * config.channels,
-                                        vocabulary >= 0 ? params.reduced_gradient_count(vocabulary) : 0);
+                                        vocabulary >= 0 ? params.reduced_gradient_count(vocabulary) : 0,
+                                        params.gradient_bytes());
     return t;
 }
 
@@ -60,7 +62,7 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     const PipelineParallel pipeline(nullptr, nullptr, mesh.stage, mesh.pipeline);
     DeviceArena arena;
     ParameterStore params(make_param_buckets(config, mesh.data, model_slice(mesh, stage)),
-                          zero_sharding(opt, communicates), 0);
+                          zero_sharding(opt, communicates), 0, fp32_gradient_reduction(opt));
     Optimizer optimizer(params, fp32_master_weights(opt));
     params.request_memory(&arena);
     optimizer.request_memory(&arena);

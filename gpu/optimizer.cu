@@ -23,7 +23,7 @@ void Optimizer::start(cudaStream_t stream) {
     for (const OwnedRun& run : params_.owned())
         runs.push_back({params_.weights_of(run), master_ ? master_ + run.state_offset : nullptr,
                         adam_m_ + run.state_offset, adam_v_ + run.state_offset, params_.reduced_gradients_of(run),
-                        run.length, run.key_offset, is_weight_matrix(run.tensor)});
+                        run.length, run.key_offset, is_weight_matrix(run.tensor), params_.reduced_gradients_fp32_of(run)});
     plan_ = adamw_multi_tensor_plan_in(table_, (int)std::max<size_t>(1, params_.owned().size()), runs.data(),
                                        (int)runs.size());
 }

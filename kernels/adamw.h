@@ -6,7 +6,8 @@
 // the same arithmetic, in fp32, as cpu/adamw.h's adamw_update.
 //
 // Inputs/outputs (device, n elements each): params floatX (read when master is null, always
-// written), master float or null, m float, v float (read and written), grads floatX (read).
+// written), master float or null, m float, v float (read and written), grads floatX or float (read:
+// G, the gradients' type; float where they were accumulated and reduced in fp32).
 // Where p lives:
 //   master == null: p is read from params and written back to params;
 //   master != null: p is the fp32 master copy; params receives the new master value rounded to
@@ -104,8 +105,9 @@ __device__ __forceinline__ float adamw_step(float p, float grad, float& m, float
 }
 
 // Element i of the slice, one at a time (head, tail, and unaligned slices).
+template <typename G>
 __device__ __forceinline__ void adamw_element(floatX* params, float* master, float* m, float* v,
-                                              const floatX* grads, size_t i, const AdamWKernelArgs& s) {
+                                              const G* grads, size_t i, const AdamWKernelArgs& s) {
     const float p_old = master != nullptr ? master[i] : to_float(params[i]);
     float mi = m[i], vi = v[i];
     const float p = adamw_step(p_old, to_float(grads[i]), mi, vi, s);
@@ -118,9 +120,9 @@ __device__ __forceinline__ void adamw_element(floatX* params, float* master, flo
 // Thread g of a one-thread-per-group launch over one slice: group g, 128-bit loads and stores of
 // every array when kVector (all pointers 16-byte aligned at the groups), element by element
 // otherwise; thread `groups` does the head and the tail.
-template <bool kVector>
+template <bool kVector, typename G>
 __device__ __forceinline__ void adamw_thread(floatX* params, float* master, float* m, float* v,
-                                             const floatX* grads, const ElementGroups& split, size_t g,
+                                             const G* grads, const ElementGroups& split, size_t g,
                                              const AdamWKernelArgs& s) {
     if (g < split.groups) {
         const size_t first = split.group_start(g);
@@ -172,6 +174,7 @@ struct AdamWRunEntry {
     float* m;
     float* v;
     const floatX* grads;
+    const float* grads_fp32;  // instead of grads, where the gradients are fp32 (null: grads)
     ElementGroups split;   // split_into_groups(params, ...), as adamw_update makes it
     size_t global_offset;  // index of params[0] in the whole model
     unsigned first_block;  // first block of the grid that works on this run
@@ -225,10 +228,16 @@ static __global__ void adamw_multi_tensor_kernel(const AdamWRunEntry* table, int
     s.weight_decay = run.decay ? s.weight_decay : 0.0f;
     s.global_offset = run.global_offset;
     const size_t g = flat_thread_index(blockIdx.x - run.first_block, blockDim.x, threadIdx.x);
-    if (run.vector)
+    if (run.grads_fp32 != nullptr) {
+        if (run.vector)
+            adamw_thread<true>(run.params, run.master, run.m, run.v, run.grads_fp32, run.split, g, s);
+        else
+            adamw_thread<false>(run.params, run.master, run.m, run.v, run.grads_fp32, run.split, g, s);
+    } else if (run.vector) {
         adamw_thread<true>(run.params, run.master, run.m, run.v, run.grads, run.split, g, s);
-    else
+    } else {
         adamw_thread<false>(run.params, run.master, run.m, run.v, run.grads, run.split, g, s);
+    }
 }
 
 // ---- host launch function
@@ -257,8 +266,9 @@ inline AdamWKernelArgs adamw_kernel_args(float learning_rate, float beta1, float
 }
 
 // True when the 128-bit path applies: every array 16-byte aligned where params' groups start.
+template <typename G>
 inline bool adamw_vectorisable(const ElementGroups& split, const float* master, const float* m,
-                               const float* v, const floatX* grads) {
+                               const float* v, const G* grads) {
     return aligned16_at(grads, split.head) && aligned16_at(master, split.head) && aligned16_at(m, split.head) &&
            aligned16_at(v, split.head);
 }
@@ -291,7 +301,7 @@ inline void adamw_update(floatX* params, float* master, float* m, float* v, cons
 //
 // Result: bitwise what adamw_update(run.params, ..., run.n, run.global_offset, lr, β1, β2, eps,
 // run.decay ? wd : 0, *grad_scale_dev, step, seed) does for each run in turn. Runs must not overlap.
-// Device memory: count · sizeof(AdamWRunEntry) (88 bytes) for the table. Traffic and FLOPs: the sum of
+// Device memory: count · sizeof(AdamWRunEntry) (96 bytes) for the table. Traffic and FLOPs: the sum of
 // adamw_bytes over the runs, plus a table search (log2(runs) entries, from cache) per thread.
 struct AdamWRun {
     floatX* params;
@@ -302,6 +312,7 @@ struct AdamWRun {
     size_t n;
     size_t global_offset;
     bool decay;  // weight decay applies (the weight matrices), or not (biases, LayerNorm, ...)
+    const float* grads_fp32 = nullptr;  // fp32 gradients instead of grads (accumulated in fp32)
 };
 struct AdamWMultiTensor {
     AdamWRunEntry* table = nullptr;  // device
@@ -322,10 +333,12 @@ inline std::vector<AdamWRunEntry> adamw_multi_tensor_entries(const AdamWRun* run
         e.m = run.m;
         e.v = run.v;
         e.grads = run.grads;
+        e.grads_fp32 = run.grads_fp32;
         e.split = split_into_groups(run.params, sizeof(floatX), run.n);
         e.global_offset = run.global_offset;
         e.first_block = (unsigned)blocks;
-        e.vector = adamw_vectorisable(e.split, run.master, run.m, run.v, run.grads) ? 1 : 0;
+        e.vector = (run.grads_fp32 ? adamw_vectorisable(e.split, run.master, run.m, run.v, run.grads_fp32)
+                                   : adamw_vectorisable(e.split, run.master, run.m, run.v, run.grads)) ? 1 : 0;
         e.decay = run.decay ? 1 : 0;
         blocks += blocks_for(e.split.threads(), kAdamWBlockSize);
         entries.push_back(e);

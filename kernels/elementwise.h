@@ -4,7 +4,8 @@
 //   cast_array(out, in, n):    out[i] = (To) in[i]                     (float, bf16, half; any pair)
 //   fill_array(out, value, n): out[i] = (floatX) value
 //   scale_array(x, factor, n): x[i]   = (T) (factor · x[i])            (in place, fp32 arithmetic)
-//   add_array(acc, x, n):      acc[i] = (T) (acc[i] + x[i])            (in place, fp32 arithmetic)
+//   add_array(acc, x, n):      acc[i] = (T) (acc[i] + x[i])            (in place, fp32 arithmetic; x may
+//                              be narrower than acc)
 //
 // Inputs and outputs are flat arrays of n elements, on the device; n is a size_t (no 2^31 limit).
 // Per call: cast reads n·sizeof(From) and writes n·sizeof(To) bytes; fill writes n·sizeof(floatX);
@@ -151,8 +152,8 @@ __global__ void scale_kernel(T* x, float factor, ElementGroups split) {
     }
 }
 
-template <typename T>
-__global__ void add_kernel(T* acc, const T* x, ElementGroups split) {
+template <typename T, typename X>
+__global__ void add_kernel(T* acc, const X* x, ElementGroups split) {
     const size_t g = global_thread_index();
     if (g < split.groups) {
         const size_t first = split.group_start(g);
@@ -204,13 +205,14 @@ void scale_array(T* x, float factor, size_t n, cudaStream_t stream) {
 }
 
 // acc[i] = acc[i] + x[i], summed in fp32 and stored back as T, for i < n (acc and x 16-byte aligned
-// alike: both at the same offset from a 16-byte boundary).
-template <typename T>
-void add_array(T* acc, const T* x, size_t n, cudaStream_t stream) {
+// alike: at the same element, both on a 16-byte boundary). x may be narrower than acc (bf16 gradients
+// added into an fp32 accumulator).
+template <typename T, typename X>
+void add_array(T* acc, const X* x, size_t n, cudaStream_t stream) {
     if (n == 0) return;
     const ElementGroups split = split_into_groups(acc, sizeof(T), n);
     if (!aligned16_at(x, split.head)) fail("add_array: the two arrays are not aligned alike");
-    LAUNCH(add_kernel<T>, blocks_for(split.threads(), kElementwiseBlockSize), kElementwiseBlockSize, 0,
+    LAUNCH((add_kernel<T, X>), blocks_for(split.threads(), kElementwiseBlockSize), kElementwiseBlockSize, 0,
            stream, acc, x, split);
     CUDA_CHECK(cudaGetLastError());
 }

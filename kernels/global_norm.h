@@ -1,6 +1,6 @@
 // Squared L2 norm of a gradient slice, added into an fp32 total:
 //   *out += Σ_{i<n} grads[i]²
-// grads: n floatX on the device (any alignment); out: one float on the device; scratch:
+// grads: n floatX (or fp32: gradients accumulated in fp32) on the device (any alignment); out: one float on the device; scratch:
 // global_norm_scratch_bytes() bytes of device memory, owned by the caller. The trainer zeroes *out,
 // calls this for each slice (or for its ZeRO shard, then all-reduces), and takes the square root.
 //
@@ -8,7 +8,7 @@
 // slice with a grid-stride loop, each thread squaring and summing its elements in fp32 in a fixed
 // order; each block writes its sum to scratch; then one block adds the kGlobalNormBlocks partials in
 // a fixed order and adds the total into *out. No float atomics.
-// Per call: reads n·sizeof(floatX) bytes (+ 4 KiB of partials), 2n FLOPs. Memory bound.
+// Per call: reads n·sizeof(T) bytes (+ 4 KiB of partials), 2n FLOPs. Memory bound.
 //
 // Then, on the device, the clipping factor AdamW multiplies the gradients by (global_norm_clip_scale):
 //   norm = sqrt(norm²) (in double),  scale = norm > clip ? clip / norm : 1
@@ -34,9 +34,9 @@ inline size_t global_norm_scratch_bytes() { return kGlobalNormBlocks * sizeof(fl
 // Pass 1: partial[block] = Σ of the squares this block's threads visit. Thread t of the grid takes
 // groups t, t + T, t + 2T, ... (T threads in the grid): neighbouring threads read neighbouring 16-byte
 // vectors. The grid's thread 0 also takes the head and the tail.
-template <bool kVector>
+template <bool kVector, typename T>
 __global__ void __launch_bounds__(kGlobalNormBlockSize, 8)
-    global_norm_partial_kernel(float* partial, const floatX* grads, ElementGroups split) {
+    global_norm_partial_kernel(float* partial, const T* grads, ElementGroups split) {
     const size_t thread = global_thread_index();
     const size_t grid_threads = (size_t)gridDim.x * blockDim.x;
     float sum = 0.0f;
@@ -66,14 +66,14 @@ static __global__ void global_norm_final_kernel(float* out, const float* partial
     if (threadIdx.x == 0) *out += sum;
 }
 
-// *out += Σ grads[i]² over i < n. scratch: global_norm_scratch_bytes() bytes.
-inline void global_norm_squared(float* out, const floatX* grads, size_t n, void* scratch,
-                                cudaStream_t stream) {
+// *out += Σ grads[i]² over i < n (T: floatX or float). scratch: global_norm_scratch_bytes() bytes.
+template <typename T>
+void global_norm_squared(float* out, const T* grads, size_t n, void* scratch, cudaStream_t stream) {
     if (n == 0) return;
     float* partial = static_cast<float*>(scratch);
     // Any alignment: the head brings the vector loads to a 16-byte boundary.
-    const ElementGroups split = split_into_groups(grads, sizeof(floatX), n);
-    LAUNCH(global_norm_partial_kernel<true>, kGlobalNormBlocks, kGlobalNormBlockSize, 0, stream, partial,
+    const ElementGroups split = split_into_groups(grads, sizeof(T), n);
+    LAUNCH((global_norm_partial_kernel<true, T>), kGlobalNormBlocks, kGlobalNormBlockSize, 0, stream, partial,
            grads, split);
     CUDA_CHECK(cudaGetLastError());
     LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, stream, out, partial,

@@ -112,6 +112,9 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"", "--pp-schedule", Kind::STRING, FIELD(pp_schedule), 0, 0,
          "pipeline schedule: 1f1b (one forward, one backward) or gpipe (all forwards, then all "
          "backwards)"},
+        {"", "--grad-reduce", Kind::STRING, FIELD(grad_reduce), 0, 0,
+         "precision in which gradients are accumulated over micro-steps and reduced across ranks (CUDA "
+         "trainer): fp32, or bf16 (half the bytes on the network and in memory; the fp32 build: fp32)"},
         {"-r", "--recompute", Kind::INT, FIELD(recompute), 0, 2,
          "recompute in backward: 0 none, 1 GELU, 2 GELU+LayerNorm (CUDA trainer)"},
         {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
@@ -278,7 +281,7 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
     return FlagsResult::RUN;
 }
 
-// -tp, -sp, -pp and --pp-schedule against the ranks and the model's shape.
+// -tp, -sp, -pp, --pp-schedule and --grad-reduce against the ranks and the model's shape.
 static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ranks) {
     const int tp = o->tensor_parallel, pp = o->pipeline_parallel;
     if (num_ranks % (tp * pp) != 0)
@@ -287,6 +290,8 @@ static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ra
     if (o->sequence_parallel == -1) o->sequence_parallel = tp > 1 ? 1 : 0;
     if (o->pp_schedule != "1f1b" && o->pp_schedule != "gpipe")
         fail("--pp-schedule: unknown schedule '%s' (1f1b, gpipe)", o->pp_schedule.c_str());
+    if (o->grad_reduce != "fp32" && o->grad_reduce != "bf16")
+        fail("--grad-reduce: unknown precision '%s' (fp32, bf16)", o->grad_reduce.c_str());
     if (pp > c.num_layers)
         fail("-pp (--pipeline-parallel): %d stages for %d layers; each stage needs a layer", pp,
              c.num_layers);

@@ -30,7 +30,7 @@ void run_version(int version, float* out, const floatX* grads, size_t n, void* s
             LAUNCH(global_norm_atomic_kernel, (unsigned)((n + 255) / 256), 256, 0, 0, out, grads, n);
             break;
         case 2:
-            LAUNCH(global_norm_partial_kernel<false>, kGlobalNormBlocks, kGlobalNormBlockSize, 0, 0,
+            LAUNCH((global_norm_partial_kernel<false, floatX>), kGlobalNormBlocks, kGlobalNormBlockSize, 0, 0,
                    static_cast<float*>(scratch), grads, split);
             LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, 0, out,
                    static_cast<float*>(scratch), kGlobalNormBlocks);

@@ -28,8 +28,15 @@
 //           gather issued while the current layer computes (prefetch); the slot is released after use.
 //           The embeddings (wte is also the classifier) are gathered once per micro-step and kept from
 //           the encoder to the classifier's backward (which runs at the end of the forward pass).
-// Gradients accumulate across micro-steps in the storage precision (bf16, or fp32 in the fp32 build),
-// as the whole-gradient stages do, so every stage rounds alike and needs 2 bytes per gradient.
+// Gradients accumulate across micro-steps and are reduced across ranks in fp32 (--grad-reduce fp32,
+// the default), or in the storage precision (--grad-reduce bf16: half the bytes on the network and in
+// memory, at the price of a rounding per micro-step and per reduction step). In fp32 the backward still
+// writes a micro-step's gradients in bf16, into the transient slots of every stage; each bucket's are
+// then widened into fp32 (added into the whole fp32 gradients under -z 0/1, copied into an fp32
+// staging slot for the reduce-scatter under -z 2/3), and everything after (the sums over the tensor
+// group and the pipeline's tied embedding, the reductions over the data ranks, the norm, the update)
+// reads fp32: a whole-gradient rank keeps 4Ψ bytes of gradients instead of 2Ψ, a shard 4Ψ/R, and
+// the data group's reductions send twice the bytes. In the fp32 build both choices are fp32.
 //
 // Transient slots: two for layers (layer l uses slot l % 2: while layer l computes, layer l ± 1 is
 // gathered into the other), one each for the position embeddings, the vocabulary and the final
@@ -56,17 +63,21 @@
 #include "parallel/plan/traffic.h"
 #include "parallel/plan/zero_sharding.h"
 
-// A stretch of gradients on the device: the global norm sums the squares of such runs.
+// A stretch of gradients on the device: the global norm sums the squares of such runs. One of data
+// (storage precision) and data_fp32 (accumulated in fp32) is set.
 struct DeviceRun {
     const floatX* data;
+    const float* data_fp32;
     size_t count;
 };
 
 class ParameterStore {
 public:
-    // sharding: what ZeRO shards (nothing without a communicator); rank among buckets.num_ranks.
-    ParameterStore(const ParamBuckets& buckets, ZeroSharding sharding, int rank)
+    // sharding: what ZeRO shards (nothing without a communicator); rank among buckets.num_ranks;
+    // fp32_gradients: accumulate and reduce gradients in fp32 (--grad-reduce fp32).
+    ParameterStore(const ParamBuckets& buckets, ZeroSharding sharding, int rank, bool fp32_gradients)
         : buckets_(buckets), sharding_(sharding), rank_(rank),
+          fp32_(fp32_gradients && sizeof(floatX) < sizeof(float)),
           owned_(owned_runs(buckets, rank, sharding.optimizer_state)),
           reduced_this_step_(buckets.buckets.size(), false) {
         size_t at = 0;
@@ -105,9 +116,17 @@ public:
     floatX* weights_of(const OwnedRun& run) const {
         return params_ + (sharding_.weights ? run.state_offset : run.device_offset);
     }
+    // Where the run's reduced gradients are: in the storage precision, or (fp32) null and ..._fp32.
     const floatX* reduced_gradients_of(const OwnedRun& run) const {
-        return grads_ + (sharding_.gradients ? run.state_offset : run.device_offset);
+        return fp32_ ? nullptr : grads_ + (sharding_.gradients ? run.state_offset : run.device_offset);
     }
+    const float* reduced_gradients_fp32_of(const OwnedRun& run) const {
+        return fp32_ ? grads32_ + (sharding_.gradients ? run.state_offset : run.device_offset) : nullptr;
+    }
+    // Whether gradients are accumulated and reduced in fp32 (in a build that stores bf16), and the
+    // bytes of one gradient as the reductions send it.
+    bool fp32_gradients() const { return fp32_; }
+    size_t gradient_bytes() const { return fp32_ ? sizeof(float) : sizeof(floatX); }
 
     // Requests this sharding's buffers, persistent and transient, in the arena (nothing is allocated).
     void request_memory(DeviceArena* arena) {
@@ -115,9 +134,16 @@ public:
         arena->request(&params_, sharding_.weights ? S : P, MemoryKind::PARAMETERS);
         if (sharding_.weights)
             for (int s = 0; s < SLOTS; s++) arena->request(&weight_slot_[s], slot_length_[s], MemoryKind::PARAMETERS);
-        arena->request(&grads_, sharding_.gradients ? S : P, MemoryKind::GRADIENTS);
-        if (sharding_.gradients) {
+        if (fp32_)
+            arena->request(&grads32_, sharding_.gradients ? S : P, MemoryKind::GRADIENTS);
+        else
+            arena->request(&grads_, sharding_.gradients ? S : P, MemoryKind::GRADIENTS);
+        if (gradients_in_slots())
             for (int s = 0; s < SLOTS; s++) arena->request(&gradient_slot_[s], slot_length_[s], MemoryKind::GRADIENTS);
+        if (sharding_.gradients && fp32_) {
+            for (int s = 0; s < SLOTS; s++) arena->request(&staging32_[s], slot_length_[s], MemoryKind::GRADIENTS);
+            arena->request(&chunk32_, max_chunk_, MemoryKind::GRADIENTS);
+        } else if (sharding_.gradients) {
             arena->request(&chunk_buffer_, max_chunk_, MemoryKind::GRADIENTS);
         }
     }
@@ -136,15 +162,21 @@ public:
         CUDA_CHECK(cudaEventCreateWithFlags(&weights_updated_, cudaEventDisableTiming));
         const size_t P = buckets_.total, S = state_size();
         zero(params_, sharding_.weights ? S : P);
-        zero(grads_, sharding_.gradients ? S : P);
+        zero(fp32_ ? nullptr : grads_, sharding_.gradients ? S : P);
+        zero(fp32_ ? grads32_ : nullptr, sharding_.gradients ? S : P);
         for (int s = 0; s < SLOTS; s++) {
             zero(weight_slot_[s], sharding_.weights ? slot_length_[s] : 0);
-            zero(gradient_slot_[s], sharding_.gradients ? slot_length_[s] : 0);
+            zero(gradient_slot_[s], gradients_in_slots() ? slot_length_[s] : 0);
+            zero(staging32_[s], staging32_[s] ? slot_length_[s] : 0);
         }
     }
 
     std::string description() const {
         const int R = buckets_.num_ranks;
+        const char* precision = fp32_ ? " in fp32" : sizeof(floatX) < sizeof(float) ? " in bf16" : "";
+        return sharding_description(R) + (comm_ && R > 1 ? strprintf("; gradients reduced%s", precision) : "");
+    }
+    std::string sharding_description(int R) const {
         switch (sharding_.stage()) {
             case 0: return comm_ && R > 1 ? strprintf("gradients all-reduced over %d ranks", R) : "";
             case 1: return strprintf("ZeRO-1 over %d ranks (AdamW state sharded)", R);
@@ -164,9 +196,10 @@ public:
                  bucket, s, slot_holds_[s]);
         return weight_slot_[s];
     }
-    // Where the backward adds the bucket's gradients: the model's copy, or a slot (sharded gradients).
+    // Where the backward adds the bucket's gradients: the model's copy, or a slot (sharded or fp32
+    // gradients: each micro-step's in a slot of their own).
     floatX* gradients(int bucket) const {
-        if (!sharding_.gradients) return grads_ + buckets_.buckets[bucket].offset;
+        if (!gradients_in_slots()) return grads_ + buckets_.buckets[bucket].offset;
         return gradient_slot_[slot_of(bucket)];
     }
 
@@ -208,58 +241,65 @@ public:
     // A new optimizer step's accumulation starts: whole gradients are zeroed; sharded ones let each
     // bucket's first reduce-scatter of the step overwrite its part of the shard.
     void zero_gradients() {
-        if (!sharding_.gradients)
-            CUDA_CHECK(cudaMemsetAsync(grads_, 0, buckets_.total * sizeof(floatX), compute_));
+        if (!sharding_.gradients) {
+            zero(fp32_ ? nullptr : grads_, buckets_.total);
+            zero(fp32_ ? grads32_ : nullptr, buckets_.total);
+        }
         reduced_this_step_.assign(buckets_.buckets.size(), false);
     }
-    // Sharded gradients: the bucket's gradient slot, once its previous reduction has read it, zeroed
-    // for the backward to add into.
+    // Gradients in slots: the bucket's gradient slot (sharded: once its previous reduction has read
+    // the slot's fp32 staging or the slot itself) zeroed for the backward to add into.
     void prepare_gradients(int bucket) {
-        if (!sharding_.gradients) return;
+        if (!gradients_in_slots()) return;
         const int s = slot_of(bucket);
-        CUDA_CHECK(cudaStreamWaitEvent(compute_, reduced_[s], 0));
+        if (sharding_.gradients) CUDA_CHECK(cudaStreamWaitEvent(compute_, reduced_[s], 0));
         CUDA_CHECK(cudaMemsetAsync(gradient_slot_[s], 0, slot_length_[s] * sizeof(floatX), compute_));
+    }
+    // fp32 gradients, after each micro-step's backward of the bucket, on the compute stream: its slot
+    // widened into fp32, added into the whole gradients (-z 0/1) or copied into the staging slot that
+    // the reduce-scatter reads (-z 2/3).
+    void widen_gradients(int bucket) {
+        if (!fp32_) return;
+        const int s = slot_of(bucket);
+        const ParamBucket& b = buckets_.buckets[bucket];
+        if (sharding_.gradients)
+            cast_array(staging32_[s], gradient_slot_[s], b.length, compute_);
+        else
+            add_array(grads32_ + b.offset, gradient_slot_[s], b.length, compute_);
+    }
+    // What the reductions of this micro-step read, for a sum over the tensor group before them (the
+    // first n of the bucket's gradients): f(pointer) with a floatX* or, fp32, a float*.
+    template <typename F>
+    void with_gradients_to_reduce(int bucket, F f) const {
+        if (!fp32_) return f(gradients(bucket));
+        if (sharding_.gradients) return f(staging32_[slot_of(bucket)]);
+        f(grads32_ + buckets_.buckets[bucket].offset);
     }
     // The backward has finished the bucket's gradients of this micro-step: average them across ranks
     // on the communication stream. Whole gradients only after the last micro-step (earlier ones
     // accumulate in place); sharded ones after every micro-step, into this rank's gradient shard.
     void reduce_gradients(int bucket, bool last_micro_step) {
         if (!comm_ || !reduces_gradients(last_micro_step)) return;
-        const ParamBucket& b = buckets_.buckets[bucket];
-        const size_t chunk = buckets_.chunk(bucket);
         CUDA_CHECK(cudaEventRecord(ready_[slot_of(bucket)], compute_));
         CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[slot_of(bucket)], 0));
         bytes_sent_ += reduce_cost(bucket);
-        if (!sharding_.optimizer_state) {
-            NCCL_CHECK(ncclAllReduce(grads_ + b.offset, grads_ + b.offset, b.length, NCCL_FLOATX, ncclAvg,
-                                     comm_, comm_stream_));
-        } else if (!sharding_.gradients) {  // in place: this rank's chunk of the bucket receives the average
-            floatX* g = grads_ + b.offset;
-            NCCL_CHECK(ncclReduceScatter(g, g + rank_ * chunk, chunk, NCCL_FLOATX, ncclAvg, comm_,
-                                         comm_stream_));
-        } else {
-            const int s = slot_of(bucket);
-            floatX* shard = grads_ + shard_offset_[bucket];
-            if (!reduced_this_step_[bucket]) {
-                NCCL_CHECK(ncclReduceScatter(gradient_slot_[s], shard, chunk, NCCL_FLOATX, ncclAvg, comm_,
-                                             comm_stream_));
-            } else {
-                NCCL_CHECK(ncclReduceScatter(gradient_slot_[s], chunk_buffer_, chunk, NCCL_FLOATX, ncclAvg,
-                                             comm_, comm_stream_));
-                add_array(shard, chunk_buffer_, chunk, comm_stream_);
-            }
-            CUDA_CHECK(cudaEventRecord(reduced_[s], comm_stream_));
-        }
+        if (fp32_)
+            reduce_bucket(grads32_, staging32_[slot_of(bucket)], chunk32_, bucket);
+        else
+            reduce_bucket(grads_, gradient_slot_[slot_of(bucket)], chunk_buffer_, bucket);
+        if (sharding_.gradients) CUDA_CHECK(cudaEventRecord(reduced_[slot_of(bucket)], comm_stream_));
         reduced_this_step_[bucket] = true;
         communicating_ = true;
     }
-    // The gradients of `bucket` this rank holds once they are reduced, and how many: the whole bucket
-    // (no sharding), or this rank's chunk of it.
-    floatX* reduced_gradients(int bucket, size_t* count) const {
-        const ParamBucket& b = buckets_.buckets[bucket];
-        *count = reduced_gradient_count(bucket);
-        if (sharding_.gradients) return grads_ + shard_offset_[bucket];
-        return grads_ + b.offset + (sharding_.optimizer_state ? rank_ * buckets_.chunk(bucket) : 0);
+    // The gradients of `bucket` this rank holds once they are reduced (the whole bucket without
+    // sharding, or this rank's chunk of it): f(pointer, count) with a floatX* or, fp32, a float*.
+    template <typename F>
+    void with_reduced_gradients(int bucket, F f) const {
+        const size_t at = sharding_.gradients ? shard_offset_[bucket]
+                                              : buckets_.buckets[bucket].offset +
+                                                    (sharding_.optimizer_state ? rank_ * buckets_.chunk(bucket) : 0);
+        if (fp32_) return f(grads32_ + at, reduced_gradient_count(bucket));
+        f(grads_ + at, reduced_gradient_count(bucket));
     }
     size_t reduced_gradient_count(int bucket) const {
         return sharding_.optimizer_state ? buckets_.chunk(bucket) : buckets_.buckets[bucket].length;
@@ -284,16 +324,19 @@ public:
     std::vector<DeviceRun> gradient_norm_runs() const {
         bool whole = true;  // no copies: every bucket whole
         for (const ParamBucket& bucket : buckets_.buckets) whole = whole && bucket.unwritten == 0;
-        if (sharding_.gradients && whole) return {{grads_, buckets_.shard_size()}};
-        if (!sharding_.optimizer_state && whole) return {{grads_, buckets_.total}};
+        auto run = [&](size_t at, size_t count) {  // at: index into the gradients this rank keeps
+            return fp32_ ? DeviceRun{nullptr, grads32_ + at, count} : DeviceRun{grads_ + at, nullptr, count};
+        };
+        if (sharding_.gradients && whole) return {run(0, buckets_.shard_size())};
+        if (!sharding_.optimizer_state && whole) return {run(0, buckets_.total)};
         std::vector<DeviceRun> runs;  // bucket by bucket: this rank's chunk (sharded) or all of it
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
             const ParamBucket& bucket = buckets_.buckets[b];
             const size_t chunk = sharding_.optimizer_state ? buckets_.chunk(b) : bucket.length;
             const size_t begin = sharding_.optimizer_state ? rank_ * chunk : 0;  // within the bucket
             const size_t from = std::max(begin, bucket.unwritten), to = begin + chunk;
-            const floatX* g = sharding_.gradients ? grads_ + shard_offset_[b] - begin : grads_ + bucket.offset;
-            if (from < to) runs.push_back({g + from, to - from});
+            const size_t at = sharding_.gradients ? shard_offset_[b] - begin : bucket.offset;
+            if (from < to) runs.push_back(run(at + from, to - from));
         }
         return runs;
     }
@@ -380,7 +423,9 @@ public:
     std::vector<float> weights_in_layout_order() { return whole_model(weights_part()); }
     std::vector<float> gradients_in_layout_order() {
         if (sharding_.gradients) fail("the whole gradients are never on one rank under ZeRO-%d", sharding_.stage());
-        return whole_model(device_part(buckets_, copy_from_device(grads_, buckets_.total, compute_)));
+        const std::vector<float> device_order = fp32_ ? copy_from_device(grads32_, buckets_.total, compute_)
+                                                      : copy_from_device(grads_, buckets_.total, compute_);
+        return whole_model(device_part(buckets_, device_order));
     }
 
 private:
@@ -398,9 +443,11 @@ private:
     size_t gather_cost(int bucket) const { return gather_bytes(buckets_.chunk(bucket), buckets_.num_ranks, sizeof(floatX)); }
     size_t reduce_cost(int bucket) const {
         if (!sharding_.optimizer_state)
-            return all_reduce_bytes(buckets_.buckets[bucket].length, buckets_.num_ranks, sizeof(floatX));
-        return gather_cost(bucket);  // a reduce-scatter sends what a gather does
+            return all_reduce_bytes(buckets_.buckets[bucket].length, buckets_.num_ranks, gradient_bytes());
+        return gather_bytes(buckets_.chunk(bucket), buckets_.num_ranks, gradient_bytes());  // as a gather
     }
+    // Each micro-step's gradients computed into a slot, not into the gradients kept (sharded or fp32).
+    bool gradients_in_slots() const { return sharding_.gradients || fp32_; }
 
     // A part that covers the model (one tensor rank) as the whole model in ParamLayout order.
     std::vector<float> whole_model(const ModelPart& part) const {
@@ -419,6 +466,29 @@ private:
         return whole;
     }
 
+    // The bucket's reduction over the data ranks, on the communication stream, in G (floatX or fp32):
+    // whole gradients all-reduced (-z 0) or reduce-scattered in place into this rank's chunk (-z 1);
+    // sharded ones reduce-scattered from `micro_step` (the slot, or its fp32 staging) into the shard,
+    // or added to it through `chunk` after the step's first micro-step (-z 2/3).
+    template <typename G>
+    void reduce_bucket(G* grads, const G* micro_step, G* chunk_buffer, int bucket) {
+        const ParamBucket& b = buckets_.buckets[bucket];
+        const size_t chunk = buckets_.chunk(bucket);
+        const ncclDataType_t type = fp32_ ? ncclFloat32 : NCCL_FLOATX;
+        if (!sharding_.optimizer_state) {
+            NCCL_CHECK(ncclAllReduce(grads + b.offset, grads + b.offset, b.length, type, ncclAvg, comm_, comm_stream_));
+        } else if (!sharding_.gradients) {
+            G* g = grads + b.offset;
+            NCCL_CHECK(ncclReduceScatter(g, g + rank_ * chunk, chunk, type, ncclAvg, comm_, comm_stream_));
+        } else if (!reduced_this_step_[bucket]) {
+            NCCL_CHECK(ncclReduceScatter(micro_step, grads + shard_offset_[bucket], chunk, type, ncclAvg, comm_,
+                                         comm_stream_));
+        } else {
+            NCCL_CHECK(ncclReduceScatter(micro_step, chunk_buffer, chunk, type, ncclAvg, comm_, comm_stream_));
+            add_array(grads + shard_offset_[bucket], chunk_buffer, chunk, comm_stream_);
+        }
+    }
+
     // Sharded optimizer state, whole weights: every rank's updated chunk of every bucket to every rank,
     // as one group.
     void all_gather_weights() {
@@ -432,9 +502,9 @@ private:
         NCCL_CHECK(ncclGroupEnd());
     }
 
-    template <typename T>
+    template <typename T>  // p may be null: a buffer this configuration does not have
     void zero(T* p, size_t n) {
-        if (n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), compute_));
+        if (p && n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), compute_));
     }
 
     ParamBuckets buckets_;
@@ -453,6 +523,10 @@ private:
     floatX* weight_slot_[SLOTS] = {};    // sharded weights: gathered buckets
     floatX* gradient_slot_[SLOTS] = {};  // sharded gradients: a bucket's whole gradients before the reduction
     floatX* chunk_buffer_ = nullptr;     // sharded gradients: a reduced chunk on its way into the shard
+    bool fp32_ = false;                  // gradients accumulated and reduced in fp32 (bf16 build)
+    float* grads32_ = nullptr;           // fp32: the gradients kept (whole, or the shard), instead of grads_
+    float* staging32_[SLOTS] = {};       // fp32, sharded gradients: a slot widened for its reduce-scatter
+    float* chunk32_ = nullptr;           // fp32, sharded gradients: chunk_buffer_'s counterpart
     int slot_holds_[SLOTS] = {-1, -1, -1, -1, -1};
     cudaEvent_t filled_[SLOTS] = {}, free_[SLOTS] = {}, ready_[SLOTS] = {}, reduced_[SLOTS] = {};
     cudaEvent_t communication_done_ = nullptr, weights_updated_ = nullptr;

@@ -70,10 +70,12 @@ public:
 
     // The tied embedding: the first stage's wte (the lookup) and the last stage's copy (the classifier)
     // get the sum of both gradients. A collective of those two stages.
-    void sum_tied_gradients(floatX* g, size_t n, cudaStream_t compute) {
+    template <typename G>  // floatX, or float for gradients kept in fp32
+    void sum_tied_gradients(G* g, size_t n, cudaStream_t compute) {
         if (stages_ == 1 || !(first() || last())) return;
-        NCCL_CHECK(ncclAllReduce(g, g, n, NCCL_FLOATX, ncclSum, tied_, compute));
-        bytes_sent_ += all_reduce_bytes(n, 2, sizeof(floatX));
+        const ncclDataType_t type = std::is_same<G, float>::value ? ncclFloat32 : NCCL_FLOATX;
+        NCCL_CHECK(ncclAllReduce(g, g, n, type, ncclSum, tied_, compute));
+        bytes_sent_ += all_reduce_bytes(n, 2, sizeof(G));
     }
     // Sums over every stage (each stage's squared gradient norm).
     void sum(float* values, size_t n, cudaStream_t compute) {
@@ -97,10 +99,10 @@ public:
     // micro-batch's activations to the next stage and its gradient to the previous one, the tied
     // embedding's n_tied gradients (first and last stage: those this rank holds once reduced), the
     // squared norm and the loss.
-    size_t planned_bytes(int m, size_t n, size_t n_tied) const {
+    size_t planned_bytes(int m, size_t n, size_t n_tied, size_t gradient_bytes) const {
         if (stages_ == 1) return 0;
         const size_t boundaries = (first() ? 0 : 1) + (last() ? 0 : 1);
-        const size_t tied = first() || last() ? all_reduce_bytes(n_tied, 2, sizeof(floatX)) : 0;
+        const size_t tied = first() || last() ? all_reduce_bytes(n_tied, 2, gradient_bytes) : 0;
         return m * boundaries * send_bytes(n, sizeof(floatX)) + tied + all_reduce_bytes(1, stages_, sizeof(float)) +
                send_bytes(1, sizeof(float));
     }

@@ -159,11 +159,13 @@ public:
     // ---- the rest
     // The gradients of replicated LayerNorm parameters: under sequence parallelism each rank computed
     // them from its own positions, so they are summed over the group (otherwise every rank computed
-    // the same sum from every position).
-    void sum_sequence_gradients(floatX* gradients, size_t n, cudaStream_t stream) {
+    // the same sum from every position). G: floatX, or float for gradients kept in fp32.
+    template <typename G>
+    void sum_sequence_gradients(G* gradients, size_t n, cudaStream_t stream) {
         if (!sequence_parallel_ || n == 0) return;
-        NCCL_CHECK(ncclAllReduce(gradients, gradients, n, NCCL_FLOATX, ncclSum, comm_, stream));
-        bytes_sent_ += sequence_gradients_cost(n);
+        const ncclDataType_t type = std::is_same<G, float>::value ? ncclFloat32 : NCCL_FLOATX;
+        NCCL_CHECK(ncclAllReduce(gradients, gradients, n, type, ncclSum, comm_, stream));
+        bytes_sent_ += sequence_gradients_cost(n, sizeof(G));
     }
     // fp32 values summed over the group (the squared gradient norm of each rank's slice).
     void sum(float* values, size_t n, cudaStream_t stream) {
@@ -185,7 +187,8 @@ public:
     void reset_bytes_sent() { bytes_sent_ = 0; }
     // What each operation sends, for (N, width) activations: gathering an input whole (column_forward,
     // row_backward, whole_input, prefetch_input, embedding_backward); reducing partial sums to this
-    // rank's positions (row_forward, column_backward, embedding_forward); summing n LayerNorm gradients.
+    // rank's positions (row_forward, column_backward, embedding_forward); summing n LayerNorm gradients
+    // (of element_bytes each).
     size_t gather_cost(int N, int width) const {
         return sequence_parallel_ ? gather_bytes((size_t)N / size_ * width, size_, sizeof(floatX)) : 0;
     }
@@ -193,8 +196,8 @@ public:
         if (sequence_parallel_) return gather_bytes((size_t)N / size_ * width, size_, sizeof(floatX));
         return all_reduce_bytes((size_t)N * width, size_, sizeof(floatX));
     }
-    size_t sequence_gradients_cost(size_t n) const {
-        return sequence_parallel_ ? all_reduce_bytes(n, size_, sizeof(floatX)) : 0;
+    size_t sequence_gradients_cost(size_t n, size_t element_bytes) const {
+        return sequence_parallel_ ? all_reduce_bytes(n, size_, element_bytes) : 0;
     }
 
 private:

@@ -36,6 +36,21 @@ TEST(pipeline_matches_one_rank) {
     CHECK(read_all(checkpoint_state_path(gpipe, 3, 1)) == read_all(checkpoint_state_path(one_f_one_b, 3, 1)));
 }
 
+// The bf16 build, whose gradients are accumulated and reduced in fp32 (--grad-reduce fp32): on 2 data x
+// 2 pipeline x 2 tensor ranks under -z 1 the LayerNorm gradients are summed over the tensor group, the
+// tied embedding's over the first and last stage and every gradient over the data group, each in fp32,
+// and the run tracks one rank's. The tensor ranks' products round differently in bf16, so the runs
+// agree to 2e-3 (a bf16 weight holds 8 bits, 4e-3 relative); a missing or doubled sum would move the
+// gradient norm by far more.
+TEST(mesh_in_the_bf16_build_with_fp32_gradients) {
+    const std::string flags = "-d 256 -x 3 -o ";
+    const std::string one = out_dir(), mesh = out_dir();
+    trainer_runs::run(0, MODEL, default_data(), flags + one, true);
+    const std::string log = trainer_runs::run(8, MODEL, default_data(), flags + mesh + " -pp 2 -tp 2 -z 1", true);
+    CHECK_MSG(log.find("gradients reduced in fp32") != std::string::npos, "%s", log.c_str());
+    check_same_run(mesh, one, 3, 2e-3, "bf16 build, mpirun -np 8 -pp 2 -tp 2 -z 1");
+}
+
 // 5 layers over 3 stages (2, 2 and 1 with the classifier), with validation, HellaSwag and samples (the
 // last stage's loss and logits sent to the others).
 TEST(pipeline_over_five_layers) {

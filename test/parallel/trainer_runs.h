@@ -11,10 +11,12 @@
 
 #include "base/file_io.h"
 #include "base/model_file.h"
+#include "base/model_part.h"
 #include "base/rng.h"
 #include "test/train/host_test_util.h"
 #include "train/checkpoint.h"
 #include "train/hellaswag.h"
+#include "train/training_state.h"
 
 namespace trainer_runs {
 
@@ -22,6 +24,11 @@ namespace trainer_runs {
 inline std::string trainer(bool bf16 = false) {
     const char* bin = getenv("BIN");
     return std::string(bin && *bin ? bin : ".") + (bf16 ? "/train_gpt_emu" : "/train_gpt_emu_fp32");
+}
+// The fp32 CPU reference trainer.
+inline std::string cpu_trainer() {
+    const char* bin = getenv("BIN");
+    return std::string(bin && *bin ? bin : ".") + "/train_gpt_cpu";
 }
 
 // A token shard of `count` tokens below `vocab` (seeded), written once per (count, vocab).
@@ -59,48 +66,74 @@ inline std::string eval_file(int vocab, int count = 6) {
     return path;
 }
 
-// Runs the trainer on `ranks` MPI ranks (a plain process for 0) with the model, the data and
+// Runs `program` (a trainer) on `ranks` MPI ranks (a plain process for 0) with the model, the data and
 // `flags`; returns its output, after checking it succeeded.
-inline std::string run(int ranks, const std::string& model, const std::string& data, const std::string& flags,
-                       bool bf16 = false) {
+inline std::string run_program(const std::string& program, int ranks, const std::string& model,
+                               const std::string& data, const std::string& flags) {
     const std::string launcher = ranks == 0 ? "" : "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
     // One OpenMP thread per rank; OpenMPI's own leaks would fail a sanitized run (see test_nccl.sh).
     const std::string command = "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
-                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + launcher + trainer(bf16) +
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + launcher + program +
                                 " -e " + model + " -i " + data + " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 " + flags;
     std::string out;
     const int status = tst::run_command(command, &out);
     CHECK_MSG(status == 0, "exit %d from: %s\n%s", status, command.c_str(), out.c_str());
     return out;
 }
+// The emulated CUDA trainer (bf16 or fp32 build), as run_program runs it.
+inline std::string run(int ranks, const std::string& model, const std::string& data, const std::string& flags,
+                       bool bf16 = false) {
+    return run_program(trainer(bf16), ranks, model, data, flags);
+}
 
-// The per-step losses of a run's metrics log.
-inline std::vector<double> losses(const std::string& dir) {
+// A per-step value of a run's metrics log ("loss", "norm": the gradient norm before clipping), in order.
+inline std::vector<double> logged(const std::string& dir, const std::string& key) {
     std::vector<unsigned char> bytes = read_all(metrics_log_path(dir));
     std::istringstream lines(std::string(bytes.begin(), bytes.end()));
     std::vector<double> out;
     std::string line;
+    const std::string field = "\"" + key + "\":";
     while (std::getline(lines, line)) {
-        const size_t at = line.find("\"loss\":");
-        if (at != std::string::npos) out.push_back(atof(line.c_str() + at + 7));
+        const size_t at = line.find(field);
+        if (at != std::string::npos && line.find("\"step\"") != std::string::npos)
+            out.push_back(atof(line.c_str() + at + field.size()));
     }
     return out;
 }
+inline std::vector<double> losses(const std::string& dir) { return logged(dir, "loss"); }
 
-// The run in `dir` against the one-rank run in `reference_dir`: every step's loss, and the model
-// file of checkpoint `step`, within `tolerance` (relative).
+// The run in `dir` against the one-rank run in `reference_dir`: every step's loss and gradient norm,
+// and the model file of checkpoint `step`, within `tolerance` (relative). The norm is compared as well
+// as the loss: a constant scale error in a gradient barely moves AdamW (it divides by the gradient's
+// size) but changes the norm, hence the clipping.
 inline void check_same_run(const std::string& dir, const std::string& reference_dir, int step, double tolerance,
                            const char* what) {
-    const std::vector<double> a = losses(dir), b = losses(reference_dir);
-    CHECK_MSG(a.size() == b.size() && !a.empty(), "%s: %zu vs %zu logged steps", what, a.size(), b.size());
-    for (size_t i = 0; i < a.size() && i < b.size(); i++)
-        CHECK_MSG(std::fabs(a[i] - b[i]) <= tolerance * std::fabs(b[i]) + 1e-6,  // + the log's 6 decimals
-                  "%s: step %zu loss %.6f vs %.6f with one rank", what, i + 1, a[i], b[i]);
+    for (const char* key : {"loss", "norm"}) {
+        const std::vector<double> a = logged(dir, key), b = logged(reference_dir, key);
+        CHECK_MSG(a.size() == b.size() && !a.empty(), "%s: %zu vs %zu logged %ss", what, a.size(), b.size(), key);
+        for (size_t i = 0; i < a.size() && i < b.size(); i++)
+            CHECK_MSG(std::fabs(a[i] - b[i]) <= tolerance * std::fabs(b[i]) + 1e-6,  // + the log's 6 decimals
+                      "%s: step %zu %s %.6f vs %.6f with one rank", what, i + 1, key, a[i], b[i]);
+    }
     const ModelFile x = read_model_file(checkpoint_model_path(dir, step));
     const ModelFile y = read_model_file(checkpoint_model_path(reference_dir, step));
     const double err = tst::rel_l2_error(x.params.data(), y.params.data(), y.params.size());
     printf("  %s: weights differ from one rank's by %.2g\n", what, err);
     CHECK_MSG(err <= tolerance, "%s: final weights differ from one rank's by %.3g (> %.3g)", what, err, tolerance);
+}
+
+// The fp32 master weights of checkpoint `step` in `dir`, in ParamLayout order, put together from the
+// state files of its `ranks` ranks (each holds its ranges).
+inline std::vector<float> master_weights(const std::string& dir, int step, int ranks) {
+    std::vector<float> whole;
+    for (int r = 0; r < ranks; r++) {
+        const TrainingState s = read_training_state(checkpoint_state_path(dir, step, r));
+        size_t end = 0;
+        for (const LayoutRange& range : s.ranges) end = std::max(end, (size_t)(range.offset + range.length));
+        if (whole.size() < end) whole.resize(end);
+        scatter_part(s.ranges, s.params.data(), &whole);
+    }
+    return whole;
 }
 
 inline std::string out_dir() { return tst::make_temp_dir() + "/out"; }

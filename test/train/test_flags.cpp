@@ -100,6 +100,7 @@ TEST(impossible_combinations_are_rejected) {
     invalid_combination({"-tp", "2", "-t", "33"}, "custom:L2:C64:H2:V512:T64", {"-sp (--sequence-parallel)", "33"}, 2);
     invalid_combination({"-pp", "3"}, "custom:L2:C64:H2", {"-pp (--pipeline-parallel)", "3 stages for 2 layers"}, 3);
     invalid_combination({"--pp-schedule", "zigzag"}, "d12", {"--pp-schedule", "zigzag"});
+    invalid_combination({"--grad-reduce", "fp16"}, "d12", {"--grad-reduce", "fp16", "fp32, bf16"});
     invalid_combination({"-tp", "2", "-b", "4", "-t", "64", "-d", "768"}, "d12",
                         {"-d (--total-batch)", "B*T*data ranks", "512"}, 4);
     {
