@@ -218,8 +218,9 @@ static void open_data(Run& run) {
 // does), so a supervisor can restart a run with the same command line every time. A checkpoint is
 // complete once its DONE marker exists: rank 0 writes it after every rank's state file is in place,
 // whatever the mesh that wrote them. Every rank reads rank 0's file for the run's progress (the same on
-// all ranks) and every rank's part for the optimizer state. Returns false when there is nothing to
-// resume from.
+// all ranks) and checks every rank's file (streaming its checksum) and that together they cover the
+// model; the slices it keeps are read once the model exists (resume_model). Returns false when there
+// is nothing to resume from.
 struct Resumed {
     std::unique_ptr<ModelFileReader> weights;  // the checkpoint's model file, its header checked
     std::unique_ptr<CheckpointState> state;    // its state files, checked to cover the model
