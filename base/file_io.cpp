@@ -104,11 +104,25 @@ uint64_t file_size(const std::string& path) {
 }
 
 void read_bytes(const std::string& path, uint64_t offset, void* out, size_t bytes) {
-    FILE* f = open_for_reading(path);
-    bool ok = fseeko(f, (off_t)offset, SEEK_SET) == 0 && fread(out, 1, bytes, f) == bytes;
-    fclose(f);
-    if (!ok)
-        fail("%s: cannot read %zu bytes at offset %llu (file too short?)", path.c_str(), bytes,
+    FileReader(path).read(offset, out, bytes);
+}
+
+FileReader::FileReader(const std::string& path) : path_(path), file_(open_for_reading(path)) {
+    const off_t end = fseeko(file_, 0, SEEK_END) == 0 ? ftello(file_) : -1;
+    if (end < 0) {
+        fclose(file_);
+        fail("%s: cannot determine its size", path.c_str());
+    }
+    size_ = (uint64_t)end;
+}
+
+FileReader::~FileReader() {
+    if (file_) fclose(file_);
+}
+
+void FileReader::read(uint64_t offset, void* out, size_t bytes) {
+    if (fseeko(file_, (off_t)offset, SEEK_SET) != 0 || fread(out, 1, bytes, file_) != bytes)
+        fail("%s: cannot read %zu bytes at offset %llu (file too short?)", path_.c_str(), bytes,
              (unsigned long long)offset);
 }
 

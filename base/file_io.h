@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 class AtomicFile {
@@ -34,6 +35,30 @@ uint64_t file_size(const std::string& path);
 // Reads bytes [offset, offset + bytes) of a file; throws InputError naming it if that is not
 // possible.
 void read_bytes(const std::string& path, uint64_t offset, void* out, size_t bytes);
+
+// A file held open for reading pieces of it at any offset, e.g. the slices of a checkpoint one rank
+// keeps (one open for many reads); closed when destroyed.
+class FileReader {
+public:
+    explicit FileReader(const std::string& path);  // throws InputError naming it if it cannot open
+    ~FileReader();
+    FileReader(FileReader&& other) noexcept
+        : path_(std::move(other.path_)), file_(other.file_), size_(other.size_) {
+        other.file_ = nullptr;
+    }
+    FileReader(const FileReader&) = delete;
+    FileReader& operator=(const FileReader&) = delete;
+
+    const std::string& path() const { return path_; }
+    uint64_t size() const { return size_; }
+    // Reads bytes [offset, offset + bytes); throws InputError naming the file if that is not possible.
+    void read(uint64_t offset, void* out, size_t bytes);
+
+private:
+    std::string path_;
+    FILE* file_ = nullptr;
+    uint64_t size_ = 0;
+};
 
 // Reads the 256-int32 header at the start of a file; throws InputError if the file is shorter.
 std::vector<int32_t> read_header(const std::string& path);

@@ -12,6 +12,13 @@ struct GPTConfig {
     int channels = 768;             // C
 };
 
+// Whether two configs describe the same model (every field equal).
+inline bool same_shape(const GPTConfig& a, const GPTConfig& b) {
+    return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size &&
+           a.padded_vocab_size == b.padded_vocab_size && a.num_layers == b.num_layers &&
+           a.num_heads == b.num_heads && a.channels == b.channels;
+}
+
 enum ParamTensor {
     WTE, WPE,                           // token embedding (Vp, C), position embedding (maxT, C)
     LN1W, LN1B,                         // (L, C) each

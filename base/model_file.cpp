@@ -1,6 +1,7 @@
 // llm.c model file read/write (see model_file.h).
 #include "base/model_file.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/errors.h"
@@ -54,8 +55,13 @@ void write_model_file(const std::string& path, const GPTConfig& c, const float* 
     file.commit();
 }
 
-ModelFile read_model_file(const std::string& path) {
-    std::vector<int32_t> h = read_header(path);
+// The header's config and weight type, checked, and that the file holds exactly the bytes they imply.
+static void read_checked_header(FileReader& file, GPTConfig* config, WeightType* type) {
+    const std::string& path = file.path();
+    if (file.size() < (uint64_t)FILE_HEADER_BYTES)
+        fail("%s: shorter than the %d-byte header", path.c_str(), FILE_HEADER_BYTES);
+    int32_t h[FILE_HEADER_INTS];
+    file.read(0, h, FILE_HEADER_BYTES);
     if (h[0] != MODEL_FILE_MAGIC) {
         if (const char* kind = file_kind_of_magic(h[0]))
             fail("%s: is %s, not a model file", path.c_str(), kind);
@@ -64,9 +70,8 @@ ModelFile read_model_file(const std::string& path) {
     if (h[1] != MODEL_FILE_VERSION_FP32 && h[1] != MODEL_FILE_VERSION_BF16)
         fail("%s: unsupported model file version %d (expected %d for fp32 or %d for bf16)",
              path.c_str(), h[1], MODEL_FILE_VERSION_FP32, MODEL_FILE_VERSION_BF16);
-    ModelFile model;
-    model.type = h[1] == MODEL_FILE_VERSION_FP32 ? WeightType::FP32 : WeightType::BF16;
-    GPTConfig& c = model.config;
+    *type = h[1] == MODEL_FILE_VERSION_FP32 ? WeightType::FP32 : WeightType::BF16;
+    GPTConfig& c = *config;
     c.max_seq_len = h[2];
     c.vocab_size = h[3];
     c.num_layers = h[4];
@@ -74,23 +79,46 @@ ModelFile read_model_file(const std::string& path) {
     c.channels = h[6];
     c.padded_vocab_size = h[7];
     validate_config(c, path + " header");
-    const size_t total = param_layout(c).total;
-    const size_t element = model.type == WeightType::FP32 ? 4 : 2;
-    const uint64_t expected = FILE_HEADER_BYTES + (uint64_t)total * element;
-    const uint64_t actual = file_size(path);
+    const uint64_t expected = FILE_HEADER_BYTES + (uint64_t)param_layout(c).total * (*type == WeightType::FP32 ? 4 : 2);
+    const uint64_t actual = file.size();
     if (actual < expected)
         fail("%s: truncated tensor data (%llu bytes, the header's %s needs %llu)", path.c_str(),
              (unsigned long long)actual, describe_config(c).c_str(), (unsigned long long)expected);
     if (actual > expected)
         fail("%s: file size %llu does not match its header (%s needs %llu bytes)", path.c_str(),
              (unsigned long long)actual, describe_config(c).c_str(), (unsigned long long)expected);
-    model.params.resize(total);
-    if (model.type == WeightType::FP32) {
-        read_bytes(path, FILE_HEADER_BYTES, model.params.data(), total * 4);
-    } else {
-        std::vector<uint16_t> raw(total);
-        read_bytes(path, FILE_HEADER_BYTES, raw.data(), total * 2);
-        for (size_t i = 0; i < total; i++) model.params[i] = bf16_to_float(raw[i]);
+}
+
+ModelFileReader::ModelFileReader(const std::string& path) : file_(path) {
+    read_checked_header(file_, &config_, &type_);
+    total_ = param_layout(config_).total;
+}
+
+void ModelFileReader::read_values(uint64_t first, uint64_t count, float* out) {
+    if (first > total_ || count > total_ - first)
+        fail("internal error: weights [%llu, +%llu) of %s, which holds %zu", (unsigned long long)first,
+             (unsigned long long)count, file_.path().c_str(), total_);
+    if (type_ == WeightType::FP32) {
+        file_.read(FILE_HEADER_BYTES + first * 4, out, count * 4);
+        return;
     }
+    // bf16 through a fixed-size buffer, widened as it comes.
+    const uint64_t block = 1 << 16;
+    std::vector<uint16_t> raw(std::min(count, block));
+    for (uint64_t done = 0; done < count;) {
+        const uint64_t n = std::min(block, count - done);
+        file_.read(FILE_HEADER_BYTES + (first + done) * 2, raw.data(), n * 2);
+        for (uint64_t i = 0; i < n; i++) out[done + i] = bf16_to_float(raw[i]);
+        done += n;
+    }
+}
+
+ModelFile read_model_file(const std::string& path) {
+    ModelFileReader reader(path);
+    ModelFile model;
+    model.config = reader.config();
+    model.type = reader.type();
+    model.params.resize(param_layout(model.config).total);
+    reader.read_values(0, model.params.size(), model.params.data());
     return model;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/file_io.h"
 #include "base/gpt_config.h"
 
 enum class WeightType { FP32, BF16 };
@@ -20,6 +21,24 @@ struct ModelFile {
 void write_model_file(const std::string& path, const GPTConfig& config, const float* params,
                       WeightType type);
 ModelFile read_model_file(const std::string& path);
+
+// A model file opened for reading slices of its weights (train/resharding.h): the header and the size
+// checked as read_model_file checks them, the weights read piece by piece on demand.
+class ModelFileReader {
+public:
+    explicit ModelFileReader(const std::string& path);
+    const GPTConfig& config() const { return config_; }
+    WeightType type() const { return type_; }
+    const std::string& path() const { return file_.path(); }
+    // Weights [first, first + count) of ParamLayout order, widened to fp32, into out.
+    void read_values(uint64_t first, uint64_t count, float* out);
+
+private:
+    FileReader file_;
+    GPTConfig config_;
+    WeightType type_;
+    size_t total_;
+};
 
 // fp32 → bf16 with round-to-nearest-even (NaN stays NaN); bf16 → fp32 is exact.
 uint16_t float_to_bf16(float value);

@@ -1,6 +1,7 @@
 // Parts of the model (see model_part.h).
 #include "base/model_part.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/errors.h"
@@ -28,20 +29,42 @@ void scatter_part(const std::vector<LayoutRange>& ranges, const float* values, s
     }
 }
 
-void Coverage::add(const std::vector<LayoutRange>& ranges, const std::string& what) {
-    for (const LayoutRange& r : ranges) {
-        if (r.offset > count.size() || r.length > count.size() - r.offset)
-            fail("%s: range [%llu, +%llu) lies outside the model's %zu parameters", what.c_str(),
-                 (unsigned long long)r.offset, (unsigned long long)r.length, count.size());
-        for (uint64_t i = r.offset; i < r.offset + r.length; i++)
-            if (count[i]++)
-                fail("%s: parameter %llu is stored twice", what.c_str(), (unsigned long long)i);
-    }
+Placement whole_model_placement(size_t total) { return {{{0, total, 0}}, total}; }
+
+std::vector<float> place(const Placement& placement, const std::vector<float>& whole) {
+    std::vector<float> placed(placement.size, 0.0f);
+    for (const PlacedRange& r : placement.ranges)
+        std::copy_n(whole.begin() + r.offset, r.length, placed.begin() + r.at);
+    return placed;
 }
 
-void Coverage::fail_if_incomplete(const std::string& what) const {
-    for (size_t i = 0; i < count.size(); i++)
-        if (!count[i]) fail("%s: parameter %zu is missing (an incomplete set of parts)", what.c_str(), i);
+void Coverage::add(const std::vector<LayoutRange>& ranges, const std::string& what) {
+    size_t first_value = 0;
+    for (const LayoutRange& r : ranges) {
+        if (r.offset > total_ || r.length > total_ - r.offset)
+            fail("%s: range [%llu, +%llu) lies outside the model's %zu parameters", what.c_str(),
+                 (unsigned long long)r.offset, (unsigned long long)r.length, total_);
+        if (r.length) ranges_.push_back({r.offset, r.length, parts_.size(), first_value});
+        first_value += r.length;
+    }
+    parts_.push_back(what);
+}
+
+std::vector<CoveredRange> Coverage::tiles(const std::string& what) const {
+    std::vector<CoveredRange> sorted = ranges_;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const CoveredRange& a, const CoveredRange& b) { return a.offset < b.offset; });
+    uint64_t covered = 0;  // every element below is held by exactly one part
+    for (const CoveredRange& r : sorted) {
+        if (r.offset < covered)
+            fail("%s: parameter %llu is stored twice", parts_[r.part].c_str(), (unsigned long long)r.offset);
+        if (r.offset > covered) break;
+        covered = r.offset + r.length;
+    }
+    if (covered < total_)
+        fail("%s: parameter %llu is missing (an incomplete set of parts)", what.c_str(),
+             (unsigned long long)covered);
+    return sorted;
 }
 
 // A part as bytes: the range count, the ranges, the values.

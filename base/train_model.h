@@ -164,6 +164,21 @@ public:
         return {whole_model_ranges(param_layout(config()).total), working_weights()};
     }
     virtual OptimizerPart optimizer_part() = 0;
+    // In, where a resumed run reads only what each rank keeps (train/resharding.h): where this rank
+    // keeps each element of the working weights and of the optimizer state (base/model_part.h), and
+    // those arrays, filled from the checkpoint, to take. The master weights come with the optimizer
+    // state here. These defaults keep the whole model in ParamLayout order.
+    virtual Placement working_weights_placement() const {
+        return whole_model_placement(param_layout(config()).total);
+    }
+    virtual Placement optimizer_state_placement() const {
+        return whole_model_placement(param_layout(config()).total);
+    }
+    virtual void set_placed_working_weights(const std::vector<float>& placed) { set_working_weights(placed); }
+    virtual void set_placed_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                                            const std::vector<float>& v) {
+        set_optimizer_state(master, m, v);
+    }
     // True when forward() is a collective (ZeRO-3 gathers each layer's weights from every rank; a model
     // split across ranks computes each layer together): then every rank must run the same forwards,
     // e.g. all ranks generate a sample, rank 0 prints it.

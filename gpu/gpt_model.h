@@ -76,6 +76,15 @@ public:
     void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) override;
     OptimizerPart optimizer_part() override { return optimizer_.state_part(); }
+    Placement working_weights_placement() const override { return params_.weights_placement(); }
+    Placement optimizer_state_placement() const override { return optimizer_.state_placement(); }
+    void set_placed_working_weights(const std::vector<float>& placed) override {
+        params_.set_placed_weights(placed);
+    }
+    void set_placed_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
+                                    const std::vector<float>& v) override {
+        optimizer_.set_placed_state(master, m, v);
+    }
     ModelMemory memory() const override { return memory_; }
     // Samples through a key/value cache (gpu/gpt_decode.h) where this rank holds every weight; where
     // forward() is a collective (the model spread over the ranks), the samples recompute the prefix.

@@ -34,18 +34,25 @@ void Optimizer::step(const AdamWDeviceStep* step, const AdamWSettings& constants
 }
 
 void Optimizer::set_master_weights(const std::vector<float>& weights) {
-    if (master_)
-        copy_to_device(master_, gather_shard(params_.buckets(), params_.rank(), params_.sharding().optimizer_state, weights),
-                       stream_);
+    if (master_) copy_to_device(master_, place(state_placement(), weights), stream_);
 }
 
 void Optimizer::set_state(const std::vector<float>& master, const std::vector<float>& m,
                           const std::vector<float>& v) {
-    const ParamBuckets& b = params_.buckets();
-    const bool sharded = params_.sharding().optimizer_state;
-    if (master_) copy_to_device(master_, gather_shard(b, params_.rank(), sharded, master), stream_);
-    copy_to_device(adam_m_, gather_shard(b, params_.rank(), sharded, m), stream_);
-    copy_to_device(adam_v_, gather_shard(b, params_.rank(), sharded, v), stream_);
+    const Placement placement = state_placement();
+    set_placed_state(master_ ? place(placement, master) : std::vector<float>(), place(placement, m),
+                     place(placement, v));
+}
+
+Placement Optimizer::state_placement() const {
+    return shard_placement(params_.buckets(), params_.rank(), params_.sharding().optimizer_state);
+}
+
+void Optimizer::set_placed_state(const std::vector<float>& master, const std::vector<float>& m,
+                                 const std::vector<float>& v) {
+    if (master_) copy_to_device(master_, master, stream_);
+    copy_to_device(adam_m_, m, stream_);
+    copy_to_device(adam_v_, v, stream_);
 }
 
 OptimizerPart Optimizer::state_part() {

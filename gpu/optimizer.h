@@ -30,6 +30,10 @@ public:
     // ---- state in and out (host vectors of the whole model in ParamLayout order, fp32)
     void set_master_weights(const std::vector<float>& weights);
     void set_state(const std::vector<float>& master, const std::vector<float>& m, const std::vector<float>& v);
+    // Where each element of the state this rank keeps goes (state order), and the state placed so.
+    Placement state_placement() const;
+    void set_placed_state(const std::vector<float>& master, const std::vector<float>& m,
+                          const std::vector<float>& v);
     // What this rank's state file stores: the master weights and moments of its runs (its shard under
     // ZeRO, everything on data rank 0 otherwise; not the copies), with their ParamLayout ranges.
     // Without separate master weights they are the working ones.

@@ -10,15 +10,24 @@
 
 #include "base/errors.h"
 
-// A value of /proc/meminfo in bytes ("MemAvailable:   15951232 kB"); 0 if absent.
-static uint64_t meminfo_bytes(const char* key) {
-    std::ifstream in("/proc/meminfo");
+// A value of a /proc file of "Key:   15951232 kB" lines in bytes; 0 if absent.
+static uint64_t proc_kb_value(const char* file, const char* key) {
+    std::ifstream in(file);
     std::string line;
     const size_t n = strlen(key);
     while (std::getline(in, line))
         if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':')
             return strtoull(line.c_str() + n + 1, nullptr, 10) * 1024;
     return 0;
+}
+static uint64_t meminfo_bytes(const char* key) { return proc_kb_value("/proc/meminfo", key); }
+static uint64_t status_bytes(const char* key) { return proc_kb_value("/proc/self/status", key); }
+
+uint64_t resident_bytes() { return status_bytes("VmRSS"); }
+uint64_t peak_resident_bytes() { return status_bytes("VmHWM"); }
+bool reset_peak_resident() {
+    std::ofstream clear("/proc/self/clear_refs");
+    return (clear << "5").flush().good();  // 5: reset the peak resident size
 }
 
 // The cgroup (v2, else v1) memory limit less what the cgroup already uses; 0 when unlimited.

@@ -29,3 +29,10 @@ uint64_t loop_host_bytes(const GPTConfig& config, const TrainOptions& opt, bool 
 // available.
 void check_host_memory(const ModelMemory& model, const GPTConfig& config, const TrainOptions& opt,
                        bool resuming, bool from_model_file);
+
+// This process's resident memory now (VmRSS) and at its peak (VmHWM), from /proc/self/status; 0
+// where unknown. reset_peak_resident() starts the peak afresh from now (false where the kernel does
+// not allow it), so that the peak of one phase, such as a resume, can be read.
+uint64_t resident_bytes();
+uint64_t peak_resident_bytes();
+bool reset_peak_resident();

@@ -27,6 +27,7 @@
 #include "train/lr_schedule.h"
 #include "train/memory_check.h"
 #include "train/metrics_log.h"
+#include "train/resharding.h"
 #include "train/run_folder.h"
 #include "train/run_plan.h"
 #include "train/run_report.h"
@@ -144,29 +145,6 @@ static uint64_t data_fingerprint(const DataLoader& loader) {
     return hash;
 }
 
-// The optimizer state of checkpoint `step` as the whole model's (ParamLayout order), whatever mesh
-// and ZeRO stage wrote it: each rank's file holds its part with its ranges, and together they cover
-// the model once (checked). `first` is rank 0's state, already read.
-static void read_whole_optimizer_state(const std::string& dir, long long step,
-                                       const TrainingState& first, std::vector<float>* master,
-                                       std::vector<float>* m, std::vector<float>* v) {
-    const size_t total = param_layout(first.shape.config).total;
-    const int saved_ranks = first.shape.num_ranks;
-    master->assign(total, 0.0f), m->assign(total, 0.0f), v->assign(total, 0.0f);
-    Coverage coverage(total);
-    for (int r = 0; r < saved_ranks; r++) {
-        const std::string path = checkpoint_state_path(dir, step, r);
-        const TrainingState part = r == 0 ? first : read_training_state(path);
-        if (part.rank != r || part.shape.num_ranks != saved_ranks)
-            fail("%s: not rank %d of %d of this checkpoint", path.c_str(), r, saved_ranks);
-        coverage.add(part.ranges, path);
-        scatter_part(part.ranges, part.params.data(), master);
-        scatter_part(part.ranges, part.adam_m.data(), m);
-        scatter_part(part.ranges, part.adam_v.data(), v);
-    }
-    coverage.fail_if_incomplete(strprintf("the state files of step %lld in %s", step, dir.c_str()));
-}
-
 // The loader position of a run saved on `saved_ranks` ranks, for this run's ranks: a chunk holds
 // B·T tokens per rank, so the same token offset is a different chunk count.
 static LoaderPosition position_for_ranks(LoaderPosition p, int saved_ranks, int ranks,
@@ -194,6 +172,7 @@ struct Run {
     TrainingState state;  // what a checkpoint saves; state.step = updates done so far
     bool resuming = false;
     Mesh resumed_mesh;    // the mesh that wrote the checkpoint resumed from
+    std::string resume_report;  // what the ranks read of the checkpoint, and held (train/resharding.h)
     std::unique_ptr<TrainModel> model;
     std::unique_ptr<HellaSwagEval> hellaswag;
     DecodeTable decode_table;
@@ -239,11 +218,12 @@ static void open_data(Run& run) {
 // does), so a supervisor can restart a run with the same command line every time. A checkpoint is
 // complete once its DONE marker exists: rank 0 writes it after every rank's state file is in place,
 // whatever the mesh that wrote them. Every rank reads rank 0's file for the run's progress (the same on
-// all ranks) and every rank's part for the optimizer state. Returns false when there is nothing to
-// resume from.
+// all ranks) and checks every rank's file (streaming its checksum) and that together they cover the
+// model; the slices it keeps are read once the model exists (resume_model). Returns false when there
+// is nothing to resume from.
 struct Resumed {
-    ModelFile weights;
-    std::vector<float> master, m, v;
+    std::unique_ptr<ModelFileReader> weights;  // the checkpoint's model file, its header checked
+    std::unique_ptr<CheckpointState> state;    // its state files, checked to cover the model
 };
 static bool read_resume_point(Run& run, Resumed* resumed) {
     const TrainOptions& opt = run.opt;
@@ -251,11 +231,11 @@ static bool read_resume_point(Run& run, Resumed* resumed) {
         opt.resume ? complete_checkpoints(opt.output_dir, 1) : std::vector<long long>();
     if (checkpoints.empty()) return false;
     const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), 0);
-    const TrainingState saved = read_training_state(path);
-    check_same_run(saved.shape, run.state.shape, path);
-    resumed->weights = read_model_file(checkpoint_model_path(opt.output_dir, checkpoints.back()));
-    read_whole_optimizer_state(opt.output_dir, checkpoints.back(), saved, &resumed->master, &resumed->m,
-                               &resumed->v);
+    TrainingStateFile first = open_training_state(path);
+    check_same_run(first.state().shape, run.state.shape, path);
+    resumed->weights = std::make_unique<ModelFileReader>(checkpoint_model_path(opt.output_dir, checkpoints.back()));
+    resumed->state = std::make_unique<CheckpointState>(opt.output_dir, checkpoints.back(), std::move(first));
+    const TrainingState& saved = resumed->state->first();
     run.train_loader->set_position(position_for_ranks(saved.loader, saved.data_ranks, run.mesh.data, path));
     run.state.step = saved.step;
     run.state.sample_rng_state = saved.sample_rng_state;
@@ -265,12 +245,32 @@ static bool read_resume_point(Run& run, Resumed* resumed) {
     return true;
 }
 
+// The resumed model's weights and optimizer state, each rank reading only the slices of the
+// checkpoint it keeps (train/resharding.h), one array set at a time; what the ranks read and held,
+// and how much their resident memory grew meanwhile, goes into the start-up report.
+static void resume_model(Run& run, Resumed& resumed) {
+    TrainModel& model = *run.model;
+    ReshardingCounts counts;
+    counts.resident_growth_known = reset_peak_resident();
+    const uint64_t resident_before = resident_bytes();
+    model.set_placed_working_weights(
+        read_placed_weights(*resumed.weights, run.config, model.working_weights_placement(), &counts));
+    {
+        std::vector<float> master, m, v;
+        resumed.state->read_placed(model.optimizer_state_placement(), &master, &m, &v, &counts);
+        model.set_placed_optimizer_state(master, m, v);
+    }
+    const uint64_t peak = peak_resident_bytes();
+    counts.resident_growth = peak > resident_before ? peak - resident_before : 0;
+    resumed = Resumed();
+    run.resume_report = resharding_report(gather_counts(counts, run.ranks), param_layout(run.config).total);
+}
+
 // The model, with its weights: the checkpoint's, the model file's, or fresh ones from the descriptor.
 static void create_model(Run& run, ModelFile& model_file, Resumed& resumed) {
     run.model = run.spec.create_model(run.config, run.opt);
     if (run.resuming) {
-        run.model->set_working_weights(resumed.weights.params);
-        run.model->set_optimizer_state(resumed.master, resumed.m, resumed.v);
+        resume_model(run, resumed);
     } else if (model_file.params.empty()) {
         std::vector<float> weights(param_layout(run.config).total);
         gpt_init_params(run.config, run.opt.seed, weights.data());
@@ -374,6 +374,7 @@ static void print_report(const Run& run) {
                                run.resumed_mesh.size(), run.resumed_mesh.shape().c_str(), run.ranks.num_ranks,
                                mesh.shape().c_str()).c_str()
                    : "");
+    if (run.resuming) printf("%s\n", run.resume_report.c_str());
     if (opt.resume && !run.resuming)
         printf("note: no complete checkpoint in %s yet, so training starts from step 0\n", opt.output_dir.c_str());
     if (opt.sample_every > 0 && !run.can_sample)

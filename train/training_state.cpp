@@ -1,6 +1,7 @@
 // The training-state file (see training_state.h).
 #include "train/training_state.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -98,88 +99,94 @@ void write_training_state(const std::string& path, const TrainingState& state) {
     file.commit();
 }
 
-// Reads a u64 at `at` of the payload, advancing it; fails when the payload ends first.
-static uint64_t read_u64(const std::vector<unsigned char>& payload, size_t* at, const std::string& path) {
-    if (payload.size() - *at < 8) fail("%s: ends inside its header fields (truncated?)", path.c_str());
-    uint64_t value;
-    memcpy(&value, payload.data() + *at, 8);
-    *at += 8;
-    return value;
+// The payload's checksum, streamed through a buffer of at most CHECKSUM_BLOCK bytes.
+constexpr uint64_t CHECKSUM_BLOCK = 1 << 20;
+static uint64_t payload_checksum(FileReader& file, uint64_t payload_bytes) {
+    std::vector<unsigned char> block(std::min(payload_bytes, CHECKSUM_BLOCK));
+    uint64_t hash = FNV_OFFSET;
+    for (uint64_t done = 0; done < payload_bytes;) {
+        const size_t n = (size_t)std::min<uint64_t>(block.size(), payload_bytes - done);
+        file.read(STATE_HEADER_BYTES + done, block.data(), n);
+        hash = fnv1a64(block.data(), n, hash);
+        done += n;
+    }
+    return hash;
 }
 
-// Reads the header and the payload it announces, checking magic, version, size and checksum in that
-// order; sets *version.
-static std::vector<unsigned char> read_checked_payload(const std::string& path, uint32_t* version) {
-    const uint64_t size = file_size(path);
+// Checks the header and the payload it announces: magic, version, size and checksum in that order;
+// sets *version and *payload_bytes.
+static void check_header_and_checksum(FileReader& file, uint32_t* version, uint64_t* payload_bytes) {
+    const std::string& path = file.path();
+    const uint64_t size = file.size();
     if (size < STATE_HEADER_BYTES) fail("%s: too short to be a training state", path.c_str());
     unsigned char header[STATE_HEADER_BYTES];
-    read_bytes(path, 0, header, STATE_HEADER_BYTES);
-    uint64_t payload_bytes, checksum;
+    file.read(0, header, STATE_HEADER_BYTES);
+    uint64_t checksum;
     memcpy(version, header + 8, 4);
-    memcpy(&payload_bytes, header + 16, 8);
+    memcpy(payload_bytes, header + 16, 8);
     memcpy(&checksum, header + 24, 8);
     if (memcmp(header, STATE_MAGIC, 8) != 0) fail("%s: not a training state file", path.c_str());
     if (*version != 1 && *version != TRAINING_STATE_VERSION)
         fail("%s: training state version %u, this build reads versions 1 and %u", path.c_str(), *version,
              TRAINING_STATE_VERSION);
-    if (payload_bytes != size - STATE_HEADER_BYTES || payload_bytes < fixed_bytes(*version))
-        fail("%s: size %llu does not match its header (truncated?)", path.c_str(),
-             (unsigned long long)size);
-    std::vector<unsigned char> payload(payload_bytes);
-    read_bytes(path, STATE_HEADER_BYTES, payload.data(), payload_bytes);
-    if (fnv1a64(payload.data(), payload_bytes, FNV_OFFSET) != checksum)
+    if (*payload_bytes != size - STATE_HEADER_BYTES || *payload_bytes < fixed_bytes(*version))
+        fail("%s: size %llu does not match its header (truncated?)", path.c_str(), (unsigned long long)size);
+    if (payload_checksum(file, *payload_bytes) != checksum)
         fail("%s: checksum mismatch (the file is corrupted)", path.c_str());
-    return payload;
 }
 
-// Unpacks a checked payload in file order: the fixed fields, the mesh (version 2) or the sharded
-// flag (version 1), the ranges (version 2) and the three arrays, failing where a count or length
-// does not fit the bytes left. A version 1 state's ranges are left to check_ranges.
-static TrainingState unpack_payload(const std::vector<unsigned char>& payload, uint32_t version,
-                                    const std::string& path) {
-    const uint64_t payload_bytes = payload.size();
+// Reads the payload's fields in file order, failing where one runs past the payload's end.
+struct PayloadCursor {
+    FileReader& file;
+    uint64_t at, end;  // file offsets
+    void read(void* out, uint64_t bytes) {
+        if (end - at < bytes) fail("%s: ends inside its header fields (truncated?)", file.path().c_str());
+        file.read(at, out, bytes);
+        at += bytes;
+    }
+    uint64_t u64() {
+        uint64_t value;
+        read(&value, 8);
+        return value;
+    }
+};
+
+// Reads a checked payload's fields in file order: the fixed fields, the mesh (version 2) or the
+// sharded flag (version 1), the ranges (version 2) and the three arrays' lengths, failing where a
+// count or length does not fit the bytes left; leaves the cursor at the first array. A version 1
+// state's ranges are left to check_ranges.
+static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t lengths[3]) {
+    const std::string& path = in.file.path();
     TrainingState s;
     MeshFields mesh = {0, 0, 0, 0};
     int64_t v1_sharded = 0;
-    size_t at = 0;
-    for (const Piece& p : fixed_pieces(s, version, &mesh, &v1_sharded)) {
-        memcpy(p.data, payload.data() + at, p.bytes);
-        at += p.bytes;
-    }
+    for (const Piece& p : fixed_pieces(s, version, &mesh, &v1_sharded)) in.read(p.data, p.bytes);
     if (version == 1) {
         if (v1_sharded != 0)
             fail("%s: a ZeRO shard in the version 1 format, which this build cannot put back together; "
                  "resume it with the build that wrote it", path.c_str());
         mesh = {s.shape.num_ranks, 1, 1, 0};
     } else {
-        const uint64_t count = read_u64(payload, &at, path);
-        if (count > (payload_bytes - at) / sizeof(LayoutRange))
+        const uint64_t count = in.u64();
+        if (count > (in.end - in.at) / sizeof(LayoutRange))
             fail("%s: %llu ranges do not fit in the file", path.c_str(), (unsigned long long)count);
         s.ranges.resize(count);
-        if (count) memcpy(s.ranges.data(), payload.data() + at, count * sizeof(LayoutRange));
-        at += count * sizeof(LayoutRange);
+        in.read(s.ranges.data(), count * sizeof(LayoutRange));
     }
     s.data_ranks = mesh.data_ranks, s.tensor_parallel = mesh.tensor_parallel;
     s.pipeline_parallel = mesh.pipeline_parallel;
-    uint64_t lengths[3];
-    for (uint64_t& length : lengths) length = read_u64(payload, &at, path);
+    for (int i = 0; i < 3; i++) lengths[i] = in.u64();
     // Compared one by one: a sum of three corrupt lengths could wrap around to the right total.
-    const uint64_t floats = (payload_bytes - at) / 4;
-    if ((payload_bytes - at) % 4 || lengths[0] > floats || lengths[1] > floats - lengths[0] ||
+    const uint64_t floats = (in.end - in.at) / 4;
+    if ((in.end - in.at) % 4 || lengths[0] > floats || lengths[1] > floats - lengths[0] ||
         lengths[2] != floats - lengths[0] - lengths[1])
         fail("%s: array lengths do not match the file size", path.c_str());
-    std::vector<float>* arrays[3] = {&s.params, &s.adam_m, &s.adam_v};
-    for (int i = 0; i < 3; i++) {
-        arrays[i]->resize(lengths[i]);
-        if (lengths[i]) memcpy(arrays[i]->data(), payload.data() + at, lengths[i] * 4);
-        at += lengths[i] * 4;
-    }
     return s;
 }
 
 // The run's fields: a valid config, a plausible shape, rank, step and mesh, outlier windows in
 // range, and three arrays of one length.
-static void check_run_fields(const TrainingState& s, const std::string& path) {
+static void check_run_fields(const TrainingState& s, const uint64_t lengths[3], const std::string& path) {
     validate_config(s.shape.config, path + " config");
     const RunShape& r = s.shape;
     if (r.batch_size <= 0 || r.seq_len <= 0 || r.total_batch <= 0 || r.num_ranks <= 0 ||
@@ -194,17 +201,17 @@ static void check_run_fields(const TrainingState& s, const std::string& path) {
             d->next >= OutlierDetector::WINDOW)
             fail("%s: outlier window out of range (count %d, next %d; window %d)", path.c_str(),
                  d->count, d->next, OutlierDetector::WINDOW);
-    if (s.params.size() != s.adam_m.size() || s.params.size() != s.adam_v.size())
+    if (lengths[0] != lengths[1] || lengths[0] != lengths[2])
         fail("%s: master weights and AdamW moments differ in length", path.c_str());
 }
 
 // The ranges: a version 1 state holds the whole model (its ranges are set here); each range lies
-// inside the model, and together they list exactly the parameters the state holds.
-static void check_ranges(TrainingState& s, uint32_t version, const std::string& path) {
+// inside the model, and together they list exactly the `values` parameters the state holds.
+static void check_ranges(TrainingState& s, uint64_t values, uint32_t version, const std::string& path) {
     const size_t total = param_layout(s.shape.config).total;
     if (version == 1) {
-        if (s.params.size() != total)
-            fail("%s: holds %zu parameters, its config (%s) has %zu", path.c_str(), s.params.size(),
+        if (values != total)
+            fail("%s: holds %llu parameters, its config (%s) has %zu", path.c_str(), (unsigned long long)values,
                  describe_config(s.shape.config).c_str(), total);
         s.ranges = whole_model_ranges(total);
     }
@@ -213,26 +220,46 @@ static void check_ranges(TrainingState& s, uint32_t version, const std::string& 
         if (range.offset > total || range.length > total - range.offset)
             fail("%s: a range [%llu, +%llu) lies outside the model's %zu parameters", path.c_str(),
                  (unsigned long long)range.offset, (unsigned long long)range.length, total);
-        if (listed <= s.params.size()) listed += range.length;
+        if (listed <= values) listed += range.length;
     }
-    if (listed != s.params.size())
-        fail("%s: its ranges do not list the %zu parameters it holds", path.c_str(), s.params.size());
+    if (listed != values)
+        fail("%s: its ranges do not list the %llu parameters it holds", path.c_str(), (unsigned long long)values);
+}
+
+TrainingStateFile open_training_state(const std::string& path) {
+    FileReader file(path);
+    uint32_t version;
+    uint64_t payload_bytes, lengths[3];
+    check_header_and_checksum(file, &version, &payload_bytes);
+    PayloadCursor in{file, STATE_HEADER_BYTES, file.size()};
+    TrainingState s = read_fields(in, version, lengths);
+    check_run_fields(s, lengths, path);
+    check_ranges(s, lengths[0], version, path);
+    const uint64_t arrays_at = in.at;
+    return TrainingStateFile(std::move(s), lengths[0], std::move(file), arrays_at);
+}
+
+void TrainingStateFile::read_values(int array, uint64_t first, uint64_t count, float* out) {
+    if (array < 0 || array > 2 || first > values_ || count > values_ - first)
+        fail("internal error: values [%llu, +%llu) of array %d of %s, which holds %llu", (unsigned long long)first,
+             (unsigned long long)count, array, file_.path().c_str(), (unsigned long long)values_);
+    file_.read(arrays_at_ + ((uint64_t)array * values_ + first) * 4, out, count * 4);
 }
 
 TrainingState read_training_state(const std::string& path) {
-    uint32_t version;
-    const std::vector<unsigned char> payload = read_checked_payload(path, &version);
-    TrainingState s = unpack_payload(payload, version, path);
-    check_run_fields(s, path);
-    check_ranges(s, version, path);
+    TrainingStateFile file = open_training_state(path);
+    TrainingState s = file.state();
+    std::vector<float>* arrays[3] = {&s.params, &s.adam_m, &s.adam_v};
+    for (int i = 0; i < 3; i++) {
+        arrays[i]->resize(file.values());
+        file.read_values(i, 0, file.values(), arrays[i]->data());
+    }
     return s;
 }
 
 void check_same_run(const RunShape& saved, const RunShape& now, const std::string& path) {
     const GPTConfig &a = saved.config, &b = now.config;
-    if (a.max_seq_len != b.max_seq_len || a.vocab_size != b.vocab_size ||
-        a.padded_vocab_size != b.padded_vocab_size || a.num_layers != b.num_layers ||
-        a.num_heads != b.num_heads || a.channels != b.channels)
+    if (!same_shape(a, b))
         fail("%s: saved model %s differs from this run's %s", path.c_str(),
              describe_config(a).c_str(), describe_config(b).c_str());
     // Not compared: -d (a different total batch only changes the accumulation; train/run_folder.cpp

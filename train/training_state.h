@@ -11,12 +11,15 @@
 // on any mesh and ZeRO stage reassembles them without knowing how they were cut. Version 1 files
 // (whole-model state without ranges) are read too.
 // Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
-// checksum, each failure a one-line InputError naming the file.
+// checksum, each failure a one-line InputError naming the file; the checksum is streamed, so a reader
+// can check a file and then take only slices of its arrays (open_training_state).
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/file_io.h"
 #include "base/gpt_config.h"
 #include "base/model_part.h"
 #include "base/outlier_detector.h"
@@ -51,6 +54,27 @@ constexpr uint32_t TRAINING_STATE_VERSION = 2;
 
 void write_training_state(const std::string& path, const TrainingState& state);
 TrainingState read_training_state(const std::string& path);
+
+// A state file opened for reading slices of its arrays (train/resharding.h): every check of
+// read_training_state done (the checksum streamed through a fixed-size buffer), every field read but
+// the three arrays, which are read piece by piece on demand.
+class TrainingStateFile {
+public:
+    TrainingStateFile(TrainingState state, uint64_t values, FileReader file, uint64_t arrays_at)
+        : state_(std::move(state)), values_(values), file_(std::move(file)), arrays_at_(arrays_at) {}
+    const TrainingState& state() const { return state_; }  // its arrays empty
+    const std::string& path() const { return file_.path(); }
+    uint64_t values() const { return values_; }  // the length of each array
+    // Values [first, first + count) of array 0 (master weights), 1 (AdamW m) or 2 (v) into out.
+    void read_values(int array, uint64_t first, uint64_t count, float* out);
+
+private:
+    TrainingState state_;
+    uint64_t values_;
+    FileReader file_;
+    uint64_t arrays_at_;  // file offset of the first array
+};
+TrainingStateFile open_training_state(const std::string& path);
 
 // Throws InputError naming the file and the first field where saved and current differ.
 void check_same_run(const RunShape& saved, const RunShape& current, const std::string& path);

@@ -387,12 +387,13 @@ public:
     }
 
     // ---- weights in and out (host vectors in ParamLayout order, fp32)
-    void set_weights(const std::vector<float>& weights) {
-        if (sharding_.weights)
-            copy_to_device(params_, gather_shard(buckets_, rank_, true, weights), compute_);
-        else
-            copy_to_device(params_, to_device_order(buckets_, weights), compute_);
+    void set_weights(const std::vector<float>& weights) { set_placed_weights(place(weights_placement(), weights)); }
+    // Where each weight this rank keeps goes (its shard with sharded weights, else its slice in device
+    // order), and the weights placed so.
+    Placement weights_placement() const {
+        return sharding_.weights ? shard_placement(buckets_, rank_, true) : device_placement(buckets_);
     }
+    void set_placed_weights(const std::vector<float>& placed) { copy_to_device(params_, placed, compute_); }
     // The part of the working weights this rank writes to the model file (base/model_part.h): data
     // rank 0's slice but the copies. With sharded weights every rank must call it: the buckets are
     // gathered one at a time through a slot, so no rank holds its whole slice on the device at once.

@@ -153,13 +153,18 @@ std::vector<OwnedRun> owned_runs(const ParamBuckets& b, int rank, bool sharded) 
     return runs;
 }
 
-std::vector<float> to_device_order(const ParamBuckets& b, const std::vector<float>& layout_order) {
-    std::vector<float> device(b.total, 0.0f);
+Placement device_placement(const ParamBuckets& b) {
+    Placement placement;
+    placement.size = b.total;
     for (const ParamSegment& s : b.segments)
         for_each_layout_run(s, 0, s.length, [&](size_t layout_at, size_t index, size_t count) {
-            std::copy_n(layout_order.begin() + layout_at, count, device.begin() + s.device_offset + index);
+            placement.ranges.push_back({layout_at, count, s.device_offset + index});
         });
-    return device;
+    return placement;
+}
+
+std::vector<float> to_device_order(const ParamBuckets& b, const std::vector<float>& layout_order) {
+    return place(device_placement(b), layout_order);
 }
 
 ModelPart device_part(const ParamBuckets& b, const std::vector<float>& device_order) {
@@ -179,16 +184,20 @@ static size_t state_size(const ParamBuckets& b, bool sharded) {
     return sharded ? b.shard_size() : b.total;
 }
 
-std::vector<float> gather_shard(const ParamBuckets& b, int rank, bool sharded,
-                                const std::vector<float>& layout_order) {
-    std::vector<float> state(state_size(b, sharded), 0.0f);
+Placement shard_placement(const ParamBuckets& b, int rank, bool sharded) {
+    Placement placement;
+    placement.size = state_size(b, sharded);
     for (const OwnedRun& r : owned_runs(b, rank, sharded))
         for_each_layout_run(b.segments[r.segment], r.in_segment, r.length,
                             [&](size_t layout_at, size_t index, size_t count) {
-                                std::copy_n(layout_order.begin() + layout_at, count,
-                                            state.begin() + r.state_offset + index);
+                                placement.ranges.push_back({layout_at, count, r.state_offset + index});
                             });
-    return state;
+    return placement;
+}
+
+std::vector<float> gather_shard(const ParamBuckets& b, int rank, bool sharded,
+                                const std::vector<float>& layout_order) {
+    return place(shard_placement(b, rank, sharded), layout_order);
 }
 
 // The runs whose state this rank writes: without sharding, data rank 0 writes for every data rank;

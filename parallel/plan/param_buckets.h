@@ -131,12 +131,15 @@ struct OwnedRun {
 std::vector<OwnedRun> owned_runs(const ParamBuckets& buckets, int rank, bool sharded);
 
 // Host conversions between the whole model in ParamLayout order (files) and this rank's device order
-// (its slice; padding zero).
+// (its slice; padding zero): where each element of the model goes, and the conversion.
+Placement device_placement(const ParamBuckets& buckets);
 std::vector<float> to_device_order(const ParamBuckets& buckets, const std::vector<float>& layout_order);
 // The part of device-order values that this rank writes to a checkpoint (its segments but the copies).
 ModelPart device_part(const ParamBuckets& buckets, const std::vector<float>& device_order);
-// A rank's optimizer state (state order, see OwnedRun) from the whole model's, and the part of it
-// the rank writes (its runs but the copies') with their ParamLayout ranges.
+// A rank's optimizer state (state order, see OwnedRun) from the whole model's (where each element
+// goes, and the conversion), and the part of it the rank writes (its runs but the copies') with their
+// ParamLayout ranges.
+Placement shard_placement(const ParamBuckets& buckets, int rank, bool sharded);
 std::vector<float> gather_shard(const ParamBuckets& buckets, int rank, bool sharded,
                                 const std::vector<float>& layout_order);
 std::vector<LayoutRange> state_ranges(const ParamBuckets& buckets, int rank, bool sharded);

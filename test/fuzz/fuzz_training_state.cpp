@@ -2,7 +2,7 @@
 // checksum would stop almost every mutation at the header, so each input is read twice: as it is,
 // and with the header's payload size and checksum made to match its payload, which takes the
 // mutations on to the fields behind them. What a resumed run does first with the loaded outlier
-// windows (-sl, -sg), adding a value, is done too.
+// windows (-sl, -sg), adding a value, is done too, and a slice of the arrays is read alone.
 #include <cstring>
 #include <vector>
 
@@ -15,6 +15,9 @@ static void read_and_use(const std::string& path) {
     TrainingState s = read_training_state(path);
     s.loss_detector.update(1.0);
     s.norm_detector.update(1.0);
+    TrainingStateFile file = open_training_state(path);  // and a slice, as a resuming rank reads one
+    float value;
+    if (file.values()) file.read_values(2, file.values() / 2, 1, &value);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -10,6 +10,7 @@
 // gradient is near zero (the key biases' is exactly zero in exact arithmetic) those bits decide the
 // update's sign. The learning rate (2e-4, weights of ~0.02) keeps that noise below 1e-6 of the
 // weights after a few steps while each step still moves them by ~1%: a wrong update would show.
+#include "base/model_descriptor.h"
 #include "test/parallel/trainer_runs.h"
 
 using namespace trainer_runs;
@@ -161,6 +162,46 @@ TEST(fp32_gradient_reduction_in_the_bf16_build) {
 // the uninterrupted one-rank run.
 TEST(checkpoints_move_between_zero_stages_and_rank_counts) {
     check_moves(MODEL, default_data(), {{2, "-z 3", 4, "-z 1"}, {2, "-z 3", 0, "-z 0"}, {0, "-z 0", 2, "-z 3"}}, 1e-6);
+}
+
+// Re-sharding reads only what each rank keeps (train/resharding.h). A model of 1.7M parameters,
+// whose weights and optimizer state (26 MiB at 16 bytes a parameter) are far more than a rank's
+// share, saved at step 1 by 2 ranks and resumed on 4, and saved by 4 and resumed on 3, each resumed
+// under -z 3 (every array sharded): each rank reads and holds no more than its share (the whole over
+// its ranks, plus the range tables), and its resident memory (VmHWM over the resume) grows by at
+// most its share, one array's staging copy to the device and 4 MiB, where reading the whole model
+// (as every rank once did) grows it by more than the whole. The continuation matches the
+// uninterrupted one-rank run as every move does.
+TEST(resharding_reads_only_each_ranks_share) {
+    const std::string model = "custom:L2:C256:H4:V512:T32";
+    const double whole = 16.0 * param_layout(config_from_descriptor(model)).total / 1048576;  // MiB
+    // -d 96: 12 micro-batches of 1x8 tokens, which 1, 2, 3 and 4 ranks divide.
+    const std::string flags = "-b 1 -t 8 -d 96 -x 2 -n 1 -y 1 -o ";
+    const std::string straight = out_dir();
+    trainer_runs::run(0, model, default_data(), flags + straight);
+    const MeshMove moves[] = {{2, "-z 1", 4, "-z 3"}, {4, "-z 3", 3, "-z 3"}};
+    for (const MeshMove& move : moves) {
+        const std::string dir = out_dir();
+        trainer_runs::run(move.saved_ranks, model, default_data(), flags + dir + " --stop-at 1 " + move.saved);
+        const std::string log = trainer_runs::run(move.ranks, model, default_data(), flags + dir + " " + move.resumed);
+        const std::string what = strprintf("%d ranks to %d", move.saved_ranks, move.ranks);
+        const std::string line = lines_starting(log, "checkpoint read:");
+        const double read = number_after(log, "checkpoint read:", "read at most "),
+                     held = number_after(log, "checkpoint read:", "held at most "),
+                     of_whole = number_after(log, "checkpoint read:", "the whole model's "),
+                     grew = number_after(log, "checkpoint read:", "grew by at most ");
+        const double share = whole / move.ranks;
+        printf("  %s: read %.2f MiB, held %.2f MiB, resident memory grew by %.2f MiB (share %.2f, whole %.2f)\n",
+               what.c_str(), read, held, grew, share, whole);
+        CHECK_MSG(std::fabs(of_whole - whole) < 0.01, "%s: %s", what.c_str(), line.c_str());
+        CHECK_MSG(read > 0.9 * share && read <= share + 0.5, "%s: %s", what.c_str(), line.c_str());
+        CHECK_MSG(held > 0.7 * share && held <= share + 0.5, "%s: %s", what.c_str(), line.c_str());
+        if (line.find("(unknown here)") == std::string::npos)
+            CHECK_MSG(grew <= share + share / 4 + 4, "%s: %s", what.c_str(), line.c_str());
+        else
+            printf("  %s: this kernel keeps no resettable VmHWM, so resident memory is not checked\n", what.c_str());
+        check_same_run(dir, straight, 2, 1e-6, what.c_str());
+    }
 }
 
 // --dry-run from one process (--plan-ranks 2) prints the same memory and network lines as the two
