@@ -8,7 +8,7 @@ CUDA_INCLUDE ?= $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard \
 # -Wno-unknown-pragmas: "#pragma unroll" is for nvcc; g++ ignores it.
 EMU_CXXFLAGS := -x c++ -isystem $(CUDA_INCLUDE) -include emu/cuda_emu.h -Wno-unknown-pragmas
 EMU_OBJS     := $(addprefix $(BUILD)/emu/, fiber.o block_runner.o warp_ops.o grid_launch.o \
-                  cuda_runtime_host.o stream_capture.o)
+                  cuda_runtime_host.o stream_capture.o stream_queue.o)
 EMU_LIBS     :=
 
 ifneq ($(CUDA_INCLUDE),)

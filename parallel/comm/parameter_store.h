@@ -52,6 +52,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/host_transfer.h"
 #include "parallel/comm/nccl_check.h"
+#include "parallel/comm/stream_wait.h"
 #include "parallel/plan/param_buckets.h"
 #include "parallel/plan/traffic.h"
 #include "parallel/plan/zero_sharding.h"
@@ -228,7 +229,7 @@ public:
         const ParamBucket& b = buckets_.buckets[bucket];
         const size_t chunk = buckets_.chunk(bucket);
         CUDA_CHECK(cudaEventRecord(ready_[slot_of(bucket)], compute_));
-        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[slot_of(bucket)], 0));
+        WAIT_FOR_EVENT(gradients_ready, comm_stream_, ready_[slot_of(bucket)]);
         bytes_sent_ += reduce_cost(bucket);
         if (!sharding_.optimizer_state) {
             NCCL_CHECK(ncclAllReduce(grads_ + b.offset, grads_ + b.offset, b.length, NCCL_FLOATX, ncclAvg,
