@@ -192,9 +192,31 @@ ifneq ($(CUDA_INCLUDE),)
                           test_pipeline_parallel)
     ifneq ($(SAN),1)
       TESTS += $(MULTI_RANK_TESTS)
+      # The multi-rank suites run with the emulator's streams queued (EMU_STREAMS, emu/README.md), so that
+      # a missing stream wait fails them; the trainer gives the same bits either way (test_stream_order).
+      QUEUED_STREAMS_TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh \
+                              test/trainer/test_signal_one_rank.sh
     endif
     $(MULTI_RANK_TESTS): $(BUILD)/test/parallel/%: $(BUILD)/test/parallel/%.o $(HOST_OBJS) \
                                            $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(BIN)/train_gpt_emu $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+    # The emulator's queued streams against the trainer's stream order (test_stream_order.cpp), with a
+    # trainer missing one required wait (parallel/comm/stream_wait.h): only gpt_passes.cu issues it.
+    DROP_WAIT_TRAINER := $(BUILD)/test/parallel/train_gpt_emu_fp32_drop_wait
+    ifneq ($(SAN),1)
+      TESTS += $(BUILD)/test/parallel/test_stream_order
+    endif
+    $(BUILD)/test/parallel/gpt_passes.drop_wait.fp32.emu.o: gpu/gpt_passes.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(STAND_INS_CXXFLAGS) $(EMU_CXXFLAGS) -DENABLE_FP32 -DTEST_DROP_WAIT=gradients_ready \
+	  -c $< -o $@
+    $(DROP_WAIT_TRAINER): $(BUILD)/train_gpt.fp32.emu.o $(filter-out %/gpt_passes.fp32.emu.o,$(GPU_MODEL_EMU_FP32_OBJS)) \
+                          $(BUILD)/test/parallel/gpt_passes.drop_wait.fp32.emu.o $(TRAINER_EMU_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+    $(BUILD)/test/parallel/test_stream_order: $(BUILD)/test/parallel/test_stream_order.o $(HOST_OBJS) \
+                                              $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(DROP_WAIT_TRAINER)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
   endif
@@ -280,7 +302,7 @@ endif
 all: $(PROGRAMS) $(BENCHES)
 
 test: $(PROGRAMS) $(TESTS)
-	@BIN=$(BIN) BUILD=$(BUILD) bash test/run_tests.sh $(TESTS)
+	@BIN=$(BIN) BUILD=$(BUILD) QUEUED_STREAMS_TESTS="$(QUEUED_STREAMS_TESTS)" bash test/run_tests.sh $(TESTS)
 
 test-san:
 	$(MAKE) SAN=1 test

@@ -8,7 +8,7 @@ CUDA_INCLUDE ?= $(patsubst %/cuda_runtime.h,%,$(firstword $(wildcard \
 # -Wno-unknown-pragmas: "#pragma unroll" is for nvcc; g++ ignores it.
 EMU_CXXFLAGS := -x c++ -isystem $(CUDA_INCLUDE) -include emu/cuda_emu.h -Wno-unknown-pragmas
 EMU_OBJS     := $(addprefix $(BUILD)/emu/, fiber.o block_runner.o warp_ops.o grid_launch.o \
-                  cuda_runtime_host.o stream_capture.o)
+                  cuda_runtime_host.o stream_capture.o stream_queue.o)
 EMU_LIBS     :=
 
 ifneq ($(CUDA_INCLUDE),)
@@ -21,8 +21,8 @@ $(BUILD)/%.emu.o: %.cu
 	$(CXX) $(CXXFLAGS) $(EMU_CXXFLAGS) -c $< -o $@
 
 # Tests: the kernel suite (also built with nvcc by kernels/build.mk), error detection, the runtime
-# stand-ins, and the helper the detection test runs to see ASan catch an out-of-bounds write.
-EMU_TESTS := emu_kernel_suite emu_detect emu_runtime
+# stand-ins, the queued streams (EMU_STREAMS), and the helper the detection test runs to see ASan catch an out-of-bounds write.
+EMU_TESTS := emu_kernel_suite emu_detect emu_runtime emu_streams
 TESTS += $(addprefix $(BUILD)/test/, $(EMU_TESTS)) test/emu/gpu_vs_emu.sh
 # The emulated trainer on the Hopper attention kernels against train_gpt_cpu (plain build only).
 ifneq ($(SAN),1)
@@ -31,6 +31,7 @@ endif
 $(BUILD)/test/emu_kernel_suite: $(BUILD)/test/emu/kernel_suite.emu.o
 $(BUILD)/test/emu_detect: $(BUILD)/test/emu/detect_test.emu.o | $(BUILD)/test/emu_oob_kernel
 $(BUILD)/test/emu_runtime: $(BUILD)/test/emu/runtime_test.emu.o
+$(BUILD)/test/emu_streams: $(BUILD)/test/emu/stream_queue_test.emu.o
 $(addprefix $(BUILD)/test/, $(EMU_TESTS)): $(TEST_MAIN) $(EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS)

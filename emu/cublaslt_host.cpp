@@ -45,15 +45,18 @@
 #include <vector>
 
 #include "cpu/gemm.h"
+#include "emu/work_kind.h"
 
 // The emulated runtime's launch counter and stream capture (emu/launch.h), when the program links
 // them: a real cublasLtMatmul launches kernels, so each product counts as one launch, when it runs;
 // on a capturing stream the product (its descriptors and pointers as they are now) is recorded into
-// the graph and computed when the graph runs. Weak, so that the stand-in also links without the
-// emulator (test_cublaslt, bench_cublaslt).
+// the graph and computed when the graph runs, and with queued streams (emu/stream_queue.h) it is
+// queued like a kernel. Weak, so that the stand-in also links without the emulator (test_cublaslt,
+// bench_cublaslt).
 namespace emu {
 void count_library_launch() __attribute__((weak));
-bool record_work(cudaStream_t stream, const char* name, std::function<void()> work) __attribute__((weak));
+bool record_work(cudaStream_t stream, const char* name, std::function<void()> work,
+                 WorkKind kind = WorkKind::device) __attribute__((weak));
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 // Host stand-ins for the CUDA runtime functions the project calls, declared by CUDA's own
 // cuda_runtime_api.h. "Device" memory is host memory; streams are handles whose work has already
-// run (launches and copies execute synchronously) unless a capture records it (stream_capture.cpp);
-// events record host time; there is one device, an emulated compute-capability-9.0 GPU whose name
-// says so.
+// run (launches and copies execute synchronously) unless a capture records it (stream_capture.cpp) or
+// EMU_STREAMS queues it (stream_queue.h: synchronisations then run what they wait for); events record
+// host time; there is one device, an emulated compute-capability-9.0 GPU whose name says so.
 #include "emu/cuda_emu.h"
 #include "emu/runtime_state.h"
+#include "emu/stream_queue.h"
 
 #include <atomic>
 #include <chrono>
@@ -14,7 +15,9 @@
 #include <mutex>
 #include <omp.h>
 #include <unistd.h>
+#include <memory>
 #include <unordered_map>
+#include <vector>
 
 
 namespace emu {
@@ -205,6 +208,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 cudaError_t cudaDeviceSynchronize() {
     if (cudaError_t err = emu::refuse_in_capture("cudaDeviceSynchronize")) return err;
+    emu::drain_queued_work();
     return emu::host_sync(emu::pending_launch_failure());
 }
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
@@ -242,6 +246,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
 cudaError_t cudaMallocManaged(void** ptr, size_t size, unsigned int) { return cudaMalloc(ptr, size); }
 cudaError_t cudaFree(void* ptr) {
     if (cudaError_t err = emu::refuse_in_capture("cudaFree")) return err;
+    emu::drain_queued_work();  // cudaFree waits for the device: queued work may still use the memory
     return emu::release(ptr, emu::g_device_allocations);
 }
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
@@ -251,6 +256,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int) { return cudaMallocHost(ptr, size); }
 cudaError_t cudaFreeHost(void* ptr) {
     if (cudaError_t err = emu::refuse_in_capture("cudaFreeHost")) return err;
+    emu::drain_queued_work();
     return emu::release(ptr, emu::g_host_allocations);
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
@@ -266,6 +272,23 @@ static cudaError_t copy(void* dst, const void* src, size_t count) {
     memcpy(dst, src, count);
     return cudaSuccess;
 }
+// Queued streams (stream_queue.h): a copy from pageable host memory reads its source when issued (the
+// driver stages it before returning); one into pageable host memory returns once it has run, with what
+// its stream waits for.
+static cudaError_t queue_copy(void* dst, const void* src, size_t count, bool pageable_src, bool pageable_dst,
+                              cudaStream_t stream) {
+    if (count == 0) return cudaSuccess;
+    if (!dst || !src) return fail(cudaErrorInvalidValue);
+    if (pageable_src) {
+        auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + count);
+        emu::queue_work(stream, "cudaMemcpyAsync", [=] { memcpy(dst, staged->data(), count); }, emu::WorkKind::device);
+    } else {
+        emu::queue_work(stream, "cudaMemcpyAsync", [=] { memcpy(dst, src, count); }, emu::WorkKind::device);
+    }
+    if (!pageable_dst) return cudaSuccess;
+    emu::drain_stream(stream);
+    return emu::host_sync(emu::pending_launch_failure());
+}
 // A synchronous copy into host memory waits for the device: counted as a host synchronisation.
 // (A base pointer is recognised; a pointer into the middle of an allocation is taken as host memory.)
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
@@ -273,6 +296,12 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind 
     const bool to_host = kind == cudaMemcpyDeviceToHost ||
                          (kind == cudaMemcpyDefault && emu::is_device_allocation(src) &&
                           !emu::is_device_allocation(dst));
+    if (emu::streams_queued()) {  // on the legacy stream, run now with what it waits for
+        if (count && (!dst || !src)) return fail(cudaErrorInvalidValue);
+        emu::queue_work(nullptr, "cudaMemcpy", [=] { copy(dst, src, count); }, emu::WorkKind::device);
+        emu::drain_stream(nullptr);
+        return to_host ? emu::host_sync(emu::pending_launch_failure()) : cudaSuccess;
+    }
     const cudaError_t err = copy(dst, src, count);
     return to_host ? emu::host_sync(err) : err;
 }
@@ -291,6 +320,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
         emu::record_work(stream, "cudaMemcpyAsync", [=] { copy(dst, src, count); });
         return cudaSuccess;
     }
+    if (emu::streams_queued()) return queue_copy(dst, src, count, host_src && emu::is_pageable(src),
+                                                      host_dst && !host_src && emu::is_pageable(dst), stream);
     const cudaError_t err = copy(dst, src, count);
     return host_dst && !host_src && emu::is_pageable(dst) ? emu::host_sync(err) : err;
 }
@@ -298,11 +329,16 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) {
     if (cudaError_t err = emu::refuse_in_capture("cudaMemset (synchronous)")) return err;
     if (count == 0) return cudaSuccess;
     if (!ptr) return fail(cudaErrorInvalidValue);
+    if (emu::streams_queued()) {  // on the legacy stream, run now with what it waits for
+        emu::queue_work(nullptr, "cudaMemset", [=] { memset(ptr, value, count); }, emu::WorkKind::device);
+        emu::drain_stream(nullptr);
+        return cudaSuccess;
+    }
     memset(ptr, value, count);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
-    if (emu::capturing(stream)) {
+    if (emu::defers_work(stream)) {
         emu::record_work(stream, "cudaMemsetAsync", [=] { memset(ptr, value, count); });
         return ptr || count == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
     }
@@ -312,26 +348,37 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
     return cudaSuccess;
 }
 
-// ---- streams: work submitted to one has already run when the call returns
+// ---- streams: work submitted to one has already run when the call returns (unless queued)
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
     if (!stream) return fail(cudaErrorInvalidValue);
     *stream = new CUstream_st{};
     return cudaSuccess;
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) { return cudaStreamCreate(stream); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+    cudaError_t err = cudaStreamCreate(stream);
+    if (err == cudaSuccess) (*stream)->blocking = !(flags & cudaStreamNonBlocking);
+    return err;
+}
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    emu::forget_stream(stream);  // its queued work still runs
     delete stream;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     if (cudaError_t err = emu::refuse_in_capture("cudaStreamSynchronize")) return err;
+    emu::drain_stream(stream);
     return emu::host_sync(emu::pending_launch_failure());
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-    return emu::capturing(stream) ? emu::refuse_in_capture("cudaStreamQuery on a capturing stream") : cudaSuccess;
+    if (emu::capturing(stream)) return emu::refuse_in_capture("cudaStreamQuery on a capturing stream");
+    return emu::stream_idle(stream) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-    return event ? emu::capture_stream_wait(stream, event) : fail(cudaErrorInvalidResourceHandle);
+    if (!event) return fail(cudaErrorInvalidResourceHandle);
+    const cudaError_t err = emu::capture_stream_wait(stream, event);
+    if (err == cudaSuccess && emu::streams_queued() && !emu::capturing(stream) && event->capture == 0)
+        emu::queue_stream_wait(stream, event);
+    return err;
 }
 
 // ---- events: the host time at which they were recorded
@@ -351,25 +398,30 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     if (!event) return fail(cudaErrorInvalidResourceHandle);
-    event->time = std::chrono::steady_clock::now();
+    *event->time = std::chrono::steady_clock::now();
     event->recorded = true;
+    event->queued = 0;
     emu::capture_event_record(event, stream);
+    if (emu::streams_queued() && !emu::capturing(stream)) emu::queue_event_record(event, stream);
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (!event) return fail(cudaErrorInvalidResourceHandle);
     if (emu::event_in_active_capture(event)) return fail(cudaErrorCapturedEvent);
     if (cudaError_t err = emu::refuse_in_capture("cudaEventSynchronize")) return err;
+    emu::drain_event(event);
     return emu::host_sync(cudaSuccess);
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
     if (!event) return fail(cudaErrorInvalidResourceHandle);
-    return emu::event_in_active_capture(event) ? fail(cudaErrorCapturedEvent) : cudaSuccess;
+    if (emu::event_in_active_capture(event)) return fail(cudaErrorCapturedEvent);
+    return emu::event_done(event) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (!ms) return fail(cudaErrorInvalidValue);
     if (!start || !end || !start->timing || !end->timing) return fail(cudaErrorInvalidResourceHandle);
     if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
-    *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
+    if (!emu::event_done(start) || !emu::event_done(end)) return cudaErrorNotReady;
+    *ms = std::chrono::duration<float, std::milli>(*end->time - *start->time).count();
     return cudaSuccess;
 }

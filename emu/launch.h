@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "emu/work_kind.h"
+
 namespace emu {
 
 struct LaunchConfig {
@@ -28,10 +30,15 @@ cudaError_t run_grid(const LaunchConfig& config, void (*thread_body)(void*), voi
 cudaError_t check_launch(const LaunchConfig& config);
 
 // Stream capture (stream_capture.cpp): whether work issued to `stream` is being recorded into a graph
-// rather than run; record_work adds `work` to the capture's graph when it is (returns false and does
-// nothing otherwise: the caller runs the work now). For the host stand-ins of libraries too.
+// rather than run. defers_work: whether work issued to `stream` is recorded or queued (a capture, or
+// the queued streams of EMU_STREAMS, stream_queue.h) rather than run now; record_work then records or
+// queues `work` (returns false and does nothing otherwise: the caller runs the work now). For the host
+// stand-ins of libraries too; their collectives and transfers are WorkKind::communication, which runs
+// in the order issued (stream_queue.h says why).
 bool capturing(cudaStream_t stream);
-bool record_work(cudaStream_t stream, const char* name, std::function<void()> work);
+bool defers_work(cudaStream_t stream);
+bool record_work(cudaStream_t stream, const char* name, std::function<void()> work,
+                 WorkKind kind = WorkKind::device);
 
 template <typename... Params, typename... Args>
 void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
@@ -47,7 +54,7 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
         std::apply(c.kernel, c.params);
     };
     const LaunchConfig config{name, (const void*)kernel, grid, block, shared_bytes, stream};
-    if (capturing(stream)) {  // the arguments as they are now, run when the graph is launched
+    if (defers_work(stream)) {  // the arguments as they are now, run when the graph or the queue does
         if (check_launch(config) != cudaSuccess) return;
         auto kept = std::make_shared<Closure>(std::move(closure));
         record_work(stream, name, [config, thread_body, kept] { run_grid(config, thread_body, kept.get()); });

@@ -16,9 +16,15 @@
 // Streams are ignored (emulated streams run synchronously), except that on a stream being captured
 // into a CUDA graph (emu/stream_capture.cpp) a collective is recorded and runs when the graph does:
 // every rank replays the same graph, so the ranks still issue the same collectives in the same order.
-// Sends and receives are not supported in a capture.
+// Sends and receives are not supported in a capture. With queued streams (EMU_STREAMS,
+// emu/stream_queue.h) collectives, sends and receives are queued on their stream as communication,
+// which keeps its issue order; a group's sends and receives are queued as one piece of work at
+// ncclGroupEnd (they must share a stream); creating, splitting and destroying a communicator first
+// runs everything queued (they talk to the other ranks at once).
 #include <mpi.h>
 #include <nccl.h>
+
+#include "emu/work_kind.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,14 +43,24 @@ struct ncclComm {
     int rank, size;
 };
 
-// The emulator's stream capture, when the program links it (weak: test_nccl links the stand-in alone).
+// The emulator's stream capture and queued streams, when the program links them (weak: test_nccl
+// links the stand-in alone).
 namespace emu {
-bool record_work(cudaStream_t stream, const char* name, std::function<void()> work) __attribute__((weak));
+bool record_work(cudaStream_t stream, const char* name, std::function<void()> work, WorkKind kind)
+    __attribute__((weak));
 bool capturing(cudaStream_t stream) __attribute__((weak));
+bool defers_work(cudaStream_t stream) __attribute__((weak));
+void drain_queued_work() __attribute__((weak));
 }
-// Runs `collective` now, or records it when `stream` is being captured.
+// Runs `collective` now, or records or queues it when the emulator defers `stream`'s work.
 static void run_or_record(cudaStream_t stream, const char* name, const std::function<void()>& collective) {
-    if (!(emu::record_work && emu::record_work(stream, name, collective))) collective();
+    if (!(emu::record_work && emu::record_work(stream, name, collective, emu::WorkKind::communication)))
+        collective();
+}
+static bool queued(cudaStream_t stream) { return emu::defers_work && emu::defers_work(stream); }
+// Before talking to the other ranks from the host: run what is queued (their collectives included).
+static void run_queued_work() {
+    if (emu::drain_queued_work) emu::drain_queued_work();
 }
 
 namespace {
@@ -193,6 +209,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 // ordered by `rank`. Initialises MPI (and finalises it at exit) if the program has not.
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
     if (!comm) return refuse(ncclInvalidArgument, "ncclCommInitRank: null communicator pointer");
+    run_queued_work();
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -232,6 +249,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
 // their rank in comm); NCCL_SPLIT_NOCOLOR gives a null one. Collective over comm.
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* /*config*/) {
     if (!comm || !newcomm) return refuse(ncclInvalidArgument, "ncclCommSplit: null argument");
+    run_queued_work();
     MPI_Comm split;
     MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &split);
     if (split == MPI_COMM_NULL) {
@@ -247,6 +265,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
+    run_queued_work();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&comm->mpi);
@@ -337,41 +356,79 @@ ncclResult_t ncclGroupStart() {
     return ncclSuccess;
 }
 
-ncclResult_t ncclGroupEnd() {
-    if (g_group_depth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
-    if (--g_group_depth == 0 && !g_pending.empty()) {
-        MPI_Waitall((int)g_pending.size(), g_pending.data(), MPI_STATUSES_IGNORE);
-        g_pending.clear();
-    }
-    return ncclSuccess;
-}
+}  // extern "C"
 
 // Point to point, as bytes in pieces of at most kChunk (MPI counts are int); each piece its own
 // message, matched in order between the same two ranks.
-static ncclResult_t point_to_point(bool send, void* buffer, size_t count, ncclDataType_t type, int peer,
-                                   ncclComm_t comm) {
+namespace {
+struct Transfer {
+    bool send;
+    void* buffer;
+    size_t bytes;
+    int peer;
+    ncclComm_t comm;
+};
+std::vector<Transfer> g_queued_group;  // queued streams: the open group's sends and receives
+cudaStream_t g_queued_group_stream = nullptr;
+
+void start_transfer(const Transfer& t, std::vector<MPI_Request>* requests) {
+    for (size_t done = 0; done < t.bytes; done += kChunk) {
+        MPI_Request request;
+        const int piece = (int)std::min(kChunk, t.bytes - done);
+        char* at = static_cast<char*>(t.buffer) + done;
+        if (t.send)
+            MPI_Isend(at, piece, MPI_BYTE, t.peer, 7, t.comm->mpi, &request);
+        else
+            MPI_Irecv(at, piece, MPI_BYTE, t.peer, 7, t.comm->mpi, &request);
+        requests->push_back(request);
+    }
+}
+// Starts the transfers together and returns once all are done.
+void transfer(const std::vector<Transfer>& transfers) {
+    std::vector<MPI_Request> requests;
+    for (const Transfer& t : transfers) start_transfer(t, &requests);
+    MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE);
+}
+
+ncclResult_t point_to_point(bool send, void* buffer, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                            cudaStream_t stream) {
     const char* op = send ? "ncclSend" : "ncclRecv";
     if (ncclResult_t r = check_args(op, type, comm)) return r;
     if (peer < 0 || peer >= comm->size || peer == comm->rank)
         return refuse(ncclInvalidArgument, "%s: peer %d is not another rank of %d", op, peer, comm->size);
     if (count == 0) return ncclSuccess;
     if (!buffer) return refuse(ncclInvalidArgument, "%s: null buffer", op);
-    const size_t bytes = count * type_size(type);
-    std::vector<MPI_Request> requests;
-    for (size_t done = 0; done < bytes; done += kChunk) {
-        MPI_Request request;
-        const int piece = (int)std::min(kChunk, bytes - done);
-        char* at = static_cast<char*>(buffer) + done;
-        if (send)
-            MPI_Isend(at, piece, MPI_BYTE, peer, 7, comm->mpi, &request);
-        else
-            MPI_Irecv(at, piece, MPI_BYTE, peer, 7, comm->mpi, &request);
-        requests.push_back(request);
+    const Transfer t{send, buffer, count * type_size(type), peer, comm};
+    if (queued(stream) && g_group_depth == 0) {
+        run_or_record(stream, op, [t] { transfer({t}); });
+    } else if (queued(stream)) {
+        if (!g_queued_group.empty() && stream != g_queued_group_stream)
+            return refuse(ncclInvalidUsage, "%s: a group's sends and receives on two streams (not supported with "
+                                            "queued streams)", op);
+        g_queued_group_stream = stream;
+        g_queued_group.push_back(t);
+    } else if (g_group_depth > 0) {
+        start_transfer(t, &g_pending);
+    } else {
+        transfer({t});
     }
-    if (g_group_depth > 0)
-        g_pending.insert(g_pending.end(), requests.begin(), requests.end());
-    else
-        MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE);
+    return ncclSuccess;
+}
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclGroupEnd() {
+    if (g_group_depth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    if (--g_group_depth == 0 && !g_pending.empty()) {
+        MPI_Waitall((int)g_pending.size(), g_pending.data(), MPI_STATUSES_IGNORE);
+        g_pending.clear();
+    }
+    if (g_group_depth == 0 && !g_queued_group.empty()) {
+        std::vector<Transfer> group;
+        group.swap(g_queued_group);
+        run_or_record(g_queued_group_stream, "ncclGroupEnd (sends and receives)", [group] { transfer(group); });
+    }
     return ncclSuccess;
 }
 
@@ -379,14 +436,14 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t type, i
                       cudaStream_t stream) {
     if (emu::capturing && emu::capturing(stream))
         return refuse(ncclInvalidUsage, "ncclSend: not supported by the stand-in in a captured stream");
-    return point_to_point(true, const_cast<void*>(sendbuff), count, type, peer, comm);
+    return point_to_point(true, const_cast<void*>(sendbuff), count, type, peer, comm, stream);
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
     if (emu::capturing && emu::capturing(stream))
         return refuse(ncclInvalidUsage, "ncclRecv: not supported by the stand-in in a captured stream");
-    return point_to_point(false, recvbuff, count, type, peer, comm);
+    return point_to_point(false, recvbuff, count, type, peer, comm, stream);
 }
 
 }  // extern "C"

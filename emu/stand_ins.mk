@@ -20,6 +20,7 @@ STAND_INS_CXXFLAGS := -isystem $(STAND_INS_CUDA_INCLUDE)
 EMU_CUBLASLT_OBJS :=
 EMU_CUBLASLT_LIBS :=
 EMU_NCCL_OBJS     :=
+EMU_MPI_HOST_OBJS :=
 
 ifneq ($(HAVE_CUBLASLT_H),)
   # The product runs on the CPU reference's gemm() (cpu/gemm.cpp picks OpenBLAS's kernels for this CPU).
@@ -42,7 +43,10 @@ endif
 
 ifneq ($(and $(HAVE_NCCL_H),$(MPI_LIBS)),)
   EMU_NCCL_OBJS := $(BUILD)/emu/nccl_host.o
-  $(BUILD)/emu/nccl_host.o $(BUILD)/test/emu/test_nccl.o: CXXFLAGS += $(STAND_INS_CXXFLAGS) $(MPI_CXXFLAGS)
+  # With the emulator: the host's own MPI calls first run the queued streams' work (mpi_host_calls.cpp).
+  EMU_MPI_HOST_OBJS := $(BUILD)/emu/mpi_host_calls.o
+  $(BUILD)/emu/nccl_host.o $(BUILD)/emu/mpi_host_calls.o $(BUILD)/test/emu/test_nccl.o: \
+    CXXFLAGS += $(STAND_INS_CXXFLAGS) $(MPI_CXXFLAGS)
 
   # test_nccl.sh runs this program under mpirun -np 2 and -np 4; the rule below builds it first.
   $(BUILD)/test/test_nccl: $(BUILD)/test/emu/test_nccl.o $(EMU_NCCL_OBJS)
@@ -52,5 +56,5 @@ ifneq ($(and $(HAVE_NCCL_H),$(MPI_LIBS)),)
 endif
 TESTS += test/emu/test_nccl.sh
 
-EMU_STAND_IN_OBJS := $(EMU_CUBLASLT_OBJS) $(EMU_NCCL_OBJS)
+EMU_STAND_IN_OBJS := $(EMU_CUBLASLT_OBJS) $(EMU_NCCL_OBJS) $(EMU_MPI_HOST_OBJS)
 EMU_STAND_IN_LIBS := $(EMU_CUBLASLT_LIBS) $(MPI_LIBS)

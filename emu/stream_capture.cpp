@@ -2,8 +2,11 @@
 // the work issued to the captured streams (kernel launches, asynchronous copies and memsets, and the
 // stand-ins' cuBLASLt products and NCCL collectives) instead of running it; cudaGraphInstantiate
 // copies the recording; cudaGraphLaunch runs it, node after node in the order it was issued (a valid
-// order of any graph the capture could make: the emulator runs every stream's work in issue order).
-// Kernel arguments are the values at capture; a captured copy reads its source when the graph runs.
+// order of any graph the capture could make: the emulator runs every stream's work in issue order), or,
+// with queued streams (stream_queue.h), queues the nodes to run in any order the graph's edges allow.
+// The edges are recorded during the capture: each node follows the node before it on its stream and
+// the nodes an event it waited on was recorded after. Kernel arguments are the values at capture; a
+// captured copy reads its source when the graph runs.
 //
 // What a real capture refuses is refused here too, so that a trainer step that could not be captured
 // on a GPU fails in the emulated tests (one capture at a time, in cudaStreamCaptureModeGlobal):
@@ -19,6 +22,7 @@
 //     (cudaErrorStreamCaptureUnjoined). Only direct joins into the origin stream are tracked.
 #include "emu/cuda_emu.h"
 #include "emu/runtime_state.h"
+#include "emu/stream_queue.h"
 
 #include <atomic>
 #include <cstdio>
@@ -26,13 +30,6 @@
 #include <map>
 #include <string>
 #include <vector>
-
-namespace emu {
-struct GraphNode {
-    std::string name;
-    std::function<void()> work;
-};
-}  // namespace emu
 
 struct CUgraph_st {
     std::vector<emu::GraphNode> nodes;
@@ -51,6 +48,7 @@ struct Capture {
     CUgraph_st* graph = nullptr;
     std::map<cudaStream_t, size_t> captured;  // streams in the capture: nodes each has issued so far
     std::map<cudaStream_t, size_t> joined;    // how many of them the origin has waited for
+    std::map<cudaStream_t, std::vector<size_t>> next_after;  // the nodes a stream's next node waits for
 };
 Capture g_capture;
 unsigned long long g_next_capture_id = 1;
@@ -62,10 +60,24 @@ bool active() { return g_capture.id != 0; }
 
 bool capturing(cudaStream_t stream) { return active() && g_capture.captured.count(stream) != 0; }
 
-bool record_work(cudaStream_t stream, const char* name, std::function<void()> work) {
-    if (!capturing(stream)) return false;
-    if (!g_capture.invalidated) g_capture.graph->nodes.push_back({name, std::move(work)});
+void capture_work(cudaStream_t stream, const char* name, std::function<void()> work, WorkKind kind) {
+    std::vector<size_t>& after = g_capture.next_after[stream];
+    if (!g_capture.invalidated) {
+        g_capture.graph->nodes.push_back({name, std::move(work), kind, after});
+        after = {g_capture.graph->nodes.size() - 1};
+    }
     g_capture.captured[stream]++;
+}
+
+bool defers_work(cudaStream_t stream) { return capturing(stream) || streams_queued(); }
+
+bool record_work(cudaStream_t stream, const char* name, std::function<void()> work, WorkKind kind) {
+    if (capturing(stream)) {
+        capture_work(stream, name, std::move(work), kind);
+        return true;
+    }
+    if (!streams_queued()) return false;
+    queue_work(stream, name, std::move(work), kind);
     return true;
 }
 
@@ -83,6 +95,7 @@ void capture_event_record(cudaEvent_t event, cudaStream_t stream) {
     event->capture = capturing(stream) ? g_capture.id : 0;
     event->stream = stream;
     event->mark = capturing(stream) ? g_capture.captured[stream] : 0;
+    event->captured_after = capturing(stream) ? g_capture.next_after[stream] : std::vector<size_t>{};
 }
 
 cudaError_t capture_stream_wait(cudaStream_t stream, cudaEvent_t event) {
@@ -97,6 +110,8 @@ cudaError_t capture_stream_wait(cudaStream_t stream, cudaEvent_t event) {
         return cudaSuccess;
     }
     if (!capturing(stream)) g_capture.captured[stream] = 0;  // a fork: the stream joins the capture
+    std::vector<size_t>& after = g_capture.next_after[stream];
+    after.insert(after.end(), event->captured_after.begin(), event->captured_after.end());
     if (stream == g_capture.origin && event->stream != stream) {
         size_t& joined = g_capture.joined[event->stream];
         if (event->mark > joined) joined = event->mark;
@@ -165,11 +180,23 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
     return cudaSuccess;
 }
 
-// Runs the nodes in order; a failed kernel stops the graph (its error is the launch's).
+// Runs the nodes in order; a failed kernel stops the graph (its error is the launch's). With queued
+// streams, queues them instead (a failed kernel then stops nothing).
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     if (!exec) return cudaErrorInvalidResourceHandle;
     if (emu::capturing(stream)) return emu::refuse_in_capture("cudaGraphLaunch into a capture");
     emu::count_graph_launch();
+    if (emu::streams_queued()) {
+        std::vector<emu::GraphNode> nodes = exec->nodes;
+        for (emu::GraphNode& node : nodes)
+            node.work = [work = node.work] {
+                emu::t_replaying = true;
+                work();
+                emu::t_replaying = false;
+            };
+        emu::queue_graph(stream, nodes);
+        return cudaSuccess;
+    }
     emu::t_replaying = true;
     for (const emu::GraphNode& node : exec->nodes) {
         node.work();

@@ -59,6 +59,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/host_transfer.h"
 #include "parallel/comm/nccl_check.h"
+#include "parallel/comm/stream_wait.h"
 #include "parallel/plan/param_buckets.h"
 #include "parallel/plan/traffic.h"
 #include "parallel/plan/zero_sharding.h"
@@ -281,7 +282,7 @@ public:
     void reduce_gradients(int bucket, bool last_micro_step) {
         if (!comm_ || !reduces_gradients(last_micro_step)) return;
         CUDA_CHECK(cudaEventRecord(ready_[slot_of(bucket)], compute_));
-        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready_[slot_of(bucket)], 0));
+        WAIT_FOR_EVENT(gradients_ready, comm_stream_, ready_[slot_of(bucket)]);
         bytes_sent_ += reduce_cost(bucket);
         if (fp32_)
             reduce_bucket(grads32_, staging32_[slot_of(bucket)], chunk32_, bucket);

@@ -128,7 +128,7 @@ TEST(zero3_bf16_with_validation_sampling_and_recompute) {
 TEST(fp32_gradient_reduction_in_the_bf16_build) {
     const std::string flags = "-d 2048 -x 2 -o ";  // 32 micro-batches of 2x32 a step
     const std::string cpu = out_dir(), one = out_dir(), fp32 = out_dir(), one_bf16 = out_dir(), bf16 = out_dir();
-    run_program(cpu_trainer(), 0, MODEL, default_data(), flags + cpu);
+    run_program(cpu_trainer(), "", 0, MODEL, default_data(), flags + cpu);
     run(0, flags + one, true);
     run(2, flags + fp32 + " -z 2", true);
     run(0, flags + one_bf16 + " --grad-reduce bf16", true);

@@ -66,24 +66,26 @@ inline std::string eval_file(int vocab, int count = 6) {
     return path;
 }
 
-// Runs `program` (a trainer) on `ranks` MPI ranks (a plain process for 0) with the model, the data and
-// `flags`; returns its output, after checking it succeeded.
-inline std::string run_program(const std::string& program, int ranks, const std::string& model,
-                               const std::string& data, const std::string& flags) {
+// Runs `program` (a build of the trainer) on `ranks` MPI ranks (a plain process for 0) with the model,
+// the data and `flags`, its environment preceded by `environment` ("NAME=value ..."); returns its
+// output, after checking it succeeded.
+inline std::string run_program(const std::string& program, const std::string& environment, int ranks,
+                               const std::string& model, const std::string& data, const std::string& flags) {
     const std::string launcher = ranks == 0 ? "" : "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
     // One OpenMP thread per rank; OpenMPI's own leaks would fail a sanitized run (see test_nccl.sh).
     const std::string command = "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
-                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + launcher + program +
-                                " -e " + model + " -i " + data + " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 " + flags;
+                                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + environment + " timeout 300 " + launcher +
+                                program + " -e " + model + " -i " + data +
+                                " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 " + flags;
     std::string out;
     const int status = tst::run_command(command, &out);
     CHECK_MSG(status == 0, "exit %d from: %s\n%s", status, command.c_str(), out.c_str());
     return out;
 }
-// The emulated CUDA trainer (bf16 or fp32 build), as run_program runs it.
+// The emulated trainer (fp32, or bf16) in the test's environment.
 inline std::string run(int ranks, const std::string& model, const std::string& data, const std::string& flags,
                        bool bf16 = false) {
-    return run_program(trainer(bf16), ranks, model, data, flags);
+    return run_program(trainer(bf16), "", ranks, model, data, flags);
 }
 
 // A per-step value of a run's metrics log ("loss", "norm": the gradient norm before clipping), in order.
