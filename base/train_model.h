@@ -62,9 +62,13 @@ struct StepOutcome {
     UpdateVerdict verdict = UpdateVerdict::APPLY;
 };
 
-// Bytes a model holds, for the start-up report. activations counts everything sized by B and T.
+// Bytes a model holds, for the start-up report. activations counts everything sized by B and T;
+// overhead what the device holds beside the model's own buffers (a GPU's context, NCCL's buffers,
+// library workspaces: gpu/device_overhead.h), 0 where there is none, with its parts in one line.
 struct ModelMemory {
     size_t parameters = 0, gradients = 0, master_weights = 0, optimizer_state = 0, activations = 0;
+    size_t overhead = 0;
+    std::string overhead_report;
     // What one rank sends per optimizer step (0 with one rank): in its data group (gradients, ZeRO's
     // gathers) and in its tensor group (tensor parallelism's activations).
     size_t network_bytes_per_step = 0;
@@ -72,9 +76,9 @@ struct ModelMemory {
     size_t pipeline_bytes_per_step = 0;  // activations and their gradients between stages
     // With pipeline stages: lines on the stages' layers, schedule, bubble and memory (else empty).
     std::string pipeline_report;
-    size_t total() const {
-        return parameters + gradients + master_weights + optimizer_state + activations;
-    }
+    // The model's own buffers, and everything the device holds for the run.
+    size_t buffers() const { return parameters + gradients + master_weights + optimizer_state + activations; }
+    size_t total() const { return buffers() + overhead; }
 };
 
 class TrainModel {

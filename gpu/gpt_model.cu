@@ -21,7 +21,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       buckets_(make_param_buckets(config, mesh_.data, model_slice(mesh_, stage_))),
       params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.data_rank, fp32_gradient_reduction(opt)),
       optimizer_(params_, fp32_master_weights(opt)),
-      graphs_(opt.cuda_graphs != 0 && mesh_.pipeline == 1 && !params_.sharding().gradients),
+      graphs_(uses_cuda_graphs(opt, mesh_, params_.sharding())),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
       classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config.padded_vocab_size)),
@@ -77,6 +77,8 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     memory_ = arena_.memory();
     set_planned_traffic(&memory_, plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_));
     memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
+    set_planned_overhead(&memory_, plan_device_overhead(config_, mesh_, comms_.data != nullptr, stage_,
+                                                        graphs_.enabled(), accum_steps_));
 
     // Will it fit? Say so before allocating anything, with what to lower.
     size_t free_bytes = 0, total_bytes = 0;
@@ -85,7 +87,7 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
         fail("the model needs %.2f GiB of GPU memory (weights, gradients and optimizer %.2f GiB, "
              "activations %.2f GiB) but %s has %.2f GiB free: lower -b (batch size) or -t (sequence "
              "length), recompute more with -r 2, or shard more with a higher -z over more ranks",
-             arena_.bytes() / 1073741824.0, (memory_.total() - memory_.activations) / 1073741824.0,
+             arena_.bytes() / 1073741824.0, (memory_.buffers() - memory_.activations) / 1073741824.0,
              memory_.activations / 1073741824.0, device_name_.c_str(), free_bytes / 1073741824.0);
     arena_.allocate("the model");
     tp_.use_buffers(act_.whole, act_.whole_ln, act_.partial);

@@ -51,6 +51,15 @@ void set_planned_traffic(ModelMemory* memory, const Traffic& traffic) {
     memory->pipeline_bytes_per_step = traffic.pipeline;
 }
 
+bool uses_cuda_graphs(const TrainOptions& opt, const Mesh& mesh, const ZeroSharding& sharding) {
+    return opt.cuda_graphs != 0 && mesh.pipeline == 1 && !sharding.gradients;
+}
+
+void set_planned_overhead(ModelMemory* memory, const DeviceOverhead& overhead) {
+    memory->overhead = overhead.total();
+    memory->overhead_report = overhead.report();
+}
+
 // Rank 0 of stage `stage_index`'s memory and traffic: the model's own objects, made without a device.
 static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks,
                                      bool communicates, int stage_index) {
@@ -70,6 +79,8 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     request_step_buffers(&arena, &buffers, config, opt, tp, stage);
     ModelMemory memory = arena.memory();
     set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps));
+    set_planned_overhead(&memory, plan_device_overhead(config, mesh, communicates, stage,
+                                                       uses_cuda_graphs(opt, mesh, params.sharding()), micro_steps));
     return memory;
 }
 

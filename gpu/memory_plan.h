@@ -8,6 +8,7 @@
 #include "base/gpt_config.h"
 #include "base/train_model.h"
 #include "base/train_options.h"
+#include "gpu/device_overhead.h"
 #include "gpu/placement.h"
 #include "parallel/comm/parameter_store.h"
 #include "parallel/comm/pipeline_parallel.h"
@@ -22,6 +23,11 @@ Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const Ten
                      int micro_steps);
 // The traffic into the report's fields.
 void set_planned_traffic(ModelMemory* memory, const Traffic& traffic);
+// Whether micro-steps and updates replay as CUDA graphs: --cuda-graphs, and neither a pipeline nor
+// sharded gradients (ZeRO-2/3), whose steps change with host-side state (gpt_model.cu).
+bool uses_cuda_graphs(const TrainOptions& opt, const Mesh& mesh, const ZeroSharding& sharding);
+// The device's overhead (gpu/device_overhead.h) into the report's fields.
+void set_planned_overhead(ModelMemory* memory, const DeviceOverhead& overhead);
 // One line per pipeline stage for the start-up report: its layers, micro-batches in flight and memory.
 std::string stage_report(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates);
 // The device memory and traffic of rank 0 of a run of num_ranks ranks (stage 0; the others' in

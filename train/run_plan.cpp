@@ -10,10 +10,12 @@
 
 void print_memory_report(const ModelMemory& mem) {
     const double MiB = 1024.0 * 1024.0;
+    const std::string overhead = mem.overhead > 0 ? strprintf(" | overhead %.1f MiB", mem.overhead / MiB) : "";
     printf("memory: parameters %.1f MiB | gradients %.1f MiB | master weights %.1f MiB | "
-           "optimizer state %.1f MiB | activations %.1f MiB | total %.1f MiB\n",
+           "optimizer state %.1f MiB | activations %.1f MiB%s | total %.1f MiB\n",
            mem.parameters / MiB, mem.gradients / MiB, mem.master_weights / MiB,
-           mem.optimizer_state / MiB, mem.activations / MiB, mem.total() / MiB);
+           mem.optimizer_state / MiB, mem.activations / MiB, overhead.c_str(), mem.total() / MiB);
+    printf("%s", mem.overhead_report.c_str());
     const size_t sent = mem.network_bytes_per_step + mem.tensor_bytes_per_step + mem.pipeline_bytes_per_step;
     std::string groups;  // by group, where the model is split across ranks
     if (mem.tensor_bytes_per_step > 0) groups += strprintf(", tensor group %.1f MiB", mem.tensor_bytes_per_step / MiB);
@@ -43,6 +45,21 @@ static const char* zero_stage_text(int stage) {
     }
 }
 
+// The fits line: the plan against the share of the device it may use (kFitsShare).
+static void print_fits_verdict(double need, double device, const std::string& where) {
+    const double GiB = 1024.0 * 1024.0 * 1024.0, usable = kFitsShare * device;
+    const std::string margin = strprintf("%.0f%% of it, a %.0f%% margin", 100 * kFitsShare, 100 * (1 - kFitsShare));
+    if (device <= 0)
+        printf("fits: unknown (no device here to compare with; give --device-memory GiB)\n");
+    else if (need <= usable)
+        printf("fits: yes, %.2f GiB per rank of %s (%.0f%%; fits within %s)\n", need / GiB, where.c_str(),
+               100.0 * need / device, margin.c_str());
+    else
+        printf("fits: no, %.2f GiB per rank but %s, and a run may use %.2f GiB (%s): shard more (a higher -z, "
+               "more ranks), lower -b or -t, or recompute more (-r 2)\n", need / GiB, where.c_str(), usable / GiB,
+               margin.c_str());
+}
+
 int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTConfig& config,
                    int num_ranks, bool main_rank) {
     if (!spec.plan_memory) fail("--dry-run: this trainer cannot plan its memory");
@@ -66,15 +83,7 @@ int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTCo
         device = (double)spec.device_memory();
         where = strprintf("this machine's %.1f GiB free", device / GiB);
     }
-    const double need = (double)memory.total();
-    if (device <= 0)
-        printf("fits: unknown (no device here to compare with; give --device-memory GiB)\n");
-    else if (need <= device)
-        printf("fits: yes, %.2f GiB per rank of %s (%.0f%%)\n", need / GiB, where.c_str(),
-               100.0 * need / device);
-    else
-        printf("fits: no, %.2f GiB per rank but %s: shard more (a higher -z, more ranks), lower -b "
-               "or -t, or recompute more (-r 2)\n", need / GiB, where.c_str());
+    print_fits_verdict((double)memory.total(), device, where);
     printf("dry run: nothing was allocated or trained\n");
     return 0;
 }

@@ -245,3 +245,109 @@ TEST(dry_run_plans_gpt2_xl_on_8_ranks) {
     CHECK_MSG(status != 0 && refused.find("--plan-ranks and --device-memory plan a run") != std::string::npos,
               "%s", refused.c_str());
 }
+
+// ---- the planner against arithmetic written here, not the model's requests
+
+namespace {
+
+const double MiB = 1024.0 * 1024.0;
+// GPT-2 124M (-e d12): channels, layers, padded vocabulary, positions.
+const double C = 768, L = 12, Vp = 50304, positions = 1024;
+
+// Parameters of one layer, and of its slice on a tensor rank (column- and row-parallel matrices and
+// the column-parallel biases split; the LayerNorms and the row-parallel biases whole).
+double layer_parameters(int tp) { return (12 * C * C + 7 * C) / tp + 6 * C; }
+// The vocabulary's rows on a tensor rank: a 1/tp slice rounded up to a multiple of 8.
+double vocabulary_rows(int tp) { return std::ceil(std::ceil(Vp / tp) / 8) * 8; }
+
+// NCCL's device memory for one communicator of `ranks` ranks, from the figures gpu/device_overhead.h
+// documents: 390 MiB of its own, and with peers 32 channels × 2 connections × (Simple 4 MiB + LL
+// 512 KiB + LL128 4,915,200 bytes).
+double nccl_bytes(int ranks) {
+    const double buffers = 32 * 2 * (4 * MiB + 0.5 * MiB + 4915200);
+    return 390 * MiB + (ranks > 1 ? buffers : 0);
+}
+
+struct Planned {
+    int ranks, zero, tp, pp;
+};
+
+// What rank 0 keeps of a run on `p`, in the fp32 build (4-byte weights and gradients, no separate master
+// weights, 8 bytes of AdamW moments per parameter), and its overhead; compared with the plan's memory
+// line within the printed 0.1 MiB and the buckets' padding (each to a multiple of 128 × data ranks).
+void check_plan_by_hand(const Planned& p) {
+    const std::string out = trainer_runs::run(0, "d12", default_data(), strprintf("-b 4 -t 1024 -d %d --dry-run 1 --plan-ranks %d -z %d -tp %d -pp %d "
+                                             "--device-memory 80", 4 * 1024 * p.ranks / (p.tp * p.pp) * 2, p.ranks, p.zero,
+                                             p.tp, p.pp));
+    const int R = p.ranks / (p.tp * p.pp);  // data ranks
+    int layers = (int)L;                    // stage 0's, from the plan's stage line
+    if (p.pp > 1) {
+        const std::string stage = lines_starting(out, "stage 0:");
+        int first = 0, last = 0;
+        CHECK_MSG(sscanf(stage.c_str(), "stage 0: layers %d-%d", &first, &last) == 2, "%s", out.c_str());
+        layers = last - first + 1;
+    }
+    const double embeddings = (vocabulary_rows(p.tp) + positions) * C, layer = layer_parameters(p.tp);
+    const double lnf = p.pp == 1 ? 2 * C : 0;
+    const double psi = embeddings + layers * layer + lnf;  // stage 0 of a pipeline holds no lnf
+    const double shard = psi / R;
+    const double weights = p.zero == 3 ? 4 * shard : 4 * psi;
+    const double optimizer = p.zero >= 1 ? 8 * shard : 8 * psi;
+    const double padding = (layers + 3) * 128.0 * R * 4;
+    auto near = [&](const char* key, double expected, double slack) {
+        const double planned = number_after(out, "memory:", key) * MiB;
+        CHECK_MSG(planned >= expected - 0.05 * MiB && planned <= expected + slack + 0.05 * MiB,
+                  "-z %d -tp %d -pp %d: %s%.1f MiB planned, %.1f MiB by hand (+ up to %.1f)\n%s", p.zero, p.tp, p.pp,
+                  key, planned / MiB, expected / MiB, slack / MiB, out.c_str());
+    };
+    // -z 3's weights and -z 2/3's gradients add transient whole-bucket slots: checked by size below.
+    if (p.zero < 3) near("parameters ", weights, padding);
+    if (p.zero < 2) near("gradients ", 4 * psi, padding);
+    near("optimizer state ", optimizer, padding + 4096);  // + the update's run table
+    if (p.zero >= 2) {
+        const double slots = 2 * layer + embeddings + 2 * C;  // two layers, the embeddings, lnf
+        near("gradients ", 4 * shard, 4 * (3 * slots) + 4 * embeddings / R + padding);
+    }
+    // The overhead: context 527 MiB; the world's communicator and, on a split mesh, the data group's, two
+    // over the tensor group and the pipeline's, plus 196 MiB for the first; cuBLASLt's 32 MiB; the timed
+    // algorithms' copy of the largest accumulated product (fc's 4C², the classifier's Vs·C) + 8 bytes;
+    // graphs (-z 0/1 without a pipeline): two micro-step graphs and the update's, 2,411 bytes a node.
+    double nccl = 196 * MiB + nccl_bytes(p.ranks);
+    if (p.tp > 1 || p.pp > 1) nccl += nccl_bytes(R) + (p.tp > 1 ? 2 * nccl_bytes(p.tp) : 0) + (p.pp > 1 ? nccl_bytes(p.pp) : 0);
+    const double autotuning = 4 * std::max(4 * C * C / p.tp, p.pp == 1 ? vocabulary_rows(p.tp) * C : 0) + 8;
+    const double graphs = p.zero <= 1 && p.pp == 1 ? (2 * (layers * 32 + 64) + 64) * 2411.0 : 0;
+    const double overhead = 527 * MiB + nccl + 32 * MiB + autotuning + graphs;
+    near("overhead ", overhead, 0);
+    for (const char* part : {"CUDA context ", "NCCL ", "cuBLASLt workspace ", "algorithm timing ", "CUDA graphs "})
+        CHECK_MSG(lines_starting(out, "overhead:").find(part) != std::string::npos, "%s", out.c_str());
+    const double total = number_after(out, "memory:", "total ");
+    double parts = 0;
+    for (const char* key : {"parameters ", "gradients ", "master weights ", "optimizer state ", "activations ", "overhead "})
+        parts += number_after(out, "memory:", key);
+    CHECK_MSG(std::fabs(total - parts) <= 0.35, "the memory line does not add up: %s", out.c_str());
+}
+
+}  // namespace
+
+// GPT-2 124M planned on 8 ranks under every -z, 2-way tensor and 2-way pipeline parallel: the plan's
+// weights, gradients, AdamW state and overhead are what the arithmetic above gives.
+TEST(dry_run_matches_arithmetic_by_hand) {
+    for (int zero = 0; zero <= 3; zero++) check_plan_by_hand({8, zero, 1, 1});
+    for (int zero : {1, 3}) check_plan_by_hand({8, zero, 2, 1});
+    for (int zero : {0, 2}) check_plan_by_hand({8, zero, 1, 2});
+    check_plan_by_hand({8, 1, 2, 2});
+}
+
+// The fits verdict keeps a 10% margin: GPT-2 124M at B=4 on one rank of a device just above its plan
+// does not fit; on one of the plan over 0.9 it does; the line says the margin.
+TEST(dry_run_fits_leaves_a_margin) {
+    auto run = [](const std::string& flags) { return trainer_runs::run(0, "d12", default_data(), flags); };
+    const std::string base = "-b 4 -t 1024 -d 4096 --dry-run 1 --plan-ranks 1 --device-memory ";
+    const double total = number_after(run(base + "80"), "memory:", "total ") / 1024;  // GiB
+    const std::string tight = run(base + strprintf("%.3f", total * 1.05));
+    CHECK_MSG(tight.find("fits: no") != std::string::npos && tight.find("10% margin") != std::string::npos, "%s",
+              tight.c_str());
+    const std::string roomy = run(base + strprintf("%.3f", total / 0.9 * 1.01));
+    CHECK_MSG(roomy.find("fits: yes") != std::string::npos && roomy.find("10% margin") != std::string::npos, "%s",
+              roomy.c_str());
+}

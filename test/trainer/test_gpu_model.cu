@@ -318,13 +318,13 @@ TEST(memory_report_equals_device_allocation) {
             const ModelMemory m = gpu.memory();
             const size_t taken = free_before - free_after;
 #ifdef EMU_CUDA
-            const bool as_reported = taken == m.total();
+            const bool as_reported = taken == m.buffers();
 #else
             const size_t page = (size_t)2 << 20;
-            const bool as_reported = taken <= (m.total() + page - 1) / page * page;
+            const bool as_reported = taken <= (m.buffers() + page - 1) / page * page;
 #endif
-            CHECK_MSG(as_reported && m.total() == gpu.allocated_bytes(), "-z %d -r %d: report %zu bytes, device %zu",
-                      zero_stage, recompute, m.total(), taken);
+            CHECK_MSG(as_reported && m.buffers() == gpu.allocated_bytes(), "-z %d -r %d: report %zu bytes, device %zu",
+                      zero_stage, recompute, m.buffers(), taken);
             const ModelMemory plan = plan_gpu_memory(c, opt, 1, true);
             CHECK_MSG(plan.parameters == m.parameters && plan.gradients == m.gradients &&
                           plan.master_weights == m.master_weights &&

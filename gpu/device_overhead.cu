@@ -1,0 +1,82 @@
+// A rank's device memory beyond its arena (device_overhead.h).
+#include "gpu/device_overhead.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "base/errors.h"
+#include "kernels/matmul.h"
+#include "parallel/plan/param_buckets.h"
+
+// A positive whole number from the environment variable `name`, or `otherwise` where it is unset.
+static long long environment_count(const char* name, long long otherwise) {
+    const char* text = getenv(name);
+    if (!text || !*text) return otherwise;
+    char* end = nullptr;
+    const long long value = strtoll(text, &end, 10);
+    if (*end != '\0' || value <= 0) fail("%s=%s: NCCL reads a positive whole number there", name, text);
+    return value;
+}
+
+size_t nccl_communicator_bytes(int ranks) {
+    if (ranks <= 0) return 0;
+    if (ranks == 1) return kNcclCommunicatorBytes;  // no peer: no connection buffers
+    const size_t simple = (size_t)environment_count("NCCL_BUFFSIZE", (long long)kNcclSimpleBufferBytes);
+    const size_t channels = (size_t)std::min<long long>(environment_count("NCCL_MAX_NCHANNELS", kNcclMaxChannels),
+                                                        kNcclMaxChannels);
+    const size_t per_connection = simple + kNcclLLBufferBytes + kNcclLL128BufferBytes;
+    return kNcclCommunicatorBytes + channels * kNcclConnectionsPerChannel * per_connection;
+}
+
+// The sizes of the communicators a rank holds (parallel/comm/mesh_communicators.h): the world's (also
+// the data group's where the mesh is data parallel only), else the data group's split from it, two over
+// the tensor group, the pipeline's, and the tied embedding's at either end of a pipeline of 3 stages
+// or more. None without a world.
+static std::vector<int> communicator_sizes(const Mesh& m, bool communicates) {
+    if (!communicates) return {};
+    std::vector<int> sizes = {m.size()};
+    if (m.tensor == 1 && m.pipeline == 1) return sizes;
+    sizes.push_back(m.data);
+    if (m.tensor > 1) sizes.insert(sizes.end(), {m.tensor, m.tensor});
+    if (m.pipeline > 1) sizes.push_back(m.pipeline);
+    if (m.pipeline > 2 && (m.first_stage() || m.last_stage())) sizes.push_back(2);
+    return sizes;
+}
+
+// The timed choice of an algorithm (matmul_fastest) keeps aside the output of a product that
+// accumulates, the weight gradients, and an 8-byte fingerprint: the largest of them counts, once. A
+// layer's largest is fc's or fcproj's (4C·C, split over the tensor group), the classifier's the tied
+// embedding's slice of the vocabulary (Vs·C).
+static size_t autotuning_bytes(const GPTConfig& config, const Mesh& m, const PipelineStage& stage) {
+    const size_t C = config.channels;
+    size_t largest = 0;
+    if (stage.layers() > 0) largest = 4 * C * C / m.tensor;
+    if (stage.last) largest = std::max(largest, vocab_slice_rows(config.padded_vocab_size, m.tensor) * C);
+    return largest * sizeof(floatX) + sizeof(unsigned long long);
+}
+
+DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, bool communicates,
+                                    const PipelineStage& stage, bool graphs, int micro_steps) {
+    DeviceOverhead o;
+    o.context = kCudaContextBytes;
+    const std::vector<int> sizes = communicator_sizes(mesh, communicates);
+    o.communicators = (int)sizes.size();
+    for (int ranks : sizes) o.nccl += nccl_communicator_bytes(ranks);
+    if (!sizes.empty()) o.nccl += kNcclFirstCommunicatorExtraBytes;
+    o.matmul_workspace = MATMUL_WORKSPACE_BYTES;
+    o.autotuning = autotuning_bytes(config, mesh, stage);
+    if (graphs) {  // one graph per micro-step shape (the last micro-step's differs) and the update's
+        const int micro_step_graphs = micro_steps > 1 ? 2 : 1;
+        const size_t nodes = (size_t)stage.layers() * kGraphNodesPerLayer + kGraphNodesOutsideLayers;
+        o.graphs = micro_step_graphs * nodes * kGraphBytesPerNode + kGraphNodesOutsideLayers * kGraphBytesPerNode;
+    }
+    return o;
+}
+
+std::string DeviceOverhead::report() const {
+    const double MiB = 1024.0 * 1024.0;
+    return strprintf("overhead: CUDA context %.1f MiB | NCCL %.1f MiB (%d communicator%s) | cuBLASLt workspace "
+                     "%.1f MiB | algorithm timing %.1f MiB | CUDA graphs %.1f MiB | total %.1f MiB\n",
+                     context / MiB, nccl / MiB, communicators, communicators == 1 ? "" : "s", matmul_workspace / MiB,
+                     autotuning / MiB, graphs / MiB, total() / MiB);
+}
