@@ -33,7 +33,7 @@ constexpr size_t kNcclSimpleBufferBytes = (size_t)4 << 20;
 constexpr size_t kNcclLLBufferBytes = (size_t)8 * 512 * 8 * 16;
 constexpr size_t kNcclLL128BufferBytes = (size_t)120 * 640 * 8 * 8;
 // Channels NCCL may open per communicator: MAXCHANNELS (src/include/device.h), which NVLink machines
-// reach (an 8×H100 all-to-all opened 32 per peer pair: NVIDIA/nccl issue 1685); NCCL_MAX_NCHANNELS
+// reach (an all-to-all on 8 H100s has been seen to open 32 per peer pair, as NCCL users report); NCCL_MAX_NCHANNELS
 // lowers it. Each channel of a communicator of two ranks or more receives on two connections (its
 // ring's and its tree's; the buffers live on the receiving side, ncclConnInfo's "local for recv").
 constexpr int kNcclMaxChannels = 32;
