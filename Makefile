@@ -21,18 +21,26 @@ ifeq ($(SAN),1)
   CXXFLAGS += $(SANFLAGS)
   LDFLAGS  += $(SANFLAGS)
 endif
+# The emulated programs come in bf16 (what a GPU runs) and fp32 (for tight checks against the CPU
+# reference). The sanitized build makes the fp32 kernel tests and the bf16 rest: the fp32 trainer,
+# its model tests and generate_emu_fp32 are the same host code as their bf16 twins, which it checks.
+FP32_EMU_PROGRAMS := $(if $(filter 1,$(SAN)),,yes)
 
 # CUDA: nvcc from PATH or the default install; GPU arch from the card if there is one.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-# With no card (and no GPU_ARCH=...), build for both Hopper (sm_90a) and Ampere (sm_80).
+# With no card (and no GPU_ARCH=...): machine code for Hopper (sm_90a) and PTX for Ampere (compute_80,
+# compiled by the driver on first use), which checks that every kernel compiles for both at two thirds
+# of the cost. GPU_PTX_ARCH adds PTX-only targets; GPU_ARCH="90a 80" builds machine code for both.
 GPU_ARCH ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d .)
 ifeq ($(GPU_ARCH),)
-  GPU_ARCH := 90a 80
+  GPU_ARCH := 90a
+  GPU_PTX_ARCH ?= 80
 endif
 ifeq ($(GPU_ARCH),90)
   GPU_ARCH := 90a
 endif
-NVCCFLAGS := -O3 -std=c++17 -I. $(foreach a,$(GPU_ARCH),-gencode=arch=compute_$(a),code=sm_$(a))
+NVCCFLAGS := -O3 -std=c++17 -I. $(foreach a,$(GPU_ARCH),-gencode=arch=compute_$(a),code=sm_$(a)) \
+             $(foreach a,$(GPU_PTX_ARCH),-gencode=arch=compute_$(a),code=compute_$(a))
 
 PROGRAMS :=
 TESTS    :=
@@ -85,7 +93,7 @@ else
 endif
 GENERATE_EMU :=
 ifneq ($(CUDA_INCLUDE),)
-  GENERATE_EMU := $(BUILD)/generate_emu $(BUILD)/generate_emu_fp32
+  GENERATE_EMU := $(BUILD)/generate_emu $(if $(FP32_EMU_PROGRAMS),$(BUILD)/generate_emu_fp32)
   PROGRAMS += $(GENERATE_EMU)
   $(BUILD)/generate.emu.o: generate.cpp
 	@mkdir -p $(dir $@)
@@ -166,7 +174,7 @@ else
 endif
 ifneq ($(CUDA_INCLUDE),)
   TRAINER_EMU_OBJS := $(EMU_OBJS) $(sort $(EMU_STAND_IN_OBJS) $(TRAINER_HOST_OBJS)) $(PARALLEL_OBJS)
-  PROGRAMS += $(BIN)/train_gpt_emu $(BIN)/train_gpt_emu_fp32
+  PROGRAMS += $(BIN)/train_gpt_emu $(if $(FP32_EMU_PROGRAMS),$(BIN)/train_gpt_emu_fp32)
   $(BUILD)/train_gpt.emu.o $(BUILD)/train_gpt.fp32.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BIN)/train_gpt_emu: $(BUILD)/train_gpt.emu.o $(GPU_MODEL_EMU_OBJS) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
@@ -178,7 +186,7 @@ endif
 
 # The GPU model against the CPU reference (test/trainer/test_gpu_model.cu), bf16 and fp32, emulated.
 ifneq ($(CUDA_INCLUDE),)
-  GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(BUILD)/test/trainer/fp32/test_gpu_model
+  GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_model)
   TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
   # Data parallelism: the emulated trainer as several MPI ranks (test/parallel/). The slowest whole-run
   # tests (multi-rank equivalence, restarts after SIGKILL) run in the plain build only: they exercise
@@ -245,7 +253,7 @@ endif
 # (test/trainer/test_gpu_decode.cu): bf16 and fp32 through the emulator; built by nvcc too, run on a
 # GPU by test/kernels/gpu_kernel_tests.sh; and its benchmark, for a GPU.
 ifneq ($(CUDA_INCLUDE),)
-  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(BUILD)/test/trainer/fp32/test_gpu_decode
+  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_decode)
   TESTS += $(GPU_DECODE_TESTS)
   $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)

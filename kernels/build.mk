@@ -5,7 +5,8 @@
 #                           -> $(BUILD)/test/kernels/cuda/test_X   nvcc, bf16, run on a GPU by
 #                                                                 test/kernels/gpu_kernel_tests.sh
 #   dev/cuda/X.cu           -> $(BIN)/dev/bin/cuda_X               nvcc benchmark (`make`, `make bench`)
-#                           -> $(BUILD)/dev/cuda/X_emu             emulated correctness check (in `make test`)
+#                           -> $(BUILD)/dev/cuda/X_emu             emulated correctness check (in `make test`;
+#                                                                 not the sanitized build: benchmark code)
 # The kernel suite of the emulator (test/emu/kernel_suite.cu) is built with nvcc here too;
 # test/emu/gpu_vs_emu.sh runs it when a CUDA device is present.
 
@@ -27,7 +28,7 @@ $(BUILD)/test/kernels/%.emu.o $(BUILD)/test/kernels/%.fp32.emu.o $(BUILD)/dev/cu
   CXXFLAGS += $(STAND_INS_CXXFLAGS)
 
 KERNEL_EMU_TESTS := $(foreach t,$(KERNEL_TEST_NAMES),$(BUILD)/test/kernels/$(t) $(BUILD)/test/kernels/fp32/$(t))
-DEV_CUDA_EMU     := $(foreach d,$(DEV_CUDA_NAMES),$(BUILD)/dev/cuda/$(d)_emu)
+DEV_CUDA_EMU     := $(if $(filter 1,$(SAN)),,$(foreach d,$(DEV_CUDA_NAMES),$(BUILD)/dev/cuda/$(d)_emu))
 TESTS += $(KERNEL_EMU_TESTS) $(DEV_CUDA_EMU)
 
 $(BUILD)/test/kernels/fp32/%: $(BUILD)/test/kernels/%.fp32.emu.o $(TEST_MAIN) $(KERNEL_EMU_OBJS)

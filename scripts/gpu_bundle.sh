@@ -20,7 +20,8 @@
 # left out); 1 no bundle (or it failed its checks).
 #
 # The bundle is a build of its own, in gpu_bundle/build (make's BUILD and BIN), so it never fights
-# with the default build (which compiles for "90a 80" and for this machine's CPU):
+# with the default build (which compiles for the card it finds, or without one sm_90a machine code
+# and compute_80 PTX, and for this machine's CPU):
 #   - device code for GPU_ARCH only, which halves the binaries;
 #   - host code without -march=native (OPT=-O3): the GPU machine's CPU may lack this one's AVX-512;
 #   - cpu/gemm.cpp dlopen()s OpenBLAS by the absolute path cpu/build.mk compiles in; this build names

@@ -6,9 +6,9 @@
 #   - a rank killed (SIGKILL) in the middle of training.
 # Each with all-reduce (-z 0), fully sharded (-z 3, where every forward gathers weights from every
 # rank) and as a pipeline of two stages (-pp 2, where each rank waits for the other's activations).
-# Uses the emulated trainer (train_gpt_emu_fp32) as 2 MPI ranks.
+# Uses the emulated trainer (train_gpt_emu) as 2 MPI ranks.
 set -u
-trainer="${BIN:-.}/train_gpt_emu_fp32"
+trainer="${BIN:-.}/train_gpt_emu"
 if [ ! -x "$trainer" ] || ! command -v mpirun >/dev/null; then
   echo "SKIPPED rank_failures (needs mpirun and $trainer)"
   exit 0
