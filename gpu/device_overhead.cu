@@ -80,3 +80,21 @@ std::string DeviceOverhead::report() const {
                      context / MiB, nccl / MiB, communicators, communicators == 1 ? "" : "s", matmul_workspace / MiB,
                      autotuning / MiB, graphs / MiB, total() / MiB);
 }
+
+std::string measured_overhead_report(const std::vector<MeasuredOverhead>& ranks, const char* when) {
+    if (ranks.empty()) return "";
+    auto excess = [](const MeasuredOverhead& m) { return (double)m.beside_arena - (double)m.planned; };
+    int worst = 0;
+    for (int r = 1; r < (int)ranks.size(); r++)
+        if (excess(ranks[r]) > excess(ranks[worst])) worst = r;
+    const MeasuredOverhead& m = ranks[worst];
+    const double MiB = 1024.0 * 1024.0;
+    std::string line = strprintf("overhead measured %s: %.1f MiB beside the model's buffers", when,
+                                 m.beside_arena / MiB);
+    if (ranks.size() > 1) line += strprintf(" on rank %d (the most over its plan)", worst);
+    line += strprintf(" | planned %.1f MiB", m.planned / MiB);
+    if (excess(m) > 0)
+        line += strprintf(" | %.1f MiB more than planned: --dry-run and the memory line undercount this machine",
+                          excess(m) / MiB);
+    return line + "\n";
+}

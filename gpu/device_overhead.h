@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "base/gpt_config.h"
 #include "base/train_options.h"
@@ -60,3 +61,15 @@ DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, b
                                     const PipelineStage& stage, bool graphs, int micro_steps);
 // NCCL's device memory for one communicator of `ranks` ranks (none for a missing one: ranks 0).
 size_t nccl_communicator_bytes(int ranks);
+
+// The overhead as a rank's device measured it once every part exists (after the step that first runs
+// the CUDA graphs, or the first step without them): the device memory in use (cudaMemGetInfo) less the
+// arena, beside what plan_device_overhead planned for that rank. It also counts memory that other
+// processes hold on the same device.
+struct MeasuredOverhead {
+    size_t beside_arena = 0, planned = 0;
+};
+// `overhead measured <when>: X MiB beside the model's buffers on rank r | planned Y MiB`, for the rank
+// whose measurement exceeds its plan the most (`ranks` in rank order), with the shortfall where the
+// plan undercounts.
+std::string measured_overhead_report(const std::vector<MeasuredOverhead>& ranks, const char* when);

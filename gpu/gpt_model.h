@@ -206,6 +206,8 @@ private:
     void reset_traffic();
     Traffic traffic_sent() const;
     void check_traffic_against_plan();
+    // The device memory each rank holds beside its arena, against the plan (printed by rank 0).
+    void report_measured_overhead();
     // Issues `issue`'s work on the compute stream: as a CUDA graph captured under `key` once graphs are
     // on and the first optimizer step is done (it runs eagerly: cuBLASLt's algorithm choices, lazily
     // made streams and the traffic check happen outside any capture), else directly.

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/errors.h"
+#include "gpu/device_overhead.h"
 #include "kernels/global_norm.h"
 #include "kernels/matmul.h"
 #include "parallel/plan/pipeline_schedule.h"
@@ -250,6 +252,7 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
         if (world_.rank() == 0) printf("%s", matmul_refusal_report().c_str());
         check_traffic_against_plan();
     }
+    if (steps_done_ == (graphs_.enabled() ? 2 : 1)) report_measured_overhead();
     const StepTotals& t = control_host_->totals;
 #ifdef EMU_CUDA
     last_step_counts_ = StepCounts::now() - before;
@@ -260,6 +263,33 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     r.norm = std::sqrt((double)t.norm_squared);
     r.verdict = (UpdateVerdict)t.verdict;
     return r;
+}
+
+// Once every part of the overhead exists (the CUDA graphs are made in the second step), each rank's
+// device memory in use beyond the arena, gathered on rank 0, which prints the rank furthest over its
+// plan (gpu/device_overhead.h). Not on the emulated device, which has no context or NCCL buffers.
+void GPUModel::report_measured_overhead() {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    MeasuredOverhead mine;
+    const size_t in_use = total_bytes - free_bytes;
+    mine.beside_arena = in_use > arena_.bytes() ? in_use - arena_.bytes() : 0;
+    mine.planned = memory_.overhead;
+    std::vector<MeasuredOverhead> ranks = {mine};
+    if (world_.ranks) {
+        const char* first = reinterpret_cast<const char*>(&mine);
+        const std::vector<char> bytes(first, first + sizeof mine);
+        ranks.clear();
+        for (const std::vector<char>& rank_bytes : world_.ranks->gather_on_rank0(bytes)) {
+            MeasuredOverhead m;
+            memcpy(&m, rank_bytes.data(), sizeof m);
+            ranks.push_back(m);
+        }
+    }
+#ifndef EMU_CUDA
+    const char* when = graphs_.enabled() ? "after the second step (the first with CUDA graphs)" : "after the first step";
+    if (world_.rank() == 0) printf("%s", measured_overhead_report(ranks, when).c_str());
+#endif
 }
 
 // The emulated device's counts over the last step: the kernels it ran (with one per cuBLASLt product),

@@ -335,6 +335,22 @@ TEST(memory_report_equals_device_allocation) {
     ncclCommDestroy(comm);
 }
 
+// The line a run prints once its device has made every part of the overhead: the rank whose
+// measurement exceeds its plan the most, and by how much; no shortfall where every rank is within plan.
+TEST(measured_overhead_names_the_rank_furthest_over_its_plan) {
+    const size_t MiB = (size_t)1 << 20;
+    const std::string over = measured_overhead_report(
+        {{900 * MiB, 1000 * MiB}, {1300 * MiB, 1100 * MiB}, {1200 * MiB, 1150 * MiB}}, "after the first step");
+    CHECK_MSG(over == "overhead measured after the first step: 1300.0 MiB beside the model's buffers on rank 1 (the "
+                      "most over its plan) | planned 1100.0 MiB | 200.0 MiB more than planned: --dry-run and the "
+                      "memory line undercount this machine\n",
+              "%s", over.c_str());
+    const std::string within = measured_overhead_report({{900 * MiB, 1000 * MiB}}, "after the first step");
+    CHECK_MSG(within == "overhead measured after the first step: 900.0 MiB beside the model's buffers | planned "
+                        "1000.0 MiB\n",
+              "%s", within.c_str());
+}
+
 // ---- whole optimizer steps (GPUModel::optimizer_step: one host synchronisation per step)
 
 // The loop's step settings: lr 1e-3, weight decay 0.1, clipping at 1, no skips unless set.
