@@ -12,14 +12,52 @@ std::string Mesh::coordinates() const {
                      tensor_rank, tensor);
 }
 
-Mesh make_mesh(int num_ranks, int rank, int tensor, int pipeline) {
+std::vector<int> Mesh::data_group() const {
+    std::vector<int> ranks;
+    for (int d = 0; d < data; d++) ranks.push_back(world_rank(d, stage, tensor_rank));
+    return ranks;
+}
+
+std::vector<int> Mesh::shard_group() const {
+    std::vector<int> ranks;
+    for (int s = 0; s < shard; s++) ranks.push_back(world_rank(replica() * shard + s, stage, tensor_rank));
+    return ranks;
+}
+
+std::vector<int> Mesh::replica_group() const {
+    std::vector<int> ranks;
+    for (int g = 0; g < replicas(); g++) ranks.push_back(world_rank(g * shard + shard_rank(), stage, tensor_rank));
+    return ranks;
+}
+
+std::vector<int> Mesh::tensor_group() const {
+    std::vector<int> ranks;
+    for (int t = 0; t < tensor; t++) ranks.push_back(world_rank(data_rank, stage, t));
+    return ranks;
+}
+
+std::vector<int> Mesh::pipeline_group() const {
+    std::vector<int> ranks;
+    for (int s = 0; s < pipeline; s++) ranks.push_back(world_rank(data_rank, s, tensor_rank));
+    return ranks;
+}
+
+std::vector<int> Mesh::tied_embedding_group() const {
+    return {world_rank(data_rank, 0, tensor_rank), world_rank(data_rank, pipeline - 1, tensor_rank)};
+}
+
+Mesh make_mesh(int num_ranks, int rank, int tensor, int pipeline, int shard, int node_ranks) {
     if (tensor < 1 || pipeline < 1 || num_ranks % (tensor * pipeline) != 0)
         fail("-tp (--tensor-parallel) %d x -pp (--pipeline-parallel) %d = %d does not divide the %d "
              "ranks", tensor, pipeline, tensor * pipeline, num_ranks);
     Mesh m;
     m.tensor = tensor, m.pipeline = pipeline, m.data = num_ranks / (tensor * pipeline);
+    if (shard < 0 || (shard > 0 && m.data % shard != 0))
+        fail("--shard-ranks: %d does not divide the %d data ranks", shard, m.data);
+    m.shard = shard > 0 ? shard : m.data;
+    m.node_ranks = node_ranks;
     m.tensor_rank = rank % tensor;
-    m.stage = rank / tensor % pipeline;
-    m.data_rank = rank / (tensor * pipeline);
+    m.data_rank = rank / tensor % m.data;
+    m.stage = rank / (tensor * m.data);
     return m;
 }
