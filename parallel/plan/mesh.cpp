@@ -4,11 +4,11 @@
 #include "base/errors.h"
 
 std::string Mesh::shape() const {
-    return strprintf("%d data x %d pipeline x %d tensor", data, pipeline, tensor);
+    return strprintf("%d pipeline x %d data x %d tensor", pipeline, data, tensor);
 }
 
 std::string Mesh::coordinates() const {
-    return strprintf("data %d of %d, stage %d of %d, tensor %d of %d", data_rank, data, stage, pipeline,
+    return strprintf("stage %d of %d, data %d of %d, tensor %d of %d", stage, pipeline, data_rank, data,
                      tensor_rank, tensor);
 }
 

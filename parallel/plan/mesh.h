@@ -46,9 +46,9 @@ struct Mesh {
     std::vector<int> pipeline_group() const;
     std::vector<int> tied_embedding_group() const;  // the first and last stage of its pipeline
 
-    // "2 data x 2 pipeline x 2 tensor"
+    // "2 pipeline x 2 data x 2 tensor" (outermost first)
     std::string shape() const;
-    // "data 1 of 2, stage 0 of 2, tensor 1 of 2"
+    // "stage 0 of 2, data 1 of 2, tensor 1 of 2"
     std::string coordinates() const;
 };
 
