@@ -12,34 +12,32 @@ std::string Mesh::coordinates() const {
                      tensor_rank, tensor);
 }
 
-std::vector<int> Mesh::data_group() const {
+// The world ranks of `count` cells of the mesh, the i-th at world_rank_of(i).
+template <typename F>
+static std::vector<int> ranks_along(int count, F world_rank_of) {
     std::vector<int> ranks;
-    for (int d = 0; d < data; d++) ranks.push_back(world_rank(d, stage, tensor_rank));
+    for (int i = 0; i < count; i++) ranks.push_back(world_rank_of(i));
     return ranks;
+}
+
+std::vector<int> Mesh::data_group() const {
+    return ranks_along(data, [&](int d) { return world_rank(d, stage, tensor_rank); });
 }
 
 std::vector<int> Mesh::shard_group() const {
-    std::vector<int> ranks;
-    for (int s = 0; s < shard; s++) ranks.push_back(world_rank(replica() * shard + s, stage, tensor_rank));
-    return ranks;
+    return ranks_along(shard, [&](int s) { return world_rank(replica() * shard + s, stage, tensor_rank); });
 }
 
 std::vector<int> Mesh::replica_group() const {
-    std::vector<int> ranks;
-    for (int g = 0; g < replicas(); g++) ranks.push_back(world_rank(g * shard + shard_rank(), stage, tensor_rank));
-    return ranks;
+    return ranks_along(replicas(), [&](int g) { return world_rank(g * shard + shard_rank(), stage, tensor_rank); });
 }
 
 std::vector<int> Mesh::tensor_group() const {
-    std::vector<int> ranks;
-    for (int t = 0; t < tensor; t++) ranks.push_back(world_rank(data_rank, stage, t));
-    return ranks;
+    return ranks_along(tensor, [&](int t) { return world_rank(data_rank, stage, t); });
 }
 
 std::vector<int> Mesh::pipeline_group() const {
-    std::vector<int> ranks;
-    for (int s = 0; s < pipeline; s++) ranks.push_back(world_rank(data_rank, s, tensor_rank));
-    return ranks;
+    return ranks_along(pipeline, [&](int s) { return world_rank(data_rank, s, tensor_rank); });
 }
 
 std::vector<int> Mesh::tied_embedding_group() const {

@@ -4,7 +4,10 @@
 // stage (-z 1, 2, 3), with and without accumulation, and with a parameter count that the ranks do not
 // divide. Checkpoints written by 2 ranks resume bitwise on 2, and on 1 and 4 within 1e-6; checkpoints
 // move between ZeRO stages and rank counts; --dry-run plans exactly the memory the ranks allocate;
-// ZeRO-3 in the bf16 build with recomputation, validation and sampling tracks one rank.
+// ZeRO-3 in the bf16 build with recomputation, validation and sampling tracks one rank. Hybrid
+// sharding (--shard-ranks) matches one rank under -z 1/2/3, writes each shard's state once, moves its
+// checkpoints between meshes, and its plan's memory and within-/across-node traffic are the arithmetic
+// written here.
 // Ranks sum the gradients in another order than one rank's accumulation, so the fp32 results differ
 // in the last bits; AdamW divides each update by its gradient's own size, so for elements whose
 // gradient is near zero (the key biases' is exactly zero in exact arithmetic) those bits decide the
