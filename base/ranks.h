@@ -14,6 +14,7 @@ public:
     virtual ~RankGroup() = default;
     int rank = 0, num_ranks = 1;
     int local_rank = 0;  // among the ranks on this machine: picks the GPU
+    int node_ranks = 1;  // the ranks on this machine (MPI's ranks sharing its memory)
 
     // The mean of `value` over all ranks (every rank gets it).
     virtual double mean(double value) { return value; }

@@ -74,6 +74,9 @@ struct ModelMemory {
     size_t network_bytes_per_step = 0;
     size_t tensor_bytes_per_step = 0;
     size_t pipeline_bytes_per_step = 0;  // activations and their gradients between stages
+    // The same bytes split by where they travel: within a node (every rank of the collective's group
+    // on one node) or across nodes (parallel/plan/traffic.h).
+    size_t within_node_bytes_per_step = 0, across_node_bytes_per_step = 0;
     // With pipeline stages: lines on the stages' layers, schedule, bubble and memory (else empty).
     std::string pipeline_report;
     // The model's own buffers, and everything the device holds for the run.

@@ -50,6 +50,8 @@ struct TrainOptions {
     int sequence_parallel = -1;  // -sp: 1 split LayerNorms and residuals along the sequence too
                                  // (-1: on with -tp > 1)
     int pipeline_parallel = 1;   // -pp: pipeline stages
+    int shard_ranks = 0;         // --shard-ranks: ZeRO shards within groups of N data ranks (0 = all)
+    int node_ranks = 0;          // --node-ranks: ranks per node for the traffic split (0 = the launcher's)
     std::string pp_schedule = "1f1b";  // --pp-schedule: 1f1b or gpipe
     std::string grad_reduce = "fp32";  // --grad-reduce: accumulate and reduce gradients in fp32 or bf16
     int recompute = 1;     // -r
@@ -78,6 +80,10 @@ struct TrainOptions {
 
 // The data-parallel ranks among num_ranks: num_ranks / (tensor_parallel · pipeline_parallel).
 int data_ranks(const TrainOptions& options, int num_ranks);
+
+// The ranks per node a plan assumes without --node-ranks and without a launcher to ask (--dry-run):
+// the GPUs of a common server.
+constexpr int kDryRunNodeRanks = 8;
 
 // Gradient-accumulation micro-steps per step: total_batch / (B·T·data ranks), after validation.
 int grad_accum_steps(const TrainOptions& options, int num_ranks);

@@ -29,14 +29,14 @@ size_t nccl_communicator_bytes(int ranks) {
 }
 
 // The sizes of the communicators a rank holds (parallel/comm/mesh_communicators.h): the world's (also
-// the data group's where the mesh is data parallel only), else the data group's split from it, two over
-// the tensor group, the pipeline's, and the tied embedding's at either end of a pipeline of 3 stages
-// or more. None without a world.
+// the data group's where the mesh is data parallel only), else the data group's split from it; under
+// hybrid sharding the sharding group's and the replicas'; two over the tensor group, the pipeline's,
+// and the tied embedding's at either end of a pipeline of 3 stages or more. None without a world.
 static std::vector<int> communicator_sizes(const Mesh& m, bool communicates) {
     if (!communicates) return {};
     std::vector<int> sizes = {m.size()};
-    if (m.tensor == 1 && m.pipeline == 1) return sizes;
-    sizes.push_back(m.data);
+    if (m.tensor > 1 || m.pipeline > 1) sizes.push_back(m.data);
+    if (m.hybrid()) sizes.insert(sizes.end(), {m.shard, m.replicas()});
     if (m.tensor > 1) sizes.insert(sizes.end(), {m.tensor, m.tensor});
     if (m.pipeline > 1) sizes.push_back(m.pipeline);
     if (m.pipeline > 2 && (m.first_stage() || m.last_stage())) sizes.push_back(2);

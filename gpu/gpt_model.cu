@@ -12,14 +12,17 @@
 
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
     : config_(config), world_(world),
-      mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel)),
+      mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
+                      planned_node_ranks(opt, world.ranks))),
       comms_(split_mesh_communicators(world.nccl, mesh_)),
-      tp_(comms_.tensor, comms_.tensor_overlap, mesh_.tensor_rank, mesh_.tensor, sequence_parallel(opt)),
-      pipeline_(comms_.pipeline, comms_.tied_embedding, mesh_.stage, mesh_.pipeline),
+      tp_(comms_.tensor, comms_.tensor_overlap, mesh_.tensor_rank, mesh_.tensor, sequence_parallel(opt),
+          within_one_node(mesh_.tensor_group(), mesh_.node_ranks)),
+      pipeline_(comms_.pipeline, comms_.tied_embedding, mesh_.stage, mesh_.pipeline, pipeline_links(mesh_)),
       accum_steps_(std::max(1, grad_accum_steps(opt, world.num_ranks()))), schedule_(opt.pp_schedule),
       stage_(make_pipeline_stage(config, opt, mesh_, accum_steps_)),
-      buckets_(make_param_buckets(config, mesh_.data, model_slice(mesh_, stage_))),
-      params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.data_rank, fp32_gradient_reduction(opt)),
+      buckets_(make_param_buckets(config, mesh_.shard, model_slice(mesh_, stage_))),
+      params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.shard_rank(), shard_groups(mesh_),
+              fp32_gradient_reduction(opt)),
       optimizer_(params_, fp32_master_weights(opt)),
       graphs_(uses_cuda_graphs(opt, mesh_, params_.sharding())),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
@@ -75,7 +78,8 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     optimizer_.request_memory(&arena_);
     request_step_buffers(&arena_, &buf_, config_, opt, tp_, stage_);
     memory_ = arena_.memory();
-    set_planned_traffic(&memory_, plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_));
+    planned_traffic_ = plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_);
+    set_planned_traffic(&memory_, planned_traffic_);
     memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
     set_planned_overhead(&memory_, plan_device_overhead(config_, mesh_, comms_.data != nullptr, stage_,
                                                         graphs_.enabled(), accum_steps_));
@@ -94,7 +98,7 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     encoder_host_bytes_ = (encoder_backward_host_scratch_bytes(max_B_, max_T_) + 255) / 256 * 256;
     CUDA_CHECK(cudaMallocHost(&control_host_, sizeof(StepControl)));
     reserve_pinned_tokens(accum_steps_);
-    params_.start(stream_, comms_.data);
+    params_.start(stream_, comms_.data, comms_.shard, comms_.replicas);
     optimizer_.start(stream_);
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.

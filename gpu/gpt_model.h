@@ -253,6 +253,7 @@ private:
     DeviceArena arena_;
     ModelMemory memory_;
     Traffic last_step_traffic_;
+    Traffic planned_traffic_;  // what the start-up report's plan says a step sends
 
     StepBuffers buf_;
     Activations& act_ = buf_.act;

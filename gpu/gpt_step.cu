@@ -369,7 +369,7 @@ void GPUModel::reset_traffic() {
 
 Traffic GPUModel::traffic_sent() const {
     Traffic t;
-    t.data = params_.bytes_sent(), t.tensor = tp_.bytes_sent(), t.pipeline = pipeline_.bytes_sent();
+    t.data = params_.bytes_sent(), t.tensor = tp_.by_node(tp_.bytes_sent()), t.pipeline = pipeline_.bytes_sent();
     return t;
 }
 
@@ -377,11 +377,11 @@ Traffic GPUModel::traffic_sent() const {
 // report printed (memory_plan.h): a difference is an error in one of them.
 void GPUModel::check_traffic_against_plan() {
     last_step_traffic_ = traffic_sent();
-    Traffic planned;
-    planned.data = memory_.network_bytes_per_step, planned.tensor = memory_.tensor_bytes_per_step;
-    planned.pipeline = memory_.pipeline_bytes_per_step;
-    if (last_step_traffic_ != planned)
-        fail("internal error: a step sent %zu / %zu / %zu bytes in the data / tensor / pipeline group, the plan "
-             "says %zu / %zu / %zu", last_step_traffic_.data, last_step_traffic_.tensor, last_step_traffic_.pipeline,
-             planned.data, planned.tensor, planned.pipeline);
+    const Traffic& sent = last_step_traffic_;
+    const Traffic& planned = planned_traffic_;
+    if (sent != planned)
+        fail("internal error: a step sent %zu / %zu / %zu bytes in the data / tensor / pipeline group (%zu within "
+             "nodes), the plan says %zu / %zu / %zu (%zu)", sent.data.total(), sent.tensor.total(),
+             sent.pipeline.total(), sent.by_node().within_node, planned.data.total(), planned.tensor.total(),
+             planned.pipeline.total(), planned.by_node().within_node);
 }

@@ -36,8 +36,8 @@ Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const Ten
     const int N = opt.batch_size * opt.seq_len;
     Traffic t;
     t.data = params.planned_bytes(micro_steps);
-    t.tensor = plan_tensor_bytes(config, tp, stage, N, micro_steps, params.reduces_gradients(false) ? micro_steps : 1,
-                                 params.gradient_bytes());
+    t.tensor = tp.by_node(plan_tensor_bytes(config, tp, stage, N, micro_steps,
+                                            params.reduces_gradients(false) ? micro_steps : 1, params.gradient_bytes()));
     const int vocabulary = params.buckets().vocabulary_bucket();  // the tied embedding's gradients, as reduced
     t.pipeline = pipeline.planned_bytes(micro_steps, (size_t)tp.local_positions(N) * config.channels,
                                         vocabulary >= 0 ? params.reduced_gradient_count(vocabulary) : 0,
@@ -46,9 +46,11 @@ Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const Ten
 }
 
 void set_planned_traffic(ModelMemory* memory, const Traffic& traffic) {
-    memory->network_bytes_per_step = traffic.data;
-    memory->tensor_bytes_per_step = traffic.tensor;
-    memory->pipeline_bytes_per_step = traffic.pipeline;
+    memory->network_bytes_per_step = traffic.data.total();
+    memory->tensor_bytes_per_step = traffic.tensor.total();
+    memory->pipeline_bytes_per_step = traffic.pipeline.total();
+    memory->within_node_bytes_per_step = traffic.by_node().within_node;
+    memory->across_node_bytes_per_step = traffic.by_node().across_node;
 }
 
 bool uses_cuda_graphs(const TrainOptions& opt, const Mesh& mesh, const ZeroSharding& sharding) {
@@ -63,15 +65,17 @@ void set_planned_overhead(ModelMemory* memory, const DeviceOverhead& overhead) {
 // Rank 0 of stage `stage_index`'s memory and traffic: the model's own objects, made without a device.
 static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks,
                                      bool communicates, int stage_index) {
-    Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel);
-    mesh.stage = stage_index;
+    // Rank 0's coordinates but the stage.
+    const Mesh mesh = make_mesh(num_ranks, stage_index * (num_ranks / opt.pipeline_parallel), opt.tensor_parallel,
+                                opt.pipeline_parallel, opt.shard_ranks, planned_node_ranks(opt, nullptr));
     const int micro_steps = grad_accum_steps(opt, num_ranks);
     const PipelineStage stage = make_pipeline_stage(config, opt, mesh, micro_steps);
-    const TensorParallel tp(nullptr, nullptr, 0, mesh.tensor, sequence_parallel(opt));
-    const PipelineParallel pipeline(nullptr, nullptr, mesh.stage, mesh.pipeline);
+    const TensorParallel tp(nullptr, nullptr, 0, mesh.tensor, sequence_parallel(opt),
+                            within_one_node(mesh.tensor_group(), mesh.node_ranks));
+    const PipelineParallel pipeline(nullptr, nullptr, mesh.stage, mesh.pipeline, pipeline_links(mesh));
     DeviceArena arena;
-    ParameterStore params(make_param_buckets(config, mesh.data, model_slice(mesh, stage)),
-                          zero_sharding(opt, communicates), 0, fp32_gradient_reduction(opt));
+    ParameterStore params(make_param_buckets(config, mesh.shard, model_slice(mesh, stage)),
+                          zero_sharding(opt, communicates), 0, shard_groups(mesh), fp32_gradient_reduction(opt));
     Optimizer optimizer(params, fp32_master_weights(opt));
     params.request_memory(&arena);
     optimizer.request_memory(&arena);

@@ -56,6 +56,7 @@ void Optimizer::set_placed_state(const std::vector<float>& master, const std::ve
 }
 
 OptimizerPart Optimizer::state_part() {
+    if (!params_.writes_state()) return OptimizerPart();  // a copy of another group's shards
     const ParamBuckets& b = params_.buckets();
     const bool sharded = params_.sharding().optimizer_state;
     const size_t S = params_.state_size();

@@ -35,8 +35,9 @@ public:
     void set_placed_state(const std::vector<float>& master, const std::vector<float>& m,
                           const std::vector<float>& v);
     // What this rank's state file stores: the master weights and moments of its runs (its shard under
-    // ZeRO, everything on data rank 0 otherwise; not the copies), with their ParamLayout ranges.
-    // Without separate master weights they are the working ones.
+    // ZeRO, everything on data rank 0 otherwise; not the copies), with their ParamLayout ranges; nothing
+    // in the sharding groups past the first under --shard-ranks (their shards are copies). Without
+    // separate master weights they are the working ones.
     OptimizerPart state_part();
 
 private:

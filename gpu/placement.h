@@ -44,6 +44,13 @@ inline ZeroSharding zero_sharding(const TrainOptions& opt, bool communicates) {
     return ZeroSharding::of_stage(communicates ? opt.zero_stage : 0);
 }
 
+// Ranks per node, for the traffic split (parallel/plan/traffic.h): --node-ranks, else the ranks the
+// launcher put on this machine, else (one process: --dry-run) kDryRunNodeRanks.
+inline int planned_node_ranks(const TrainOptions& opt, const RankGroup* ranks) {
+    if (opt.node_ranks > 0) return opt.node_ranks;
+    return ranks ? ranks->node_ranks : kDryRunNodeRanks;
+}
+
 // Sequence parallelism: -sp, on by default with -tp > 1.
 inline bool sequence_parallel(const TrainOptions& opt) {
     return opt.tensor_parallel > 1 && opt.sequence_parallel != 0;

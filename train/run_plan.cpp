@@ -25,6 +25,9 @@ void print_memory_report(const ModelMemory& mem) {
                mem.network_bytes_per_step / MiB, groups.c_str());
     else if (sent > 0)
         printf("network: %.1f MiB sent per step by each rank\n", sent / MiB);
+    if (sent > 0)
+        printf("network by node: %.1f MiB within the node, %.1f MiB across nodes\n",
+               mem.within_node_bytes_per_step / MiB, mem.across_node_bytes_per_step / MiB);
     if (!mem.pipeline_report.empty()) printf("%s", mem.pipeline_report.c_str());
 }
 
@@ -71,11 +74,19 @@ int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTCo
     printf("model: %s (%s), %zu parameters\n", model_source_text(opt, false, 0).c_str(),
            describe_config(config).c_str(), param_layout(config).total);
     const int micro_steps = grad_accum_steps(opt, num_ranks);
-    const Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel);
+    const Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks);
     const std::string shape = mesh.tensor > 1 || mesh.pipeline > 1 ? " as " + mesh.shape() : "";
-    printf("plan: %d rank%s%s, %s; B=%d T=%d, %lld tokens per step (%d micro-step%s)\n", num_ranks,
+    const std::string hybrid =
+        communicates && mesh.hybrid()
+            ? strprintf(" within groups of %d data ranks, replicated over %d groups (--shard-ranks)", mesh.shard,
+                        mesh.replicas())
+            : "";
+    printf("plan: %d rank%s%s, %s%s; B=%d T=%d, %lld tokens per step (%d micro-step%s)\n", num_ranks,
            num_ranks == 1 ? "" : "s", shape.c_str(), communicates ? zero_stage_text(opt.zero_stage) : "one rank",
-           opt.batch_size, opt.seq_len, opt.total_batch, micro_steps, micro_steps == 1 ? "" : "s");
+           hybrid.c_str(), opt.batch_size, opt.seq_len, opt.total_batch, micro_steps, micro_steps == 1 ? "" : "s");
+    if (num_ranks > 1)
+        printf("nodes: %d ranks per node (%s)\n", opt.node_ranks > 0 ? opt.node_ranks : kDryRunNodeRanks,
+               opt.node_ranks > 0 ? "--node-ranks" : "the dry run's default; --node-ranks N to change it");
     print_memory_report(memory);
     double device = opt.device_memory_gib * GiB;
     std::string where = strprintf("a %.1f GiB device (--device-memory)", opt.device_memory_gib);

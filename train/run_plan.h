@@ -11,7 +11,8 @@
 // `memory: parameters X MiB | gradients X MiB | master weights X MiB | optimizer state X MiB |
 // activations X MiB | overhead X MiB | total X MiB` (overhead where the model's device holds more than
 // its buffers, then a line with its parts) and, with several ranks, `network: X MiB sent per step by each rank`
-// (followed by `(data group X MiB, tensor group X MiB)` under tensor parallelism).
+// (followed by `(data group X MiB, tensor group X MiB)` under tensor parallelism), and
+// `network by node: X MiB within the node, X MiB across nodes` (parallel/plan/traffic.h).
 void print_memory_report(const ModelMemory& memory);
 
 // A plan fits when its total per rank is at most this share of the device. The margin is for what the

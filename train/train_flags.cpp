@@ -109,6 +109,12 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "(-1: 1 when -tp > 1)"},
         {"-pp", "--pipeline-parallel", Kind::INT, FIELD(pipeline_parallel), 1, 1024,
          "pipeline stages (CUDA trainer): the layers split into consecutive stages on different ranks"},
+        {"", "--shard-ranks", Kind::INT, FIELD(shard_ranks), 0, 1 << 20,
+         "with -z 1/2/3: shard within groups of N consecutive data ranks (a node) and replicate across "
+         "the groups (hybrid sharding); 0: shard over every data rank"},
+        {"", "--node-ranks", Kind::INT, FIELD(node_ranks), 0, 1 << 20,
+         "ranks per node for the report's within-node and across-node traffic (0: the ranks the launcher "
+         "put on this machine; --dry-run: 8)"},
         {"", "--pp-schedule", Kind::STRING, FIELD(pp_schedule), 0, 0,
          "pipeline schedule: 1f1b (one forward, one backward) or gpipe (all forwards, then all "
          "backwards)"},
@@ -281,13 +287,18 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
     return FlagsResult::RUN;
 }
 
-// -tp, -sp, -pp, --pp-schedule and --grad-reduce against the ranks and the model's shape.
+// -tp, -sp, -pp, --shard-ranks, --pp-schedule and --grad-reduce against the ranks and the model's shape.
 static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ranks) {
     const int tp = o->tensor_parallel, pp = o->pipeline_parallel;
     if (num_ranks % (tp * pp) != 0)
         fail("-tp (--tensor-parallel) %d x -pp (--pipeline-parallel) %d = %d does not divide the %d "
              "ranks", tp, pp, tp * pp, num_ranks);
     if (o->sequence_parallel == -1) o->sequence_parallel = tp > 1 ? 1 : 0;
+    const int data = num_ranks / (tp * pp);
+    if (o->shard_ranks > 0 && o->zero_stage == 0)
+        fail("--shard-ranks: %d shards ZeRO's state within groups of ranks; add -z 1, 2 or 3", o->shard_ranks);
+    if (o->shard_ranks > 0 && data % o->shard_ranks != 0)
+        fail("--shard-ranks: %d does not divide the %d data ranks", o->shard_ranks, data);
     if (o->pp_schedule != "1f1b" && o->pp_schedule != "gpipe")
         fail("--pp-schedule: unknown schedule '%s' (1f1b, gpipe)", o->pp_schedule.c_str());
     if (o->grad_reduce != "fp32" && o->grad_reduce != "bf16")

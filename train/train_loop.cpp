@@ -314,7 +314,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
         return false;
     }
     RankGroup& ranks = run.ranks;
-    run.mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel);
+    run.mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks);
     run.B = opt.batch_size, run.T = opt.seq_len;
     run.accum_steps = grad_accum_steps(opt, ranks.num_ranks);
     open_data(run);
@@ -360,7 +360,8 @@ static void print_report(const Run& run) {
     printf("compute: %s\n", run.model->description().c_str());
     if (run.ranks.num_ranks > 1) printf("ranks: %s\n", run.ranks.description().c_str());
     if (mesh.tensor > 1 || mesh.pipeline > 1)
-        printf("mesh: %s (tensor groups of consecutive ranks, then pipeline stages)\n", mesh.shape().c_str());
+        printf("mesh: %s (tensor groups of consecutive ranks, then data ranks, pipeline stages outermost)\n",
+               mesh.shape().c_str());
     print_memory_report(run.model->memory());
     printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d %s), %d steps, %s schedule, lr %.2e\n",
            run.B, run.T, opt.total_batch, run.accum_steps, mesh.data,

@@ -15,17 +15,27 @@ ncclComm_t split(ncclComm_t world, int color, int key) {
 
 }  // namespace
 
+// Hybrid sharding's two groups: the sharding group (the same replica), the ranks holding the same
+// shard (the same shard rank).
+static void split_shard_groups(ncclComm_t world, const Mesh& m, MeshCommunicators* c) {
+    if (!m.hybrid()) return;
+    c->shard = split(world, (m.stage * m.replicas() + m.replica()) * m.tensor + m.tensor_rank, m.shard_rank());
+    c->replicas = split(world, (m.stage * m.shard + m.shard_rank()) * m.tensor + m.tensor_rank, m.replica());
+}
+
 MeshCommunicators split_mesh_communicators(ncclComm_t world, const Mesh& m) {
     MeshCommunicators c;
     if (!world) return c;
     if (m.tensor == 1 && m.pipeline == 1) {
         c.data = world, c.data_is_world = true;
+        split_shard_groups(world, m, &c);
         return c;
     }
     // Every rank takes part in every split; a colour names the group, the key orders its ranks.
     c.data = split(world, m.stage * m.tensor + m.tensor_rank, m.data_rank);
-    ncclComm_t tensor = split(world, m.data_rank * m.pipeline + m.stage, m.tensor_rank);
-    ncclComm_t tensor_overlap = split(world, m.data_rank * m.pipeline + m.stage, m.tensor_rank);
+    split_shard_groups(world, m, &c);
+    ncclComm_t tensor = split(world, m.stage * m.data + m.data_rank, m.tensor_rank);
+    ncclComm_t tensor_overlap = split(world, m.stage * m.data + m.data_rank, m.tensor_rank);
     ncclComm_t pipeline = split(world, m.data_rank * m.tensor + m.tensor_rank, m.stage);
     auto keep = [](ncclComm_t comm, bool wanted) {
         if (wanted) return comm;
@@ -48,7 +58,7 @@ MeshCommunicators split_mesh_communicators(ncclComm_t world, const Mesh& m) {
 
 void destroy_mesh_communicators(MeshCommunicators* c) {
     if (c->tied_embedding && c->tied_embedding != c->pipeline) ncclCommDestroy(c->tied_embedding);
-    for (ncclComm_t comm : {c->tensor, c->tensor_overlap, c->pipeline})
+    for (ncclComm_t comm : {c->shard, c->replicas, c->tensor, c->tensor_overlap, c->pipeline})
         if (comm) ncclCommDestroy(comm);
     if (c->data && !c->data_is_world) ncclCommDestroy(c->data);
     *c = MeshCommunicators();

@@ -1,14 +1,19 @@
 // The NCCL communicators of one rank's groups in the mesh (parallel/plan/mesh.h), split from the world's
 // communicator with ncclCommSplit (a collective: every rank makes the same calls in the same order).
 //   data      the ranks with this rank's (stage, tensor rank): gradients are reduced, ZeRO shards
-//             gathered, over it
-//   tensor    the ranks with this rank's (data rank, stage): parallel/comm/tensor_parallel.h (two
+//             gathered, over it (the loss averaged, under hybrid sharding)
+//   shard     hybrid sharding (--shard-ranks) only: this rank's sharding group, over which ZeRO
+//             reduce-scatters and gathers
+//   replicas  hybrid sharding only: the data ranks holding this rank's shard, one per sharding group;
+//             each shard's reduced gradients are averaged over it
+//   tensor    the ranks with this rank's (stage, data rank): parallel/comm/tensor_parallel.h (two
 //             communicators over them: the second carries the gathers that overlap compute)
 //   pipeline  the ranks with this rank's (data rank, tensor rank): activations pass along it; its
 //             first and last stage share the tied embedding (their own communicator with 3 stages or
 //             more, the pipeline's otherwise)
-// A group of one rank gets no communicator (null), except the data group, which has one whenever the
-// world does (ZeRO's code paths then run over one rank). Without a world communicator (one process,
+// A group of one rank gets no communicator (null), except the data group and, under hybrid sharding,
+// the shard and replica groups, which have one whenever the world does (ZeRO's code paths then run
+// over one rank). Without a world communicator (one process,
 // no MPI launcher) all are null.
 #pragma once
 #include <nccl.h>
@@ -16,7 +21,7 @@
 #include "parallel/plan/mesh.h"
 
 struct MeshCommunicators {
-    ncclComm_t data = nullptr, tensor = nullptr, tensor_overlap = nullptr, pipeline = nullptr;
+    ncclComm_t data = nullptr, shard = nullptr, replicas = nullptr, tensor = nullptr, tensor_overlap = nullptr, pipeline = nullptr;
     ncclComm_t tied_embedding = nullptr;  // the first and last stage of the pipeline (3 stages or more)
     bool data_is_world = false;  // the world's own communicator, not split (and not ours to destroy)
 };

@@ -33,7 +33,7 @@ public:
         MPI_Comm node;
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
         MPI_Comm_rank(node, &local_rank);
-        MPI_Comm_size(node, &node_ranks_);
+        MPI_Comm_size(node, &node_ranks);
         MPI_Comm_free(&node);
         int nodes_local = local_rank == 0 ? 1 : 0;
         MPI_Allreduce(&nodes_local, &nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -88,11 +88,11 @@ public:
 
     std::string description() const override {
         return strprintf("%d ranks on %d node(s) over MPI (this is rank %d, local rank %d of %d)",
-                         num_ranks, nodes_, rank, local_rank, node_ranks_);
+                         num_ranks, nodes_, rank, local_rank, node_ranks);
     }
 
 private:
-    int node_ranks_ = 1, nodes_ = 1;
+    int nodes_ = 1;
 };
 
 }  // namespace

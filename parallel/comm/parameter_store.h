@@ -42,8 +42,14 @@
 // gathered into the other), one each for the position embeddings, the vocabulary and the final
 // LayerNorm; each with a "filled" event (the gather is done) and a "free" event (the compute is done
 // with it), and the gradient slots likewise ("ready" to reduce, "reduced").
-// Every collective adds what it sends to bytes_sent() (parallel/plan/traffic.h); planned_bytes() adds
-// up the same calls for a step without making them.
+// Hybrid sharding (--shard-ranks N): the chunks, gathers and reduce-scatters above are those of this
+// rank's sharding group of N data ranks (R = N); after its reduce-scatter each chunk's gradients are
+// averaged over the sharding groups (an all-reduce over the ranks that hold the same chunk, once a step:
+// -z 2/3 after the last micro-step's reduce-scatter), so every group updates the same shard the same
+// way. The loss is averaged over all the data ranks, the norm summed over one group's shards. Only the
+// first group writes its shards to checkpoints: the others hold exact copies.
+// Every collective adds what it sends to bytes_sent() (parallel/plan/traffic.h), on the side of the
+// node boundary its group sits; planned_bytes() adds up the same calls for a step without making them.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -74,10 +80,12 @@ struct DeviceRun {
 
 class ParameterStore {
 public:
-    // sharding: what ZeRO shards (nothing without a communicator); rank among buckets.num_ranks;
-    // fp32_gradients: accumulate and reduce gradients in fp32 (--grad-reduce fp32).
-    ParameterStore(const ParamBuckets& buckets, ZeroSharding sharding, int rank, bool fp32_gradients)
-        : buckets_(buckets), sharding_(sharding), rank_(rank),
+    // sharding: what ZeRO shards (nothing without a communicator); rank among buckets.num_ranks (its
+    // sharding group); groups: the data group's shape (zero_sharding.h); fp32_gradients: accumulate and
+    // reduce gradients in fp32 (--grad-reduce fp32).
+    ParameterStore(const ParamBuckets& buckets, ZeroSharding sharding, int rank, const ShardGroups& groups,
+                   bool fp32_gradients)
+        : buckets_(buckets), sharding_(sharding), rank_(rank), groups_(groups),
           fp32_(fp32_gradients && sizeof(floatX) < sizeof(float)),
           owned_(owned_runs(buckets, rank, sharding.optimizer_state)),
           reduced_this_step_(buckets.buckets.size(), false) {
@@ -150,11 +158,16 @@ public:
     }
 
     // Once the arena is allocated: the communication stream and events, every buffer zeroed (the
-    // padding of each bucket stays zero for good). comm may be null without sharding (nothing to send).
-    void start(cudaStream_t compute, ncclComm_t comm) {
+    // padding of each bucket stays zero for good). data may be null without sharding (nothing to
+    // send); shard and replicas are hybrid sharding's groups (null: the data group shards).
+    void start(cudaStream_t compute, ncclComm_t data, ncclComm_t shard = nullptr, ncclComm_t replicas = nullptr) {
         compute_ = compute;
-        comm_ = comm;
+        data_comm_ = data;
+        comm_ = shard ? shard : data;
+        replica_comm_ = replicas;
         if (sharding_.optimizer_state && !comm_) fail("ZeRO stage %d needs a communicator", sharding_.stage());
+        if (groups_.replicas > 1 && !(sharding_.optimizer_state && replica_comm_))
+            fail("internal error: hybrid sharding needs ZeRO (-z 1, 2, 3) and its replicas' communicator");
         CUDA_CHECK(cudaStreamCreate(&comm_stream_));
         for (int s = 0; s < SLOTS; s++)
             for (cudaEvent_t* e : {&filled_[s], &free_[s], &ready_[s], &reduced_[s]})
@@ -175,7 +188,10 @@ public:
     std::string description() const {
         const int R = buckets_.num_ranks;
         const char* precision = fp32_ ? " in fp32" : sizeof(floatX) < sizeof(float) ? " in bf16" : "";
-        return sharding_description(R) + (comm_ && R > 1 ? strprintf("; gradients reduced%s", precision) : "");
+        const std::string replicated =
+            groups_.replicas > 1 ? strprintf(", replicated over %d groups (--shard-ranks)", groups_.replicas) : "";
+        return sharding_description(R) + replicated +
+               (comm_ && groups_.data > 1 ? strprintf("; gradients reduced%s", precision) : "");
     }
     std::string sharding_description(int R) const {
         switch (sharding_.stage()) {
@@ -216,7 +232,7 @@ public:
         CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, free_[s], 0));
         NCCL_CHECK(ncclAllGather(params_ + shard_offset_[bucket], weight_slot_[s], buckets_.chunk(bucket),
                                  NCCL_FLOATX, comm_, comm_stream_));
-        bytes_sent_ += gather_cost(bucket);
+        bytes_sent_.add(gather_cost(bucket), groups_.shard_within_node);
         CUDA_CHECK(cudaEventRecord(filled_[s], comm_stream_));
         slot_holds_[s] = bucket;
     }
@@ -283,11 +299,12 @@ public:
         if (!comm_ || !reduces_gradients(last_micro_step)) return;
         CUDA_CHECK(cudaEventRecord(ready_[slot_of(bucket)], compute_));
         WAIT_FOR_EVENT(gradients_ready, comm_stream_, ready_[slot_of(bucket)]);
-        bytes_sent_ += reduce_cost(bucket);
+        bytes_sent_.add(reduce_cost(bucket), groups_.shard_within_node);
         if (fp32_)
             reduce_bucket(grads32_, staging32_[slot_of(bucket)], chunk32_, bucket);
         else
             reduce_bucket(grads_, gradient_slot_[slot_of(bucket)], chunk_buffer_, bucket);
+        if (last_micro_step) average_over_replicas(bucket);
         if (sharding_.gradients) CUDA_CHECK(cudaEventRecord(reduced_[slot_of(bucket)], comm_stream_));
         reduced_this_step_[bucket] = true;
         communicating_ = true;
@@ -346,14 +363,14 @@ public:
     void sum_over_shards(float* values, size_t n) {
         if (!sharding_.optimizer_state) return;
         NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, compute_));
-        bytes_sent_ += all_reduce_bytes(n, buckets_.num_ranks, sizeof(float));
+        bytes_sent_.add(all_reduce_bytes(n, buckets_.num_ranks, sizeof(float)), groups_.shard_within_node);
     }
     // n fp32 values averaged over the data ranks (the step's loss), on the compute stream; as they are
     // with one rank or none.
     void average_over_data_ranks(float* values, size_t n) {
-        if (!comm_ || buckets_.num_ranks <= 1) return;
-        NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclAvg, comm_, compute_));
-        bytes_sent_ += all_reduce_bytes(n, buckets_.num_ranks, sizeof(float));
+        if (!data_comm_ || groups_.data <= 1) return;
+        NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclAvg, data_comm_, compute_));
+        bytes_sent_.add(all_reduce_bytes(n, groups_.data, sizeof(float)), groups_.data_within_node);
     }
     // After the optimizer updated this rank's runs: with sharded optimizer state and whole weights,
     // every rank's updated chunk of every bucket to every rank (unchanged ones when the step was
@@ -369,23 +386,30 @@ public:
     }
 
     // ---- what it sends
-    size_t bytes_sent() const { return bytes_sent_; }
-    void reset_bytes_sent() { bytes_sent_ = 0; }
+    SentBytes bytes_sent() const { return bytes_sent_; }
+    void reset_bytes_sent() { bytes_sent_ = SentBytes(); }
     // What one optimizer step of `micro_steps` micro-steps sends, the same calls counted without
-    // making them: each bucket's reductions, its gathers (sharded weights: before the forward and the
-    // backward, the embeddings once), the updated weights' gather, the loss and (sharded) the norm.
-    size_t planned_bytes(int micro_steps) const {
-        const int R = buckets_.num_ranks;
-        size_t bytes = 0;
+    // making them: each bucket's reductions (hybrid: and its chunk's average over the replicas), its
+    // gathers (sharded weights: before the forward and the backward, the embeddings once), the updated
+    // weights' gather, the loss and (sharded) the norm.
+    SentBytes planned_bytes(int micro_steps) const {
+        const bool shard_in_node = groups_.shard_within_node;
+        SentBytes sent;
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
-            bytes += (size_t)(sharding_.gradients ? micro_steps : 1) * reduce_cost(b);
-            if (sharding_.weights) bytes += (size_t)micro_steps * (embedding_bucket(b) ? 1 : 2) * gather_cost(b);
-            if (sharding_.optimizer_state && !sharding_.weights) bytes += gather_cost(b);
+            sent.add((size_t)(sharding_.gradients ? micro_steps : 1) * reduce_cost(b), shard_in_node);
+            sent.add(replica_cost(b), groups_.replicas_within_node);
+            if (sharding_.weights)
+                sent.add((size_t)micro_steps * (embedding_bucket(b) ? 1 : 2) * gather_cost(b), shard_in_node);
+            if (sharding_.optimizer_state && !sharding_.weights) sent.add(gather_cost(b), shard_in_node);
         }
-        bytes += all_reduce_bytes(1, R, sizeof(float));                                   // the loss
-        if (sharding_.optimizer_state) bytes += all_reduce_bytes(1, R, sizeof(float));  // the norm
-        return bytes;
+        sent.add(all_reduce_bytes(1, groups_.data, sizeof(float)), groups_.data_within_node);  // the loss
+        if (sharding_.optimizer_state)                                                          // the norm
+            sent.add(all_reduce_bytes(1, buckets_.num_ranks, sizeof(float)), shard_in_node);
+        return sent;
     }
+    // Whether this rank writes its optimizer state to checkpoints: the first sharding group's ranks
+    // (the others hold copies of the same shards).
+    bool writes_state() const { return groups_.replica == 0; }
 
     // ---- weights in and out (host vectors in ParamLayout order, fp32)
     void set_weights(const std::vector<float>& weights) { set_placed_weights(place(weights_placement(), weights)); }
@@ -399,19 +423,20 @@ public:
     // rank 0's slice but the copies. With sharded weights every rank must call it: the buckets are
     // gathered one at a time through a slot, so no rank holds its whole slice on the device at once.
     ModelPart weights_part() {
+        const bool writes = rank_ == 0 && writes_state();  // data rank 0
         if (!sharding_.weights)
-            return rank_ == 0 ? device_part(buckets_, copy_from_device(params_, buckets_.total, compute_)) : ModelPart();
-        std::vector<float> device_order(rank_ == 0 ? buckets_.total : 0);
+            return writes ? device_part(buckets_, copy_from_device(params_, buckets_.total, compute_)) : ModelPart();
+        std::vector<float> device_order(writes ? buckets_.total : 0);
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
             gather_weights(b);
             wait_for_weights(b);
-            if (rank_ == 0) {
+            if (writes) {
                 const std::vector<float> bucket = copy_from_device(weights(b), buckets_.buckets[b].length, compute_);
                 std::copy(bucket.begin(), bucket.end(), device_order.begin() + buckets_.buckets[b].offset);
             }
             release_weights(b);
         }
-        return rank_ == 0 ? device_part(buckets_, device_order) : ModelPart();
+        return writes ? device_part(buckets_, device_order) : ModelPart();
     }
     // The working weights in state order (this rank's shard, or everything), where the optimizer keeps
     // no master copy of them.
@@ -447,6 +472,10 @@ private:
         if (!sharding_.optimizer_state)
             return all_reduce_bytes(buckets_.buckets[bucket].length, buckets_.num_ranks, gradient_bytes());
         return gather_bytes(buckets_.chunk(bucket), buckets_.num_ranks, gradient_bytes());  // as a gather
+    }
+    // Hybrid sharding: what one average of the bucket's reduced chunk over the replicas sends.
+    size_t replica_cost(int bucket) const {
+        return groups_.replicas > 1 ? all_reduce_bytes(buckets_.chunk(bucket), groups_.replicas, gradient_bytes()) : 0;
     }
     // Each micro-step's gradients computed into a slot, not into the gradients kept (sharded or fp32).
     bool gradients_in_slots() const { return sharding_.gradients || fp32_; }
@@ -491,6 +520,18 @@ private:
         }
     }
 
+    // Hybrid sharding, once the step's last reduce-scatter of the bucket is in this rank's chunk: the
+    // chunk averaged over the sharding groups (the ranks holding the same chunk), on the communication
+    // stream.
+    void average_over_replicas(int bucket) {
+        if (groups_.replicas <= 1) return;
+        const ncclDataType_t type = fp32_ ? ncclFloat32 : NCCL_FLOATX;
+        with_reduced_gradients(bucket, [&](auto* chunk, size_t n) {
+            NCCL_CHECK(ncclAllReduce(chunk, chunk, n, type, ncclAvg, replica_comm_, comm_stream_));
+        });
+        bytes_sent_.add(replica_cost(bucket), groups_.replicas_within_node);
+    }
+
     // Sharded optimizer state, whole weights: every rank's updated chunk of every bucket to every rank,
     // as one group.
     void all_gather_weights() {
@@ -499,7 +540,7 @@ private:
             floatX* bucket = params_ + buckets_.buckets[b].offset;
             const size_t chunk = buckets_.chunk(b);
             NCCL_CHECK(ncclAllGather(bucket + rank_ * chunk, bucket, chunk, NCCL_FLOATX, comm_, compute_));
-            bytes_sent_ += gather_cost(b);
+            bytes_sent_.add(gather_cost(b), groups_.shard_within_node);
         }
         NCCL_CHECK(ncclGroupEnd());
     }
@@ -512,13 +553,16 @@ private:
     ParamBuckets buckets_;
     ZeroSharding sharding_;
     int rank_;
+    ShardGroups groups_;
     std::vector<OwnedRun> owned_;       // the parameters this rank updates
     std::vector<size_t> shard_offset_;  // where each bucket's chunk starts in this rank's shard
     size_t max_chunk_ = 0;
     size_t slot_length_[SLOTS] = {};
-    ncclComm_t comm_ = nullptr;
+    ncclComm_t comm_ = nullptr;          // the sharding group's: ZeRO's reduce-scatters and gathers
+    ncclComm_t data_comm_ = nullptr;     // every data rank's: the loss
+    ncclComm_t replica_comm_ = nullptr;  // hybrid sharding: the ranks holding this rank's shard
     cudaStream_t compute_ = nullptr, comm_stream_ = nullptr;
-    size_t bytes_sent_ = 0;
+    SentBytes bytes_sent_;
 
     floatX* params_ = nullptr;  // working weights: whole in bucket order, or the shard (sharded weights)
     floatX* grads_ = nullptr;   // gradients: whole in bucket order, or the shard (sharded gradients)

@@ -12,7 +12,7 @@
 // the pipeline's own stream, while that action computes. The compute stream waits only for what it
 // receives, and for a send to finish before it overwrites the buffer the send reads.
 // Every transfer adds what it sends to bytes_sent() (parallel/plan/traffic.h; a broadcast counts its
-// n values on every rank).
+// n values on every rank), on the side of the node boundary its ranks sit (PipelineLinks).
 #pragma once
 #include <cstddef>
 #include <type_traits>
@@ -22,15 +22,31 @@
 
 #include "kernels/common.h"
 #include "parallel/comm/nccl_check.h"
+#include "parallel/plan/mesh.h"
 #include "parallel/plan/traffic.h"
+
+// Whether each of a stage's transfers stays within one node (traffic.h): to the previous and the next
+// stage, between the tied embedding's two stages, and over the whole pipeline.
+struct PipelineLinks {
+    bool previous = true, next = true, tied = true, whole = true;
+};
+inline PipelineLinks pipeline_links(const Mesh& m) {
+    auto pair = [&](int stage) {
+        return stage < 0 || stage >= m.pipeline ||
+               within_one_node({m.world_rank(m.data_rank, m.stage, m.tensor_rank),
+                                m.world_rank(m.data_rank, stage, m.tensor_rank)}, m.node_ranks);
+    };
+    return {pair(m.stage - 1), pair(m.stage + 1), within_one_node(m.tied_embedding_group(), m.node_ranks),
+            within_one_node(m.pipeline_group(), m.node_ranks)};
+}
 
 class PipelineParallel {
 public:
     PipelineParallel() = default;  // one stage: nothing to send
     // comm: the ranks of this rank's pipeline, ranked by stage; tied: the first and last stage's ranks
     // (null on the others, and with fewer than 3 stages the pipeline's own communicator).
-    PipelineParallel(ncclComm_t comm, ncclComm_t tied, int stage, int stages)
-        : stage_(stage), stages_(stages), comm_(comm), tied_(tied) {}
+    PipelineParallel(ncclComm_t comm, ncclComm_t tied, int stage, int stages, PipelineLinks links = PipelineLinks())
+        : stage_(stage), stages_(stages), links_(links), comm_(comm), tied_(tied) {}
     PipelineParallel(const PipelineParallel&) = delete;
     PipelineParallel& operator=(const PipelineParallel&) = delete;
     ~PipelineParallel() {
@@ -75,13 +91,13 @@ public:
         if (stages_ == 1 || !(first() || last())) return;
         const ncclDataType_t type = std::is_same<G, float>::value ? ncclFloat32 : NCCL_FLOATX;
         NCCL_CHECK(ncclAllReduce(g, g, n, type, ncclSum, tied_, compute));
-        bytes_sent_ += all_reduce_bytes(n, 2, sizeof(G));
+        bytes_sent_.add(all_reduce_bytes(n, 2, sizeof(G)), links_.tied);
     }
     // Sums over every stage (each stage's squared gradient norm).
     void sum(float* values, size_t n, cudaStream_t compute) {
         if (stages_ == 1) return;
         NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, compute));
-        bytes_sent_ += all_reduce_bytes(n, stages_, sizeof(float));
+        bytes_sent_.add(all_reduce_bytes(n, stages_, sizeof(float)), links_.whole);
     }
     // The last stage's values (the loss, a row of logits) on every stage.
     template <typename V>
@@ -89,22 +105,24 @@ public:
         if (stages_ == 1) return;
         const ncclDataType_t type = std::is_same<V, float>::value ? ncclFloat32 : NCCL_FLOATX;
         NCCL_CHECK(ncclBroadcast(values, values, n, type, stages_ - 1, comm_, compute));
-        bytes_sent_ += send_bytes(n, sizeof(V));
+        bytes_sent_.add(send_bytes(n, sizeof(V)), links_.whole);
     }
 
     // ---- what it sends
-    size_t bytes_sent() const { return bytes_sent_; }
-    void reset_bytes_sent() { bytes_sent_ = 0; }
+    SentBytes bytes_sent() const { return bytes_sent_; }
+    void reset_bytes_sent() { bytes_sent_ = SentBytes(); }
     // What one step of m micro-batches of n (this rank's positions × C) activation values sends: each
     // micro-batch's activations to the next stage and its gradient to the previous one, the tied
     // embedding's n_tied gradients (first and last stage: those this rank holds once reduced), the
     // squared norm and the loss.
-    size_t planned_bytes(int m, size_t n, size_t n_tied, size_t gradient_bytes) const {
-        if (stages_ == 1) return 0;
-        const size_t boundaries = (first() ? 0 : 1) + (last() ? 0 : 1);
-        const size_t tied = first() || last() ? all_reduce_bytes(n_tied, 2, gradient_bytes) : 0;
-        return m * boundaries * send_bytes(n, sizeof(floatX)) + tied + all_reduce_bytes(1, stages_, sizeof(float)) +
-               send_bytes(1, sizeof(float));
+    SentBytes planned_bytes(int m, size_t n, size_t n_tied, size_t gradient_bytes) const {
+        SentBytes sent;
+        if (stages_ == 1) return sent;
+        if (!first()) sent.add(m * send_bytes(n, sizeof(floatX)), links_.previous);
+        if (!last()) sent.add(m * send_bytes(n, sizeof(floatX)), links_.next);
+        if (first() || last()) sent.add(all_reduce_bytes(n_tied, 2, gradient_bytes), links_.tied);
+        sent.add(all_reduce_bytes(1, stages_, sizeof(float)) + send_bytes(1, sizeof(float)), links_.whole);
+        return sent;
     }
 
 private:
@@ -127,7 +145,7 @@ private:
         NCCL_CHECK(ncclGroupStart());
         for (const Send& s : queued_) {
             NCCL_CHECK(ncclSend(s.data, s.n, NCCL_FLOATX, s.peer, comm_, stream_));
-            bytes_sent_ += send_bytes(s.n, sizeof(floatX));
+            bytes_sent_.add(send_bytes(s.n, sizeof(floatX)), s.peer > stage_ ? links_.next : links_.previous);
         }
         if (receive) NCCL_CHECK(ncclRecv(into, n, NCCL_FLOATX, from, comm_, stream_));
         NCCL_CHECK(ncclGroupEnd());
@@ -147,9 +165,10 @@ private:
     }
 
     int stage_ = 0, stages_ = 1;
+    PipelineLinks links_;
     ncclComm_t comm_ = nullptr, tied_ = nullptr;
     cudaStream_t stream_ = nullptr;
     cudaEvent_t computed_ = nullptr, arrived_ = nullptr, sent_[2] = {nullptr, nullptr};
     std::vector<Send> queued_;
-    size_t bytes_sent_ = 0;
+    SentBytes bytes_sent_;
 };

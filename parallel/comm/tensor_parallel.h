@@ -40,10 +40,12 @@
 class TensorParallel {
 public:
     TensorParallel() = default;  // one rank: nothing is split, every operation is the plain one
-    // comm and overlap_comm: two communicators over the same ranks (the second for prefetch_input).
-    TensorParallel(ncclComm_t comm, ncclComm_t overlap_comm, int rank, int size, bool sequence_parallel)
-        : rank_(rank), size_(size), sequence_parallel_(sequence_parallel && size > 1), comm_(comm),
-          overlap_comm_(overlap_comm) {}
+    // comm and overlap_comm: two communicators over the same ranks (the second for prefetch_input);
+    // within_node: whether those ranks sit on one node (parallel/plan/traffic.h).
+    TensorParallel(ncclComm_t comm, ncclComm_t overlap_comm, int rank, int size, bool sequence_parallel,
+                   bool within_node = true)
+        : rank_(rank), size_(size), sequence_parallel_(sequence_parallel && size > 1), within_node_(within_node),
+          comm_(comm), overlap_comm_(overlap_comm) {}
     TensorParallel(const TensorParallel&) = delete;
     TensorParallel& operator=(const TensorParallel&) = delete;
     ~TensorParallel() {
@@ -184,6 +186,12 @@ public:
 
     // ---- what it sends
     size_t bytes_sent() const { return bytes_sent_; }
+    // Bytes on the side of the node boundary the group sits (all of its collectives are the group's).
+    SentBytes by_node(size_t bytes) const {
+        SentBytes sent;
+        sent.add(bytes, within_node_);
+        return sent;
+    }
     void reset_bytes_sent() { bytes_sent_ = 0; }
     // What each operation sends, for (N, width) activations: gathering an input whole (column_forward,
     // row_backward, whole_input, prefetch_input, embedding_backward); reducing partial sums to this
@@ -219,6 +227,7 @@ private:
 
     int rank_ = 0, size_ = 1;
     bool sequence_parallel_ = false;
+    bool within_node_ = true;  // the group sits on one node
     ncclComm_t comm_ = nullptr, overlap_comm_ = nullptr;
     floatX *whole_ = nullptr, *prefetched_ = nullptr, *partial_ = nullptr;
     cudaStream_t stream_ = nullptr;                 // prefetch_input's stream, created at first use

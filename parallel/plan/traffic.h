@@ -8,8 +8,14 @@
 //   all-reduce of n elements                                                       2 · (R − 1) · ⌈n / R⌉
 //   point-to-point send of n elements                                              n
 // A group of one rank sends nothing.
+//
+// Where the bytes travel: a collective's bytes count as within-node when every rank of its group (a
+// send's: the sender and the receiver) sits on one node, and as across-node otherwise (its ring
+// crosses between machines, whose links pace it). Node k holds the world ranks [k·M, (k+1)·M) for M
+// ranks per node (--node-ranks, or what the launcher says).
 #pragma once
 #include <cstddef>
+#include <vector>
 
 inline size_t gather_bytes(size_t n_per_rank, int ranks, size_t bytes) {
     return ranks > 1 ? (size_t)(ranks - 1) * n_per_rank * bytes : 0;
@@ -19,14 +25,38 @@ inline size_t all_reduce_bytes(size_t n, int ranks, size_t bytes) {
 }
 inline size_t send_bytes(size_t n, size_t bytes) { return n * bytes; }
 
+// Whether a group of these world ranks sits on one node of `node_ranks` ranks (0: one node holds all).
+inline bool within_one_node(const std::vector<int>& world_ranks, int node_ranks) {
+    if (node_ranks <= 0) return true;
+    for (int r : world_ranks)
+        if (r / node_ranks != world_ranks.front() / node_ranks) return false;
+    return true;
+}
+
+// Bytes sent, by where they travel.
+struct SentBytes {
+    size_t within_node = 0, across_node = 0;
+    void add(size_t bytes, bool group_within_node) { (group_within_node ? within_node : across_node) += bytes; }
+    size_t total() const { return within_node + across_node; }
+    SentBytes& operator+=(const SentBytes& o) {
+        within_node += o.within_node, across_node += o.across_node;
+        return *this;
+    }
+    bool operator==(const SentBytes& o) const { return within_node == o.within_node && across_node == o.across_node; }
+    bool operator!=(const SentBytes& o) const { return !(*this == o); }
+};
+
 // Bytes sent in each of the three groups a rank belongs to (parallel/plan/mesh.h).
 struct Traffic {
-    size_t data = 0;      // gradients reduced and ZeRO's gathers, the loss averaged
-    size_t tensor = 0;    // tensor parallelism's activations, LayerNorm gradients, the norm
-    size_t pipeline = 0;  // activations and their gradients between stages, the tied embedding
-    size_t total() const { return data + tensor + pipeline; }
-    bool operator==(const Traffic& o) const {
-        return data == o.data && tensor == o.tensor && pipeline == o.pipeline;
+    SentBytes data;      // gradients reduced and ZeRO's gathers, the loss averaged
+    SentBytes tensor;    // tensor parallelism's activations, LayerNorm gradients, the norm
+    SentBytes pipeline;  // activations and their gradients between stages, the tied embedding
+    size_t total() const { return data.total() + tensor.total() + pipeline.total(); }
+    SentBytes by_node() const {
+        SentBytes all = data;
+        all += tensor, all += pipeline;
+        return all;
     }
+    bool operator==(const Traffic& o) const { return data == o.data && tensor == o.tensor && pipeline == o.pipeline; }
     bool operator!=(const Traffic& o) const { return !(*this == o); }
 };

@@ -9,8 +9,13 @@
 //   weights          -z 3: the weights too: each bucket's are all-gathered from the chunks into a
 //                    transient slot just before the forward or backward pass needs them, and the
 //                    slot is released after
+// Under hybrid sharding (--shard-ranks N) all three are sharded within each sharding group of N data
+// ranks only, and kept whole across the groups: each shard's reduced gradients are then averaged over
+// the groups (ShardGroups below, parallel/plan/mesh.h).
 // The collectives, their order and their buffers are parallel/comm/parameter_store.h's.
 #pragma once
+#include "parallel/plan/mesh.h"
+#include "parallel/plan/traffic.h"
 
 struct ZeroSharding {
     bool optimizer_state = false;
@@ -22,3 +27,15 @@ struct ZeroSharding {
     // The -z that asks for this.
     int stage() const { return weights ? 3 : gradients ? 2 : optimizer_state ? 1 : 0; }
 };
+
+// The groups a data rank's ZeRO collectives run over, and where their bytes travel (traffic.h).
+struct ShardGroups {
+    int data = 1;      // data ranks: the loss is averaged over them
+    int replicas = 1;  // sharding groups, each with a copy of every shard (1: the data group shards)
+    int replica = 0;   // this rank's sharding group
+    bool data_within_node = true, shard_within_node = true, replicas_within_node = true;
+};
+inline ShardGroups shard_groups(const Mesh& m) {
+    return {m.data, m.replicas(), m.replica(), within_one_node(m.data_group(), m.node_ranks),
+            within_one_node(m.shard_group(), m.node_ranks), within_one_node(m.replica_group(), m.node_ranks)};
+}

@@ -4,7 +4,10 @@
 // stage (-z 1, 2, 3), with and without accumulation, and with a parameter count that the ranks do not
 // divide. Checkpoints written by 2 ranks resume bitwise on 2, and on 1 and 4 within 1e-6; checkpoints
 // move between ZeRO stages and rank counts; --dry-run plans exactly the memory the ranks allocate;
-// ZeRO-3 in the bf16 build with recomputation, validation and sampling tracks one rank.
+// ZeRO-3 in the bf16 build with recomputation, validation and sampling tracks one rank. Hybrid
+// sharding (--shard-ranks) matches one rank under -z 1/2/3, writes each shard's state once, moves its
+// checkpoints between meshes, and its plan's memory and within-/across-node traffic are the arithmetic
+// written here.
 // Ranks sum the gradients in another order than one rank's accumulation, so the fp32 results differ
 // in the last bits; AdamW divides each update by its gradient's own size, so for elements whose
 // gradient is near zero (the key biases' is exactly zero in exact arithmetic) those bits decide the
@@ -204,6 +207,48 @@ TEST(resharding_reads_only_each_ranks_share) {
     }
 }
 
+// ---- hybrid sharding (--shard-ranks)
+
+// 4 ranks as 2 sharding groups of 2 (--shard-ranks 2; --node-ranks 2 makes each group a node) under
+// -z 1, 2 and 3, each rank accumulating 2 micro-steps (-d 512: -z 2/3 reduce-scatter within the group
+// on each, and average the shard across the groups once): losses, gradient norms and final weights
+// match one rank's; the second group's ranks write no optimizer state (their shards are copies), and
+// the first group's state files make up one rank's. The dry run plans the traffic the ranks report.
+TEST(hybrid_sharding_matches_one_rank) {
+    const std::string flags = "-d 512 -x 3 -o ";
+    const std::string one = out_dir();
+    run(0, flags + one);
+    const std::vector<float> one_state = master_weights(one, 3, 1);
+    for (int zero : {1, 2, 3}) {
+        const std::string dir = out_dir(), hybrid = strprintf(" -z %d --shard-ranks 2 --node-ranks 2", zero);
+        const std::string log = run(4, flags + dir + hybrid);
+        const std::string what = "mpirun -np 4" + hybrid;
+        CHECK_MSG(log.find("over 2 ranks") != std::string::npos &&
+                      log.find("replicated over 2 groups (--shard-ranks)") != std::string::npos, "%s", log.c_str());
+        check_same_run(dir, one, 3, 1e-6, what.c_str());
+        for (int rank : {2, 3})
+            CHECK_MSG(read_training_state(checkpoint_state_path(dir, 3, rank)).ranges.empty(),
+                      "%s: rank %d (the second group) wrote optimizer state", what.c_str(), rank);
+        const std::vector<float> state = master_weights(dir, 3, 4);
+        CHECK_MSG(state.size() == one_state.size(), "%s: %zu state values", what.c_str(), state.size());
+        const double err = tst::rel_l2_error(state.data(), one_state.data(), one_state.size());
+        CHECK_MSG(err <= 1e-6, "%s: the state files differ from one rank's by %.3g", what.c_str(), err);
+        const std::string plan = run(0, "-d 512 --dry-run 1 --plan-ranks 4" + hybrid);
+        for (const char* prefix : {"memory:", "network:", "network by node:"})
+            CHECK_MSG(!lines_starting(plan, prefix).empty() && lines_starting(plan, prefix) == lines_starting(log, prefix),
+                      "%s: planned\n%sbut the ranks report\n%s", what.c_str(), lines_starting(plan, prefix).c_str(),
+                      lines_starting(log, prefix).c_str());
+    }
+}
+
+// A checkpoint of a hybrid-sharded run resumes on another mesh: saved by 4 ranks as 2 groups of 2
+// under -z 2, continued by 2 ranks as 2 groups of one rank each (--shard-ranks 1: every rank keeps all
+// of the optimizer state, the groups average the gradients) under -z 3, and by one rank.
+TEST(hybrid_sharding_checkpoints_move_between_meshes) {
+    check_moves(MODEL, default_data(),
+                {{4, "-z 2 --shard-ranks 2", 2, "-z 3 --shard-ranks 1"}, {4, "-z 2 --shard-ranks 2", 0, ""}}, 1e-6);
+}
+
 // --dry-run from one process (--plan-ranks 2) prints the same memory and network lines as the two
 // ranks print once they have allocated (their figures are the device allocation's, as
 // test_gpu_model checks), for every ZeRO stage; nothing is trained or written.
@@ -270,6 +315,7 @@ double nccl_bytes(int ranks) {
 
 struct Planned {
     int ranks, zero, tp, pp;
+    int shard = 0;  // --shard-ranks (0: the data group shards)
 };
 
 // What rank 0 keeps of a run on `p`, in the fp32 build (4-byte weights and gradients, no separate master
@@ -277,9 +323,10 @@ struct Planned {
 // line within the printed 0.1 MiB and the buckets' padding (each to a multiple of 128 × data ranks).
 void check_plan_by_hand(const Planned& p) {
     const std::string out = trainer_runs::run(0, "d12", default_data(), strprintf("-b 4 -t 1024 -d %d --dry-run 1 --plan-ranks %d -z %d -tp %d -pp %d "
-                                             "--device-memory 80", 4 * 1024 * p.ranks / (p.tp * p.pp) * 2, p.ranks, p.zero,
-                                             p.tp, p.pp));
-    const int R = p.ranks / (p.tp * p.pp);  // data ranks
+                                             "--shard-ranks %d --device-memory 80", 4 * 1024 * p.ranks / (p.tp * p.pp) * 2, p.ranks, p.zero,
+                                             p.tp, p.pp, p.shard));
+    const int D = p.ranks / (p.tp * p.pp);  // data ranks
+    const int R = p.shard > 0 ? p.shard : D;  // the ranks ZeRO shards over
     int layers = (int)L;                    // stage 0's, from the plan's stage line
     if (p.pp > 1) {
         const std::string stage = lines_starting(out, "stage 0:");
@@ -297,8 +344,8 @@ void check_plan_by_hand(const Planned& p) {
     auto near = [&](const char* key, double expected, double slack) {
         const double planned = number_after(out, "memory:", key) * MiB;
         CHECK_MSG(planned >= expected - 0.05 * MiB && planned <= expected + slack + 0.05 * MiB,
-                  "-z %d -tp %d -pp %d: %s%.1f MiB planned, %.1f MiB by hand (+ up to %.1f)\n%s", p.zero, p.tp, p.pp,
-                  key, planned / MiB, expected / MiB, slack / MiB, out.c_str());
+                  "-z %d -tp %d -pp %d --shard-ranks %d: %s%.1f MiB planned, %.1f MiB by hand (+ up to %.1f)\n%s",
+                  p.zero, p.tp, p.pp, p.shard, key, planned / MiB, expected / MiB, slack / MiB, out.c_str());
     };
     // -z 3's weights and -z 2/3's gradients add transient whole-bucket slots: checked by size below.
     if (p.zero < 3) near("parameters ", weights, padding);
@@ -309,11 +356,13 @@ void check_plan_by_hand(const Planned& p) {
         near("gradients ", 4 * shard, 4 * (3 * slots) + 4 * embeddings / R + padding);
     }
     // The overhead: context 527 MiB; the world's communicator and, on a split mesh, the data group's, two
-    // over the tensor group and the pipeline's, plus 196 MiB for the first; cuBLASLt's 32 MiB; the timed
+    // over the tensor group and the pipeline's, with --shard-ranks the sharding group's and the
+    // replicas' (R and D/R ranks), plus 196 MiB for the first; cuBLASLt's 32 MiB; the timed
     // algorithms' copy of the largest accumulated product (fc's 4C², the classifier's Vs·C) + 8 bytes;
     // graphs (-z 0/1 without a pipeline): two micro-step graphs and the update's, 2,411 bytes a node.
     double nccl = 196 * MiB + nccl_bytes(p.ranks);
-    if (p.tp > 1 || p.pp > 1) nccl += nccl_bytes(R) + (p.tp > 1 ? 2 * nccl_bytes(p.tp) : 0) + (p.pp > 1 ? nccl_bytes(p.pp) : 0);
+    if (p.tp > 1 || p.pp > 1) nccl += nccl_bytes(D) + (p.tp > 1 ? 2 * nccl_bytes(p.tp) : 0) + (p.pp > 1 ? nccl_bytes(p.pp) : 0);
+    if (R < D) nccl += nccl_bytes(R) + nccl_bytes(D / R);
     const double autotuning = 4 * std::max(4 * C * C / p.tp, p.pp == 1 ? vocabulary_rows(p.tp) * C : 0) + 8;
     const double graphs = p.zero <= 1 && p.pp == 1 ? (2 * (layers * 32 + 64) + 64) * 2411.0 : 0;
     const double overhead = 527 * MiB + nccl + 32 * MiB + autotuning + graphs;
@@ -336,6 +385,46 @@ TEST(dry_run_matches_arithmetic_by_hand) {
     for (int zero : {1, 3}) check_plan_by_hand({8, zero, 2, 1});
     for (int zero : {0, 2}) check_plan_by_hand({8, zero, 1, 2});
     check_plan_by_hand({8, 1, 2, 2});
+    // Hybrid sharding: ZeRO's shards are those of a group of 4 (-z 1) or 2 (-z 3, and with -tp 2).
+    check_plan_by_hand({8, 1, 1, 1, 4});
+    check_plan_by_hand({8, 3, 1, 1, 2});
+    check_plan_by_hand({8, 3, 2, 1, 2});
+}
+
+// The report's traffic split for GPT-2 124M (Ψ = 124,475,904 parameters: buckets of layers, embeddings
+// and the final norm that 256 divides, so no padding) on 4 ranks of 2 per node, -z 1, one micro-step,
+// 4-byte gradients and weights, by the ring rules (all-gather or reduce-scatter over R ranks: (R−1)·n
+// per rank for n per rank; all-reduce of n: 2·(R−1)·⌈n/R⌉):
+//   --shard-ranks 2   within: reduce-scatter and gather in the node's group, 4·Ψ/2 each, + the norm's 8;
+//                     across: each half averaged with the other node's copy, 2·⌈Ψ/4⌉·4, + the loss's 24
+//   no --shard-ranks  across: reduce-scatter and gather over all 4, 3·Ψ/4·4 each, the norm's and the
+//                     loss's 24 each; nothing within
+//   one node of 4     within: as the line before
+TEST(dry_run_splits_traffic_within_and_across_nodes) {
+    const double psi = 124475904;
+    struct Case {
+        const char* flags;
+        double within, across;
+    } cases[] = {
+        {"--shard-ranks 2 --node-ranks 2", 2 * (4 * psi / 2) + 8, 2 * std::ceil(psi / 4) * 4 + 24},
+        {"--node-ranks 2", 0, 2 * (3 * psi / 4 * 4) + 48},
+        {"--node-ranks 4", 2 * (3 * psi / 4 * 4) + 48, 0},
+    };
+    for (const Case& c : cases) {
+        const std::string out = trainer_runs::run(
+            0, "d12", default_data(), strprintf("-b 4 -t 1024 -d 16384 -z 1 --dry-run 1 --plan-ranks 4 %s", c.flags));
+        const double within = number_after(out, "network by node:", "network by node: ");
+        const double total = number_after(out, "network:", "network: ");
+        const std::string line = lines_starting(out, "network by node:");
+        const size_t comma = line.find(", ");
+        const double across = comma == std::string::npos ? -1 : atof(line.c_str() + comma + 2);
+        CHECK_MSG(std::fabs(within - c.within / MiB) <= 0.05 && std::fabs(across - c.across / MiB) <= 0.05 &&
+                      std::fabs(total - (c.within + c.across) / MiB) <= 0.05,
+                  "%s: %.1f MiB within, %.1f across planned; %.1f and %.1f by hand\n%s", c.flags, within, across,
+                  c.within / MiB, c.across / MiB, out.c_str());
+    }
+    const std::string out = trainer_runs::run(0, "d12", default_data(), "-b 4 -t 1024 -d 16384 -z 1 --dry-run 1 --plan-ranks 4");
+    CHECK_MSG(out.find("nodes: 8 ranks per node (the dry run's default") != std::string::npos, "%s", out.c_str());
 }
 
 // The fits verdict keeps a 10% margin: GPT-2 124M at B=4 on one rank of a device just above its plan

@@ -69,6 +69,8 @@ TEST(malformed_and_out_of_range_values_are_rejected) {
     rejected({"--seed", "-4"}, {"--seed", "not a non-negative integer"});
     rejected({"-k", "exponential"}, {"-k (--lr-schedule)", "unknown schedule 'exponential'"});
     rejected({"-e", ""}, {"-e (--model)", "empty value"});
+    rejected({"--shard-ranks", "-1"}, {"--shard-ranks", "out of range"});
+    rejected({"--node-ranks", "-2"}, {"--node-ranks", "out of range"});
 }
 
 TEST(unknown_flags_and_missing_values_are_rejected) {
@@ -100,6 +102,11 @@ TEST(impossible_combinations_are_rejected) {
     invalid_combination({"-tp", "2", "-t", "33"}, "custom:L2:C64:H2:V512:T64", {"-sp (--sequence-parallel)", "33"}, 2);
     invalid_combination({"-pp", "3"}, "custom:L2:C64:H2", {"-pp (--pipeline-parallel)", "3 stages for 2 layers"}, 3);
     invalid_combination({"--pp-schedule", "zigzag"}, "d12", {"--pp-schedule", "zigzag"});
+    // --shard-ranks: groups of data ranks that divide them, and only with ZeRO to shard.
+    invalid_combination({"-z", "1", "--shard-ranks", "3"}, "d12", {"--shard-ranks", "3", "does not divide the 4 data ranks"}, 4);
+    invalid_combination({"-z", "3", "-tp", "2", "--shard-ranks", "4"}, "d12",
+                        {"--shard-ranks", "4", "does not divide the 2 data ranks"}, 4);
+    invalid_combination({"--shard-ranks", "2"}, "d12", {"--shard-ranks", "add -z 1, 2 or 3"}, 4);
     invalid_combination({"--grad-reduce", "fp16"}, "d12", {"--grad-reduce", "fp16", "fp32, bf16"});
     invalid_combination({"-tp", "2", "-b", "4", "-t", "64", "-d", "768"}, "d12",
                         {"-d (--total-batch)", "B*T*data ranks", "512"}, 4);
@@ -107,6 +114,11 @@ TEST(impossible_combinations_are_rejected) {
         TrainOptions o = parse({"-tp", "2", "-b", "4", "-t", "64", "-d", "1024"});
         validate_train_options(&o, config_from_descriptor("d12"), 4);  // 2 data ranks: 2 micro-steps
         CHECK(o.sequence_parallel == 1 && data_ranks(o, 4) == 2 && grad_accum_steps(o, 4) == 2);
+    }
+    {
+        TrainOptions o = parse({"-z", "2", "--shard-ranks", "2", "--node-ranks", "4"});
+        validate_train_options(&o, config_from_descriptor("d12"), 8);
+        CHECK(o.shard_ranks == 2 && o.node_ranks == 4);
     }
     invalid_combination({"-t", "2048"}, "d12", {"-t (--seq-len)", "2048", "1024"});
     invalid_combination({"-t", "65"}, "custom:L1:C8:H2:T64", {"-t (--seq-len)"});
