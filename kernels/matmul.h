@@ -38,11 +38,17 @@
 // gets its descriptor and layouts made once and its algorithm chosen once, then cached: on a GPU the
 // heuristic's top candidates (up to kMatmulCandidates) that compute the same bits as its first are
 // each timed on the call's own operands and the fastest is kept (matmul_fastest; matmul_set_autotune;
-// the emulated build takes the heuristic's first unless a test turns timing on); a product that
-// accumulates into D has D kept aside and put back around the timing. So every run computes what the
-// heuristic's first candidate computes, whichever candidate timed fastest; cuBLAS documents bitwise
+// the emulated build takes the heuristic's first unless a test or EMU_CUBLASLT_FASTEST turns timing
+// on: emu/README.md); a product that accumulates into D has D kept aside and put back around the
+// timing. So the fastest computes what the heuristic's first candidate computes on the operands it was
+// timed on; cuBLAS documents bitwise
 // identical results run to run for a given algorithm, toolkit version, architecture and SM count (its
-// "Results reproducibility" section), so a run is reproducible bit for bit. The choice happens at the
+// "Results reproducibility" section). A timed choice can still differ between processes and runs, and
+// two candidates that agree on the operands timed need not agree on all; so the trainer holds timed
+// choices back (matmul_hold_timed_choices: the heuristic's first computes meanwhile), shares one table
+// of them between its ranks and its resumes (matmul_algorithm_table, matmul_adopt_algorithms;
+// train/algorithm_table.h), and every product computes with the heuristic's first or that table's
+// algorithm. The choice happens at the
 // first call of a configuration, which must not be inside a CUDA graph capture (the trainer's first
 // step runs eagerly); a configuration first met inside a capture takes the heuristic's first.
 // Where cuBLASLt has no algorithm for a fused epilogue, the same result is computed in separate

@@ -11,7 +11,7 @@
 #include "train/training_state.h"
 
 static const char kFirstLine[] = "matmul_algorithms 1";
-static const size_t kMaxFileBytes = (size_t)64 << 20;
+static const size_t kMaxFileBytes = (size_t)16 << 20;  // thousands of configurations fit in 1 MiB
 
 std::string algorithm_table_path(const std::string& dir) { return dir + "/matmul_algorithms.txt"; }
 
