@@ -24,6 +24,8 @@ public:
     virtual void barrier() {}
     // Every rank's bytes on rank 0, in rank order (the other ranks get an empty vector).
     virtual std::vector<std::vector<char>> gather_on_rank0(const std::vector<char>& mine) { return {mine}; }
+    // Rank 0's bytes on every rank (`mine` is read on rank 0 only).
+    virtual std::vector<char> broadcast_from_rank0(const std::vector<char>& mine) { return mine; }
     // Ends every rank's process now with `status` (after an error on this rank only, which would
     // leave the others waiting in a collective).
     [[noreturn]] virtual void abort_all(int status) { exit(status); }

@@ -84,6 +84,20 @@ struct ModelMemory {
     size_t total() const { return buffers() + overhead; }
 };
 
+// The choices a model makes by timing (on a GPU, a cuBLASLt algorithm for each product configuration:
+// kernels/matmul.h), as text the loop saves in the run folder and shares between ranks
+// (train/algorithm_table.h), so that every rank and every resume computes with the same ones. A key is
+// one line without '=', a value one word.
+struct AlgorithmChoice {
+    std::string key, value;
+    bool operator==(const AlgorithmChoice& o) const { return key == o.key && value == o.value; }
+};
+struct AlgorithmTable {
+    std::string environment;  // what the choices hold for: the device, the library's version, the precision
+    std::vector<AlgorithmChoice> choices;
+    int timed = 0;            // how many of the choices this process timed (not saved)
+};
+
 class TrainModel {
 public:
     virtual ~TrainModel() = default;
@@ -144,6 +158,19 @@ public:
             update(s, u.step);
         }
         return r;
+    }
+    // Timed choices (AlgorithmTable). The environment they hold for; empty: this model times nothing
+    // (the loop then keeps no table).
+    virtual std::string algorithm_environment() const { return ""; }
+    // This rank's choices so far: what it computes with, or what it timed fastest and holds back until
+    // a table is adopted (a GPU model computes with the untimed default meanwhile).
+    virtual AlgorithmTable algorithm_choices() { return {}; }
+    // From now on, `choices` wherever they apply, without timing; where they do not, as before
+    // (time_the_rest: still timed and held back, else the untimed default). Returns how many of them
+    // cannot run here (another device or library: the untimed default computes instead).
+    virtual int adopt_algorithms(const std::vector<AlgorithmChoice>& choices, bool time_the_rest) {
+        (void)choices, (void)time_the_rest;
+        return 0;
     }
     // Lines for the end of a run (e.g. what a step cost the device); empty: nothing.
     virtual std::string end_of_run_report() { return ""; }

@@ -35,13 +35,17 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "cpu/gemm.h"
@@ -324,6 +328,47 @@ struct BatchPointers {
 // product, rounded differently (a caller that times candidates must not let that change its results:
 // kernels/matmul.h sets such a candidate aside).
 constexpr uint64_t kSplitKAlgorithm = 2;
+constexpr int kCandidates = 3;
+
+// EMU_CUBLASLT_FASTEST=F0,F1,... (environment): in the process of MPI rank r, candidate F_r (the last
+// one listed for higher ranks) is the fastest: every product by another candidate first waits 2 ms, so
+// that a caller timing the candidates (kernels/matmul.h) sees a winner, and ranks may see different
+// ones. With it set, each process also counts the products each candidate computed and prints the
+// counts at exit, one line on stderr:
+//   cuBLASLt stand-in: rank 1 products by candidate: 0: 412, 1: 96, 2: 24
+// Unset (the default): every candidate takes the same time and nothing is printed.
+struct CandidateSpeeds {
+    int fastest = -1;  // -1: EMU_CUBLASLT_FASTEST unset
+    int rank = 0;
+    std::atomic<unsigned long long> products[kCandidates] = {};
+    CandidateSpeeds() {
+        const char* list = getenv("EMU_CUBLASLT_FASTEST");
+        if (!list || !*list) return;
+        for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"})
+            if (const char* r = getenv(name)) rank = atoi(r);
+        for (int i = 0; i <= rank && *list; i++) {
+            fastest = atoi(list);
+            const char* comma = strchr(list, ',');
+            if (!comma) break;
+            list = comma + 1;
+        }
+    }
+    ~CandidateSpeeds() {
+        if (fastest < 0) return;
+        fprintf(stderr, "cuBLASLt stand-in: rank %d products by candidate: 0: %llu, 1: %llu, 2: %llu\n", rank,
+                products[0].load(), products[1].load(), products[2].load());
+    }
+    // Called as a product runs: counts it, and waits where its candidate is not the fastest.
+    void run(uint64_t candidate) {
+        if (fastest < 0 || candidate >= (uint64_t)kCandidates) return;
+        products[candidate]++;
+        if ((int)candidate != fastest) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+};
+CandidateSpeeds& candidate_speeds() {
+    static CandidateSpeeds speeds;
+    return speeds;
+}
 
 void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layout& lc, const Layout& ld,
                 const BatchPointers& ptr, float alpha, float beta, bool split_k) {
@@ -396,6 +441,9 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
     *handle = new cublasLtContext{0};
     return CUBLAS_STATUS_SUCCESS;
 }
+
+// The stand-in is no release of the library: version 0.
+size_t cublasLtGetVersion(void) { return 0; }
 
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
     if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -557,7 +605,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
         return CUBLAS_STATUS_NOT_SUPPORTED;  // what cuBLASLt answers when no algorithm fits
     // Up to three candidates, as cuBLASLt offers several (a caller may time them); the third sums over
     // k in two halves (kSplitKAlgorithm), so its roundings differ from the first two's.
-    *returned = std::min(requested, 3);
+    *returned = std::min(requested, kCandidates);
     for (int i = 0; i < *returned; i++) {
         results[i] = cublasLtMatmulHeuristicResult_t{};
         results[i].algo.data[0] = (uint64_t)i;
@@ -592,9 +640,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null matrix pointer");
 
     // The product, with copies of the descriptors (the caller may destroy them once this returns).
-    const bool split_k = algo != nullptr && algo->data[0] == kSplitKAlgorithm;
-    auto run = [p, desc, la, lb, lc, ld, A, B, C, D, alpha_value, beta_value, split_k] {
+    const uint64_t candidate = algo != nullptr ? algo->data[0] : 0;
+    const bool split_k = candidate == kSplitKAlgorithm;
+    auto run = [p, desc, la, lb, lc, ld, A, B, C, D, alpha_value, beta_value, split_k, candidate] {
         if (emu::count_library_launch) emu::count_library_launch();
+        candidate_speeds().run(candidate);
         if (p.m == 0 || p.n == 0) return;
         auto offset = [](const void* base, int32_t type, int64_t elements) {
             return base ? static_cast<const char*>(base) + elements * (int64_t)type_size(type) : nullptr;

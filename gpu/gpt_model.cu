@@ -1,6 +1,7 @@
 // GPUModel (gpt_model.h): construction (where this rank sits, what it keeps, the device arena), the
 // description, weights and optimizer state in and out.
 #include "gpu/gpt_model.h"
+#include "gpu/matmul_table_text.h"
 
 #include <algorithm>
 
@@ -55,6 +56,7 @@ void GPUModel::read_device(const TrainOptions& opt) {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     device_name_ = prop.name;
+    sm_count_ = prop.multiProcessorCount;
     // MFU's denominator for any GPU: its SM count × its peak SM clock × the dense bf16 tensor-core
     // FLOPs per clock of an SM of its compute capability (base/gpu_telemetry.h); 0 (MFU n/a) where
     // the capability's rate is not known, and on the emulated device.
@@ -67,6 +69,7 @@ void GPUModel::read_device(const TrainOptions& opt) {
     }
     CUDA_CHECK(cudaStreamCreate(&stream_));
     matmul_setup(opt.tf32 != 0);
+    matmul_hold_timed_choices(true);  // the loop shares one table between the ranks (algorithm_choices)
     set_attention_kernel(opt.attention_kernel.c_str());
 }
 
@@ -151,4 +154,35 @@ void GPUModel::set_working_weights(const std::vector<float>& weights) {
 void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                                    const std::vector<float>& v) {
     optimizer_.set_state(master, m, v);
+}
+
+// ---- the cuBLASLt algorithms as a table the loop shares and saves (train/algorithm_table.h)
+
+// cuBLAS promises the same bits run to run for one algorithm on the same architecture, SM count and
+// library version: a table holds for those (and the storage type, which changes every configuration).
+std::string GPUModel::algorithm_environment() const {
+    return strprintf("%s (%d SMs), cuBLASLt %zu, %s storage", device_name_.c_str(), sm_count_,
+                     (size_t)cublasLtGetVersion(), PRECISION_NAME);
+}
+
+AlgorithmTable GPUModel::algorithm_choices() {
+    AlgorithmTable table;
+    table.environment = algorithm_environment();
+    for (const MatmulAlgoEntry& e : matmul_algorithm_table()) table.choices.push_back(matmul_choice_text(e));
+    table.timed = matmul_configurations_from(MatmulAlgoSource::held) +
+                  matmul_configurations_from(MatmulAlgoSource::timed);
+    return table;
+}
+
+int GPUModel::adopt_algorithms(const std::vector<AlgorithmChoice>& choices, bool time_the_rest) {
+    std::vector<MatmulAlgoEntry> table;
+    for (const AlgorithmChoice& c : choices) {
+        if (c.key.compare(0, 7, "matmul ") != 0) continue;  // another kind of choice: not this model's
+        MatmulAlgoEntry e{};
+        if (!matmul_entry_from_text(c, &e)) fail("table of algorithms: '%s' is not a matmul configuration's choice", c.key.c_str());
+        table.push_back(e);
+    }
+    matmul_adopt_algorithms(table);
+    matmul_set_autotune(time_the_rest && matmul_context().autotune);
+    return matmul_algorithms_rejected();
 }

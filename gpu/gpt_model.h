@@ -65,6 +65,11 @@ public:
     StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
                               const std::function<double(double)>& mean_over_ranks) override;
     std::string end_of_run_report() override;
+    // The cuBLASLt algorithms (kernels/matmul.h), timed at each configuration's first call and held
+    // back (the heuristic's first computes) until the loop adopts the ranks' shared table.
+    std::string algorithm_environment() const override;
+    AlgorithmTable algorithm_choices() override;
+    int adopt_algorithms(const std::vector<AlgorithmChoice>& choices, bool time_the_rest) override;
 
     WeightType working_weight_type() const override;
     void set_working_weights(const std::vector<float>& weights) override;
@@ -248,6 +253,7 @@ private:
     double peak_flops_ = 0;           // dense bf16 tensor-core peak, for MFU (0: unknown)
     int device_ = 0;                  // the CUDA device
     std::string device_name_, peak_text_;
+    int sm_count_ = 0;
     uint64_t seed_;
     cudaStream_t stream_ = nullptr;
     DeviceArena arena_;

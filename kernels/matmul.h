@@ -38,11 +38,17 @@
 // gets its descriptor and layouts made once and its algorithm chosen once, then cached: on a GPU the
 // heuristic's top candidates (up to kMatmulCandidates) that compute the same bits as its first are
 // each timed on the call's own operands and the fastest is kept (matmul_fastest; matmul_set_autotune;
-// the emulated build takes the heuristic's first unless a test turns timing on); a product that
-// accumulates into D has D kept aside and put back around the timing. So every run computes what the
-// heuristic's first candidate computes, whichever candidate timed fastest; cuBLAS documents bitwise
+// the emulated build takes the heuristic's first unless a test or EMU_CUBLASLT_FASTEST turns timing
+// on: emu/README.md); a product that accumulates into D has D kept aside and put back around the
+// timing. So the fastest computes what the heuristic's first candidate computes on the operands it was
+// timed on; cuBLAS documents bitwise
 // identical results run to run for a given algorithm, toolkit version, architecture and SM count (its
-// "Results reproducibility" section), so a run is reproducible bit for bit. The choice happens at the
+// "Results reproducibility" section). A timed choice can still differ between processes and runs, and
+// two candidates that agree on the operands timed need not agree on all; so the trainer holds timed
+// choices back (matmul_hold_timed_choices: the heuristic's first computes meanwhile), shares one table
+// of them between its ranks and its resumes (matmul_algorithm_table, matmul_adopt_algorithms;
+// train/algorithm_table.h), and every product computes with the heuristic's first or that table's
+// algorithm. The choice happens at the
 // first call of a configuration, which must not be inside a CUDA graph capture (the trainer's first
 // step runs eagerly); a configuration first met inside a capture takes the heuristic's first.
 // Where cuBLASLt has no algorithm for a fused epilogue, the same result is computed in separate
@@ -54,6 +60,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -218,19 +225,42 @@ struct MatmulAlgoKey {
                align_aux == o.align_aux;
     }
 };
+constexpr int kMatmulCandidates = 8;
+
+// Where a configuration's algorithm came from.
+enum class MatmulAlgoSource {
+    heuristic,  // the heuristic's first candidate (nothing timed)
+    timed,      // the fastest candidate, timed here, in use
+    held,       // the fastest candidate, timed here, proposed for a table (matmul_hold_timed_choices);
+                // the heuristic's first computes until a table is adopted
+    adopted,    // the algorithm of an adopted table (matmul_adopt_algorithms)
+};
+
 // What one configuration needs, made once: its descriptor (transposes, epilogue and the GELU matrix's
 // leading dimension set; the bias and aux pointers set per call), its layouts, and its algorithm.
 struct MatmulAlgoChoice {
     MatmulAlgoKey key;
     bool found;  // false: cuBLASLt has no algorithm for this epilogue here (cached too)
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo;      // what computes
+    cublasLtMatmulAlgo_t proposal;  // what this process would put in a shared table (algo, or held)
+    MatmulAlgoSource source;
+    cublasLtMatmulAlgo_t offered[kMatmulCandidates];  // the heuristic's candidates, best first
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;
     int candidates;  // the heuristic's candidates, and how many of them were timed (0: none)
     int timed;
     int set_aside;   // candidates not timed because their bits differ from the heuristic's first
 };
-constexpr int kMatmulCandidates = 8;
+
+// One configuration's algorithm as a table holds it, to be saved, sent to other processes and
+// adopted (matmul_algorithm_table, matmul_adopt_algorithms). cublasLtMatmulAlgo_t is 64 bytes of plain
+// data that cuBLASLt documents as reusable across calls; it holds only for the same GPU model and
+// library version, which the table's keeper checks.
+struct MatmulAlgoEntry {
+    MatmulAlgoKey key;
+    int32_t compute_type;  // cublasComputeType_t: exact fp32 or TF32 change the candidates
+    cublasLtMatmulAlgo_t algo;
+};
 
 // A fused epilogue cuBLASLt had no algorithm for (the product then ran in separate passes).
 struct MatmulRefusal {
@@ -246,10 +276,15 @@ struct MatmulContext {
     bool fuse_epilogues = true;
     bool bias_gradient_epilogue = false;  // matmul_set_bias_gradient_epilogue
 #ifdef EMU_CUDA
-    bool autotune = false;  // matmul_set_autotune
+    // The stand-in's candidates all take the same time unless EMU_CUBLASLT_FASTEST makes one faster
+    // per process (emu/README.md): only then is there anything to time.
+    bool autotune = getenv("EMU_CUBLASLT_FASTEST") != nullptr;  // matmul_set_autotune
 #else
     bool autotune = true;
 #endif
+    bool hold_timed_choices = false;       // matmul_hold_timed_choices
+    std::vector<MatmulAlgoEntry> adopted;  // matmul_adopt_algorithms
+    int rejected = 0;                      // adopted algorithms the heuristic did not offer here
     std::vector<MatmulAlgoChoice> algos;
     std::vector<MatmulRefusal> refusals;  // one per configuration (the heuristic is asked once)
     void destroy_descriptors() {
@@ -467,6 +502,87 @@ inline cublasLtMatmulAlgo_t matmul_fastest(MatmulAlgoChoice& c, const cublasLtMa
     return results[best].algo;
 }
 
+// The adopted table's algorithm for `key` under this compute type, if it has one.
+inline const MatmulAlgoEntry* matmul_adopted_entry(const MatmulAlgoKey& key) {
+    const MatmulContext& ctx = matmul_context();
+    for (const MatmulAlgoEntry& e : ctx.adopted)
+        if (e.key == key && e.compute_type == (int32_t)ctx.compute_type) return &e;
+    return nullptr;
+}
+
+// Whether the heuristic offered `algo` for this configuration (so that it can run it here).
+inline bool matmul_offered(const MatmulAlgoChoice& c, const cublasLtMatmulAlgo_t& algo) {
+    for (int i = 0; i < c.candidates; i++)
+        if (memcmp(&c.offered[i], &algo, sizeof algo) == 0) return true;
+    return false;
+}
+
+// Puts an adopted algorithm in use for c, where the heuristic offers it here; else (another GPU or
+// library: the keeper of the table should have noticed) counts a rejection and runs the heuristic's
+// first. Either way nothing is timed.
+inline void matmul_use_adopted(MatmulAlgoChoice& c, const cublasLtMatmulAlgo_t& algo) {
+    const bool offered = matmul_offered(c, algo);
+    matmul_context().rejected += !offered;
+    c.algo = c.proposal = offered ? algo : c.offered[0];
+    c.source = offered ? MatmulAlgoSource::adopted : MatmulAlgoSource::heuristic;
+}
+
+// The algorithm of a configuration's first call, from the heuristic's `returned` candidates: the
+// adopted table's; else with autotune the fastest (in use at once, or held: see
+// matmul_hold_timed_choices); else the heuristic's first.
+inline void matmul_choose(MatmulAlgoChoice& c, const cublasLtMatmulHeuristicResult_t* results, int returned,
+                          floatX* d, const floatX* a, const floatX* b, const floatX* bias, cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    for (int i = 0; i < returned; i++) c.offered[i] = results[i].algo;
+    c.algo = c.proposal = results[0].algo;
+    c.source = MatmulAlgoSource::heuristic;
+    if (const MatmulAlgoEntry* entry = matmul_adopted_entry(c.key)) return matmul_use_adopted(c, entry->algo);
+    if (!ctx.autotune || returned < 2 || matmul_stream_capturing(stream)) return;
+    const uint32_t e = c.key.epilogue;
+    const bool writes_bias_gradient =
+        e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_BGRADA || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    c.proposal = matmul_fastest(c, results, returned, d, a, b, writes_bias_gradient ? bias : nullptr, stream);
+    c.timed = returned;
+    c.source = ctx.hold_timed_choices ? MatmulAlgoSource::held : MatmulAlgoSource::timed;
+    if (!ctx.hold_timed_choices) c.algo = c.proposal;
+}
+
+// A configuration met for the first time: its descriptors, the heuristic's candidates (for the call's
+// alignments, within the workspace), and its algorithm (matmul_choose).
+inline MatmulAlgoChoice matmul_first_call(const MatmulAlgoKey& key, cublasLtEpilogue_t epilogue, floatX* d,
+                                          const floatX* a, const floatX* b, const floatX* bias, const floatX* aux,
+                                          cudaStream_t stream) {
+    MatmulContext& ctx = matmul_context();
+    MatmulAlgoChoice fresh{};
+    fresh.key = key;
+    matmul_make_descriptors(&fresh, epilogue);
+    matmul_set_pointers(fresh, bias, aux);
+    cublasLtMatmulPreference_t preference;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t workspace_bytes = MATMUL_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &workspace_bytes, sizeof(workspace_bytes)));
+    // The heuristic assumes 256-byte aligned matrices unless told otherwise.
+    const uint32_t alignments[4] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_d,
+                                    (uint32_t)key.align_d};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(
+            cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i], sizeof(alignments[i])));
+    cublasLtMatmulHeuristicResult_t results[kMatmulCandidates];
+    int returned = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        ctx.handle, fresh.desc, fresh.a, fresh.b, fresh.d, fresh.d, preference, kMatmulCandidates, results, &returned);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+    fresh.found = status == CUBLAS_STATUS_SUCCESS && returned > 0;
+    fresh.candidates = fresh.found ? returned : 0;
+    if (fresh.found) matmul_choose(fresh, results, returned, d, a, b, bias, stream);
+    if (!fresh.found && epilogue != CUBLASLT_EPILOGUE_DEFAULT) ctx.refusals.push_back({key, status});
+    return fresh;
+}
+
 // D (m×n, column-major, ld m) = op(A) · op(B) [+ D when accumulate], with a cuBLASLt epilogue
 // (bias: m-vector; aux: the GELU input, m×n with ld m, written by GELU_AUX*, read by DGELU).
 // op(A) is m×k: A is stored k×m when trans_a, else m×k; op(B) is k×n: B is n×k when trans_b, else k×n.
@@ -487,44 +603,7 @@ inline bool matmul_cublaslt(floatX* d, const floatX* a, const floatX* b, int m, 
     for (MatmulAlgoChoice& c : ctx.algos)
         if (c.key == key) choice = &c;
     if (!choice) {  // first call of this configuration: its descriptors, and its algorithm
-        MatmulAlgoChoice fresh{key, false, {}, nullptr, nullptr, nullptr, nullptr, 0, 0, 0};
-        matmul_make_descriptors(&fresh, epilogue);
-        matmul_set_pointers(fresh, bias, aux);
-        cublasLtMatmulPreference_t preference;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-        const uint64_t workspace_bytes = MATMUL_WORKSPACE_BYTES;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-            preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes)));
-        // The heuristic assumes 256-byte aligned matrices unless told otherwise.
-        const uint32_t alignments[4] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_d,
-                                        (uint32_t)key.align_d};
-        const cublasLtMatmulPreferenceAttributes_t which[4] = {
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-        for (int i = 0; i < 4; i++)
-            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, which[i], &alignments[i],
-                                                              sizeof(alignments[i])));
-        cublasLtMatmulHeuristicResult_t results[kMatmulCandidates];
-        int returned = 0;
-        const cublasStatus_t status =
-            cublasLtMatmulAlgoGetHeuristic(ctx.handle, fresh.desc, fresh.a, fresh.b, fresh.d, fresh.d, preference,
-                                           kMatmulCandidates, results, &returned);
-        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
-        fresh.found = status == CUBLAS_STATUS_SUCCESS && returned > 0;
-        fresh.candidates = fresh.found ? returned : 0;
-        if (fresh.found) {
-            fresh.algo = results[0].algo;
-            if (ctx.autotune && returned > 1 && !matmul_stream_capturing(stream)) {
-                const bool writes_bias_gradient = epilogue == CUBLASLT_EPILOGUE_BGRADB ||
-                                                  epilogue == CUBLASLT_EPILOGUE_BGRADA ||
-                                                  epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
-                fresh.algo = matmul_fastest(fresh, results, returned, d, a, b, writes_bias_gradient ? bias : nullptr,
-                                            stream);
-                fresh.timed = returned;
-            }
-        }
-        if (!fresh.found && epilogue != CUBLASLT_EPILOGUE_DEFAULT) ctx.refusals.push_back({key, status});
-        ctx.algos.push_back(fresh);
+        ctx.algos.push_back(matmul_first_call(key, epilogue, d, a, b, bias, aux, stream));
         choice = &ctx.algos.back();
     }
     if (!choice->found) {
@@ -554,6 +633,45 @@ inline int matmul_candidates_set_aside() {
     for (const MatmulAlgoChoice& c : matmul_context().algos) set_aside += c.set_aside;
     return set_aside;
 }
+
+// ---- the table of algorithms, shared between processes (kernels/ knows no files and no ranks: the
+// trainer gathers, merges, saves and loads it; train/matmul_algorithms.h).
+
+// true: a timed choice is only proposed (matmul_algorithm_table) while the heuristic's first candidate
+// computes, until a table is adopted; so no product's bits depend on which candidate timed fastest in
+// this process. false (default): the timed choice computes at once.
+inline void matmul_hold_timed_choices(bool hold) { matmul_context().hold_timed_choices = hold; }
+
+// This process's algorithm for every configuration met so far that has one: what it computes with,
+// or (held) what it timed fastest.
+inline std::vector<MatmulAlgoEntry> matmul_algorithm_table() {
+    std::vector<MatmulAlgoEntry> table;
+    const MatmulContext& ctx = matmul_context();
+    for (const MatmulAlgoChoice& c : ctx.algos)
+        if (c.found) table.push_back({c.key, (int32_t)ctx.compute_type, c.proposal});
+    return table;
+}
+
+// From now on, `table`'s algorithm for each configuration it holds (met already or later), without
+// timing; configurations it does not hold are chosen as before. An algorithm the heuristic does not
+// offer here is not run: that configuration takes the heuristic's first (matmul_algorithms_rejected).
+inline void matmul_adopt_algorithms(const std::vector<MatmulAlgoEntry>& table) {
+    MatmulContext& ctx = matmul_context();
+    ctx.adopted = table;
+    ctx.rejected = 0;
+    for (MatmulAlgoChoice& c : ctx.algos)
+        if (c.found)
+            if (const MatmulAlgoEntry* entry = matmul_adopted_entry(c.key)) matmul_use_adopted(c, entry->algo);
+}
+
+// How many configurations took their algorithm from `source`, and how many adopted algorithms the
+// heuristic did not offer here.
+inline int matmul_configurations_from(MatmulAlgoSource source) {
+    int count = 0;
+    for (const MatmulAlgoChoice& c : matmul_context().algos) count += c.found && c.source == source;
+    return count;
+}
+inline int matmul_algorithms_rejected() { return matmul_context().rejected; }
 
 // ---- the record of refused epilogues, for a start-up report. A refusal costs speed, not accuracy
 // (the separate passes compute the same result), so it is silent while it happens; the trainer

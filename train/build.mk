@@ -8,7 +8,7 @@ HOST_LIBS :=
 
 # The host tests (test/train/): one C++ program per module family.
 HOST_TESTS := $(patsubst %,$(BUILD)/test/train/%,test_model_files test_dataloader test_flags \
-                test_schedule test_checkpoint test_resharding test_run_safety \
+                test_schedule test_checkpoint test_resharding test_run_safety test_algorithm_table \
                 test_hellaswag test_gpu_telemetry)
 TESTS += $(HOST_TESTS)
 $(HOST_TESTS): $(BUILD)/test/train/%: $(BUILD)/test/train/%.o $(HOST_OBJS) $(TEST_MAIN)
@@ -27,4 +27,7 @@ TESTS += test/train/test_plot_metrics.sh
 # script skips where either is missing). Plain build only, like the other multi-rank runs (time).
 ifneq ($(SAN),1)
   TESTS += test/trainer/test_signal_one_rank.sh
+  # The cuBLASLt algorithms shared from rank 0, saved and loaded (2 ranks whose stand-ins time
+  # different candidates fastest).
+  TESTS += test/trainer/test_matmul_algorithms.sh
 endif

@@ -19,6 +19,7 @@
 #include "base/model_part.h"
 #include "base/rng.h"
 #include "parallel/plan/mesh.h"
+#include "train/algorithm_table.h"
 #include "train/cached_sampling.h"
 #include "train/checkpoint.h"
 #include "train/dataloader.h"
@@ -183,6 +184,8 @@ struct Run {
     std::vector<int> inputs, targets;  // one batch, for validation
     double step_flops = 0, total_ms = 0;
     int timed_steps = 0;
+    AlgorithmTable loaded_algorithms;  // the run folder's table, where this run adopted it
+    std::string algorithms_note;       // for the start-up report
 };
 
 // The model's shape, from -e's descriptor or the model file (whose weights it returns too).
@@ -290,6 +293,52 @@ static void prepare_sampling(Run& run) {
     run.sample_rng = Rng(run.state.sample_rng_state);
 }
 
+// The timed choices (train/algorithm_table.h). Before the first step, on every rank: the run folder's
+// table, where it holds one for this environment, adopted (what it lacks is still timed, and shared
+// after the first step). Another environment's table is ignored with a note (and replaced after the
+// first step); a damaged one stops the run with one line naming it.
+static void load_algorithms(Run& run) {
+    const std::string environment = run.model->algorithm_environment();
+    if (environment.empty() || run.opt.output_dir.empty()) return;
+    const std::string path = algorithm_table_path(run.opt.output_dir);
+    if (!path_exists(path)) return;
+    AlgorithmTable table = read_algorithm_table(path);
+    if (table.environment != environment) {
+        run.algorithms_note = strprintf("note: %s was written for %s, not for %s: ignored, the algorithms are "
+                                        "timed afresh", path.c_str(), table.environment.c_str(), environment.c_str());
+        return;
+    }
+    const int rejected = run.model->adopt_algorithms(table.choices, true);
+    run.algorithms_note = strprintf("matmul algorithms: %zu loaded from %s, used by every rank without timing",
+                                    table.choices.size(), path.c_str());
+    if (rejected > 0) run.algorithms_note += strprintf(" (%d not offered here: the heuristic's first)", rejected);
+    run.loaded_algorithms = std::move(table);
+}
+
+// After the first step of this process, on every rank: every rank's choices merged (rank 0's first) and
+// adopted by all, nothing timed any more; rank 0 saves the table where it changed, and reports it.
+static void share_algorithms(Run& run, int step) {
+    if (run.model->algorithm_environment().empty()) return;
+    const AlgorithmTable mine = run.model->algorithm_choices();
+    const AlgorithmTable shared = share_algorithm_table(mine, run.ranks);
+    const int rejected = run.model->adopt_algorithms(shared.choices, false);
+    const long rejected_anywhere = std::lround(run.ranks.mean(rejected) * run.ranks.num_ranks);
+    if (!run.main_rank) return;
+    const bool loaded = !run.loaded_algorithms.choices.empty();
+    if (loaded && shared.choices == run.loaded_algorithms.choices) return;  // the start-up report said it all
+    std::string where;
+    if (!run.opt.output_dir.empty()) {
+        write_algorithm_table(algorithm_table_path(run.opt.output_dir), shared);
+        where = "; saved in " + algorithm_table_path(run.opt.output_dir);
+    }
+    printf("matmul algorithms: %zu configurations (%d timed on rank 0, %zu met only on other ranks%s), every "
+           "rank's from step %d on%s\n", shared.choices.size(), mine.timed, shared.choices.size() - mine.choices.size(),
+           loaded ? ", the others loaded" : "", step + 1, where.c_str());
+    if (rejected_anywhere > 0)
+        printf("note: %ld of rank 0's algorithms are not offered on other ranks: their heuristic's first computes "
+               "those products there\n", rejected_anywhere);
+}
+
 // Everything before the first step: flags, model shape, data, resume point, all checked before
 // anything is written; then the model, the output folder and the metrics log. Returns false when the
 // run ends here (--help, --dry-run), with *status set.
@@ -334,6 +383,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
                       run.config, opt, run.resuming, !model_file.params.empty());
     run.hellaswag.reset(new HellaSwagEval(opt, run.config.vocab_size));
     create_model(run, model_file, resumed);
+    load_algorithms(run);
     prepare_sampling(run);
 
     if (!opt.output_dir.empty() && run.main_rank) {
@@ -376,6 +426,7 @@ static void print_report(const Run& run) {
                                mesh.shape().c_str()).c_str()
                    : "");
     if (run.resuming) printf("%s\n", run.resume_report.c_str());
+    if (!run.algorithms_note.empty()) printf("%s\n", run.algorithms_note.c_str());
     if (opt.resume && !run.resuming)
         printf("note: no complete checkpoint in %s yet, so training starts from step 0\n", opt.output_dir.c_str());
     if (opt.sample_every > 0 && !run.can_sample)
@@ -514,6 +565,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
     const int first_step = (int)run.state.step + 1;
     for (int step = first_step; step <= run.last_step; step++) {
         StepMetrics m = train_step(run, step, first_step);
+        if (step == first_step) share_algorithms(run, step);
         if (periodic_work(run, step, m)) return finish_interrupted_run(step, run.opt.output_dir, run.main_rank);
     }
 

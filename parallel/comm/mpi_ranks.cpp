@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -76,6 +77,15 @@ public:
                 MPI_Recv(all[r].data() + at, (int)std::min(kPiece, all[r].size() - at), MPI_BYTE, r, 0,
                          MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         }
+        return all;
+    }
+
+    std::vector<char> broadcast_from_rank0(const std::vector<char>& mine) override {
+        unsigned long long bytes = mine.size();
+        MPI_Bcast(&bytes, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        if (bytes > (unsigned long long)INT_MAX) fail("broadcast of %llu bytes: more than MPI sends at once", bytes);
+        std::vector<char> all = rank == 0 ? mine : std::vector<char>(bytes);
+        MPI_Bcast(all.data(), (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
         return all;
     }
 

@@ -18,6 +18,7 @@
 #include "base/model_descriptor.h"
 #include "base/model_file.h"
 #include "data/token_shard.h"
+#include "train/algorithm_table.h"
 #include "train/run_folder.h"
 #include "train/train_flags.h"
 #include "train/training_state.h"
@@ -187,6 +188,22 @@ static void run_json_seeds() {
         "{\"settings\": {\"--batch-size\": 4, \"--seed\": \"\\u00\"");
 }
 
+// A run folder's table of cuBLASLt algorithms (train/algorithm_table.h).
+static void algorithm_table_seeds() {
+    AlgorithmTable t;
+    t.environment = "NVIDIA H100 80GB HBM3 (132 SMs), cuBLASLt 130100, bf16 storage";
+    t.choices = {{"matmul m:2304 n:8192 k:768 op:TN accumulate:0 epilogue:128 align:256,256,256,256,256 compute:68",
+                  std::string(127, '0') + "1"},
+                 {"matmul m:768 n:8192 k:768 op:TN accumulate:0 epilogue:128 align:256,256,256,256,256 compute:68",
+                  std::string(128, 'f')}};
+    const Bytes valid = algorithm_table_text(t);
+    put("algorithm_table", "valid.txt", valid);
+    put("algorithm_table", "bad_cut.txt", valid.substr(0, valid.size() * 2 / 3));
+    Bytes damaged = valid;
+    damaged[damaged.find(" = ") + 5] = '7';
+    put("algorithm_table", "bad_checksum.txt", damaged);
+}
+
 // llm.c's eval file: header, then per example 65535, size, index, label, completions, context,
 // endings.
 static void hellaswag_seeds() {
@@ -261,6 +278,7 @@ int main(int argc, char** argv) {
         decode_table_seeds();
         vocab_seeds();
         run_json_seeds();
+        algorithm_table_seeds();
         hellaswag_seeds();
         flags_seeds();
     } catch (const InputError& e) {
