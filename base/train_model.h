@@ -217,6 +217,10 @@ public:
     // split across ranks computes each layer together): then every rank must run the same forwards,
     // e.g. all ranks generate a sample, rank 0 prints it.
     virtual bool forward_is_collective() const { return false; }
+    // Every rank, before weights are read outside training (evaluation, samples): the last update
+    // completed where a model defers part of it into the next step (ZeRO-1/2 gathers the updated
+    // weights during the next forward). A collective where the model is.
+    virtual void complete_weight_update() {}
 
     virtual ModelMemory memory() const = 0;
 

@@ -56,7 +56,7 @@ static size_t autotuning_bytes(const GPTConfig& config, const Mesh& m, const Pip
 }
 
 DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, bool communicates,
-                                    const PipelineStage& stage, bool graphs, int micro_steps) {
+                                    const PipelineStage& stage, int micro_step_graphs) {
     DeviceOverhead o;
     o.context = kCudaContextBytes;
     const std::vector<int> sizes = communicator_sizes(mesh, communicates);
@@ -65,8 +65,7 @@ DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, b
     if (!sizes.empty()) o.nccl += kNcclFirstCommunicatorExtraBytes;
     o.matmul_workspace = MATMUL_WORKSPACE_BYTES;
     o.autotuning = autotuning_bytes(config, mesh, stage);
-    if (graphs) {  // one graph per micro-step shape (the last micro-step's differs) and the update's
-        const int micro_step_graphs = micro_steps > 1 ? 2 : 1;
+    if (micro_step_graphs > 0) {  // the micro-steps' graphs and the update's
         const size_t nodes = (size_t)stage.layers() * kGraphNodesPerLayer + kGraphNodesOutsideLayers;
         o.graphs = micro_step_graphs * nodes * kGraphBytesPerNode + kGraphNodesOutsideLayers * kGraphBytesPerNode;
     }

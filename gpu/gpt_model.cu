@@ -85,7 +85,7 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     set_planned_traffic(&memory_, planned_traffic_);
     memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
     set_planned_overhead(&memory_, plan_device_overhead(config_, mesh_, comms_.data != nullptr, stage_,
-                                                        graphs_.enabled(), accum_steps_));
+                                                        micro_step_graphs(graphs_.enabled(), params_, accum_steps_)));
 
     // Will it fit? Say so before allocating anything, with what to lower.
     size_t free_bytes = 0, total_bytes = 0;

@@ -94,7 +94,9 @@ public:
     // Samples through a key/value cache (gpu/gpt_decode.h) where this rank holds every weight; where
     // forward() is a collective (the model spread over the ranks), the samples recompute the prefix.
     bool supports_decode() const override { return !forward_is_collective(); }
+    void complete_weight_update() override { params_.gather_updated_weights_now(); }
     void decode_reset(int max_len) override {
+        params_.wait_for_all_weights();
         if (!decoder_ || decoder_->capacity() < max_len)
             decoder_ = std::make_unique<GPUDecoder>(config_, max_len, stream_);
         decoder_->truncate(0);

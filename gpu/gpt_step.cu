@@ -141,7 +141,9 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
     if (pipeline_.stages() > 1) fail("internal error: a pipelined model trains by whole steps (train_step)");
     pin_tokens(inputs, targets, B, T, 0);
     upload_tokens(0, true);
+    params_.gather_updated_weights();  // -z 1/2 (as a step's first micro-step does)
     forward_stage(0, Pass::TRAINING, loss_scale, 1, last_micro_step);
+    params_.wait_for_all_weights();
     backward_layers(0, 0, last_micro_step);
     backward_embeddings(0, last_micro_step);
     params_.finish_backward();
@@ -151,11 +153,15 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
 // The forward pass and the layers' backward pass are one CUDA graph (issue_graphed) per shape and
 // position in the step: the tokens are copied into the fixed device buffers it reads first, and the
 // embeddings' backward, whose launches depend on the tokens (kernels/encoder.h groups them on the
-// host), runs after it, outside the graph.
+// host), runs after it, outside the graph. Under -z 1/2 the step's first forward also gathers the
+// updated weights, each bucket waited for before its layer (a graph of its own).
 void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
     upload_tokens(i, true);
-    issue_graphed({0, B_, T_, micro_steps, last_micro_step}, [&] {
+    const bool gathers = i == 0 && params_.gathers_updated_weights();
+    issue_graphed({0, B_, T_, micro_steps, last_micro_step, gathers}, [&] {
+        if (gathers) params_.gather_updated_weights();
         forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
+        params_.wait_for_all_weights();  // a capture joins the gathers it forked
         backward_layers(0, i, last_micro_step);
         if (stream_capturing()) params_.finish_backward();  // a capture joins the reductions it forked
     });
@@ -185,6 +191,7 @@ void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_b
             const bool last = i == micro_steps - 1;
             if (actions[k].forward) {
                 upload_tokens(i, true);
+                if (i == 0) params_.gather_updated_weights();  // -z 1/2: the first forward's, as micro_step
                 forward_in_pipeline(slot, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last);
             } else {
                 backward_in_pipeline(slot, i, last);

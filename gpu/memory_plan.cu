@@ -1,6 +1,8 @@
 // The run's plan (memory_plan.h).
 #include "gpu/memory_plan.h"
 
+#include <algorithm>
+
 #include "base/errors.h"
 #include "gpu/activations.h"
 #include "gpu/optimizer.h"
@@ -57,6 +59,12 @@ bool uses_cuda_graphs(const TrainOptions& opt, const Mesh& mesh, const ZeroShard
     return opt.cuda_graphs != 0 && mesh.pipeline == 1 && !sharding.gradients;
 }
 
+int micro_step_graphs(bool graphs, const ParameterStore& params, int micro_steps) {
+    if (!graphs) return 0;
+    if (params.gathers_updated_weights()) return std::min(micro_steps, 3);
+    return micro_steps > 1 ? 2 : 1;
+}
+
 void set_planned_overhead(ModelMemory* memory, const DeviceOverhead& overhead) {
     memory->overhead = overhead.total();
     memory->overhead_report = overhead.report();
@@ -83,8 +91,8 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     request_step_buffers(&arena, &buffers, config, opt, tp, stage);
     ModelMemory memory = arena.memory();
     set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps));
-    set_planned_overhead(&memory, plan_device_overhead(config, mesh, communicates, stage,
-                                                       uses_cuda_graphs(opt, mesh, params.sharding()), micro_steps));
+    const int graphs = micro_step_graphs(uses_cuda_graphs(opt, mesh, params.sharding()), params, micro_steps);
+    set_planned_overhead(&memory, plan_device_overhead(config, mesh, communicates, stage, graphs));
     return memory;
 }
 

@@ -26,6 +26,9 @@ void set_planned_traffic(ModelMemory* memory, const Traffic& traffic);
 // Whether micro-steps and updates replay as CUDA graphs: --cuda-graphs, and neither a pipeline nor
 // sharded gradients (ZeRO-2/3), whose steps change with host-side state (gpt_model.cu).
 bool uses_cuda_graphs(const TrainOptions& opt, const Mesh& mesh, const ZeroSharding& sharding);
+// The micro-steps' CUDA graphs a step makes (0 without graphs): one per shape and place in the step,
+// the last micro-step's and, where the first forward gathers the updated weights (-z 1/2), the first's.
+int micro_step_graphs(bool graphs, const ParameterStore& params, int micro_steps);
 // The device's overhead (gpu/device_overhead.h) into the report's fields.
 void set_planned_overhead(ModelMemory* memory, const DeviceOverhead& overhead);
 // One line per pipeline stage for the start-up report: its layers, micro-batches in flight and memory.

@@ -522,12 +522,17 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     const TrainOptions& opt = run.opt;
     const auto eval_start = std::chrono::steady_clock::now();
     const bool validation = run.val_loader && (step % opt.val_every == 0 || step == run.last_step);
-    evaluate(run, &m, validation, validates_at(opt, step, run.last_step));
-    if (validates_at(opt, step, run.last_step)) run.clock.validation.add(ms_since(eval_start));
+    const bool hellaswag = validates_at(opt, step, run.last_step);
+    // Every rank decides alike whether weights are read here (only rank 0 may sample).
+    const bool sample_step = opt.sample_every > 0 && (step % opt.sample_every == 0 || step == run.max_steps);
+    const bool sampling = run.can_sample && sample_step;
+    if (validation || hellaswag || sample_step) run.model->complete_weight_update();
+    evaluate(run, &m, validation, hellaswag);
+    if (hellaswag) run.clock.validation.add(ms_since(eval_start));
     if (run.metrics) run.metrics->write(m);
     // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps whether or
     // not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
-    if (run.can_sample && (step % opt.sample_every == 0 || step == run.max_steps)) {
+    if (sampling) {
         const auto sample_start = std::chrono::steady_clock::now();
         print_sample(*run.model, run.decode_table, run.sample_rng, opt.gen_tokens, run.T, run.main_rank);
         run.clock.sampling.add(ms_since(sample_start));

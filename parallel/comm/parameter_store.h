@@ -19,10 +19,13 @@
 // The collectives of one micro-step, in the order the step issues them (on a stream of their own, so
 // that they overlap the compute of neighbouring layers):
 //   -z 0/1  after the last micro-step's backward of each bucket: all-reduce (0) or reduce-scatter into
-//           the bucket's own chunk (1); after AdamW on the owned chunks, all-gather of the weights (1).
+//           the bucket's own chunk (1); the owned chunks updated by AdamW are all-gathered at the start
+//           of the next step's first forward, bucket by bucket, each waited for just before its layer
+//           (so the gathers overlap the forward's compute), or whenever the weights are read outside
+//           training (gather_updated_weights_now: every rank calls it).
 //   -z 2    after every micro-step's backward of each bucket: its gradients, computed whole into a
 //           transient slot, are reduce-scattered into this rank's gradient shard (added to what earlier
-//           micro-steps left there); after AdamW, all-gather of the weights.
+//           micro-steps left there); the updated weights gathered as under -z 1.
 //   -z 3    as -z 2, and each bucket's weights are all-gathered from the shards into a transient slot
 //           just before the forward needs them, and again before the backward, the next layer's
 //           gather issued while the current layer computes (prefetch); the slot is released after use.
@@ -86,9 +89,9 @@ public:
     ParameterStore(const ParamBuckets& buckets, ZeroSharding sharding, int rank, const ShardGroups& groups,
                    bool fp32_gradients)
         : buckets_(buckets), sharding_(sharding), rank_(rank), groups_(groups),
-          fp32_(fp32_gradients && sizeof(floatX) < sizeof(float)),
           owned_(owned_runs(buckets, rank, sharding.optimizer_state)),
           reduced_this_step_(buckets.buckets.size(), false) {
+        fp32_ = fp32_gradients && sizeof(floatX) < sizeof(float);
         size_t at = 0;
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
             shard_offset_.push_back(at);
@@ -109,6 +112,7 @@ public:
         for (int s = 0; s < SLOTS; s++)
             for (cudaEvent_t e : {filled_[s], free_[s], ready_[s], reduced_[s]})
                 if (e) cudaEventDestroy(e);
+        for (cudaEvent_t e : gathered_) cudaEventDestroy(e);
         if (communication_done_) cudaEventDestroy(communication_done_);
         if (weights_updated_) cudaEventDestroy(weights_updated_);
         if (comm_stream_) cudaStreamDestroy(comm_stream_);
@@ -174,6 +178,11 @@ public:
                 CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&weights_updated_, cudaEventDisableTiming));
+        if (gathers_updated_weights()) {
+            gathered_.resize(buckets_.buckets.size());
+            for (cudaEvent_t& e : gathered_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            unawaited_.assign(buckets_.buckets.size(), false);
+        }
         const size_t P = buckets_.total, S = state_size();
         zero(params_, sharding_.weights ? S : P);
         zero(fp32_ ? nullptr : grads_, sharding_.gradients ? S : P);
@@ -236,8 +245,13 @@ public:
         CUDA_CHECK(cudaEventRecord(filled_[s], comm_stream_));
         slot_holds_[s] = bucket;
     }
-    // The compute stream waits until the bucket's gathered weights are there.
+    // The compute stream waits until the bucket's gathered weights are there (sharded weights: in its
+    // slot; -z 1/2: its updated chunks, where gather_updated_weights issued their gather).
     void wait_for_weights(int bucket) {
+        if (gathers_updated_weights() && unawaited_[bucket]) {
+            CUDA_CHECK(cudaStreamWaitEvent(compute_, gathered_[bucket], 0));
+            unawaited_[bucket] = false;
+        }
         if (!sharding_.weights) return;
         weights(bucket);  // checks the slot holds it
         CUDA_CHECK(cudaStreamWaitEvent(compute_, filled_[slot_of(bucket)], 0));
@@ -372,18 +386,46 @@ public:
         NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclAvg, data_comm_, compute_));
         bytes_sent_.add(all_reduce_bytes(n, groups_.data, sizeof(float)), groups_.data_within_node);
     }
-    // After the optimizer updated this rank's runs: with sharded optimizer state and whole weights,
-    // every rank's updated chunk of every bucket to every rank (unchanged ones when the step was
-    // skipped). With sharded weights the updated shard is all there is: the next forward gathers from
-    // it, so everything later on the communication stream waits for the update (its gathers otherwise
-    // wait only for the compute to be done with a slot, which it was before the update ran).
+    // After the optimizer updated this rank's runs. With sharded weights the updated shard is all there
+    // is: the next forward gathers from it, so everything later on the communication stream waits for
+    // the update (its gathers otherwise wait only for the compute to be done with a slot, which it was
+    // before the update ran). With sharded optimizer state and whole weights (-z 1/2) the other ranks'
+    // updated chunks arrive through gather_updated_weights.
     void share_updated_weights() {
-        if (sharding_.optimizer_state && !sharding_.weights) all_gather_weights();
         if (sharding_.weights) {
             CUDA_CHECK(cudaEventRecord(weights_updated_, compute_));
             CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
         }
     }
+    // -z 1/2: every rank's chunk of every bucket to every rank, on the communication stream once the
+    // compute stream's update is done, one gather per bucket in the order the forward uses them, each
+    // waited for by wait_for_weights. Issued at the start of each step's first forward (the step's
+    // first gathers the previous update's weights, or the starting ones, the same on every rank), so
+    // that the gathers overlap the forward; an all-gather of chunks already gathered changes nothing.
+    void gather_updated_weights() {
+        if (!gathers_updated_weights()) return;
+        CUDA_CHECK(cudaEventRecord(weights_updated_, compute_));
+        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
+        for (int b : buckets_in_forward_order()) {
+            floatX* bucket = params_ + buckets_.buckets[b].offset;
+            const size_t chunk = buckets_.chunk(b);
+            NCCL_CHECK(ncclAllGather(bucket + rank_ * chunk, bucket, chunk, NCCL_FLOATX, comm_, comm_stream_));
+            bytes_sent_.add(gather_cost(b), groups_.shard_within_node);
+            CUDA_CHECK(cudaEventRecord(gathered_[b], comm_stream_));
+            unawaited_[b] = true;
+        }
+    }
+    // The compute stream waits for every gather issued and not yet waited for (a capture joins them).
+    void wait_for_all_weights() {
+        for (int b = 0; b < (int)unawaited_.size(); b++) wait_for_weights(b);
+    }
+    // -z 1/2: the updated weights whole on the device now, for reads outside training (evaluation,
+    // samples, the model file). Every rank of the data group calls it at the same point.
+    void gather_updated_weights_now() {
+        gather_updated_weights();
+        wait_for_all_weights();
+    }
+    bool gathers_updated_weights() const { return sharding_.optimizer_state && !sharding_.weights; }
 
     // ---- what it sends
     SentBytes bytes_sent() const { return bytes_sent_; }
@@ -418,11 +460,15 @@ public:
     Placement weights_placement() const {
         return sharding_.weights ? shard_placement(buckets_, rank_, true) : device_placement(buckets_);
     }
-    void set_placed_weights(const std::vector<float>& placed) { copy_to_device(params_, placed, compute_); }
+    void set_placed_weights(const std::vector<float>& placed) {
+        wait_for_all_weights();  // no gather still writes them
+        copy_to_device(params_, placed, compute_);
+    }
     // The part of the working weights this rank writes to the model file (base/model_part.h): data
     // rank 0's slice but the copies. With sharded weights every rank must call it: the buckets are
     // gathered one at a time through a slot, so no rank holds its whole slice on the device at once.
     ModelPart weights_part() {
+        gather_updated_weights_now();
         const bool writes = rank_ == 0 && writes_state();  // data rank 0
         if (!sharding_.weights)
             return writes ? device_part(buckets_, copy_from_device(params_, buckets_.total, compute_)) : ModelPart();
@@ -462,6 +508,17 @@ private:
         if (bucket == buckets_.vocabulary_bucket()) return VOCABULARY_SLOT;
         if (bucket == buckets_.final_norm_bucket()) return FINAL_NORM_SLOT;
         return (bucket - buckets_.layer_bucket(buckets_.first_layer())) % 2;
+    }
+    // The buckets as the forward uses them: the embeddings, the layers, the final LayerNorm; on a later
+    // pipeline stage the tied embedding (the classifier's) last.
+    std::vector<int> buckets_in_forward_order() const {
+        std::vector<int> order;
+        const int vocabulary = buckets_.vocabulary_bucket();
+        const bool classifier_only = vocabulary >= 0 && buckets_.position_bucket() < 0;
+        for (int b = 0; b < (int)buckets_.buckets.size(); b++)
+            if (!(classifier_only && b == vocabulary)) order.push_back(b);
+        if (classifier_only) order.push_back(vocabulary);
+        return order;
     }
     bool embedding_bucket(int bucket) const {
         return bucket == buckets_.position_bucket() || bucket == buckets_.vocabulary_bucket();
@@ -532,19 +589,6 @@ private:
         bytes_sent_.add(replica_cost(bucket), groups_.replicas_within_node);
     }
 
-    // Sharded optimizer state, whole weights: every rank's updated chunk of every bucket to every rank,
-    // as one group.
-    void all_gather_weights() {
-        NCCL_CHECK(ncclGroupStart());
-        for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
-            floatX* bucket = params_ + buckets_.buckets[b].offset;
-            const size_t chunk = buckets_.chunk(b);
-            NCCL_CHECK(ncclAllGather(bucket + rank_ * chunk, bucket, chunk, NCCL_FLOATX, comm_, compute_));
-            bytes_sent_.add(gather_cost(b), groups_.shard_within_node);
-        }
-        NCCL_CHECK(ncclGroupEnd());
-    }
-
     template <typename T>  // p may be null: a buffer this configuration does not have
     void zero(T* p, size_t n) {
         if (p && n) CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), compute_));
@@ -576,6 +620,8 @@ private:
     int slot_holds_[SLOTS] = {-1, -1, -1, -1, -1};
     cudaEvent_t filled_[SLOTS] = {}, free_[SLOTS] = {}, ready_[SLOTS] = {}, reduced_[SLOTS] = {};
     cudaEvent_t communication_done_ = nullptr, weights_updated_ = nullptr;
+    std::vector<cudaEvent_t> gathered_;  // -z 1/2: each bucket's gather of the updated weights done
+    std::vector<bool> unawaited_;        // -z 1/2: the bucket's gather issued, not yet waited for
     std::vector<bool> reduced_this_step_;  // sharded gradients: the bucket's shard already holds this step's
     bool communicating_ = false;
 };
