@@ -16,8 +16,9 @@
 #          library, that glibc and the CPU are new enough, and that OpenBLAS loads (one CPU step);
 #          where cuobjdump exists, counts train_gpt's HGMMA and UTMALDG (Hopper) instructions;
 #   tests  test/kernels/gpu_kernel_tests.sh: every nvcc-built kernel test, on the device;
-#   train  train_gpt, when the bundle has it: a short GPT-2 124M run on the built-in dataset, and its
-#          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer);
+#   train  train_gpt, when the bundle has it: a short GPT-2 124M run on the built-in dataset, its
+#          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer), and
+#          two runs and a resumed one giving the same model file bit for bit;
 #   emu    test/emu/gpu_vs_emu.sh: the emulator's kernel suite on the device and emulated, same results;
 #   bench  every dev/bin/cuda_* benchmark: its checks, then its timings (attention: PyTorch's flash
 #          and cuDNN attention beside it, dev/attention_torch.py, where the machine has torch);
@@ -33,9 +34,10 @@
 # Exit status: 0 every check passed (or was SKIPPED for want of a GPU); 1 a check failed or timed out;
 # 2 nothing failed, but some part did not run (the time budget was spent).
 # Environment: GPU_CHECK_BUDGET_S (total seconds); GPU_CHECK_LIMIT_TESTS, _TRAIN, _EMU, _BENCH,
-# _BENCH_EACH, _PEER (seconds per part: 150, 150, 90, 180, 90, 300); GPU_CHECK_BENCHES (which
+# _BENCH_EACH, _PEER (seconds per part: 150, 210, 90, 180, 90, 300); GPU_CHECK_BENCHES (which
 # benchmarks, e.g. "matmul gelu"); GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run),
-# GPU_CHECK_COMPARE_ARGS (flags of the runs compared with train_gpt_cpu); GPU_CHECK_PEER_ARGS (flags
+# GPU_CHECK_COMPARE_ARGS (flags of the runs compared with train_gpt_cpu), GPU_CHECK_DETERMINISM_ARGS
+# (flags of the runs compared with each other); GPU_CHECK_PEER_ARGS (flags
 # of the runs compared with PyTorch), GPU_CHECK_PYTHON (the python with torch, default python3),
 # GPU_CHECK_PEER_MODEL, _PEER_T, _PEER_B (the peer part's model, T and first B: d12, 1024, 16);
 # GPU_CHECK_WORKDIR (where to unpack).
@@ -44,7 +46,7 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$script_dir")
 t_start=$(date +%s)
 limit_tests=${GPU_CHECK_LIMIT_TESTS:-150}
-limit_train=${GPU_CHECK_LIMIT_TRAIN:-150}
+limit_train=${GPU_CHECK_LIMIT_TRAIN:-210}
 limit_emu=${GPU_CHECK_LIMIT_EMU:-90}
 limit_bench=${GPU_CHECK_LIMIT_BENCH:-180}
 limit_bench_each=${GPU_CHECK_LIMIT_BENCH_EACH:-90}
@@ -387,17 +389,49 @@ train_compare() {
     record "train_gpt vs train_gpt_cpu" "${verdict%% *}" "$secs" "${verdict#* }"
 }
 
+# Two runs of one command give the same bits, and so does a run stopped at step 2 and resumed (the
+# cuBLASLt algorithms are chosen once, by rank 0, and kept in the run folder: kernels/matmul.h,
+# train/algorithm_table.h); every run must also exit cleanly.
+train_determinism() {
+    local args=${GPU_CHECK_DETERMINISM_ARGS:-"-e d12 -b 4 -t 64 -x 4 -v 0 -s 0 -n 2"}
+    local dir status=PASS detail="" t0 each=$(($1 / 4 > 10 ? $1 / 4 : 10)) run
+    dir=$(mktemp -d) t0=$(date +%s)
+    for run in "a" "b" "c --stop-at 2" "c -y 1"; do
+        # shellcheck disable=SC2086 # the flags are words
+        run_checked "train_gpt determinism: -o $run" "$each" ./train_gpt $args -o "$dir"/$run
+        on_the_gpu
+        [ "$run_status" = PASS ] || { status=FAIL detail="-o $run: $run_detail"; break; }
+    done
+    if [ $status = PASS ] && ! grep -q '^matmul algorithms: .* loaded from' "$run_out"; then
+        status=FAIL detail="the resumed run did not load the run folder's matmul algorithms"
+    fi
+    local last=$(ls "$dir"/a/model_*.bin 2>/dev/null | tail -n 1)
+    if [ $status = PASS ]; then
+        if [ -z "$last" ]; then status=FAIL detail="no model file in $dir/a"
+        elif ! cmp -s "$last" "$dir/b/$(basename "$last")"; then status=FAIL detail="two runs differ: $(basename "$last")"
+        elif ! cmp -s "$last" "$dir/c/$(basename "$last")"; then status=FAIL detail="the resumed run differs: $(basename "$last")"
+        else detail="two runs and a resumed one: $(basename "$last") identical"
+        fi
+    fi
+    figures+=("train_gpt determinism ($args): $detail")
+    echo "-- train_gpt determinism: $status ($detail)"
+    record "train_gpt determinism" "$status" $(($(date +%s) - t0)) "$detail"
+    rm -rf "$dir"
+}
+
 if wanted train && gpu_part train_gpt; then
     if [ ! -x ./train_gpt ]; then
         echo "SKIPPED train_gpt (not in the bundle: $(manifest not_built | grep -qw train_gpt && echo 'it failed to build' || echo 'no train_gpt.cu'))"
         record train_gpt SKIPPED 0 "not in the bundle"
     else
         train_deadline=$(($(date +%s) + limit_train))
-        train_run $((limit_train * 2 / 3))
+        train_run $((limit_train / 2))
         if [ -x ./train_gpt_cpu ]; then
             left=$((train_deadline - $(date +%s)))
-            train_compare $((left / 2 > 10 ? left / 2 : 10))
+            train_compare $((left / 3 > 10 ? left / 3 : 10))
         fi
+        left=$((train_deadline - $(date +%s)))
+        train_determinism $((left > 40 ? left : 40))
     fi
 fi
 
