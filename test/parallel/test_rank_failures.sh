@@ -8,24 +8,8 @@
 # rank) and as a pipeline of two stages (-pp 2, where each rank waits for the other's activations).
 # Uses the emulated trainer (train_gpt_emu) as 2 MPI ranks.
 set -u
-trainer="${BIN:-.}/train_gpt_emu"
-if [ ! -x "$trainer" ] || ! command -v mpirun >/dev/null; then
-  echo "SKIPPED rank_failures (needs mpirun and $trainer)"
-  exit 0
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"  # OpenMPI's leaks: see test_nccl.sh
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-# Tokens below 64 for a tiny model.
-write_shard() {  # 1024-byte header (magic 20240520, version 1, n) then n uint16 tokens
-  local n=4000
-  { printf '\x88\xd8\x34\x01\x01\x00\x00\x00'; printf "$(printf '\\x%02x\\x%02x' $((n & 255)) $((n >> 8)))\\x00\\x00"
-    head -c 1012 /dev/zero
-    for ((i = 0; i < n; i++)); do printf "\\x$(printf %02x $(( (i * 37 + i / 7) % 64 )))\\x00"; done
-  } >"$1"
-}
-write_shard "$work/train.bin"
+trainer="${BIN:-.}/train_gpt_emu" name=rank_failures
+source "$(dirname "$0")/tiny_mpi_run.sh"
 flags=(-e custom:L2:C64:H2:V64:T16 -i "$work/train.bin" -b 2 -t 16 -v 0 -s 0)
 status=0
 

@@ -7,19 +7,8 @@
 #   - a table written for another device is ignored with a note and timed afresh; a damaged one
 #     stops the run with one line naming the file.
 set -u
-trainer="${BIN:-.}/train_gpt_emu_fp32"
-if [ ! -x "$trainer" ] || ! command -v mpirun >/dev/null; then
-  echo "SKIPPED matmul_algorithms (needs mpirun and $trainer)"
-  exit 0
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"  # OpenMPI's own leaks
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-# 4000 tokens below 64 for a tiny model (a 1024-byte header: magic 20240520, version 1, count).
-{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\xa0\x0f\x00\x00'; head -c 1012 /dev/zero
-  for ((i = 0; i < 4000; i++)); do printf "\\x$(printf %02x $(( (i * 37 + i / 7) % 64 )))\\x00"; done
-} >"$work/train.bin"
+trainer="${BIN:-.}/train_gpt_emu_fp32" name=matmul_algorithms
+source "$(dirname "$0")/../parallel/tiny_mpi_run.sh"
 flags=(-e custom:L1:C64:H2:V64:T16 -i "$work/train.bin" -b 2 -t 16 -v 0 -s 0 -x 2)
 status=0
 # run LOG FASTEST FLAGS...: the 2-rank trainer, its output in $work/LOG.log; its exit status.

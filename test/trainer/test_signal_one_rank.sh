@@ -6,18 +6,7 @@
 set -u
 name=sigterm_to_one_rank_stops_all_ranks_at_the_same_step
 trainer="${BIN:-.}/train_gpt_emu_fp32"
-if [ ! -x "$trainer" ] || ! command -v mpirun >/dev/null; then
-  echo "SKIPPED $name (needs mpirun and $trainer)"
-  exit 0
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"  # OpenMPI's own leaks
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-# 4000 tokens below 64 for a tiny model (a 1024-byte header: magic 20240520, version 1, count).
-{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\xa0\x0f\x00\x00'; head -c 1012 /dev/zero
-  for ((i = 0; i < 4000; i++)); do printf "\\x$(printf %02x $(( (i * 37 + i / 7) % 64 )))\\x00"; done
-} >"$work/train.bin"
+source "$(dirname "$0")/../parallel/tiny_mpi_run.sh"
 steps=6
 flags=(-e custom:L1:C64:H2:V64:T16 -i "$work/train.bin" -b 2 -t 16 -v 0 -s 0 -x $steps)
 run() { timeout 120 mpirun --oversubscribe -np 2 "$trainer" "${flags[@]}" "$@"; }
