@@ -562,7 +562,7 @@ private:
     void reduce_bucket(G* grads, const G* micro_step, G* chunk_buffer, int bucket) {
         const ParamBucket& b = buckets_.buckets[bucket];
         const size_t chunk = buckets_.chunk(bucket);
-        const ncclDataType_t type = fp32_ ? ncclFloat32 : NCCL_FLOATX;
+        const ncclDataType_t type = nccl_type<G>();
         if (!sharding_.optimizer_state) {
             NCCL_CHECK(ncclAllReduce(grads + b.offset, grads + b.offset, b.length, type, ncclAvg, comm_, comm_stream_));
         } else if (!sharding_.gradients) {
@@ -582,8 +582,8 @@ private:
     // stream.
     void average_over_replicas(int bucket) {
         if (groups_.replicas <= 1) return;
-        const ncclDataType_t type = fp32_ ? ncclFloat32 : NCCL_FLOATX;
         with_reduced_gradients(bucket, [&](auto* chunk, size_t n) {
+            const ncclDataType_t type = nccl_type<std::remove_cv_t<std::remove_pointer_t<decltype(chunk)>>>();
             NCCL_CHECK(ncclAllReduce(chunk, chunk, n, type, ncclAvg, replica_comm_, comm_stream_));
         });
         bytes_sent_.add(replica_cost(bucket), groups_.replicas_within_node);

@@ -15,7 +15,6 @@
 // n values on every rank), on the side of the node boundary its ranks sit (PipelineLinks).
 #pragma once
 #include <cstddef>
-#include <type_traits>
 #include <vector>
 
 #include <nccl.h>
@@ -89,7 +88,7 @@ public:
     template <typename G>  // floatX, or float for gradients kept in fp32
     void sum_tied_gradients(G* g, size_t n, cudaStream_t compute) {
         if (stages_ == 1 || !(first() || last())) return;
-        const ncclDataType_t type = std::is_same<G, float>::value ? ncclFloat32 : NCCL_FLOATX;
+        const ncclDataType_t type = nccl_type<G>();
         NCCL_CHECK(ncclAllReduce(g, g, n, type, ncclSum, tied_, compute));
         bytes_sent_.add(all_reduce_bytes(n, 2, sizeof(G)), links_.tied);
     }
@@ -103,7 +102,7 @@ public:
     template <typename V>
     void broadcast_from_last(V* values, size_t n, cudaStream_t compute) {
         if (stages_ == 1) return;
-        const ncclDataType_t type = std::is_same<V, float>::value ? ncclFloat32 : NCCL_FLOATX;
+        const ncclDataType_t type = nccl_type<V>();
         NCCL_CHECK(ncclBroadcast(values, values, n, type, stages_ - 1, comm_, compute));
         bytes_sent_.add(send_bytes(n, sizeof(V)), links_.whole);
     }

@@ -26,7 +26,6 @@
 // say what each operation sends, for plans (gpu/memory_plan.h).
 #pragma once
 #include <cstddef>
-#include <type_traits>
 
 #include <nccl.h>
 
@@ -165,7 +164,7 @@ public:
     template <typename G>
     void sum_sequence_gradients(G* gradients, size_t n, cudaStream_t stream) {
         if (!sequence_parallel_ || n == 0) return;
-        const ncclDataType_t type = std::is_same<G, float>::value ? ncclFloat32 : NCCL_FLOATX;
+        const ncclDataType_t type = nccl_type<G>();
         NCCL_CHECK(ncclAllReduce(gradients, gradients, n, type, ncclSum, comm_, stream));
         bytes_sent_ += sequence_gradients_cost(n, sizeof(G));
     }
@@ -179,7 +178,7 @@ public:
     // statistics, a row of logits.
     template <typename V>
     void gather(V* all, const V* mine, size_t n, cudaStream_t stream) {
-        const ncclDataType_t type = std::is_same<V, float>::value ? ncclFloat32 : NCCL_FLOATX;
+        const ncclDataType_t type = nccl_type<V>();
         NCCL_CHECK(ncclAllGather(mine, all, n, type, comm_, stream));
         bytes_sent_ += gather_bytes(n, size_, sizeof(V));
     }
