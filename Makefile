@@ -288,10 +288,13 @@ endif
 
 # The training-step benchmark (dev/bench_step.cu: GPUModel's whole step, then each op class alone):
 # built by nvcc it is the benchmark dev/bin/bench_step (run on a GPU by scripts/gpu_check.sh); built
-# through the emulator, a smoke test on a tiny model (test/trainer/test_bench_step_emu.sh).
+# through the emulator, a smoke test on a tiny model (test/trainer/test_bench_step_emu.sh; plain build
+# only, as the other benchmarks' emulated checks).
 ifneq ($(CUDA_INCLUDE),)
+ifneq ($(SAN),1)
   PROGRAMS += $(BUILD)/dev/bench_step_emu
   TESTS += test/trainer/test_bench_step_emu.sh
+endif
   $(BUILD)/dev/bench_step.emu.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BUILD)/dev/bench_step_emu: $(BUILD)/dev/bench_step.emu.o $(GPU_MODEL_EMU_OBJS) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
