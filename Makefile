@@ -21,9 +21,9 @@ ifeq ($(SAN),1)
   CXXFLAGS += $(SANFLAGS)
   LDFLAGS  += $(SANFLAGS)
 endif
-# The emulated programs come in bf16 (what a GPU runs) and fp32 (for tight checks against the CPU
-# reference). The sanitized build makes the fp32 kernel tests and the bf16 rest: the fp32 trainer,
-# its model tests and generate_emu_fp32 are the same host code as their bf16 twins, which it checks.
+# The emulated programs come in bf16 (what a GPU runs) and fp32 (a build for tight checks against the
+# CPU reference, never for training). The sanitized build makes the bf16 ones only: their fp32 twins
+# are the same host code, and the same kernels with another element type, which the plain build checks.
 FP32_EMU_PROGRAMS := $(if $(filter 1,$(SAN)),,yes)
 
 # CUDA: nvcc from PATH or the default install; GPU arch from the card if there is one.
@@ -189,17 +189,17 @@ ifneq ($(CUDA_INCLUDE),)
   GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_model)
   TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
   # Data parallelism: the emulated trainer as several MPI ranks (test/parallel/). The slowest whole-run
-  # tests (multi-rank equivalence, restarts after SIGKILL) run in the plain build only: they exercise
-  # processes and files more than memory safety, and the sanitized build would take minutes more.
+  # tests (multi-rank equivalence, failing ranks, restarts after SIGKILL) run in the plain build only:
+  # they exercise processes and files more than memory safety, and the sanitized build would take
+  # minutes more.
   ifneq ($(SAN),1)
     TESTS += test/trainer/test_restart_after_kill.sh
   endif
   ifneq ($(MPI_LIBS),)
-    TESTS += test/parallel/test_rank_failures.sh
     MULTI_RANK_TESTS := $(patsubst %,$(BUILD)/test/parallel/%,test_data_parallel test_tensor_parallel \
                           test_pipeline_parallel)
     ifneq ($(SAN),1)
-      TESTS += $(MULTI_RANK_TESTS)
+      TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh
       # The multi-rank suites run with the emulator's streams queued (EMU_STREAMS, emu/README.md), so that
       # a missing stream wait fails them; the trainer gives the same bits either way (test_stream_order).
       QUEUED_STREAMS_TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh \

@@ -1,7 +1,8 @@
 # CUDA kernels (kernels/), their tests (test/kernels/test_*.cu) and benchmarks (dev/cuda/*.cu).
 # A new test or benchmark file is picked up by name; no rule needs editing:
 #   test/kernels/test_X.cu  -> $(BUILD)/test/kernels/test_X        emulated, bf16   (in `make test`)
-#                           -> $(BUILD)/test/kernels/fp32/test_X   emulated, fp32   (in `make test`)
+#                           -> $(BUILD)/test/kernels/fp32/test_X   emulated, fp32   (in `make test`;
+#                                                                 not the sanitized build)
 #                           -> $(BUILD)/test/kernels/cuda/test_X   nvcc, bf16, run on a GPU by
 #                                                                 test/kernels/gpu_kernel_tests.sh
 #   dev/cuda/X.cu           -> $(BIN)/dev/bin/cuda_X               nvcc benchmark (`make`, `make bench`)
@@ -27,7 +28,8 @@ KERNEL_EMU_LIBS := $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS)
 $(BUILD)/test/kernels/%.emu.o $(BUILD)/test/kernels/%.fp32.emu.o $(BUILD)/dev/cuda/%.emu.o: \
   CXXFLAGS += $(STAND_INS_CXXFLAGS)
 
-KERNEL_EMU_TESTS := $(foreach t,$(KERNEL_TEST_NAMES),$(BUILD)/test/kernels/$(t) $(BUILD)/test/kernels/fp32/$(t))
+KERNEL_EMU_TESTS := $(foreach t,$(KERNEL_TEST_NAMES),$(BUILD)/test/kernels/$(t) \
+                      $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/kernels/fp32/$(t)))
 DEV_CUDA_EMU     := $(if $(filter 1,$(SAN)),,$(foreach d,$(DEV_CUDA_NAMES),$(BUILD)/dev/cuda/$(d)_emu))
 TESTS += $(KERNEL_EMU_TESTS) $(DEV_CUDA_EMU)
 
