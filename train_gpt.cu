@@ -17,6 +17,7 @@
 #include "gpu/gpt_model.h"
 #include "gpu/memory_plan.h"
 #include "kernels/common.h"
+#include "parallel/comm/launch_order.h"
 #include "parallel/comm/mpi_ranks.h"
 #include "parallel/comm/nccl_check.h"
 #include "train/train_loop.h"
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
         // Under an MPI launcher NCCL is used even by a single rank (mpirun -np 1 exercises the
         // communication path on one GPU).
         if (ranks) world.nccl = make_nccl_communicator(*ranks);
+        if (ranks && ranks->rank == 0 && ranks->num_ranks > 1 && !launch_order_note().empty())
+            printf("%s\n", launch_order_note().c_str());
     } catch (const InputError& e) {
         fprintf(stderr, "error: %s\n", e.what());
         if (ranks && ranks->num_ranks > 1) ranks->abort_all(1);

@@ -6,9 +6,10 @@
 //   - the legacy default stream (stream 0): its work waits for all earlier work of the blocking streams
 //     (cudaStreamCreate's), and their later work waits for it; cudaStreamNonBlocking streams do not;
 //   - communication (WorkKind::communication, the NCCL stand-in) keeps the order the host issued it
-//     in, across all streams and communicators: each rank then runs the same collectives in the same
-//     order (on one thread, a collective blocks until every rank reaches it, so two ranks running two
-//     collectives in opposite orders would wait for each other forever, where a GPU runs them at once).
+//     in, across all streams and communicators, as NCCL starts it under NCCL_LAUNCH_ORDER_IMPLICIT
+//     (which the trainer sets: parallel/comm/launch_order.h): each rank then runs the same collectives
+//     in the same order (on one thread, a collective blocks until every rank reaches it, so two ranks
+//     running two collectives in opposite orders would wait for each other forever).
 //     The trainer issues collectives on one communicator from two streams (ZeRO's reductions on the
 //     communication stream, the loss on the compute stream) and orders them with events; this keeps
 //     that order even where the events would not, a GPU's only guarantee being what the events say.

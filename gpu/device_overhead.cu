@@ -28,21 +28,6 @@ size_t nccl_communicator_bytes(int ranks) {
     return kNcclCommunicatorBytes + channels * kNcclConnectionsPerChannel * per_connection;
 }
 
-// The sizes of the communicators a rank holds (parallel/comm/mesh_communicators.h): the world's (also
-// the data group's where the mesh is data parallel only), else the data group's split from it; under
-// hybrid sharding the sharding group's and the replicas'; two over the tensor group, the pipeline's,
-// and the tied embedding's at either end of a pipeline of 3 stages or more. None without a world.
-static std::vector<int> communicator_sizes(const Mesh& m, bool communicates) {
-    if (!communicates) return {};
-    std::vector<int> sizes = {m.size()};
-    if (m.tensor > 1 || m.pipeline > 1) sizes.push_back(m.data);
-    if (m.hybrid()) sizes.insert(sizes.end(), {m.shard, m.replicas()});
-    if (m.tensor > 1) sizes.insert(sizes.end(), {m.tensor, m.tensor});
-    if (m.pipeline > 1) sizes.push_back(m.pipeline);
-    if (m.pipeline > 2 && (m.first_stage() || m.last_stage())) sizes.push_back(2);
-    return sizes;
-}
-
 // The timed choice of an algorithm (matmul_fastest) keeps aside the output of a product that
 // accumulates, the weight gradients, and an 8-byte fingerprint: the largest of them counts, once. A
 // layer's largest is fc's or fcproj's (4C·C, split over the tensor group), the classifier's the tied
@@ -55,11 +40,11 @@ static size_t autotuning_bytes(const GPTConfig& config, const Mesh& m, const Pip
     return largest * sizeof(floatX) + sizeof(unsigned long long);
 }
 
-DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, bool communicates,
+DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, const std::vector<int>& communicators,
                                     const PipelineStage& stage, int micro_step_graphs) {
     DeviceOverhead o;
     o.context = kCudaContextBytes;
-    const std::vector<int> sizes = communicator_sizes(mesh, communicates);
+    const std::vector<int>& sizes = communicators;
     o.communicators = (int)sizes.size();
     for (int ranks : sizes) o.nccl += nccl_communicator_bytes(ranks);
     if (!sizes.empty()) o.nccl += kNcclFirstCommunicatorExtraBytes;

@@ -10,12 +10,14 @@
 #include "kernels/attention.h"
 #include "kernels/encoder.h"
 #include "kernels/matmul.h"
+#include "parallel/comm/launch_order.h"
 
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
     : config_(config), world_(world),
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
                       planned_node_ranks(opt, world.ranks))),
-      comms_(split_mesh_communicators(world.nccl, mesh_)),
+      comms_(split_mesh_communicators(world.nccl, mesh_, zero_sharding(opt, world.nccl != nullptr).weights,
+                                      communicators_may_overlap())),
       tp_(comms_.tensor, comms_.tensor_overlap, mesh_.tensor_rank, mesh_.tensor, sequence_parallel(opt),
           within_one_node(mesh_.tensor_group(), mesh_.node_ranks)),
       pipeline_(comms_.pipeline, comms_.tied_embedding, mesh_.stage, mesh_.pipeline, pipeline_links(mesh_)),
@@ -84,7 +86,9 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     planned_traffic_ = plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_);
     set_planned_traffic(&memory_, planned_traffic_);
     memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
-    set_planned_overhead(&memory_, plan_device_overhead(config_, mesh_, comms_.data != nullptr, stage_,
+    const std::vector<int> communicators = mesh_communicator_sizes(
+        mesh_, comms_.data != nullptr, params_.sharding().weights, communicators_may_overlap());
+    set_planned_overhead(&memory_, plan_device_overhead(config_, mesh_, communicators, stage_,
                                                         micro_step_graphs(graphs_.enabled(), params_, accum_steps_)));
 
     // Will it fit? Say so before allocating anything, with what to lower.
@@ -101,7 +105,7 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     encoder_host_bytes_ = (encoder_backward_host_scratch_bytes(max_B_, max_T_) + 255) / 256 * 256;
     CUDA_CHECK(cudaMallocHost(&control_host_, sizeof(StepControl)));
     reserve_pinned_tokens(accum_steps_);
-    params_.start(stream_, comms_.data, comms_.shard, comms_.replicas);
+    params_.start(stream_, comms_.data, comms_.shard, comms_.replicas, comms_.weight_gathers);
     optimizer_.start(stream_);
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.

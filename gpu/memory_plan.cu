@@ -6,6 +6,8 @@
 #include "base/errors.h"
 #include "gpu/activations.h"
 #include "gpu/optimizer.h"
+#include "parallel/comm/launch_order.h"
+#include "parallel/comm/mesh_communicators.h"
 
 // The tensor group's operations of one step, by their costs (parallel/comm/tensor_parallel.h), for
 // activations of N = B·T positions and C channels: per micro-step
@@ -92,7 +94,9 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     ModelMemory memory = arena.memory();
     set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps));
     const int graphs = micro_step_graphs(uses_cuda_graphs(opt, mesh, params.sharding()), params, micro_steps);
-    set_planned_overhead(&memory, plan_device_overhead(config, mesh, communicates, stage, graphs));
+    const std::vector<int> communicators =
+        mesh_communicator_sizes(mesh, communicates, params.sharding().weights, communicators_may_overlap());
+    set_planned_overhead(&memory, plan_device_overhead(config, mesh, communicators, stage, graphs));
     return memory;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "base/errors.h"
+#include "parallel/comm/launch_order.h"
 
 namespace {
 
@@ -116,6 +117,7 @@ bool launched_by_mpi() {
 std::unique_ptr<RankGroup> make_mpi_rank_group() { return std::make_unique<MpiRankGroup>(); }
 
 ncclComm_t make_nccl_communicator(const RankGroup& group) {
+    request_implicit_launch_order();  // before NCCL reads its environment
     ncclUniqueId id;
     ncclResult_t status = ncclSuccess;
     if (group.rank == 0) status = ncclGetUniqueId(&id);

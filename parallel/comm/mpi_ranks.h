@@ -14,5 +14,6 @@ bool launched_by_mpi();
 // Initialises MPI and returns the group of all ranks (MPI_COMM_WORLD); finalises MPI at exit.
 std::unique_ptr<RankGroup> make_mpi_rank_group();
 // One NCCL communicator over every rank of `group`: rank 0 creates the unique id and MPI broadcasts
-// it. Fails on every rank with one InputError line if NCCL cannot start.
+// it (NCCL_LAUNCH_ORDER_IMPLICIT requested first: parallel/comm/launch_order.h). Fails on every rank
+// with one InputError line if NCCL cannot start.
 ncclComm_t make_nccl_communicator(const RankGroup& group);

@@ -16,8 +16,8 @@
 //   -z 3  ZeRO-3      weights 2Ψ/R, gradients 2Ψ/R, master + m + v 12Ψ/R   + transient weight and
 //                                                                            gradient slots
 //
-// The collectives of one micro-step, in the order the step issues them (on a stream of their own, so
-// that they overlap the compute of neighbouring layers):
+// The collectives of one micro-step, in the order the step issues them (on a communication stream of
+// their own, so that they overlap the compute of neighbouring layers):
 //   -z 0/1  after the last micro-step's backward of each bucket: all-reduce (0) or reduce-scatter into
 //           the bucket's own chunk (1); the owned chunks updated by AdamW are all-gathered at the start
 //           of the next step's first forward, bucket by bucket, each waited for just before its layer
@@ -31,6 +31,10 @@
 //           gather issued while the current layer computes (prefetch); the slot is released after use.
 //           The embeddings (wte is also the classifier) are gathered once per micro-step and kept from
 //           the encoder to the classifier's backward (which runs at the end of the forward pass).
+//           The gathers run on a stream and a communicator of their own, beside the reductions, so
+//           that a layer's gradients are reduce-scattered while the next layer down is gathered (where
+//           NCCL can run two communicators at once, parallel/comm/launch_order.h; else both share the
+//           communication stream).
 // Gradients accumulate across micro-steps and are reduced across ranks in fp32 (--grad-reduce fp32,
 // the default), or in the storage precision (--grad-reduce bf16: half the bytes on the network and in
 // memory, at the price of a rounding per micro-step and per reduction step). In fp32 the backward still
@@ -115,6 +119,7 @@ public:
         for (cudaEvent_t e : gathered_) cudaEventDestroy(e);
         if (communication_done_) cudaEventDestroy(communication_done_);
         if (weights_updated_) cudaEventDestroy(weights_updated_);
+        if (gather_stream_ && gather_stream_ != comm_stream_) cudaStreamDestroy(gather_stream_);
         if (comm_stream_) cudaStreamDestroy(comm_stream_);
     }
 
@@ -161,10 +166,13 @@ public:
         }
     }
 
-    // Once the arena is allocated: the communication stream and events, every buffer zeroed (the
+    // Once the arena is allocated: the communication streams and events, every buffer zeroed (the
     // padding of each bucket stays zero for good). data may be null without sharding (nothing to
-    // send); shard and replicas are hybrid sharding's groups (null: the data group shards).
-    void start(cudaStream_t compute, ncclComm_t data, ncclComm_t shard = nullptr, ncclComm_t replicas = nullptr) {
+    // send); shard and replicas are hybrid sharding's groups (null: the data group shards);
+    // weight_gathers the sharding group's second communicator, for -z 3's gathers (null: they share
+    // the reductions' communicator and stream).
+    void start(cudaStream_t compute, ncclComm_t data, ncclComm_t shard = nullptr, ncclComm_t replicas = nullptr,
+               ncclComm_t weight_gathers = nullptr) {
         compute_ = compute;
         data_comm_ = data;
         comm_ = shard ? shard : data;
@@ -173,6 +181,11 @@ public:
         if (groups_.replicas > 1 && !(sharding_.optimizer_state && replica_comm_))
             fail("internal error: hybrid sharding needs ZeRO (-z 1, 2, 3) and its replicas' communicator");
         CUDA_CHECK(cudaStreamCreate(&comm_stream_));
+        gather_stream_ = comm_stream_, gather_comm_ = comm_;
+        if (sharding_.weights && weight_gathers) {
+            CUDA_CHECK(cudaStreamCreate(&gather_stream_));
+            gather_comm_ = weight_gathers;
+        }
         for (int s = 0; s < SLOTS; s++)
             for (cudaEvent_t* e : {&filled_[s], &free_[s], &ready_[s], &reduced_[s]})
                 CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
@@ -200,7 +213,7 @@ public:
         const std::string replicated =
             groups_.replicas > 1 ? strprintf(", replicated over %d groups (--shard-ranks)", groups_.replicas) : "";
         return sharding_description(R) + replicated +
-               (comm_ && groups_.data > 1 ? strprintf("; gradients reduced%s", precision) : "");
+               (comm_ && groups_.data > 1 && *precision ? strprintf("; gradients reduced%s", precision) : "");
     }
     std::string sharding_description(int R) const {
         switch (sharding_.stage()) {
@@ -231,18 +244,18 @@ public:
 
     // ---- collectives and their order (each a no-op where the sharding does not need it)
     // Sharded weights: all-gather the bucket's weights from every rank's chunk into its slot, on the
-    // communication stream, once the compute is done with the slot's previous bucket.
+    // gather stream, once the compute is done with the slot's previous bucket.
     void gather_weights(int bucket) {
         if (!sharding_.weights) return;
         const int s = slot_of(bucket);
         if (slot_holds_[s] != -1)
             fail("internal error: bucket %d is gathered into slot %d, which bucket %d still uses", bucket, s,
                  slot_holds_[s]);
-        CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, free_[s], 0));
+        WAIT_FOR_EVENT(slot_released, gather_stream_, free_[s]);
         NCCL_CHECK(ncclAllGather(params_ + shard_offset_[bucket], weight_slot_[s], buckets_.chunk(bucket),
-                                 NCCL_FLOATX, comm_, comm_stream_));
+                                 NCCL_FLOATX, gather_comm_, gather_stream_));
         bytes_sent_.add(gather_cost(bucket), groups_.shard_within_node);
-        CUDA_CHECK(cudaEventRecord(filled_[s], comm_stream_));
+        CUDA_CHECK(cudaEventRecord(filled_[s], gather_stream_));
         slot_holds_[s] = bucket;
     }
     // The compute stream waits until the bucket's gathered weights are there (sharded weights: in its
@@ -254,7 +267,7 @@ public:
         }
         if (!sharding_.weights) return;
         weights(bucket);  // checks the slot holds it
-        CUDA_CHECK(cudaStreamWaitEvent(compute_, filled_[slot_of(bucket)], 0));
+        WAIT_FOR_EVENT(weights_gathered, compute_, filled_[slot_of(bucket)]);
     }
     // Gathers the bucket unless it was prefetched, and waits for it.
     void use_weights(int bucket) {
@@ -387,14 +400,15 @@ public:
         bytes_sent_.add(all_reduce_bytes(n, groups_.data, sizeof(float)), groups_.data_within_node);
     }
     // After the optimizer updated this rank's runs. With sharded weights the updated shard is all there
-    // is: the next forward gathers from it, so everything later on the communication stream waits for
-    // the update (its gathers otherwise wait only for the compute to be done with a slot, which it was
-    // before the update ran). With sharded optimizer state and whole weights (-z 1/2) the other ranks'
-    // updated chunks arrive through gather_updated_weights.
+    // is: the next forward gathers from it, so everything later on the gather stream waits for the
+    // update (its gathers otherwise wait only for the compute to be done with a slot, which it was
+    // before the update ran), and the reductions' stream too. With sharded optimizer state and whole
+    // weights (-z 1/2) the other ranks' updated chunks arrive through gather_updated_weights.
     void share_updated_weights() {
         if (sharding_.weights) {
             CUDA_CHECK(cudaEventRecord(weights_updated_, compute_));
-            CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
+            WAIT_FOR_EVENT(shard_updated, gather_stream_, weights_updated_);
+            if (comm_stream_ != gather_stream_) CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, weights_updated_, 0));
         }
     }
     // -z 1/2: every rank's chunk of every bucket to every rank, on the communication stream once the
@@ -605,7 +619,9 @@ private:
     ncclComm_t comm_ = nullptr;          // the sharding group's: ZeRO's reduce-scatters and gathers
     ncclComm_t data_comm_ = nullptr;     // every data rank's: the loss
     ncclComm_t replica_comm_ = nullptr;  // hybrid sharding: the ranks holding this rank's shard
+    ncclComm_t gather_comm_ = nullptr;   // -z 3's weight gathers: comm_, or a second communicator over its ranks
     cudaStream_t compute_ = nullptr, comm_stream_ = nullptr;
+    cudaStream_t gather_stream_ = nullptr;  // -z 3's weight gathers: comm_stream_, or a stream of their own
     SentBytes bytes_sent_;
 
     floatX* params_ = nullptr;  // working weights: whole in bucket order, or the shard (sharded weights)

@@ -136,24 +136,29 @@ public:
     }
     // The same gather, overlapping the compute stream's next work: issued on the group's stream once
     // the compute stream has produced `mine`; prefetched_input returns the whole input after making
-    // the compute stream wait for it.
+    // the compute stream wait for it. Without the second communicator (parallel/comm/launch_order.h)
+    // it runs in line on the compute stream.
     void prefetch_input(const floatX* mine, int N, int width, cudaStream_t compute) {
         pending_ = sequence_parallel_ ? prefetched_ : mine;
         if (!sequence_parallel_) return;
+        const size_t n = (size_t)N / size_ * width;
+        bytes_sent_ += gather_cost(N, width);
+        if (!overlap_comm_) {
+            NCCL_CHECK(ncclAllGather(mine, prefetched_, n, NCCL_FLOATX, comm_, compute));
+            return;
+        }
         if (!stream_) {
             CUDA_CHECK(cudaStreamCreate(&stream_));
             CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
             CUDA_CHECK(cudaEventCreateWithFlags(&gathered_, cudaEventDisableTiming));
         }
-        const size_t n = (size_t)N / size_ * width;
         CUDA_CHECK(cudaEventRecord(ready_, compute));
         CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
         NCCL_CHECK(ncclAllGather(mine, prefetched_, n, NCCL_FLOATX, overlap_comm_, stream_));
         CUDA_CHECK(cudaEventRecord(gathered_, stream_));
-        bytes_sent_ += gather_cost(N, width);
     }
     const floatX* prefetched_input(cudaStream_t compute) {
-        if (sequence_parallel_) CUDA_CHECK(cudaStreamWaitEvent(compute, gathered_, 0));
+        if (sequence_parallel_ && overlap_comm_) CUDA_CHECK(cudaStreamWaitEvent(compute, gathered_, 0));
         return pending_;
     }
 

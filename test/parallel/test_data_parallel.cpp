@@ -383,12 +383,14 @@ void check_plan_by_hand(const Planned& p) {
     }
     // The overhead: context 527 MiB; the world's communicator and, on a split mesh, the data group's, two
     // over the tensor group and the pipeline's, with --shard-ranks the sharding group's and the
-    // replicas' (R and D/R ranks), plus 196 MiB for the first; cuBLASLt's 32 MiB; the timed
+    // replicas' (R and D/R ranks), under -z 3 a second over the sharding group (its gathers' own),
+    // plus 196 MiB for the first; cuBLASLt's 32 MiB; the timed
     // algorithms' copy of the largest accumulated product (fc's 4C², the classifier's Vs·C) + 8 bytes;
     // graphs (-z 0/1 without a pipeline): two micro-step graphs and the update's, 2,411 bytes a node.
     double nccl = 196 * MiB + nccl_bytes(p.ranks);
     if (p.tp > 1 || p.pp > 1) nccl += nccl_bytes(D) + (p.tp > 1 ? 2 * nccl_bytes(p.tp) : 0) + (p.pp > 1 ? nccl_bytes(p.pp) : 0);
     if (R < D) nccl += nccl_bytes(R) + nccl_bytes(D / R);
+    if (p.zero == 3) nccl += nccl_bytes(R);
     const double autotuning = 4 * std::max(4 * C * C / p.tp, p.pp == 1 ? vocabulary_rows(p.tp) * C : 0) + 8;
     const double graphs = p.zero <= 1 && p.pp == 1 ? (2 * (layers * 32 + 64) + 64) * 2411.0 : 0;
     const double overhead = 527 * MiB + nccl + 32 * MiB + autotuning + graphs;

@@ -1,12 +1,16 @@
 // The emulator's queued streams (EMU_STREAMS, emu/stream_queue.h) against the trainer's stream
 // ordering. The trainer gives the same bits with queued streams as without, under data parallelism
-// (the gradient reductions on their own stream) and ZeRO-3 (the prefetched weight gathers too). A
-// build missing one required wait (train_gpt_emu_fp32_drop_wait: the reduction's wait for the
-// backward's gradients, dropped through -DTEST_DROP_WAIT=gradients_ready, parallel/comm/stream_wait.h)
-// gives the same bits too when streams run as issued, which is why the mode exists: with queued
-// streams its reductions read gradients the backward has not written yet, and its weights go wrong.
-// (It runs without CUDA graphs: capturing a micro-step, the emulator, like a GPU, refuses the
-// reduction stream's work as outside the capture, since without the wait that stream never joins it.)
+// (the gradient reductions on their own stream) and ZeRO-3 (the prefetched weight gathers on a third,
+// over a communicator of their own), and with those gathers in line on the reductions' stream. A
+// build that can leave out one required wait (train_gpt_emu_fp32_drop_wait: the wait named by
+// TEST_DROP_WAIT, parallel/comm/stream_wait.h) gives the same bits too when streams run as issued,
+// which is why the mode exists: with queued streams each missing wait goes wrong. Without
+// gradients_ready the reductions read gradients the backward has not written yet; under -z 3 without
+// slot_released a gather overwrites a layer's weights while that layer still computes, and without
+// weights_gathered the layer computes before its weights arrive.
+// (gradients_ready runs without CUDA graphs: capturing a micro-step, the emulator, like a GPU, refuses
+// the reduction stream's work as outside the capture, since without the wait that stream never joins
+// it. ZeRO-3 runs without them anyway.)
 #include "test/parallel/trainer_runs.h"
 
 using namespace trainer_runs;
@@ -14,6 +18,8 @@ using namespace trainer_runs;
 namespace {
 
 const char* MODEL = "custom:L2:C64:H2:V512:T32";
+// 4 layers: ZeRO-3's two layer slots each take a second layer within a pass.
+const char* DEEPER_MODEL = "custom:L4:C64:H2:V512:T32";
 const char* FLAGS = "-d 256 -x 2 -o ";  // 2 ranks: 2 micro-batches each, 2 steps
 
 std::string drop_wait_trainer() {
@@ -21,12 +27,14 @@ std::string drop_wait_trainer() {
     return std::string(build && *build ? build : "build") + "/test/parallel/train_gpt_emu_fp32_drop_wait";
 }
 
-// Trains 2 ranks with `program` and `flags`, streams queued with `seed` (0: run as issued); returns the
-// output folder.
-std::string train(const std::string& program, const std::string& flags, int seed) {
+// Trains 2 ranks with `program` and `flags`, streams queued with `seed` (0: run as issued), leaving out
+// the wait `dropped` names (drop-wait build only; "" none); returns the output folder.
+std::string train(const std::string& program, const std::string& flags, int seed, const std::string& dropped = "",
+                  const char* model = MODEL) {
     const std::string dir = out_dir();
-    run_program(program, seed ? "EMU_STREAMS=" + std::to_string(seed) : "EMU_STREAMS=", 2, MODEL, default_data(),
-                FLAGS + dir + " " + flags);
+    const std::string environment =
+        (seed ? "EMU_STREAMS=" + std::to_string(seed) : "EMU_STREAMS=") + " TEST_DROP_WAIT=" + dropped;
+    run_program(program, environment, 2, model, default_data(), FLAGS + dir + " " + flags);
     return dir;
 }
 
@@ -49,12 +57,42 @@ TEST(queued_streams_give_the_same_bits) {
 }
 
 TEST(a_missing_wait_goes_wrong_only_with_queued_streams) {
-    const char* flags = "-z 0 --cuda-graphs 0";
-    const std::string issued = train(trainer(), flags, 0);
-    check_same_run(train(drop_wait_trainer(), flags, 0), issued, 2, 0.0, "the missing wait, streams as issued");
-    for (int seed : {1, 2, 3}) {
-        const double err = weight_difference(train(drop_wait_trainer(), flags, seed), issued);
-        printf("  the missing wait, EMU_STREAMS=%d: weights differ by %.2g\n", seed, err);
-        CHECK_MSG(err > 1e-3, "EMU_STREAMS=%d: the weights differ by only %.3g", seed, err);
+    struct Case {
+        const char *wait, *flags, *model;
+    } cases[] = {{"gradients_ready", "-z 0 --cuda-graphs 0", MODEL},
+                 {"slot_released", "-z 3", DEEPER_MODEL},
+                 {"weights_gathered", "-z 3", DEEPER_MODEL}};
+    for (const Case& c : cases) {
+        const std::string issued = train(trainer(), c.flags, 0, "", c.model);
+        check_same_run(train(drop_wait_trainer(), c.flags, 0, c.wait, c.model), issued, 2, 0.0,
+                       strprintf("%s, streams as issued", c.wait).c_str());
+        for (int seed : {1, 2, 3}) {
+            const double err = weight_difference(train(drop_wait_trainer(), c.flags, seed, c.wait, c.model), issued);
+            printf("  %s missing (%s), EMU_STREAMS=%d: weights differ by %.2g\n", c.wait, c.flags, seed, err);
+            CHECK_MSG(err > 1e-3, "%s missing, EMU_STREAMS=%d: the weights differ by only %.3g", c.wait, seed, err);
+        }
+    }
+}
+
+// The gathers that overlap on a communicator and a stream of their own (-z 3's weight gathers beside
+// its reductions, the tensor group's prefetched gathers beside its all-reduces) give the same bits in
+// line on the other communicator, as they run where NCCL cannot order several communicators' launches
+// (NCCL_LAUNCH_ORDER_IMPLICIT=0, or an NCCL before 2.26: parallel/comm/launch_order.h); that run says
+// so and holds one communicator fewer. Both with queued streams.
+TEST(gathers_overlapping_or_in_line_give_the_same_bits) {
+    for (const char* flags : {"-z 3", "-tp 2"}) {
+        const std::string overlapped = out_dir(), in_line = out_dir();
+        const std::string log = run_program(trainer(), "EMU_STREAMS=1", 2, MODEL, default_data(),
+                                            FLAGS + overlapped + " " + flags);
+        const std::string log_in_line = run_program(trainer(), "EMU_STREAMS=1 NCCL_LAUNCH_ORDER_IMPLICIT=0", 2, MODEL,
+                                                    default_data(), FLAGS + in_line + " " + flags);
+        check_same_run(in_line, overlapped, 2, 0.0, strprintf("%s, gathers in line", flags).c_str());
+        const char* note = "note: NCCL_LAUNCH_ORDER_IMPLICIT=0: the gathers";
+        CHECK_MSG(log_in_line.find(note) != std::string::npos && log.find(note) == std::string::npos, "%s\n%s",
+                  log.c_str(), log_in_line.c_str());
+        const double communicators = number_after(log, "overhead:", "MiB ("),
+                     in_line_communicators = number_after(log_in_line, "overhead:", "MiB (");
+        CHECK_MSG(communicators >= 2 && communicators == in_line_communicators + 1, "%s: %g and %g communicators",
+                  flags, communicators, in_line_communicators);
     }
 }
