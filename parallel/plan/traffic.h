@@ -60,3 +60,23 @@ struct Traffic {
     bool operator==(const Traffic& o) const { return data == o.data && tensor == o.tensor && pipeline == o.pipeline; }
     bool operator!=(const Traffic& o) const { return !(*this == o); }
 };
+
+// A collective's achieved bandwidth as nccl-tests reports it, from its size S in bytes (all-reduce and
+// broadcast: the buffer; all-gather: the gathered result, R times each rank's part; reduce-scatter:
+// the input, R times each rank's result; a send: the message) and its time t: the algorithm bandwidth
+// S / t, times the factor that makes it comparable with a link's peak whatever the rank count (the
+// share of S each rank's link carries in a ring): 2(R − 1)/R for an all-reduce, (R − 1)/R for an
+// all-gather or a reduce-scatter, 1 for a broadcast or a send. Bytes per second; 0 for t = 0.
+enum class CollectiveKind { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SEND };
+inline double bus_bandwidth(CollectiveKind kind, double size_bytes, int ranks, double seconds) {
+    if (seconds <= 0) return 0;
+    const double R = ranks, algorithm = size_bytes / seconds;
+    switch (kind) {
+        case CollectiveKind::ALL_REDUCE: return algorithm * 2 * (R - 1) / R;
+        case CollectiveKind::ALL_GATHER:
+        case CollectiveKind::REDUCE_SCATTER: return algorithm * (R - 1) / R;
+        case CollectiveKind::BROADCAST:
+        case CollectiveKind::SEND: return algorithm;
+    }
+    return algorithm;
+}
