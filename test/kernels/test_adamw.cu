@@ -9,7 +9,9 @@
 #include "cpu/adamw.h"
 #include "kernels/adamw.h"
 #include "kernels/global_norm.h"
+#include "kernels/layer_adaptive.h"
 #include "test/kernels/kernel_test.h"
+#include "test/kernels/layer_adaptive_reference.h"
 
 namespace {
 
@@ -456,4 +458,327 @@ TEST(global_norm_clip_scale_matches_host_formula) {
     CUDA_CHECK(cudaFree(d_square));
     CUDA_CHECK(cudaFree(d_scale));
     CUDA_CHECK(cudaFree(d_norm));
+}
+
+// ---- LAMB and LARS (kernels/layer_adaptive.h): three launches per step over a table of runs, against
+// the double-precision reference of test/kernels/layer_adaptive_reference.h, step by step from the
+// kernels' own state; and bitwise: plans of one slot each, a repeated run, m and v off a 16-byte
+// boundary (element-by-element path), a CUDA graph replaying the launches.
+namespace {
+
+enum class Rule { lamb, lars };
+
+struct SlotSpec {
+    bool decay, adapt;
+    float weight_scale, grad_scale;  // 0: all zero
+};
+// Slot 0: small weights (a trust ratio well below 1); 1: three elements; 2: split into two runs, large
+// weights and small gradients (a ratio well above 1); 3: one element, no adaptation; 4: zero weights;
+// 5 and 6: zero gradients, with and without decay (LAMB's u is then λ·p, or 0); 7: no adaptation,
+// fp32 gradients; 8: no run at all (its sums must be 0).
+const std::vector<SlotSpec> kSlots = {{true, true, 0.05f, 1.0f}, {false, true, 1.0f, 1.0f}, {true, true, 3.0f, 0.01f},
+                                      {false, false, 1.0f, 1.0f}, {true, true, 0.0f, 1.0f}, {true, true, 1.0f, 0.0f},
+                                      {false, true, 1.0f, 0.0f},  {true, false, 0.5f, 2.0f}, {true, true, 1.0f, 1.0f}};
+constexpr int kFp32GradientSlot = 7;
+struct PieceSpec {
+    size_t offset, n;
+    int slot;
+};
+// Runs in one buffer, on and off 16-byte boundaries and of odd lengths; slot 3's first run is empty;
+// the elements [3025, 3029) belong to no run and must keep their values; slot 2's second run comes
+// last in the table.
+const std::vector<PieceSpec> kPieces = {{0, 1024, 0},    {1024, 3, 1},   {1027, 1997, 2}, {3024, 0, 3},
+                                        {3024, 1, 3},    {3029, 2050, 4}, {5079, 517, 5}, {5596, 300, 6},
+                                        {5896, 777, 7},  {6673, 2004, 2}};
+constexpr size_t kPiecesTotal = 8677;
+constexpr uint32_t kLayerAdaptiveSeed = 77;
+
+// Master weights uniform in ±weight_scale per slot (params their floatX rounding), m = v = 0.
+State initial_layer_adaptive_state(bool with_master) {
+    State s = initial_state(kPiecesTotal, true, 41);
+    for (const PieceSpec& piece : kPieces)
+        for (size_t i = piece.offset; i < piece.offset + piece.n; i++) s.master[i] *= kSlots[piece.slot].weight_scale;
+    s.params = round_to_floatX(s.master);
+    s.with_master = with_master;
+    if (!with_master) s.master.clear();
+    return s;
+}
+// Step `step`'s gradients: uniform in ±grad_scale per slot, rounded to floatX but for the fp32 slot.
+std::vector<float> layer_adaptive_gradients(int step) {
+    const std::vector<float> uniform = random_floats(kPiecesTotal, 50 + step);
+    std::vector<float> grads(kPiecesTotal, 0.0f);
+    for (const PieceSpec& piece : kPieces)
+        for (size_t i = piece.offset; i < piece.offset + piece.n; i++) {
+            const float g = uniform[i] * kSlots[piece.slot].grad_scale;
+            grads[i] = piece.slot == kFp32GradientSlot ? g : host_from_floatX(host_to_floatX(g));
+        }
+    return grads;
+}
+
+struct Gradients {
+    floatX* floatx;
+    float* fp32;
+};
+std::vector<LayerAdaptiveRun> layer_adaptive_runs(const DeviceState& d, const Gradients& grads, Rule rule,
+                                                  const std::vector<PieceSpec>& pieces) {
+    std::vector<LayerAdaptiveRun> runs;
+    for (const PieceSpec& p : pieces) {
+        const bool fp32 = p.slot == kFp32GradientSlot;
+        AdamWRun tensor{d.params + p.offset, d.master ? d.master + p.offset : nullptr, d.m + p.offset,
+                        rule == Rule::lamb ? d.v + p.offset : nullptr, fp32 ? nullptr : grads.floatx + p.offset,
+                        p.n, p.offset, kSlots[p.slot].decay, fp32 ? grads.fp32 + p.offset : nullptr};
+        runs.push_back({tensor, p.slot, kSlots[p.slot].adapt});
+    }
+    return runs;
+}
+
+void upload_gradients(const Gradients& grads, const std::vector<float>& host) {
+    std::vector<floatX> rounded(host.size());
+    for (size_t i = 0; i < host.size(); i++) rounded[i] = host_to_floatX(host[i]);
+    CUDA_CHECK(cudaMemcpy(grads.floatx, rounded.data(), host.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(grads.fp32, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+}
+
+const LayerAdaptiveHyper kAdaptiveHyper;
+AdamWDeviceStep layer_adaptive_device_step(int step) {
+    const LayerAdaptiveHyper& h = kAdaptiveHyper;
+    return adamw_device_step((float)h.lr, (float)h.beta1, (float)h.beta2, (float)h.weight_decay, (float)h.grad_scale,
+                             step, kLayerAdaptiveSeed);
+}
+void launch_norms(const LayerAdaptivePlan& plan, Rule rule, const AdamWDeviceStep* step, cudaStream_t stream) {
+    const LayerAdaptiveHyper& h = kAdaptiveHyper;
+    if (rule == Rule::lamb)
+        lamb_moments_and_norms(plan, (float)h.beta1, (float)h.beta2, (float)h.eps, step, stream);
+    else
+        lars_norms(plan, step, stream);
+    layer_norms_sum(plan, stream);
+}
+void launch_apply(const LayerAdaptivePlan& plan, Rule rule, const AdamWDeviceStep* step, cudaStream_t stream) {
+    const LayerAdaptiveHyper& h = kAdaptiveHyper;
+    if (rule == Rule::lamb)
+        lamb_apply(plan, (float)h.eps, step, stream);
+    else
+        lars_apply(plan, (float)h.momentum, (float)h.trust_coefficient, step, stream);
+}
+
+// The sums of several plans added (in plan order), then written back to each: what the trainer's
+// all-reduce across ranks does. Returns the summed vector.
+std::vector<float> all_reduce_sums(const std::vector<LayerAdaptivePlan>& plans) {
+    const size_t count = 2 * kSlots.size();
+    std::vector<float> total(count, 0.0f);
+    for (const LayerAdaptivePlan& plan : plans) {
+        const std::vector<float> sums = host_copy_of(plan.sums, count);
+        for (size_t i = 0; i < count; i++) total[i] += sums[i];
+    }
+    if (plans.size() > 1)
+        for (const LayerAdaptivePlan& plan : plans)
+            CUDA_CHECK(cudaMemcpy(plan.sums, total.data(), count * 4, cudaMemcpyHostToDevice));
+    return total;
+}
+
+std::vector<double> gather(const std::vector<float>& x, const std::vector<size_t>& indices) {
+    std::vector<double> out;
+    for (size_t i : indices) out.push_back(x[i]);
+    return out;
+}
+std::vector<size_t> slot_indices(int slot) {
+    std::vector<size_t> indices;
+    for (const PieceSpec& p : kPieces)
+        if (p.slot == slot)
+            for (size_t i = p.offset; i < p.offset + p.n; i++) indices.push_back(i);
+    return indices;
+}
+
+// Largest errors seen, for the figures the tolerances below are set from.
+struct ErrorFigures {
+    double state = 0, master = 0, params = 0;
+};
+
+// The step from `before` that the kernels took to `after`, checked slot by slot against the reference.
+// Tolerances (relative L2 per slot): m, v, b and the master within 2e-6 (fp32 arithmetic against
+// double: a few float roundings per element, plus the trust ratio from fp32 sums of squares; the
+// figures seen are below 5e-7); params without master in the fp32 build the same; in bf16, params
+// with master are the master rounded with AdamW's bits, exactly, and without master each is within one
+// bf16 gap of the reference (stochastic rounding moves a value to one of its two neighbours).
+void check_step_against_reference(Rule rule, const State& before, const State& after, const std::vector<float>& grads,
+                                  int step, ErrorFigures& figures) {
+    const double tolerance = 2e-6;
+    for (int slot = 0; slot < (int)kSlots.size(); slot++) {
+        const std::vector<size_t> indices = slot_indices(slot);
+        if (indices.empty()) continue;
+        std::vector<double> p = gather(before.with_master ? before.master : before.params, indices);
+        std::vector<double> m = gather(before.m, indices), v = gather(before.v, indices);
+        const std::vector<double> g = gather(grads, indices);
+        if (rule == Rule::lamb)
+            lamb_reference_step(p, m, v, g, kAdaptiveHyper, step, kSlots[slot].decay, kSlots[slot].adapt);
+        else
+            lars_reference_step(p, m, g, kAdaptiveHyper, kSlots[slot].decay, kSlots[slot].adapt);
+        const double m_error = tst::rel_l2_error(gather(after.m, indices).data(), m.data(), m.size());
+        const double v_error = rule == Rule::lamb ? tst::rel_l2_error(gather(after.v, indices).data(), v.data(), v.size()) : 0;
+        figures.state = std::max(figures.state, std::max(m_error, v_error));
+        CHECK_MSG(m_error <= tolerance && v_error <= tolerance, "slot %d step %d: m/b error %.3g, v error %.3g", slot,
+                  step, m_error, v_error);
+        const std::vector<double> params = gather(after.params, indices);
+        if (after.with_master) {
+            const std::vector<double> master = gather(after.master, indices);
+            const double error = tst::rel_l2_error(master.data(), p.data(), p.size());
+            figures.master = std::max(figures.master, error);
+            CHECK_MSG(error <= tolerance, "slot %d step %d: master error %.3g", slot, step, error);
+            for (size_t k = 0; k < indices.size(); k++) {
+#ifdef ENABLE_FP32
+                const float expected = (float)master[k];
+#else
+                const uint64_t key = adamw_random_key(kLayerAdaptiveSeed, step);
+                const float expected = __bfloat162float(
+                    stochastic_round_bf16((float)master[k], hash_random_bits(key, indices[k])));
+#endif
+                CHECK_MSG(params[k] == expected, "slot %d step %d: params[%zu] = %.9g, not the master rounded (%.9g)",
+                          slot, step, indices[k], params[k], expected);
+            }
+            continue;
+        }
+#ifdef ENABLE_FP32
+        const double error = tst::rel_l2_error(params.data(), p.data(), p.size());
+        figures.params = std::max(figures.params, error);
+        CHECK_MSG(error <= tolerance, "slot %d step %d: params error %.3g", slot, step, error);
+#else
+        for (size_t k = 0; k < indices.size(); k++) {
+            const double distance = std::fabs(params[k] - p[k]), gap = bf16_gap((float)p[k]);
+            figures.params = std::max(figures.params, distance / gap);
+            CHECK_MSG(distance <= gap * (1 + 1e-4), "slot %d step %d: params[%zu] = %.9g, reference %.9g", slot, step,
+                      indices[k], params[k], p[k]);
+        }
+#endif
+    }
+    // Elements of no run keep their values.
+    for (size_t i = 3025; i < 3029; i++)
+        CHECK_MSG(after.params[i] == before.params[i] && after.m[i] == before.m[i], "element %zu of no run changed", i);
+}
+
+enum class Arrangement {
+    one_plan,        // every run in one plan
+    plan_per_slot,   // each slot's runs in a plan of their own (sums "all-reduced": one plan holds each)
+    two_ranks,       // the runs in two plans as two ranks would hold them; slot 2's two runs apart
+    unaligned_state  // one plan, with m and v one float off a 16-byte boundary
+};
+struct Outcome {
+    State state;
+    std::vector<std::vector<float>> sums;  // after each step's launch 2 (and the all-reduce)
+};
+
+// Three steps from initial_layer_adaptive_state, optionally checked against the reference.
+Outcome run_layer_adaptive(Rule rule, bool with_master, Arrangement arrangement, ErrorFigures* figures = nullptr) {
+    const size_t n = kPiecesTotal;
+    const State initial = initial_layer_adaptive_state(with_master);
+    DeviceState d = to_device(initial);
+    float *m_buffer = nullptr, *v_buffer = nullptr;
+    if (arrangement == Arrangement::unaligned_state) {
+        m_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
+        v_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
+        CUDA_CHECK(cudaFree(d.m));
+        CUDA_CHECK(cudaFree(d.v));
+        d.m = m_buffer + 1;
+        d.v = v_buffer + 1;
+    }
+    Gradients grads{device_poisoned<floatX>(n), device_poisoned<float>(n)};
+    std::vector<std::vector<PieceSpec>> groups;
+    if (arrangement == Arrangement::plan_per_slot) {
+        for (int slot = 0; slot < (int)kSlots.size(); slot++) {
+            groups.emplace_back();
+            for (const PieceSpec& p : kPieces)
+                if (p.slot == slot) groups.back().push_back(p);
+        }
+    } else if (arrangement == Arrangement::two_ranks) {
+        groups = {std::vector<PieceSpec>(kPieces.begin(), kPieces.begin() + 5),
+                  std::vector<PieceSpec>(kPieces.begin() + 5, kPieces.end())};
+    } else {
+        groups = {kPieces};
+    }
+    std::vector<LayerAdaptivePlan> plans;
+    for (const std::vector<PieceSpec>& group : groups) {
+        const std::vector<LayerAdaptiveRun> runs = layer_adaptive_runs(d, grads, rule, group);
+        plans.push_back(layer_adaptive_plan(runs.data(), (int)runs.size(), (int)kSlots.size()));
+    }
+    AdamWDeviceStep* device_step = device_poisoned<AdamWDeviceStep>(1);
+    Outcome outcome;
+    State before = initial;
+    for (int step = 1; step <= 3; step++) {
+        const std::vector<float> host_grads = layer_adaptive_gradients(step);
+        upload_gradients(grads, host_grads);
+        const AdamWDeviceStep values = layer_adaptive_device_step(step);
+        CUDA_CHECK(cudaMemcpy(device_step, &values, sizeof values, cudaMemcpyHostToDevice));
+#ifdef EMU_CUDA
+        emu::reset_counters();
+        unsigned long long expected_launches = 0;  // launch 1 where the plan has runs, launch 2 always
+        for (const LayerAdaptivePlan& plan : plans) expected_launches += plan.runs > 0 ? 2 : 1;
+#endif
+        for (const LayerAdaptivePlan& plan : plans) launch_norms(plan, rule, device_step, 0);
+#ifdef EMU_CUDA
+        CHECK_MSG(emu::launch_count() == expected_launches && emu::host_sync_count() == 0,
+                  "launches 1 and 2 took %llu launches and %llu host synchronisations", emu::launch_count(),
+                  emu::host_sync_count());
+#endif
+        outcome.sums.push_back(all_reduce_sums(plans));
+        for (const LayerAdaptivePlan& plan : plans) launch_apply(plan, rule, device_step, 0);
+        const State after = from_device(d, n, with_master);
+        if (figures) check_step_against_reference(rule, before, after, host_grads, step, *figures);
+        before = after;
+    }
+    for (int slot : {8}) CHECK(outcome.sums.back()[2 * slot] == 0.0f && outcome.sums.back()[2 * slot + 1] == 0.0f);
+    outcome.state = before;
+    for (LayerAdaptivePlan& plan : plans) layer_adaptive_free(plan);
+    if (m_buffer) {
+        d.m = m_buffer;
+        d.v = v_buffer;
+    }
+    free_device(d);
+    CUDA_CHECK(cudaFree(grads.floatx));
+    CUDA_CHECK(cudaFree(grads.fp32));
+    CUDA_CHECK(cudaFree(device_step));
+    return outcome;
+}
+
+bool same_bits(const Outcome& a, const Outcome& b) {
+    const size_t n = kPiecesTotal;
+    bool same = bitwise_equal(a.state.params.data(), b.state.params.data(), n * 4) &&
+                bitwise_equal(a.state.m.data(), b.state.m.data(), n * 4) &&
+                bitwise_equal(a.state.v.data(), b.state.v.data(), n * 4) &&
+                a.state.master.size() == b.state.master.size() &&
+                bitwise_equal(a.state.master.data(), b.state.master.data(), a.state.master.size() * 4);
+    for (size_t step = 0; step < a.sums.size(); step++)
+        same = same && bitwise_equal(a.sums[step].data(), b.sums[step].data(), a.sums[step].size() * 4);
+    return same;
+}
+
+void check_layer_adaptive(Rule rule, bool with_master) {
+    ErrorFigures figures;
+    const Outcome one = run_layer_adaptive(rule, with_master, Arrangement::one_plan, &figures);
+    printf("  %s %s master: largest errors: state %.2e, master %.2e, params %.3g\n",
+           rule == Rule::lamb ? "LAMB" : "LARS", with_master ? "with" : "without", figures.state, figures.master,
+           figures.params);
+    CHECK_MSG(same_bits(one, run_layer_adaptive(rule, with_master, Arrangement::one_plan)), "a second run differs");
+    CHECK_MSG(same_bits(one, run_layer_adaptive(rule, with_master, Arrangement::plan_per_slot)),
+              "one plan per slot differs from the multi-slot plan");
+}
+
+}  // namespace
+
+TEST(lamb_with_master_weights_matches_reference) { check_layer_adaptive(Rule::lamb, true); }
+TEST(lamb_without_master_weights_matches_reference) { check_layer_adaptive(Rule::lamb, false); }
+TEST(lars_with_master_weights_matches_reference) { check_layer_adaptive(Rule::lars, true); }
+TEST(lars_without_master_weights_matches_reference) { check_layer_adaptive(Rule::lars, false); }
+
+// A slot split across two ranks' plans, the sums added between launches 2 and 3 as the all-reduce
+// would: the reference's step (the sum order differs from one plan's, so the bits may).
+TEST(layer_adaptive_two_ranks_match_reference) {
+    ErrorFigures figures;
+    run_layer_adaptive(Rule::lamb, true, Arrangement::two_ranks, &figures);
+    run_layer_adaptive(Rule::lars, false, Arrangement::two_ranks, &figures);
+}
+
+// m and v off a 16-byte boundary: the element-by-element path, the same bits as the 128-bit one.
+TEST(layer_adaptive_unaligned_state_gives_the_same_bits) {
+    for (Rule rule : {Rule::lamb, Rule::lars})
+        CHECK(same_bits(run_layer_adaptive(rule, true, Arrangement::one_plan),
+                        run_layer_adaptive(rule, true, Arrangement::unaligned_state)));
 }
