@@ -1,7 +1,10 @@
-// kernels/adamw.h against cpu/adamw.h over several steps (with and without fp32 master weights, with
-// weight decay and grad_scale ≠ 1), the stochastic rounding (exact on representable values,
-// unbiased), slices updated separately giving the same bits as the whole, unaligned arrays, n = 1,
-// bitwise determinism, and 64-bit index arithmetic.
+// The optimizer kernels. AdamW (kernels/adamw.h) against cpu/adamw.h over several steps (with and
+// without fp32 master weights, with weight decay and grad_scale ≠ 1), the stochastic rounding (exact
+// on representable values, unbiased), slices updated separately giving the same bits as the whole,
+// unaligned arrays, n = 1, bitwise determinism, 64-bit index arithmetic, and the multi-tensor form.
+// LAMB and LARS (kernels/layer_adaptive.h) against a double-precision reference
+// (test/kernels/layer_adaptive_reference.h) step by step, and bitwise across plans, runs, alignments
+// and a replayed CUDA graph.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -738,13 +741,14 @@ Outcome run_layer_adaptive(Rule rule, bool with_master, Arrangement arrangement,
     return outcome;
 }
 
-bool same_bits(const Outcome& a, const Outcome& b) {
+bool same_state_bits(const State& a, const State& b) {
     const size_t n = kPiecesTotal;
-    bool same = bitwise_equal(a.state.params.data(), b.state.params.data(), n * 4) &&
-                bitwise_equal(a.state.m.data(), b.state.m.data(), n * 4) &&
-                bitwise_equal(a.state.v.data(), b.state.v.data(), n * 4) &&
-                a.state.master.size() == b.state.master.size() &&
-                bitwise_equal(a.state.master.data(), b.state.master.data(), a.state.master.size() * 4);
+    return bitwise_equal(a.params.data(), b.params.data(), n * 4) && bitwise_equal(a.m.data(), b.m.data(), n * 4) &&
+           bitwise_equal(a.v.data(), b.v.data(), n * 4) && a.master.size() == b.master.size() &&
+           bitwise_equal(a.master.data(), b.master.data(), a.master.size() * 4);
+}
+bool same_bits(const Outcome& a, const Outcome& b) {
+    bool same = same_state_bits(a.state, b.state);
     for (size_t step = 0; step < a.sums.size(); step++)
         same = same && bitwise_equal(a.sums[step].data(), b.sums[step].data(), a.sums[step].size() * 4);
     return same;
@@ -781,4 +785,60 @@ TEST(layer_adaptive_unaligned_state_gives_the_same_bits) {
     for (Rule rule : {Rule::lamb, Rule::lars})
         CHECK(same_bits(run_layer_adaptive(rule, true, Arrangement::one_plan),
                         run_layer_adaptive(rule, true, Arrangement::unaligned_state)));
+}
+
+// The three launches captured once in a CUDA graph and replayed each step (the step's values written
+// to device memory in between) give the bits of launches issued directly; a step with skip set
+// changes nothing and leaves the sums at 0.
+TEST(layer_adaptive_launches_replay_in_a_cuda_graph_and_skip) {
+    const size_t n = kPiecesTotal;
+    for (Rule rule : {Rule::lamb, Rule::lars}) {
+        const State initial = initial_layer_adaptive_state(true);
+        DeviceState direct = to_device(initial), replayed = to_device(initial);
+        Gradients grads{device_poisoned<floatX>(n), device_poisoned<float>(n)};
+        AdamWDeviceStep* device_step = device_poisoned<AdamWDeviceStep>(1);
+        const std::vector<LayerAdaptiveRun> direct_runs = layer_adaptive_runs(direct, grads, rule, kPieces),
+                                            replayed_runs = layer_adaptive_runs(replayed, grads, rule, kPieces);
+        LayerAdaptivePlan direct_plan = layer_adaptive_plan(direct_runs.data(), (int)direct_runs.size(), (int)kSlots.size());
+        LayerAdaptivePlan replayed_plan =
+            layer_adaptive_plan(replayed_runs.data(), (int)replayed_runs.size(), (int)kSlots.size());
+        cudaStream_t stream;
+        CUDA_CHECK(cudaStreamCreate(&stream));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        launch_norms(replayed_plan, rule, device_step, stream);
+        launch_apply(replayed_plan, rule, device_step, stream);
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        State before_skip;
+        for (int step = 1; step <= 3; step++) {
+            upload_gradients(grads, layer_adaptive_gradients(step));
+            AdamWDeviceStep values = layer_adaptive_device_step(step);
+            values.skip = step == 2;
+            CUDA_CHECK(cudaMemcpy(device_step, &values, sizeof values, cudaMemcpyHostToDevice));
+            launch_norms(direct_plan, rule, device_step, 0);
+            launch_apply(direct_plan, rule, device_step, 0);
+            CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            const State after = from_device(replayed, n, true);
+            if (step == 2) {
+                CHECK_MSG(same_state_bits(after, before_skip), "a skipped step changed the state");
+                CHECK(host_copy_of(replayed_plan.sums, 2 * kSlots.size()) == std::vector<float>(2 * kSlots.size(), 0.0f));
+            }
+            before_skip = after;
+        }
+        CHECK_MSG(same_state_bits(from_device(direct, n, true), from_device(replayed, n, true)),
+                  "the replayed graph's result differs from the direct launches'");
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        CUDA_CHECK(cudaStreamDestroy(stream));
+        layer_adaptive_free(direct_plan);
+        layer_adaptive_free(replayed_plan);
+        free_device(direct);
+        free_device(replayed);
+        CUDA_CHECK(cudaFree(grads.floatx));
+        CUDA_CHECK(cudaFree(grads.fp32));
+        CUDA_CHECK(cudaFree(device_step));
+    }
 }
