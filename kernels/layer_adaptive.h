@@ -266,25 +266,20 @@ __global__ void layer_norms_kernel(const LayerAdaptiveRunEntry* table, int runs,
     write_block_sums(block_sums, pass.weights_squared, pass.update_squared);
 }
 
-// Launch 2, block `slot`: the slot's block sums, taken in the order of the table's runs and, within a
-// run, of its blocks; thread t adds the sums at positions t, t + blockDim, ... of that sequence, then
-// the block adds the threads' totals. The order depends only on the slot's own runs, so a slot gets
-// the same bits in any plan that holds the same runs of it.
+// Launch 2, block `slot`: the slot's block sums, run by run in the table's order; thread t adds blocks
+// t, t + blockDim, ... of each run, then the block adds the threads' totals. The order depends only on
+// the slot's own runs, so a slot gets the same bits in any plan that holds the same runs of it.
 static __global__ void layer_norms_sum_kernel(float* sums, const float* block_sums, const LayerAdaptiveRunEntry* table,
                                               int runs, unsigned grid_blocks) {
     const int slot = blockIdx.x;
-    const unsigned threads = blockDim.x;
     float weights_squared = 0.0f, other_squared = 0.0f;
-    unsigned position = 0;  // of the current run's first block in the slot's sequence
     for (int r = 0; r < runs; r++) {
         if (table[r].slot != slot) continue;
         const unsigned first = table[r].first_block, end = r + 1 < runs ? table[r + 1].first_block : grid_blocks;
-        const unsigned mine = (threadIdx.x + threads - position % threads) % threads;  // first block of t's
-        for (unsigned b = first + mine; b < end; b += threads) {
+        for (unsigned b = first + threadIdx.x; b < end; b += blockDim.x) {
             weights_squared += block_sums[2 * b];
             other_squared += block_sums[2 * b + 1];
         }
-        position += end - first;
     }
     weights_squared = block_reduce_sum(weights_squared);
     other_squared = block_reduce_sum(other_squared);
