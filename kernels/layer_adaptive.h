@@ -150,11 +150,22 @@ __device__ __forceinline__ void visit_elements(Pass& pass, const AdamWRunEntry& 
 
 // ---- the passes over one thread's elements
 
-// LAMB, launch 1: m and v updated in place; Σp² and Σu² of the elements visited.
-struct LambMomentsPass {
+// Every pass: the run it works on and the step's values.
+struct RunPass {
     const AdamWRunEntry& run;
     const AdamWKernelArgs& s;
-    float weights_squared = 0.0f, update_squared = 0.0f;
+};
+// Launch 1's passes: Σp² and the sum of the other vector's squares (u² or g'²) over the elements visited.
+struct SquaresPass : RunPass {
+    float weights_squared = 0.0f, other_squared = 0.0f;
+    __device__ __forceinline__ void add_squares(float p, float other) {
+        weights_squared = fmaf(p, p, weights_squared);
+        other_squared = fmaf(other, other, other_squared);
+    }
+};
+
+// LAMB, launch 1: m and v updated in place; Σp² and Σu².
+struct LambMomentsPass : SquaresPass {
     template <int kCount, bool kVector>
     __device__ __forceinline__ void elements(size_t first) {
         float p[kCount], g[kCount], m[kCount], v[kCount];
@@ -164,9 +175,7 @@ struct LambMomentsPass {
         load_elements<kCount, kVector>(v, run.v + first);
         for (int k = 0; k < kCount; k++) {
             adamw_moments(s.grad_scale * g[k], m[k], v[k], s);
-            const float u = adamw_direction(p[k], m[k], v[k], s);
-            weights_squared = fmaf(p[k], p[k], weights_squared);
-            update_squared = fmaf(u, u, update_squared);
+            add_squares(p[k], adamw_direction(p[k], m[k], v[k], s));
         }
         store_elements<kCount, kVector>(run.m + first, m);
         store_elements<kCount, kVector>(run.v + first, v);
@@ -174,9 +183,7 @@ struct LambMomentsPass {
 };
 
 // LAMB, launch 3: p = p − step_size·u (step_size = lr·r), u from the updated m and v.
-struct LambApplyPass {
-    const AdamWRunEntry& run;
-    const AdamWKernelArgs& s;
+struct LambApplyPass : RunPass {
     float step_size;
     template <int kCount, bool kVector>
     __device__ __forceinline__ void elements(size_t first) {
@@ -189,28 +196,19 @@ struct LambApplyPass {
     }
 };
 
-// LARS, launch 1: Σp² and Σg'² of the elements visited.
-struct LarsNormsPass {
-    const AdamWRunEntry& run;
-    const AdamWKernelArgs& s;
-    float weights_squared = 0.0f, update_squared = 0.0f;
+// LARS, launch 1: Σp² and Σg'².
+struct LarsNormsPass : SquaresPass {
     template <int kCount, bool kVector>
     __device__ __forceinline__ void elements(size_t first) {
         float p[kCount], g[kCount];
         load_weights<kCount, kVector>(p, run, first);
         load_gradients<kCount, kVector>(g, run, first);
-        for (int k = 0; k < kCount; k++) {
-            const float decayed = lars_gradient(p[k], g[k], s);
-            weights_squared = fmaf(p[k], p[k], weights_squared);
-            update_squared = fmaf(decayed, decayed, update_squared);
-        }
+        for (int k = 0; k < kCount; k++) add_squares(p[k], lars_gradient(p[k], g[k], s));
     }
 };
 
 // LARS, launch 3: b = μ·b + ℓ·g' (b in run.m), p = p − lr·b.
-struct LarsApplyPass {
-    const AdamWRunEntry& run;
-    const AdamWKernelArgs& s;
+struct LarsApplyPass : RunPass {
     float momentum, local_rate;  // μ, ℓ
     template <int kCount, bool kVector>
     __device__ __forceinline__ void elements(size_t first) {
@@ -261,9 +259,9 @@ __global__ void layer_norms_kernel(const LayerAdaptiveRunEntry* table, int runs,
         return;
     }
     const LayerAdaptiveRunEntry& run = layer_adaptive_run(table, runs, s, *step);
-    NormsPass pass{run, s};
+    NormsPass pass{{{run, s}}};
     visit_elements(pass, run, thread_of_run(run));
-    write_block_sums(block_sums, pass.weights_squared, pass.update_squared);
+    write_block_sums(block_sums, pass.weights_squared, pass.other_squared);
 }
 
 // Launch 2, block `slot`: the slot's block sums, run by run in the table's order; thread t adds blocks
@@ -294,7 +292,7 @@ static __global__ void lamb_apply_kernel(const LayerAdaptiveRunEntry* table, int
                                          AdamWKernelArgs s, const AdamWDeviceStep* step) {
     if (step->skip) return;
     const LayerAdaptiveRunEntry& run = layer_adaptive_run(table, runs, s, *step);
-    LambApplyPass pass{run, s, s.learning_rate * trust_ratio(sums, run.slot, run.adapt, 1.0f)};
+    LambApplyPass pass{{run, s}, s.learning_rate * trust_ratio(sums, run.slot, run.adapt, 1.0f)};
     visit_elements(pass, run, thread_of_run(run));
 }
 
@@ -304,7 +302,7 @@ static __global__ void lars_apply_kernel(const LayerAdaptiveRunEntry* table, int
     if (step->skip) return;
     AdamWKernelArgs s{};
     const LayerAdaptiveRunEntry& run = layer_adaptive_run(table, runs, s, *step);
-    LarsApplyPass pass{run, s, momentum, trust_ratio(sums, run.slot, run.adapt, trust_coefficient)};
+    LarsApplyPass pass{{run, s}, momentum, trust_ratio(sums, run.slot, run.adapt, trust_coefficient)};
     visit_elements(pass, run, thread_of_run(run));
 }
 

@@ -57,18 +57,8 @@ struct Hyper {
     uint32_t seed = 42;
 };
 AdamWKernelArgs settings_of(const Hyper& h, int step) {
-    AdamWKernelArgs s;
-    s.learning_rate = h.lr;
-    s.beta1 = h.beta1;
-    s.beta2 = h.beta2;
-    s.eps = h.eps;
-    s.weight_decay = h.weight_decay;
-    s.grad_scale = h.grad_scale;
-    s.m_correction = 1.0f - std::pow(h.beta1, (float)step);
-    s.v_correction = 1.0f - std::pow(h.beta2, (float)step);
-    s.random_key = adamw_random_key(h.seed, step);
-    s.global_offset = 0;
-    return s;
+    return adamw_kernel_args(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, step, h.seed, 0,
+                             "settings_of");
 }
 
 struct Buffers {

@@ -47,6 +47,25 @@ void free_device(DeviceState& d) {
     CUDA_CHECK(cudaFree(d.m));
     CUDA_CHECK(cudaFree(d.v));
 }
+// m and v moved one float past a 16-byte boundary (fresh zeroed buffers): runs then take the
+// element-by-element path. unshift_moments gives free_device the buffers back.
+struct MomentBuffers {
+    float *m = nullptr, *v = nullptr;
+};
+MomentBuffers shift_moments_off_boundary(DeviceState& d, size_t n) {
+    const MomentBuffers buffers{device_copy_of(std::vector<float>(n + 1, 0.0f)),
+                                device_copy_of(std::vector<float>(n + 1, 0.0f))};
+    CUDA_CHECK(cudaFree(d.m));
+    CUDA_CHECK(cudaFree(d.v));
+    d.m = buffers.m + 1;
+    d.v = buffers.v + 1;
+    return buffers;
+}
+void unshift_moments(DeviceState& d, const MomentBuffers& buffers) {
+    if (buffers.m == nullptr) return;
+    d.m = buffers.m;
+    d.v = buffers.v;
+}
 State from_device(const DeviceState& d, size_t n, bool with_master) {
     State s{n, host_floats_of(d.params, n), {}, host_copy_of(d.m, n), host_copy_of(d.v, n), with_master};
     if (with_master) s.master = host_copy_of(d.master, n);
@@ -358,15 +377,7 @@ void check_multi_tensor(bool with_master, bool unaligned_state) {
     // The per-run calls (reference of the bits), and the multi-tensor update.
     DeviceState per_run = to_device(s), multi = to_device(s);
     // Optionally m and v one float off a boundary: those runs take the element-by-element path.
-    float *m_buffer = nullptr, *v_buffer = nullptr;
-    if (unaligned_state) {
-        m_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
-        v_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
-        CUDA_CHECK(cudaFree(multi.m));
-        CUDA_CHECK(cudaFree(multi.v));
-        multi.m = m_buffer + 1;
-        multi.v = v_buffer + 1;
-    }
+    const MomentBuffers shifted = unaligned_state ? shift_moments_off_boundary(multi, n) : MomentBuffers{};
     float* grad_scale = device_poisoned<float>(1);
     float* norm_squared = device_poisoned<float>(1);
     std::vector<AdamWRun> runs;
@@ -424,10 +435,7 @@ void check_multi_tensor(bool with_master, bool unaligned_state) {
     if (with_master) CHECK_CLOSE(b.master, ref_p, 1e-5, "master vs reference");
     CHECK_CLOSE(b.params, ref_p, KERNEL_TOLERANCE, "params vs reference");
     free_device(per_run);
-    if (unaligned_state) {
-        multi.m = m_buffer;
-        multi.v = v_buffer;
-    }
+    unshift_moments(multi, shifted);
     free_device(multi);
     CUDA_CHECK(cudaFree(grad_scale));
     CUDA_CHECK(cudaFree(norm_squared));
@@ -674,15 +682,8 @@ Outcome run_layer_adaptive(Rule rule, bool with_master, Arrangement arrangement,
     const size_t n = kPiecesTotal;
     const State initial = initial_layer_adaptive_state(with_master);
     DeviceState d = to_device(initial);
-    float *m_buffer = nullptr, *v_buffer = nullptr;
-    if (arrangement == Arrangement::unaligned_state) {
-        m_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
-        v_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
-        CUDA_CHECK(cudaFree(d.m));
-        CUDA_CHECK(cudaFree(d.v));
-        d.m = m_buffer + 1;
-        d.v = v_buffer + 1;
-    }
+    const MomentBuffers shifted =
+        arrangement == Arrangement::unaligned_state ? shift_moments_off_boundary(d, n) : MomentBuffers{};
     Gradients grads{device_poisoned<floatX>(n), device_poisoned<float>(n)};
     std::vector<std::vector<PieceSpec>> groups;
     if (arrangement == Arrangement::plan_per_slot) {
@@ -730,10 +731,7 @@ Outcome run_layer_adaptive(Rule rule, bool with_master, Arrangement arrangement,
     for (int slot : {8}) CHECK(outcome.sums.back()[2 * slot] == 0.0f && outcome.sums.back()[2 * slot + 1] == 0.0f);
     outcome.state = before;
     for (LayerAdaptivePlan& plan : plans) layer_adaptive_free(plan);
-    if (m_buffer) {
-        d.m = m_buffer;
-        d.v = v_buffer;
-    }
+    unshift_moments(d, shifted);
     free_device(d);
     CUDA_CHECK(cudaFree(grads.floatx));
     CUDA_CHECK(cudaFree(grads.fp32));
