@@ -43,7 +43,8 @@
 // second moment, null for LARS.
 //
 //   LayerAdaptiveRun runs[count] = {{{params, master, m, v, grads, n, global_offset, decay}, slot, adapt}, ...};
-//   LayerAdaptivePlan plan = layer_adaptive_plan(runs, count, slots);        // at set-up
+//   LayerAdaptivePlan plan = layer_adaptive_plan(runs, count, slots);        // at set-up (or, in the
+//       caller's memory: layer_adaptive_plan_in(memory, layer_adaptive_device_bytes(runs, count, slots), ...))
 //   per step, LAMB:  lamb_moments_and_norms(plan, β1, β2, eps, step, stream);   // launch 1
 //                    layer_norms_sum(plan, stream);                             // launch 2
 //                    (all-reduce plan.sums, 2·slots floats, across ranks)
@@ -67,11 +68,12 @@ struct LayerAdaptiveRunEntry : AdamWRunEntry {
 };
 struct LayerAdaptivePlan {
     LayerAdaptiveRunEntry* table = nullptr;  // device, `runs` entries
-    float* block_sums = nullptr;             // device, 2 per block of launches 1 and 3
+    float* block_sums = nullptr;             // device, 2 per block of launch 1
     float* sums = nullptr;                   // device, 2 per slot: Σp², then Σu² (LAMB) or Σg'² (LARS)
     int runs = 0;                            // runs with n > 0
     int slots = 0;
     unsigned blocks = 0;                     // the grid of launches 1 and 3
+    bool second_moments = false;             // every run has v (LAMB may run; LARS ignores v)
     void* owned = nullptr;                   // what layer_adaptive_plan allocated (null: the caller's)
 };
 
@@ -379,6 +381,8 @@ inline LayerAdaptivePlan layer_adaptive_plan_in(void* device_memory, size_t byte
     plan.sums = reinterpret_cast<float*>(base + layout.table_bytes + layout.block_sums_bytes);
     plan.runs = (int)entries.size();
     plan.slots = slots;
+    plan.second_moments = true;
+    for (const LayerAdaptiveRunEntry& e : entries) plan.second_moments &= e.v != nullptr;
     if (plan.runs > 0)
         CUDA_CHECK(cudaMemcpy(plan.table, entries.data(), entries.size() * sizeof(LayerAdaptiveRunEntry),
                               cudaMemcpyHostToDevice));
@@ -409,10 +413,18 @@ inline AdamWKernelArgs lamb_constants(float beta1, float beta2, float eps) {
     return s;
 }
 
+// LAMB needs v in every run.
+inline void require_second_moments(const LayerAdaptivePlan& plan, const char* caller) {
+    if (plan.second_moments) return;
+    fprintf(stderr, "%s: a run of the plan has no second moment v (a LARS plan?)\n", caller);
+    exit(1);
+}
+
 // Launch 1 of LAMB: m, v updated; the block sums of p² and u².
 inline void lamb_moments_and_norms(const LayerAdaptivePlan& plan, float beta1, float beta2, float eps,
                                    const AdamWDeviceStep* step, cudaStream_t stream) {
     if (plan.runs == 0) return;
+    require_second_moments(plan, "lamb_moments_and_norms");
     LAUNCH(layer_norms_kernel<LambMomentsPass>, plan.blocks, kAdamWBlockSize, 0, stream, plan.table, plan.runs,
            plan.block_sums, lamb_constants(beta1, beta2, eps), step);
     CUDA_CHECK(cudaGetLastError());
@@ -437,6 +449,7 @@ inline void layer_norms_sum(const LayerAdaptivePlan& plan, cudaStream_t stream) 
 // Launch 3 of LAMB: the weights from plan.sums (all-reduced) and the updated m, v.
 inline void lamb_apply(const LayerAdaptivePlan& plan, float eps, const AdamWDeviceStep* step, cudaStream_t stream) {
     if (plan.runs == 0) return;
+    require_second_moments(plan, "lamb_apply");
     LAUNCH(lamb_apply_kernel, plan.blocks, kAdamWBlockSize, 0, stream, plan.table, plan.runs, plan.sums,
            lamb_constants(0.0f, 0.0f, eps), step);
     CUDA_CHECK(cudaGetLastError());
