@@ -13,7 +13,8 @@
 //      of u² (LAMB, which also updates m and v in place here) or of g'² (LARS) over its elements;
 //   2. the sums: one block per slot adds that slot's block sums, in a fixed order, into sums[2·slot]
 //      (Σp²) and sums[2·slot + 1] (Σu² or Σg'²): the same bits every run, no float atomics. The caller
-//      then all-reduces the 2·slots floats across ranks (nothing to do on one rank);
+//      then all-reduces the 2·slots floats across ranks (nothing to do on one rank); a slot split
+//      between two ranks gets the bits it would get on one (layer_norms_sum_kernel says why);
 //   3. the update: one launch over every run, reading the summed norms and the step's values from
 //      device memory (AdamWDeviceStep), recomputing u from the updated m and v (the same fp32
 //      operations as launch 1, so the same bits) or g', and writing the weights: the fp32 master
@@ -266,23 +267,27 @@ __global__ void layer_norms_kernel(const LayerAdaptiveRunEntry* table, int runs,
     write_block_sums(block_sums, pass.weights_squared, pass.other_squared);
 }
 
-// Launch 2, block `slot`: the slot's block sums, run by run in the table's order; thread t adds blocks
-// t, t + blockDim, ... of each run, then the block adds the threads' totals. The order depends only on
-// the slot's own runs, so a slot gets the same bits in any plan that holds the same runs of it.
+// Launch 2, block `slot`: each of the slot's runs, in the table's order, totals its block sums
+// (thread t adds blocks t, t + blockDim, ... of the run, then the block adds the threads' totals), and
+// the slot's sums are those run totals added one after another from 0. The bits depend only on the
+// slot's own runs; and a slot whose runs lie in several plans (ranks), each summing its own, gets the
+// same bits once the plans' sums are added in the table's order (in any order, for two plans:
+// floating-point addition commutes).
 static __global__ void layer_norms_sum_kernel(float* sums, const float* block_sums, const LayerAdaptiveRunEntry* table,
                                               int runs, unsigned grid_blocks) {
     const int slot = blockIdx.x;
     float weights_squared = 0.0f, other_squared = 0.0f;
     for (int r = 0; r < runs; r++) {
-        if (table[r].slot != slot) continue;
+        if (table[r].slot != slot) continue;  // the same for every thread of the block
         const unsigned first = table[r].first_block, end = r + 1 < runs ? table[r + 1].first_block : grid_blocks;
+        float run_weights = 0.0f, run_other = 0.0f;
         for (unsigned b = first + threadIdx.x; b < end; b += blockDim.x) {
-            weights_squared += block_sums[2 * b];
-            other_squared += block_sums[2 * b + 1];
+            run_weights += block_sums[2 * b];
+            run_other += block_sums[2 * b + 1];
         }
+        weights_squared += block_reduce_sum(run_weights);
+        other_squared += block_reduce_sum(run_other);
     }
-    weights_squared = block_reduce_sum(weights_squared);
-    other_squared = block_reduce_sum(other_squared);
     if (threadIdx.x == 0) {
         sums[2 * slot] = weights_squared;
         sums[2 * slot + 1] = other_squared;
