@@ -608,9 +608,10 @@ struct ErrorFigures {
 // The step from `before` that the kernels took to `after`, checked slot by slot against the reference.
 // Tolerances (relative L2 per slot): m, v, b and the master within 2e-6 (fp32 arithmetic against
 // double: a few float roundings per element, plus the trust ratio from fp32 sums of squares; the
-// figures seen, printed by each test, are at most 6.2e-7); params without master in the fp32 build the same; in bf16, params
-// with master are the master rounded with AdamW's bits, exactly, and without master each is within one
-// bf16 gap of the reference (stochastic rounding moves a value to one of its two neighbours).
+// figures seen, printed by each test, are at most 6.2e-7); params without master in the fp32 build
+// the same; in bf16, params with master are the master rounded with AdamW's bits, exactly, and without
+// master each is within one bf16 gap of the reference (stochastic rounding moves a value to one of its
+// two neighbours).
 void check_step_against_reference(Rule rule, const State& before, const State& after, const std::vector<float>& grads,
                                   int step, ErrorFigures& figures) {
     const double tolerance = 2e-6;
