@@ -95,13 +95,20 @@ struct AdamWKernelArgs {
 // into one rounding in one inlined copy and not in another (nvcc did, between the 128-bit and the
 // element-by-element paths, on an H100), and then shards, slices and unaligned arrays would not get
 // the same bits. Every other operation here is a single product, quotient, sum or square root.
-__device__ __forceinline__ float adamw_step(float p, float grad, float& m, float& v, const AdamWKernelArgs& s) {
-    const float g = s.grad_scale * grad;
+// The step is in two pieces that LAMB (kernels/layer_adaptive.h) uses too:
+//   adamw_moments:   m and v after the scaled gradient g;
+//   adamw_direction: the update direction m̂/(√v̂ + eps) + weight_decay·p from those m and v.
+__device__ __forceinline__ void adamw_moments(float g, float& m, float& v, const AdamWKernelArgs& s) {
     m = fmaf(s.beta1, m, (1.0f - s.beta1) * g);
     v = fmaf(s.beta2, v, ((1.0f - s.beta2) * g) * g);
+}
+__device__ __forceinline__ float adamw_direction(float p, float m, float v, const AdamWKernelArgs& s) {
     const float m_hat = m / s.m_correction, v_hat = v / s.v_correction;
-    const float direction = fmaf(s.weight_decay, p, m_hat / (sqrtf(v_hat) + s.eps));
-    return fmaf(-s.learning_rate, direction, p);
+    return fmaf(s.weight_decay, p, m_hat / (sqrtf(v_hat) + s.eps));
+}
+__device__ __forceinline__ float adamw_step(float p, float grad, float& m, float& v, const AdamWKernelArgs& s) {
+    adamw_moments(s.grad_scale * grad, m, v, s);
+    return fmaf(-s.learning_rate, adamw_direction(p, m, v, s), p);
 }
 
 // Element i of the slice, one at a time (head, tail, and unaligned slices).
@@ -183,8 +190,9 @@ struct AdamWRunEntry {
 };
 
 // Block → run: the last run whose first block is at or before this block (runs sorted by
-// first_block, every run at least one block).
-__device__ __forceinline__ int adamw_run_of_block(const AdamWRunEntry* table, int runs, unsigned block) {
+// first_block, every run at least one block). Entry: AdamWRunEntry, or a table entry that extends it.
+template <typename Entry>
+__device__ __forceinline__ int run_of_block(const Entry* table, int runs, unsigned block) {
     int lo = 0, hi = runs - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
@@ -207,6 +215,17 @@ struct AdamWDeviceStep {
     int skip;                           // nonzero: the update leaves everything as it is
 };
 
+// s with the step's values in place of its own (the learning rate, weight decay, corrections, key and
+// clipping factor); the caller checks step.skip.
+__device__ __forceinline__ void take_device_step(AdamWKernelArgs& s, const AdamWDeviceStep& step) {
+    s.learning_rate = step.learning_rate;
+    s.weight_decay = step.weight_decay;
+    s.m_correction = step.m_correction;
+    s.v_correction = step.v_correction;
+    s.random_key = step.random_key;
+    s.grad_scale = step.grad_scale;
+}
+
 // s: the step's constants (weight_decay the decayed runs' value; global_offset and grad_scale are
 // replaced per run and from *grad_scale). grad_scale: one float on the device (e.g. written by
 // global_norm_clip_scale), or null for 1. step: null, or the step's values on the device, which then
@@ -215,16 +234,11 @@ static __global__ void adamw_multi_tensor_kernel(const AdamWRunEntry* table, int
                                           const float* grad_scale, const AdamWDeviceStep* step) {
     if (step != nullptr) {
         if (step->skip) return;
-        s.learning_rate = step->learning_rate;
-        s.weight_decay = step->weight_decay;
-        s.m_correction = step->m_correction;
-        s.v_correction = step->v_correction;
-        s.random_key = step->random_key;
-        s.grad_scale = step->grad_scale;
+        take_device_step(s, *step);
     } else {
         s.grad_scale = grad_scale != nullptr ? *grad_scale : 1.0f;
     }
-    const AdamWRunEntry& run = table[adamw_run_of_block(table, runs, blockIdx.x)];
+    const AdamWRunEntry& run = table[run_of_block(table, runs, blockIdx.x)];
     s.weight_decay = run.decay ? s.weight_decay : 0.0f;
     s.global_offset = run.global_offset;
     const size_t g = flat_thread_index(blockIdx.x - run.first_block, blockDim.x, threadIdx.x);

@@ -13,6 +13,11 @@
 //      (adamw_update_multi_tensor; its bits equal version 3's: test/kernels/test_adamw.cu).
 // Bandwidth counts each version's compulsory traffic (adamw_bytes: master, m, v read and written,
 // grads read, params written), the same for every version.
+// Then LAMB and LARS (kernels/layer_adaptive.h: three launches each, one slot per tensor, adaptation
+// and weight decay on the 2-D tensors) on the same 148 tensors, each launch timed and the whole
+// against version 4's one launch (the ratio printed; the target for LAMB is 1.15). Checked first,
+// here and under the emulator, against the double-precision reference of
+// test/kernels/layer_adaptive_reference.h.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -20,6 +25,8 @@
 #include "cpu/adamw.h"
 #include "dev/cuda/bench.h"
 #include "kernels/adamw.h"
+#include "kernels/layer_adaptive.h"
+#include "test/kernels/layer_adaptive_reference.h"
 
 // ---- version 1: two kernels
 __global__ void adamw_naive_master_kernel(float* master, float* m, float* v, const floatX* grads, size_t n,
@@ -50,18 +57,8 @@ struct Hyper {
     uint32_t seed = 42;
 };
 AdamWKernelArgs settings_of(const Hyper& h, int step) {
-    AdamWKernelArgs s;
-    s.learning_rate = h.lr;
-    s.beta1 = h.beta1;
-    s.beta2 = h.beta2;
-    s.eps = h.eps;
-    s.weight_decay = h.weight_decay;
-    s.grad_scale = h.grad_scale;
-    s.m_correction = 1.0f - std::pow(h.beta1, (float)step);
-    s.v_correction = 1.0f - std::pow(h.beta2, (float)step);
-    s.random_key = adamw_random_key(h.seed, step);
-    s.global_offset = 0;
-    return s;
+    return adamw_kernel_args(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, step, h.seed, 0,
+                             "settings_of");
 }
 
 struct Buffers {
@@ -136,6 +133,135 @@ void check_versions(size_t n) {
     }
 }
 
+// ---- LAMB and LARS over a list of tensors: one slot each, adaptation and decay where AdamW decays.
+enum class LayerRule { lamb, lars };
+const char* rule_name(LayerRule rule) { return rule == LayerRule::lamb ? "LAMB" : "LARS"; }
+std::vector<LayerAdaptiveRun> layer_adaptive_runs_of(const std::vector<AdamWRun>& tensors, LayerRule rule) {
+    std::vector<LayerAdaptiveRun> runs;
+    for (size_t t = 0; t < tensors.size(); t++) {
+        AdamWRun tensor = tensors[t];
+        if (rule == LayerRule::lars) tensor.v = nullptr;  // LARS keeps one buffer, b, in m
+        runs.push_back({tensor, (int)t, tensor.decay});
+    }
+    return runs;
+}
+const LayerAdaptiveHyper kLayerHyper;
+// Launches 1 and 2 (the norms), or 3 (the update), of LAMB or LARS with kLayerHyper's constants.
+void layer_adaptive_norms(const LayerAdaptivePlan& plan, LayerRule rule, const AdamWDeviceStep* step) {
+    const LayerAdaptiveHyper& h = kLayerHyper;
+    if (rule == LayerRule::lamb)
+        lamb_moments_and_norms(plan, (float)h.beta1, (float)h.beta2, (float)h.eps, step, 0);
+    else
+        lars_norms(plan, step, 0);
+}
+void layer_adaptive_apply(const LayerAdaptivePlan& plan, LayerRule rule, const AdamWDeviceStep* step) {
+    const LayerAdaptiveHyper& h = kLayerHyper;
+    if (rule == LayerRule::lamb)
+        lamb_apply(plan, (float)h.eps, step, 0);
+    else
+        lars_apply(plan, (float)h.momentum, (float)h.trust_coefficient, step, 0);
+}
+void layer_adaptive_step(const LayerAdaptivePlan& plan, LayerRule rule, const AdamWDeviceStep* step) {
+    layer_adaptive_norms(plan, rule, step);
+    layer_norms_sum(plan, 0);
+    layer_adaptive_apply(plan, rule, step);
+}
+AdamWDeviceStep* device_step_of(int step) {
+    const LayerAdaptiveHyper& h = kLayerHyper;
+    AdamWDeviceStep* d = device_buffer<AdamWDeviceStep>(1);
+    copy_to_device(d, std::vector<AdamWDeviceStep>{adamw_device_step((float)h.lr, (float)h.beta1, (float)h.beta2,
+                                                                     (float)h.weight_decay, (float)h.grad_scale,
+                                                                     step, 42)});
+    return d;
+}
+
+// Three steps over tensors of GPT-like shapes, one of them odd-sized, against the reference (the master,
+// m and v or b to 1e-5, the params to the floatX tolerance); a second run gives the same bits.
+void check_layer_adaptive(LayerRule rule) {
+    const std::vector<size_t> sizes = {5003, 64, 3 * 64 * 64, 3 * 64, 1};
+    const std::vector<bool> decayed = {true, false, true, false, false};
+    size_t n = 0;
+    for (size_t size : sizes) n += size;
+    const std::vector<float> master0 = random_floats(n, 3, -1.0f, 1.0f);
+    std::vector<std::vector<float>> grads;
+    for (int step = 1; step <= 3; step++) grads.push_back(rounded_random_floats(n, 20 + step, -2, 2));
+    // The reference, tensor by tensor.
+    std::vector<double> ref_p(master0.begin(), master0.end()), ref_m(n, 0.0), ref_v(n, 0.0);
+    for (int step = 1; step <= 3; step++)
+        for (size_t t = 0, offset = 0; t < sizes.size(); offset += sizes[t++]) {
+            auto piece = [&](const std::vector<double>& x) {
+                return std::vector<double>(x.begin() + offset, x.begin() + offset + sizes[t]);
+            };
+            std::vector<double> p = piece(ref_p), m = piece(ref_m), v = piece(ref_v);
+            const std::vector<double> g(grads[step - 1].begin() + offset, grads[step - 1].begin() + offset + sizes[t]);
+            if (rule == LayerRule::lamb)
+                lamb_reference_step(p, m, v, g, kLayerHyper, step, decayed[t], decayed[t]);
+            else
+                lars_reference_step(p, m, g, kLayerHyper, decayed[t], decayed[t]);
+            std::copy(p.begin(), p.end(), ref_p.begin() + offset);
+            std::copy(m.begin(), m.end(), ref_m.begin() + offset);
+            std::copy(v.begin(), v.end(), ref_v.begin() + offset);
+        }
+    // The kernels, twice.
+    std::vector<std::vector<float>> params_of_runs, sums_of_runs;
+    const std::string name = std::string(rule_name(rule)) + " (n=" + std::to_string(n) + ")";
+    for (int repeat = 0; repeat < 2; repeat++) {
+        Buffers b(n);
+        copy_to_device(b.master, master0);
+        copy_floats_to_device(b.params, master0);
+        CUDA_CHECK(cudaMemset(b.m, 0, n * sizeof(float)));
+        CUDA_CHECK(cudaMemset(b.v, 0, n * sizeof(float)));
+        std::vector<AdamWRun> tensors;
+        for (size_t t = 0, offset = 0; t < sizes.size(); offset += sizes[t++])
+            tensors.push_back({b.params + offset, b.master + offset, b.m + offset, b.v + offset, b.grads + offset,
+                               sizes[t], offset, decayed[t]});
+        const std::vector<LayerAdaptiveRun> runs = layer_adaptive_runs_of(tensors, rule);
+        LayerAdaptivePlan plan = layer_adaptive_plan(runs.data(), (int)runs.size(), (int)runs.size());
+        for (int step = 1; step <= 3; step++) {
+            copy_floats_to_device(b.grads, grads[step - 1]);
+            AdamWDeviceStep* device_step = device_step_of(step);
+            layer_adaptive_step(plan, rule, device_step);
+            device_free(device_step);
+        }
+        params_of_runs.push_back(host_floats_of(b.params, n));
+        sums_of_runs.push_back(host_copy_of(plan.sums, 2 * sizes.size()));
+        if (repeat == 0) {
+            report_check(name + " master", relative_error(host_copy_of(b.master, n), ref_p), 1e-5);
+            report_check(name + (rule == LayerRule::lamb ? " m, v" : " b"),
+                         std::max(relative_error(host_copy_of(b.m, n), ref_m),
+                                  rule == LayerRule::lamb ? relative_error(host_copy_of(b.v, n), ref_v) : 0.0),
+                         1e-5);
+            report_check(name + " params", relative_error(params_of_runs[0], ref_p));
+        }
+        layer_adaptive_free(plan);
+    }
+    report_same_bits(name + " params and norms the same bits in a second run",
+                     params_of_runs[0] == params_of_runs[1] &&
+                         memcmp(sums_of_runs[0].data(), sums_of_runs[1].data(), sums_of_runs[0].size() * 4) == 0);
+}
+
+// LAMB's or LARS's three launches, each timed, then the whole step against AdamW's time.
+void time_layer_adaptive(LayerRule rule, const std::vector<AdamWRun>& tensors, size_t n, double adamw_ms,
+                         double ceiling) {
+    const std::vector<LayerAdaptiveRun> runs = layer_adaptive_runs_of(tensors, rule);
+    LayerAdaptivePlan plan = layer_adaptive_plan(runs.data(), (int)runs.size(), (int)runs.size());
+    AdamWDeviceStep* step = device_step_of(1);
+    const LayerAdaptiveBytes bytes = rule == LayerRule::lamb ? lamb_bytes(plan, n, true) : lars_bytes(plan, n, true);
+    const std::string name = rule_name(rule);
+    report_bandwidth((name + " 1: norms' block sums").c_str(), time_median_ms([&] { layer_adaptive_norms(plan, rule, step); }),
+                     bytes.norms, ceiling);
+    report_bandwidth((name + " 2: sums per tensor").c_str(), time_median_ms([&] { layer_norms_sum(plan, 0); }), bytes.sum,
+                     ceiling);
+    report_bandwidth((name + " 3: update").c_str(), time_median_ms([&] { layer_adaptive_apply(plan, rule, step); }),
+                     bytes.apply, ceiling);
+    const double whole = time_median_ms([&] { layer_adaptive_step(plan, rule, step); });
+    report_bandwidth((name + ", three launches").c_str(), whole, bytes.total(), ceiling);
+    printf("%s / AdamW multi-tensor: %.2fx the time (bytes: %.2fx)%s\n", name.c_str(), whole / adamw_ms,
+           bytes.total() / adamw_bytes(n, true), rule == LayerRule::lamb ? "; target <= 1.15x" : "");
+    device_free(step);
+    layer_adaptive_free(plan);
+}
+
 void time_versions(size_t n) {
     const double ceiling = measure_and_print_copy_bandwidth();
     printf("n=%zu parameters\n", n);
@@ -193,6 +319,7 @@ void time_versions(size_t n) {
     });
     report_bandwidth("4 multi-tensor, one launch for 148 tensors", multi, adamw_bytes(n, true), ceiling);
     adamw_multi_tensor_free(plan);
+    for (LayerRule rule : {LayerRule::lamb, LayerRule::lars}) time_layer_adaptive(rule, runs, n, multi, ceiling);
     device_free(grad_scale);
 }
 
@@ -200,9 +327,10 @@ int main() {
     print_device_header();
     if (BENCH_ON_GPU) {
         check_versions(1000003);
-        time_versions(124475904);  // GPT-2 124M with the vocabulary padded to 50304
     } else {
         check_versions(10007);
     }
+    for (LayerRule rule : {LayerRule::lamb, LayerRule::lars}) check_layer_adaptive(rule);
+    if (BENCH_ON_GPU) time_versions(124475904);  // GPT-2 124M with the vocabulary padded to 50304
     return bench_exit_status();
 }

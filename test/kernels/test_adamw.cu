@@ -1,7 +1,10 @@
-// kernels/adamw.h against cpu/adamw.h over several steps (with and without fp32 master weights, with
-// weight decay and grad_scale ≠ 1), the stochastic rounding (exact on representable values,
-// unbiased), slices updated separately giving the same bits as the whole, unaligned arrays, n = 1,
-// bitwise determinism, and 64-bit index arithmetic.
+// The optimizer kernels. AdamW (kernels/adamw.h) against cpu/adamw.h over several steps (with and
+// without fp32 master weights, with weight decay and grad_scale ≠ 1), the stochastic rounding (exact
+// on representable values, unbiased), slices updated separately giving the same bits as the whole,
+// unaligned arrays, n = 1, bitwise determinism, 64-bit index arithmetic, and the multi-tensor form.
+// LAMB and LARS (kernels/layer_adaptive.h) against a double-precision reference
+// (test/kernels/layer_adaptive_reference.h) step by step, and bitwise across plans, runs, alignments
+// and a replayed CUDA graph.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -9,7 +12,9 @@
 #include "cpu/adamw.h"
 #include "kernels/adamw.h"
 #include "kernels/global_norm.h"
+#include "kernels/layer_adaptive.h"
 #include "test/kernels/kernel_test.h"
+#include "test/kernels/layer_adaptive_reference.h"
 
 namespace {
 
@@ -41,6 +46,25 @@ void free_device(DeviceState& d) {
     if (d.master) CUDA_CHECK(cudaFree(d.master));
     CUDA_CHECK(cudaFree(d.m));
     CUDA_CHECK(cudaFree(d.v));
+}
+// m and v moved one float past a 16-byte boundary (fresh zeroed buffers): runs then take the
+// element-by-element path. unshift_moments gives free_device the buffers back.
+struct MomentBuffers {
+    float *m = nullptr, *v = nullptr;
+};
+MomentBuffers shift_moments_off_boundary(DeviceState& d, size_t n) {
+    const MomentBuffers buffers{device_copy_of(std::vector<float>(n + 1, 0.0f)),
+                                device_copy_of(std::vector<float>(n + 1, 0.0f))};
+    CUDA_CHECK(cudaFree(d.m));
+    CUDA_CHECK(cudaFree(d.v));
+    d.m = buffers.m + 1;
+    d.v = buffers.v + 1;
+    return buffers;
+}
+void unshift_moments(DeviceState& d, const MomentBuffers& buffers) {
+    if (buffers.m == nullptr) return;
+    d.m = buffers.m;
+    d.v = buffers.v;
 }
 State from_device(const DeviceState& d, size_t n, bool with_master) {
     State s{n, host_floats_of(d.params, n), {}, host_copy_of(d.m, n), host_copy_of(d.v, n), with_master};
@@ -353,15 +377,7 @@ void check_multi_tensor(bool with_master, bool unaligned_state) {
     // The per-run calls (reference of the bits), and the multi-tensor update.
     DeviceState per_run = to_device(s), multi = to_device(s);
     // Optionally m and v one float off a boundary: those runs take the element-by-element path.
-    float *m_buffer = nullptr, *v_buffer = nullptr;
-    if (unaligned_state) {
-        m_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
-        v_buffer = device_copy_of(std::vector<float>(n + 1, 0.0f));
-        CUDA_CHECK(cudaFree(multi.m));
-        CUDA_CHECK(cudaFree(multi.v));
-        multi.m = m_buffer + 1;
-        multi.v = v_buffer + 1;
-    }
+    const MomentBuffers shifted = unaligned_state ? shift_moments_off_boundary(multi, n) : MomentBuffers{};
     float* grad_scale = device_poisoned<float>(1);
     float* norm_squared = device_poisoned<float>(1);
     std::vector<AdamWRun> runs;
@@ -419,10 +435,7 @@ void check_multi_tensor(bool with_master, bool unaligned_state) {
     if (with_master) CHECK_CLOSE(b.master, ref_p, 1e-5, "master vs reference");
     CHECK_CLOSE(b.params, ref_p, KERNEL_TOLERANCE, "params vs reference");
     free_device(per_run);
-    if (unaligned_state) {
-        multi.m = m_buffer;
-        multi.v = v_buffer;
-    }
+    unshift_moments(multi, shifted);
     free_device(multi);
     CUDA_CHECK(cudaFree(grad_scale));
     CUDA_CHECK(cudaFree(norm_squared));
@@ -456,4 +469,381 @@ TEST(global_norm_clip_scale_matches_host_formula) {
     CUDA_CHECK(cudaFree(d_square));
     CUDA_CHECK(cudaFree(d_scale));
     CUDA_CHECK(cudaFree(d_norm));
+}
+
+// ---- LAMB and LARS (kernels/layer_adaptive.h): three launches per step over a table of runs, against
+// the double-precision reference of test/kernels/layer_adaptive_reference.h, step by step from the
+// kernels' own state; and bitwise: one plan per run and two ranks' plans against one plan, a repeated
+// run, m and v off a 16-byte boundary (element-by-element path), a CUDA graph replaying the launches.
+namespace {
+
+enum class Rule { lamb, lars };
+
+struct SlotSpec {
+    bool decay, adapt;
+    float weight_scale, grad_scale;  // 0: all zero
+};
+// Slot 0: small weights (a trust ratio well below 1); 1: three elements; 2: split into two runs, large
+// weights and small gradients (a ratio well above 1); 3: one element, no adaptation; 4: zero weights;
+// 5 and 6: zero gradients, with and without decay (LAMB's u is then λ·p, or 0); 7: no adaptation,
+// fp32 gradients; 8: no run at all (its sums must be 0).
+const std::vector<SlotSpec> kSlots = {{true, true, 0.05f, 1.0f}, {false, true, 1.0f, 1.0f}, {true, true, 3.0f, 0.01f},
+                                      {false, false, 1.0f, 1.0f}, {true, true, 0.0f, 1.0f}, {true, true, 1.0f, 0.0f},
+                                      {false, true, 1.0f, 0.0f},  {true, false, 0.5f, 2.0f}, {true, true, 1.0f, 1.0f}};
+constexpr int kFp32GradientSlot = 7;
+struct PieceSpec {
+    size_t offset, n;
+    int slot;
+};
+// Runs in one buffer, on and off 16-byte boundaries and of odd lengths; slot 3's first run is empty;
+// the elements [kGapBegin, kGapEnd) belong to no run and must keep their values; slot 2's second run
+// comes last in the table, and each of its runs spans several blocks (2,048 elements a block).
+const std::vector<PieceSpec> kPieces = {{0, 1024, 0},   {1024, 3, 1},    {1027, 4501, 2}, {5528, 0, 3},
+                                        {5528, 1, 3},   {5533, 2050, 4}, {7583, 517, 5},  {8100, 300, 6},
+                                        {8400, 777, 7}, {9177, 5004, 2}};
+constexpr size_t kPiecesTotal = 14181, kGapBegin = 5529, kGapEnd = 5533;
+constexpr uint32_t kLayerAdaptiveSeed = 77;
+
+// Master weights uniform in ±weight_scale per slot (params their floatX rounding), m = v = 0.
+State initial_layer_adaptive_state(bool with_master) {
+    State s = initial_state(kPiecesTotal, true, 41);
+    for (const PieceSpec& piece : kPieces)
+        for (size_t i = piece.offset; i < piece.offset + piece.n; i++) s.master[i] *= kSlots[piece.slot].weight_scale;
+    s.params = round_to_floatX(s.master);
+    s.with_master = with_master;
+    if (!with_master) s.master.clear();
+    return s;
+}
+// Step `step`'s gradients: uniform in ±grad_scale per slot, rounded to floatX but for the fp32 slot.
+std::vector<float> layer_adaptive_gradients(int step) {
+    const std::vector<float> uniform = random_floats(kPiecesTotal, 50 + step);
+    std::vector<float> grads(kPiecesTotal, 0.0f);
+    for (const PieceSpec& piece : kPieces)
+        for (size_t i = piece.offset; i < piece.offset + piece.n; i++) {
+            const float g = uniform[i] * kSlots[piece.slot].grad_scale;
+            grads[i] = piece.slot == kFp32GradientSlot ? g : host_from_floatX(host_to_floatX(g));
+        }
+    return grads;
+}
+
+struct Gradients {
+    floatX* floatx;
+    float* fp32;
+};
+std::vector<LayerAdaptiveRun> layer_adaptive_runs(const DeviceState& d, const Gradients& grads, Rule rule,
+                                                  const std::vector<PieceSpec>& pieces) {
+    std::vector<LayerAdaptiveRun> runs;
+    for (const PieceSpec& p : pieces) {
+        const bool fp32 = p.slot == kFp32GradientSlot;
+        AdamWRun tensor{d.params + p.offset, d.master ? d.master + p.offset : nullptr, d.m + p.offset,
+                        rule == Rule::lamb ? d.v + p.offset : nullptr, fp32 ? nullptr : grads.floatx + p.offset,
+                        p.n, p.offset, kSlots[p.slot].decay, fp32 ? grads.fp32 + p.offset : nullptr};
+        runs.push_back({tensor, p.slot, kSlots[p.slot].adapt});
+    }
+    return runs;
+}
+
+void upload_gradients(const Gradients& grads, const std::vector<float>& host) {
+    std::vector<floatX> rounded(host.size());
+    for (size_t i = 0; i < host.size(); i++) rounded[i] = host_to_floatX(host[i]);
+    CUDA_CHECK(cudaMemcpy(grads.floatx, rounded.data(), host.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(grads.fp32, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+}
+
+const LayerAdaptiveHyper kAdaptiveHyper;
+AdamWDeviceStep layer_adaptive_device_step(int step) {
+    const LayerAdaptiveHyper& h = kAdaptiveHyper;
+    return adamw_device_step((float)h.lr, (float)h.beta1, (float)h.beta2, (float)h.weight_decay, (float)h.grad_scale,
+                             step, kLayerAdaptiveSeed);
+}
+void launch_norms(const LayerAdaptivePlan& plan, Rule rule, const AdamWDeviceStep* step, cudaStream_t stream) {
+    const LayerAdaptiveHyper& h = kAdaptiveHyper;
+    if (rule == Rule::lamb)
+        lamb_moments_and_norms(plan, (float)h.beta1, (float)h.beta2, (float)h.eps, step, stream);
+    else
+        lars_norms(plan, step, stream);
+    layer_norms_sum(plan, stream);
+}
+void launch_apply(const LayerAdaptivePlan& plan, Rule rule, const AdamWDeviceStep* step, cudaStream_t stream) {
+    const LayerAdaptiveHyper& h = kAdaptiveHyper;
+    if (rule == Rule::lamb)
+        lamb_apply(plan, (float)h.eps, step, stream);
+    else
+        lars_apply(plan, (float)h.momentum, (float)h.trust_coefficient, step, stream);
+}
+
+// The sums of several plans added from 0 in plan order, then written back to each: what the trainer's
+// all-reduce across ranks does (in some order). Returns the summed vector.
+std::vector<float> all_reduce_sums(const std::vector<LayerAdaptivePlan>& plans) {
+    const size_t count = 2 * kSlots.size();
+    std::vector<float> total(count, 0.0f);
+    for (const LayerAdaptivePlan& plan : plans) {
+        const std::vector<float> sums = host_copy_of(plan.sums, count);
+        for (size_t i = 0; i < count; i++) total[i] += sums[i];
+    }
+    if (plans.size() > 1)
+        for (const LayerAdaptivePlan& plan : plans)
+            CUDA_CHECK(cudaMemcpy(plan.sums, total.data(), count * 4, cudaMemcpyHostToDevice));
+    return total;
+}
+
+std::vector<double> gather(const std::vector<float>& x, const std::vector<size_t>& indices) {
+    std::vector<double> out;
+    for (size_t i : indices) out.push_back(x[i]);
+    return out;
+}
+std::vector<size_t> slot_indices(int slot) {
+    std::vector<size_t> indices;
+    for (const PieceSpec& p : kPieces)
+        if (p.slot == slot)
+            for (size_t i = p.offset; i < p.offset + p.n; i++) indices.push_back(i);
+    return indices;
+}
+
+// Largest errors seen (printed), the figures the tolerances below are set from.
+struct ErrorFigures {
+    double state = 0, master = 0, params = 0;  // params: without master only
+};
+
+// The step from `before` that the kernels took to `after`, checked slot by slot against the reference.
+// Tolerances (relative L2 per slot): m, v, b and the master within 2e-6 (fp32 arithmetic against
+// double: a few float roundings per element, plus the trust ratio from fp32 sums of squares; the
+// figures seen, printed by each test, are at most 6.2e-7); params without master in the fp32 build
+// the same; in bf16, params with master are the master rounded with AdamW's bits, exactly, and without
+// master each is within one bf16 gap of the reference (stochastic rounding moves a value to one of its
+// two neighbours).
+void check_step_against_reference(Rule rule, const State& before, const State& after, const std::vector<float>& grads,
+                                  int step, ErrorFigures& figures) {
+    const double tolerance = 2e-6;
+    for (int slot = 0; slot < (int)kSlots.size(); slot++) {
+        const std::vector<size_t> indices = slot_indices(slot);
+        if (indices.empty()) continue;
+        std::vector<double> p = gather(before.with_master ? before.master : before.params, indices);
+        std::vector<double> m = gather(before.m, indices), v = gather(before.v, indices);
+        const std::vector<double> g = gather(grads, indices);
+        if (rule == Rule::lamb)
+            lamb_reference_step(p, m, v, g, kAdaptiveHyper, step, kSlots[slot].decay, kSlots[slot].adapt);
+        else
+            lars_reference_step(p, m, g, kAdaptiveHyper, kSlots[slot].decay, kSlots[slot].adapt);
+        const double m_error = tst::rel_l2_error(gather(after.m, indices).data(), m.data(), m.size());
+        const double v_error = rule == Rule::lamb ? tst::rel_l2_error(gather(after.v, indices).data(), v.data(), v.size()) : 0;
+        figures.state = std::max(figures.state, std::max(m_error, v_error));
+        CHECK_MSG(m_error <= tolerance && v_error <= tolerance, "slot %d step %d: m/b error %.3g, v error %.3g", slot,
+                  step, m_error, v_error);
+        const std::vector<double> params = gather(after.params, indices);
+        if (after.with_master) {
+            const std::vector<double> master = gather(after.master, indices);
+            const double error = tst::rel_l2_error(master.data(), p.data(), p.size());
+            figures.master = std::max(figures.master, error);
+            CHECK_MSG(error <= tolerance, "slot %d step %d: master error %.3g", slot, step, error);
+            for (size_t k = 0; k < indices.size(); k++) {
+#ifdef ENABLE_FP32
+                const float expected = (float)master[k];
+#else
+                const uint64_t key = adamw_random_key(kLayerAdaptiveSeed, step);
+                const float expected = __bfloat162float(
+                    stochastic_round_bf16((float)master[k], hash_random_bits(key, indices[k])));
+#endif
+                CHECK_MSG(params[k] == expected, "slot %d step %d: params[%zu] = %.9g, not the master rounded (%.9g)",
+                          slot, step, indices[k], params[k], expected);
+            }
+            continue;
+        }
+#ifdef ENABLE_FP32
+        const double error = tst::rel_l2_error(params.data(), p.data(), p.size());
+        figures.params = std::max(figures.params, error);
+        CHECK_MSG(error <= tolerance, "slot %d step %d: params error %.3g", slot, step, error);
+#else
+        for (size_t k = 0; k < indices.size(); k++) {
+            const double distance = std::fabs(params[k] - p[k]), gap = bf16_gap((float)p[k]);
+            figures.params = std::max(figures.params, distance / gap);
+            CHECK_MSG(distance <= gap * (1 + 1e-4), "slot %d step %d: params[%zu] = %.9g, reference %.9g", slot, step,
+                      indices[k], params[k], p[k]);
+        }
+#endif
+    }
+    // Elements of no run keep their values.
+    for (size_t i = kGapBegin; i < kGapEnd; i++)
+        CHECK_MSG(after.params[i] == before.params[i] && after.m[i] == before.m[i], "element %zu of no run changed", i);
+}
+
+enum class Arrangement {
+    one_plan,        // every run in one plan
+    plan_per_run,    // each run in a plan of its own, the plans' sums added in the table's order
+    two_ranks,       // the runs in two plans as two ranks would hold them, slot 2's two runs apart
+    unaligned_state  // one plan, with m and v one float off a 16-byte boundary
+};
+struct Outcome {
+    State state;
+    std::vector<std::vector<float>> sums;  // after each step's launch 2 (and the all-reduce)
+};
+
+// Three steps from initial_layer_adaptive_state, optionally checked against the reference.
+Outcome run_layer_adaptive(Rule rule, bool with_master, Arrangement arrangement, ErrorFigures* figures = nullptr) {
+    const size_t n = kPiecesTotal;
+    const State initial = initial_layer_adaptive_state(with_master);
+    DeviceState d = to_device(initial);
+    const MomentBuffers shifted =
+        arrangement == Arrangement::unaligned_state ? shift_moments_off_boundary(d, n) : MomentBuffers{};
+    Gradients grads{device_poisoned<floatX>(n), device_poisoned<float>(n)};
+    std::vector<std::vector<PieceSpec>> groups;
+    if (arrangement == Arrangement::plan_per_run) {
+        for (const PieceSpec& p : kPieces) groups.push_back({p});
+    } else if (arrangement == Arrangement::two_ranks) {
+        groups = {std::vector<PieceSpec>(kPieces.begin(), kPieces.begin() + 5),
+                  std::vector<PieceSpec>(kPieces.begin() + 5, kPieces.end())};
+    } else {
+        groups = {kPieces};
+    }
+    std::vector<LayerAdaptivePlan> plans;
+    for (const std::vector<PieceSpec>& group : groups) {
+        const std::vector<LayerAdaptiveRun> runs = layer_adaptive_runs(d, grads, rule, group);
+        plans.push_back(layer_adaptive_plan(runs.data(), (int)runs.size(), (int)kSlots.size()));
+    }
+    AdamWDeviceStep* device_step = device_poisoned<AdamWDeviceStep>(1);
+    Outcome outcome;
+    State before = initial;
+    for (int step = 1; step <= 3; step++) {
+        const std::vector<float> host_grads = layer_adaptive_gradients(step);
+        upload_gradients(grads, host_grads);
+        const AdamWDeviceStep values = layer_adaptive_device_step(step);
+        CUDA_CHECK(cudaMemcpy(device_step, &values, sizeof values, cudaMemcpyHostToDevice));
+#ifdef EMU_CUDA
+        emu::reset_counters();
+        unsigned long long expected_launches = 0;  // launch 1 where the plan has runs, launch 2 always
+        for (const LayerAdaptivePlan& plan : plans) expected_launches += plan.runs > 0 ? 2 : 1;
+#endif
+        for (const LayerAdaptivePlan& plan : plans) launch_norms(plan, rule, device_step, 0);
+#ifdef EMU_CUDA
+        CHECK_MSG(emu::launch_count() == expected_launches && emu::host_sync_count() == 0,
+                  "launches 1 and 2 took %llu launches and %llu host synchronisations", emu::launch_count(),
+                  emu::host_sync_count());
+#endif
+        outcome.sums.push_back(all_reduce_sums(plans));
+        for (const LayerAdaptivePlan& plan : plans) launch_apply(plan, rule, device_step, 0);
+        const State after = from_device(d, n, with_master);
+        if (figures) check_step_against_reference(rule, before, after, host_grads, step, *figures);
+        before = after;
+    }
+    for (int slot : {8}) CHECK(outcome.sums.back()[2 * slot] == 0.0f && outcome.sums.back()[2 * slot + 1] == 0.0f);
+    outcome.state = before;
+    for (LayerAdaptivePlan& plan : plans) layer_adaptive_free(plan);
+    unshift_moments(d, shifted);
+    free_device(d);
+    CUDA_CHECK(cudaFree(grads.floatx));
+    CUDA_CHECK(cudaFree(grads.fp32));
+    CUDA_CHECK(cudaFree(device_step));
+    return outcome;
+}
+
+bool same_state_bits(const State& a, const State& b) {
+    const size_t n = kPiecesTotal;
+    return bitwise_equal(a.params.data(), b.params.data(), n * 4) && bitwise_equal(a.m.data(), b.m.data(), n * 4) &&
+           bitwise_equal(a.v.data(), b.v.data(), n * 4) && a.master.size() == b.master.size() &&
+           (a.master.empty() || bitwise_equal(a.master.data(), b.master.data(), a.master.size() * 4));
+}
+bool same_bits(const Outcome& a, const Outcome& b) {
+    bool same = same_state_bits(a.state, b.state);
+    for (size_t step = 0; step < a.sums.size(); step++)
+        same = same && bitwise_equal(a.sums[step].data(), b.sums[step].data(), a.sums[step].size() * 4);
+    return same;
+}
+
+void check_layer_adaptive(Rule rule, bool with_master) {
+    ErrorFigures figures;
+    const Outcome one = run_layer_adaptive(rule, with_master, Arrangement::one_plan, &figures);
+#ifdef ENABLE_FP32
+    const char* params_unit = "relative";
+#else
+    const char* params_unit = "bf16 gaps";
+#endif
+    const std::string weights =
+        with_master ? tst::format("master %.2e (relative), params exactly the master rounded", figures.master)
+                    : tst::format("params %.3g (%s)", figures.params, params_unit);
+    printf("  %s %s master, largest errors: m, v or b %.2e (relative), %s\n", rule == Rule::lamb ? "LAMB" : "LARS",
+           with_master ? "with" : "without", figures.state, weights.c_str());
+    CHECK_MSG(same_bits(one, run_layer_adaptive(rule, with_master, Arrangement::one_plan)), "a second run differs");
+    CHECK_MSG(same_bits(one, run_layer_adaptive(rule, with_master, Arrangement::plan_per_run)),
+              "one plan per run differs from the multi-run plan");
+}
+
+}  // namespace
+
+TEST(lamb_with_master_weights_matches_reference) { check_layer_adaptive(Rule::lamb, true); }
+TEST(lamb_without_master_weights_matches_reference) { check_layer_adaptive(Rule::lamb, false); }
+TEST(lars_with_master_weights_matches_reference) { check_layer_adaptive(Rule::lars, true); }
+TEST(lars_without_master_weights_matches_reference) { check_layer_adaptive(Rule::lars, false); }
+
+// A slot split across two ranks' plans, the sums added between launches 2 and 3 as the all-reduce
+// would: the reference's step, and the bits of one plan.
+TEST(layer_adaptive_two_ranks_match_reference_and_one_plan) {
+    for (Rule rule : {Rule::lamb, Rule::lars})
+        for (bool with_master : {true, false}) {
+            ErrorFigures figures;
+            CHECK(same_bits(run_layer_adaptive(rule, with_master, Arrangement::two_ranks, &figures),
+                            run_layer_adaptive(rule, with_master, Arrangement::one_plan)));
+        }
+}
+
+// m and v off a 16-byte boundary: the element-by-element path, the same bits as the 128-bit one.
+TEST(layer_adaptive_unaligned_state_gives_the_same_bits) {
+    for (Rule rule : {Rule::lamb, Rule::lars})
+        CHECK(same_bits(run_layer_adaptive(rule, true, Arrangement::one_plan),
+                        run_layer_adaptive(rule, true, Arrangement::unaligned_state)));
+}
+
+// The three launches captured once in a CUDA graph and replayed each step (the step's values written
+// to device memory in between) give the bits of launches issued directly; a step with skip set
+// changes nothing and leaves the sums at 0.
+TEST(layer_adaptive_launches_replay_in_a_cuda_graph_and_skip) {
+    const size_t n = kPiecesTotal;
+    for (Rule rule : {Rule::lamb, Rule::lars}) {
+        const State initial = initial_layer_adaptive_state(true);
+        DeviceState direct = to_device(initial), replayed = to_device(initial);
+        Gradients grads{device_poisoned<floatX>(n), device_poisoned<float>(n)};
+        AdamWDeviceStep* device_step = device_poisoned<AdamWDeviceStep>(1);
+        const std::vector<LayerAdaptiveRun> direct_runs = layer_adaptive_runs(direct, grads, rule, kPieces),
+                                            replayed_runs = layer_adaptive_runs(replayed, grads, rule, kPieces);
+        LayerAdaptivePlan direct_plan = layer_adaptive_plan(direct_runs.data(), (int)direct_runs.size(), (int)kSlots.size());
+        LayerAdaptivePlan replayed_plan =
+            layer_adaptive_plan(replayed_runs.data(), (int)replayed_runs.size(), (int)kSlots.size());
+        cudaStream_t stream;
+        CUDA_CHECK(cudaStreamCreate(&stream));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        launch_norms(replayed_plan, rule, device_step, stream);
+        launch_apply(replayed_plan, rule, device_step, stream);
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        State before_skip;
+        for (int step = 1; step <= 3; step++) {
+            upload_gradients(grads, layer_adaptive_gradients(step));
+            AdamWDeviceStep values = layer_adaptive_device_step(step);
+            values.skip = step == 2;
+            CUDA_CHECK(cudaMemcpy(device_step, &values, sizeof values, cudaMemcpyHostToDevice));
+            launch_norms(direct_plan, rule, device_step, 0);
+            launch_apply(direct_plan, rule, device_step, 0);
+            CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            const State after = from_device(replayed, n, true);
+            if (step == 2) {
+                CHECK_MSG(same_state_bits(after, before_skip), "a skipped step changed the state");
+                CHECK(host_copy_of(replayed_plan.sums, 2 * kSlots.size()) == std::vector<float>(2 * kSlots.size(), 0.0f));
+            }
+            before_skip = after;
+        }
+        CHECK_MSG(same_state_bits(from_device(direct, n, true), from_device(replayed, n, true)),
+                  "the replayed graph's result differs from the direct launches'");
+        CUDA_CHECK(cudaGraphExecDestroy(exec));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+        CUDA_CHECK(cudaStreamDestroy(stream));
+        layer_adaptive_free(direct_plan);
+        layer_adaptive_free(replayed_plan);
+        free_device(direct);
+        free_device(replayed);
+        CUDA_CHECK(cudaFree(grads.floatx));
+        CUDA_CHECK(cudaFree(grads.fp32));
+        CUDA_CHECK(cudaFree(device_step));
+    }
 }
