@@ -62,10 +62,15 @@ struct LayerAdaptiveRun {
     AdamWRun tensor;  // the run's arrays, length, global offset, decay (LARS: v = null)
     int slot;         // the tensor it belongs to, in [0, slots)
     bool adapt;       // the step is scaled by the trust ratio (false: r = ℓ = 1)
+    // Its squares count in the slot's sums; false for a copy of elements another rank counts (a
+    // tensor replicated across a tensor-parallel group, the classifier's copy of the embedding, a
+    // second sharding group's shard): the copy is updated with the slot's ratio all the same.
+    bool counted = true;
 };
 struct LayerAdaptiveRunEntry : AdamWRunEntry {
     int slot;
     int adapt;
+    int counted;
 };
 struct LayerAdaptivePlan {
     LayerAdaptiveRunEntry* table = nullptr;  // device, `runs` entries
@@ -267,7 +272,7 @@ __global__ void layer_norms_kernel(const LayerAdaptiveRunEntry* table, int runs,
     write_block_sums(block_sums, pass.weights_squared, pass.other_squared);
 }
 
-// Launch 2, block `slot`: each of the slot's runs, in the table's order, totals its block sums
+// Launch 2, block `slot`: each of the slot's counted runs, in the table's order, totals its block sums
 // (thread t adds blocks t, t + blockDim, ... of the run, then the block adds the threads' totals), and
 // the slot's sums are those run totals added one after another from 0. The bits depend only on the
 // slot's own runs; and a slot whose runs lie in several plans (ranks), each summing its own, gets the
@@ -278,7 +283,7 @@ static __global__ void layer_norms_sum_kernel(float* sums, const float* block_su
     const int slot = blockIdx.x;
     float weights_squared = 0.0f, other_squared = 0.0f;
     for (int r = 0; r < runs; r++) {
-        if (table[r].slot != slot) continue;  // the same for every thread of the block
+        if (table[r].slot != slot || !table[r].counted) continue;  // the same for every thread of the block
         const unsigned first = table[r].first_block, end = r + 1 < runs ? table[r + 1].first_block : grid_blocks;
         float run_weights = 0.0f, run_other = 0.0f;
         for (unsigned b = first + threadIdx.x; b < end; b += blockDim.x) {
@@ -345,6 +350,7 @@ inline std::vector<LayerAdaptiveRunEntry> layer_adaptive_entries(const LayerAdap
         static_cast<AdamWRunEntry&>(entries[e]) = base[e];
         entries[e].slot = planned[e]->slot;
         entries[e].adapt = planned[e]->adapt ? 1 : 0;
+        entries[e].counted = planned[e]->counted ? 1 : 0;
     }
     return entries;
 }

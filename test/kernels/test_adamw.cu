@@ -785,6 +785,45 @@ TEST(layer_adaptive_two_ranks_match_reference_and_one_plan) {
         }
 }
 
+// A second rank holding a copy of every run, planned as not counted (as a tensor-parallel rank holds
+// the replicated tensors): its squares are left out of the sums, so the all-reduced sums are the
+// first rank's alone, and both copies take the bits of one plan.
+TEST(layer_adaptive_copies_left_out_of_the_sums) {
+    const size_t n = kPiecesTotal;
+    for (Rule rule : {Rule::lamb, Rule::lars}) {
+        const State initial = initial_layer_adaptive_state(true);
+        DeviceState mine = to_device(initial), copy = to_device(initial);
+        Gradients grads{device_poisoned<floatX>(n), device_poisoned<float>(n)};
+        std::vector<LayerAdaptiveRun> copy_runs = layer_adaptive_runs(copy, grads, rule, kPieces);
+        for (LayerAdaptiveRun& run : copy_runs) run.counted = false;
+        const std::vector<LayerAdaptiveRun> my_runs = layer_adaptive_runs(mine, grads, rule, kPieces);
+        std::vector<LayerAdaptivePlan> plans = {
+            layer_adaptive_plan(my_runs.data(), (int)my_runs.size(), (int)kSlots.size()),
+            layer_adaptive_plan(copy_runs.data(), (int)copy_runs.size(), (int)kSlots.size())};
+        AdamWDeviceStep* device_step = device_poisoned<AdamWDeviceStep>(1);
+        Outcome outcome;
+        for (int step = 1; step <= 3; step++) {
+            upload_gradients(grads, layer_adaptive_gradients(step));
+            const AdamWDeviceStep values = layer_adaptive_device_step(step);
+            CUDA_CHECK(cudaMemcpy(device_step, &values, sizeof values, cudaMemcpyHostToDevice));
+            for (const LayerAdaptivePlan& plan : plans) launch_norms(plan, rule, device_step, 0);
+            const std::vector<float> copy_sums = host_copy_of(plans[1].sums, 2 * kSlots.size());
+            for (float sum : copy_sums) CHECK(sum == 0.0f);
+            outcome.sums.push_back(all_reduce_sums(plans));
+            for (const LayerAdaptivePlan& plan : plans) launch_apply(plan, rule, device_step, 0);
+        }
+        outcome.state = from_device(mine, n, true);
+        CHECK(same_bits(outcome, run_layer_adaptive(rule, true, Arrangement::one_plan)));
+        CHECK(same_state_bits(from_device(copy, n, true), outcome.state));
+        for (LayerAdaptivePlan& plan : plans) layer_adaptive_free(plan);
+        free_device(mine);
+        free_device(copy);
+        CUDA_CHECK(cudaFree(grads.floatx));
+        CUDA_CHECK(cudaFree(grads.fp32));
+        CUDA_CHECK(cudaFree(device_step));
+    }
+}
+
 // m and v off a 16-byte boundary: the element-by-element path, the same bits as the 128-bit one.
 TEST(layer_adaptive_unaligned_state_gives_the_same_bits) {
     for (Rule rule : {Rule::lamb, Rule::lars})
