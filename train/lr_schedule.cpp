@@ -69,3 +69,9 @@ double scaled_peak_lr(double learning_rate, LRScaling rule, long long tokens_per
     const double ratio = (double)tokens_per_step / (double)base_batch;
     return learning_rate * (rule == LRScaling::LINEAR ? ratio : std::sqrt(ratio));
 }
+
+double peak_learning_rate(const TrainOptions& o) {
+    LRScaling rule = LRScaling::NONE;
+    parse_lr_scaling(o.lr_scaling, &rule);  // checked by validate_train_options
+    return scaled_peak_lr(o.learning_rate, rule, o.total_batch, o.base_batch);
+}

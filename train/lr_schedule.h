@@ -8,7 +8,7 @@
 #pragma once
 #include <string>
 
-#include "base/train_options.h"  // ScheduleKind
+#include "base/train_options.h"  // ScheduleKind, TrainOptions
 
 struct LRSchedule {
     ScheduleKind kind = ScheduleKind::COSINE;
@@ -34,3 +34,5 @@ enum class LRScaling { NONE, LINEAR, SQRT };
 bool parse_lr_scaling(const std::string& name, LRScaling* rule);  // false if unknown
 const char* lr_scaling_name(LRScaling rule);
 double scaled_peak_lr(double learning_rate, LRScaling rule, long long tokens_per_step, long long base_batch);
+// A checked run's peak: -l scaled by --lr-scaling for its -d tokens per step against --base-batch.
+double peak_learning_rate(const TrainOptions& options);

@@ -374,9 +374,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     run.mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks);
     run.B = opt.batch_size, run.T = opt.seq_len;
     run.accum_steps = grad_accum_steps(opt, ranks.num_ranks);
-    LRScaling rule = LRScaling::NONE;
-    parse_lr_scaling(opt.lr_scaling, &rule);  // checked by validate_train_options
-    run.peak_lr = scaled_peak_lr(opt.learning_rate, rule, opt.total_batch, opt.base_batch);
+    run.peak_lr = peak_learning_rate(opt);
     open_data(run);
 
     TrainingState& state = run.state;
@@ -482,8 +480,8 @@ static std::string skip_reason_text(UpdateVerdict verdict, double loss_z, double
 }
 
 // One optimizer step: the micro-batches' gradients (each scaled by 1/accum_steps, so the gradients are
-// those of the step's mean loss), the norm, clipping, the optimizer's update (skipped when the loss or the norm is not
-// finite, or an outlier: -sl, -sg), and the step line. The model takes the whole step at once
+// those of the step's mean loss), the norm, clipping, the optimizer's update (skipped when the loss or
+// the norm is not finite, or an outlier: -sl, -sg), and the step line. The model takes the whole step at once
 // (TrainModel::optimizer_step): a GPU model decides on the device whether to apply the update, from the
 // loss and the norm it computed there, and reads them back once, after the update was issued; the
 // detectors here then take the values it reports, as every rank's model reports the same.
