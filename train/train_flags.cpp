@@ -72,7 +72,7 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-q", "--final-lr-fraction", Kind::DOUBLE, FIELD(final_lr_fraction), 0, 1,
          "final learning rate as a fraction of the peak"},
         {"-c", "--weight-decay", Kind::DOUBLE, FIELD(weight_decay), 0, 10,
-         "weight decay (2-D weights only): decoupled in AdamW, in the step LAMB and LARS rescale"},
+         "weight decay (2-D weights only): decoupled in AdamW; part of the step LAMB and LARS rescale"},
         {"", "--optimizer", Kind::STRING, FIELD(optimizer), 0, 0,
          "adamw; lamb or lars for large global batches: each tensor's update rescaled to its weights' "
          "norm (CUDA trainer: adamw only)"},
