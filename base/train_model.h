@@ -4,10 +4,11 @@
 // sampling.
 //
 // Two kinds of weights: the working weights the forward pass reads (fp32 on the CPU, bf16 or fp32 on
-// a GPU) and the fp32 master weights AdamW updates. Without a separate master copy (the CPU model, or
+// a GPU) and the fp32 master weights the optimizer updates. Without a separate master copy (the CPU model, or
 // the CUDA one with -w 0) the master weights are the working weights. A checkpoint stores the working
 // weights in the model file (model_NNNNNNNN.bin, in working_weight_type()) and the master weights and
-// AdamW moments in the state file, so a resumed run continues bit for bit.
+// the optimizer's state in the state file, so a resumed run continues bit for bit: two arrays, m and v
+// (AdamW's and LAMB's moments; LARS keeps its momentum buffer in m and leaves v at zero).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -19,21 +20,15 @@
 #include "base/gpu_telemetry.h"
 #include "base/model_file.h"
 #include "base/model_part.h"
+#include "base/optimizer_settings.h"
 #include "base/outlier_detector.h"
 
-struct AdamWSettings {
-    float learning_rate;
-    float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-    float weight_decay = 0.0f;  // decoupled; applied only where is_weight_matrix()
-    float grad_scale = 1.0f;    // multiplies every gradient first (global-norm clipping)
-};
-
-// What an optimizer step does after its gradients, as the loop asks for it: AdamW with these settings
+// What an optimizer step does after its gradients, as the loop asks for it: the optimizer with these settings
 // (grad_scale is decided by the step: clip_norm / norm when the global gradient norm exceeds
 // clip_norm, else 1), unless the verdict (update_verdict) skips the update.
 struct StepUpdate {
-    AdamWSettings adamw{0.0f};
-    int step = 1;                    // counts from 1 (AdamW's bias correction)
+    OptimizerSettings optimizer{0.0f};
+    int step = 1;                    // counts from 1 (Adam's bias correction)
     double clip_norm = 1.0;
     double skip_loss_z = 0, skip_norm_z = 0;  // -sl, -sg (0: off)
     OutlierDetector loss_window, norm_window;  // the detectors before this step (the step adds to copies)
@@ -140,8 +135,9 @@ public:
         return loss;
     }
     virtual double grad_norm() = 0;  // global L2 norm of the gradients
-    // One AdamW step; step counts from 1 (bias correction).
-    virtual void update(const AdamWSettings& settings, int step) = 0;
+    // One step of settings.kind's optimizer; step counts from 1 (bias correction). A model that
+    // runs only some optimizers is refused the others at start-up (TrainerSpec::runs_adamw_only).
+    virtual void update(const OptimizerSettings& settings, int step) = 0;
     // A whole optimizer step as the loop runs it: train_step's gradients, their norm, the verdict and
     // (unless skipped) the clipped update; returns the loss (mean_over_ranks gives the mean of every
     // rank's), the norm and the verdict. This default asks for each in turn, on the host; a GPU model
@@ -153,7 +149,7 @@ public:
         r.norm = grad_norm();
         r.verdict = update_verdict(r.loss, r.norm, u);
         if (r.verdict == UpdateVerdict::APPLY) {
-            AdamWSettings s = u.adamw;
+            OptimizerSettings s = u.optimizer;
             s.grad_scale = clip_scale(r.norm, u.clip_norm);
             update(s, u.step);
         }

@@ -32,6 +32,14 @@ struct TrainOptions {
     double weight_decay = 0.0;                     // -c
     double skip_loss_z = 0.0;                      // -sl (0 = off)
     double skip_norm_z = 0.0;                      // -sg (0 = off)
+    // the optimizer (train/optimizer_choice.h turns these into OptimizerSettings)
+    std::string optimizer = "adamw";         // --optimizer: adamw, lamb, lars
+    double beta1 = -1, beta2 = -1, eps = -1;  // --beta1 --beta2 --eps (-1 = the optimizer's default)
+    double momentum = 0.9;                   // --momentum (LARS)
+    double trust_coefficient = 0.001;        // --trust-coefficient (LARS's η)
+    std::string layer_adaptation = "all";    // --layer-adaptation: all, matrices (LAMB, LARS)
+    std::string lr_scaling = "none";         // --lr-scaling: none, linear, sqrt (train/lr_schedule.h)
+    long long base_batch = 0;                // --base-batch: tokens per step -l is tuned for (0 = none)
     // evaluation and sampling
     int val_every = 20;            // -v (0 = never)
     int val_batches = 20;          // -m

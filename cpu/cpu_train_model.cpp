@@ -37,9 +37,15 @@ ModelMemory model_memory(const GPTCpuMemory& cpu) {
     return mem;
 }
 
+// Whether a run's optimizer keeps one moment (LARS: its momentum buffer, in adam_m) instead of two.
+bool keeps_one_moment(const TrainOptions& opt) { return opt.optimizer == "lars"; }
+
 class CpuTrainModel : public TrainModel {
 public:
-    CpuTrainModel(const GPTConfig& config, int B, int T) : model_(gpt_cpu_create(config, B, T)) {}
+    CpuTrainModel(const GPTConfig& config, int B, int T, bool one_moment)
+        : model_(gpt_cpu_create(config, B, T)), one_moment_(one_moment) {
+        if (one_moment_) std::vector<float>().swap(gpt_cpu_adam_v(model_));
+    }
     ~CpuTrainModel() override {
         gpt_cpu_free(model_);
         if (decoder_) gpt_decoder_free(decoder_);
@@ -66,8 +72,8 @@ public:
         return loss;
     }
     double grad_norm() override { return gpt_cpu_grad_norm(model_); }
-    void update(const AdamWSettings& settings, int step) override {
-        gpt_cpu_adamw_update(model_, settings, step);
+    void update(const OptimizerSettings& settings, int step) override {
+        gpt_cpu_update(model_, settings, step);
     }
 
     // The fp32 parameters are both the working and the master weights.
@@ -80,11 +86,12 @@ public:
                              const std::vector<float>& v) override {
         gpt_cpu_params(model_) = master;
         gpt_cpu_adam_m(model_) = m;
-        gpt_cpu_adam_v(model_) = v;
+        if (!one_moment_) gpt_cpu_adam_v(model_) = v;  // LARS: v is zeros in the state file
     }
     OptimizerPart optimizer_part() override {
-        return {whole_model_ranges(gpt_cpu_params(model_).size()), gpt_cpu_params(model_),
-                gpt_cpu_adam_m(model_), gpt_cpu_adam_v(model_)};
+        const size_t n = gpt_cpu_params(model_).size();
+        return {whole_model_ranges(n), gpt_cpu_params(model_), gpt_cpu_adam_m(model_),
+                one_moment_ ? std::vector<float>(n, 0.0f) : gpt_cpu_adam_v(model_)};
     }
 
     ModelMemory memory() const override { return model_memory(gpt_cpu_memory(model_)); }
@@ -111,6 +118,7 @@ public:
 
 private:
     GPTCpu* model_;
+    const bool one_moment_;
     GPTDecoder* decoder_ = nullptr;  // created by the first decode_reset
 };
 
@@ -118,10 +126,12 @@ private:
 
 std::unique_ptr<TrainModel> create_cpu_train_model(const GPTConfig& config, const TrainOptions& opt) {
     try {
-        return std::make_unique<CpuTrainModel>(config, opt.batch_size, opt.seq_len);
+        return std::make_unique<CpuTrainModel>(config, opt.batch_size, opt.seq_len, keeps_one_moment(opt));
     } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
 }
 
 ModelMemory cpu_train_model_memory(const GPTConfig& config, const TrainOptions& opt) {
-    return model_memory(gpt_cpu_memory_needed(config, opt.batch_size, opt.seq_len));
+    GPTCpuMemory needed = gpt_cpu_memory_needed(config, opt.batch_size, opt.seq_len);
+    if (keeps_one_moment(opt)) needed.optimizer_state /= 2;
+    return model_memory(needed);
 }

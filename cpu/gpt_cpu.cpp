@@ -27,9 +27,14 @@ void gpt_cpu_backward(GPTCpu* model, float loss_scale) { model->model.backward(l
 
 double gpt_cpu_grad_norm(const GPTCpu* model) { return model->model.grad_norm(); }
 
-void gpt_cpu_adamw_update(GPTCpu* model, const AdamWSettings& s, int step) {
-    model->model.adamw_step(s.learning_rate, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale,
-                            step);
+void gpt_cpu_update(GPTCpu* model, const OptimizerSettings& s, int step) {
+    switch (s.kind) {
+        case OptimizerKind::ADAMW:
+            model->model.adamw_step(s.learning_rate, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale, step);
+            return;
+        case OptimizerKind::LAMB: model->model.lamb_step(s, step); return;
+        case OptimizerKind::LARS: model->model.lars_step(s); return;
+    }
 }
 
 GPTCpuMemory gpt_cpu_memory(const GPTCpu* model) {

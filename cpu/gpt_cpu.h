@@ -1,4 +1,5 @@
-// The fp32 CPU reference GPT-2: forward pass, backward pass and AdamW over contiguous buffers.
+// The fp32 CPU reference GPT-2: forward pass, backward pass and the optimizers (AdamW, LAMB, LARS)
+// over contiguous buffers.
 // This is the compute half of train_gpt_cpu; everything else (flags, data, schedule, checkpoints,
 // logging) is the shared host code in train/ and base/. It is also the ground truth the CUDA kernels are tested
 // against.
@@ -6,12 +7,12 @@
 #include <vector>
 
 #include "base/gpt_config.h"
-#include "base/train_model.h"  // AdamWSettings
+#include "base/optimizer_settings.h"
 
-struct GPTCpu;  // parameters, gradients, AdamW moments and activations (defined in cpu/gpt_cpu.cpp)
+struct GPTCpu;  // parameters, gradients, optimizer moments and activations (defined in cpu/gpt_cpu.cpp)
 
 // Allocates a model for micro-batches of up to B sequences of up to T tokens. Parameters, gradients
-// and AdamW moments start at zero; the caller initialises or loads the parameters. Throws
+// and optimizer moments start at zero; the caller initialises or loads the parameters. Throws
 // std::invalid_argument for an impossible config (C not a multiple of NH, T > maxT, V > Vp, ...).
 GPTCpu* gpt_cpu_create(const GPTConfig& config, int B, int T);
 void gpt_cpu_free(GPTCpu* model);
@@ -19,8 +20,8 @@ void gpt_cpu_free(GPTCpu* model);
 const GPTConfig& gpt_cpu_config(const GPTCpu* model);
 std::vector<float>& gpt_cpu_params(GPTCpu* model);  // param_layout(config).total floats
 std::vector<float>& gpt_cpu_grads(GPTCpu* model);
-std::vector<float>& gpt_cpu_adam_m(GPTCpu* model);
-std::vector<float>& gpt_cpu_adam_v(GPTCpu* model);
+std::vector<float>& gpt_cpu_adam_m(GPTCpu* model);  // LARS: its momentum buffer
+std::vector<float>& gpt_cpu_adam_v(GPTCpu* model);  // LARS: unused
 
 // Forward over inputs (B×T token ids, B ≤ allocated B, T ≤ allocated T). With targets (B×T, may
 // not be null for training) returns the mean cross-entropy over the B·T positions; with targets ==
@@ -37,8 +38,8 @@ void gpt_cpu_zero_grad(GPTCpu* model);
 void gpt_cpu_backward(GPTCpu* model, float loss_scale);
 
 double gpt_cpu_grad_norm(const GPTCpu* model);  // global L2 norm of all gradients
-// One AdamW step (step counts from 1, for bias correction) on all parameters.
-void gpt_cpu_adamw_update(GPTCpu* model, const AdamWSettings& settings, int step);
+// One step of settings.kind's optimizer (step counts from 1, for bias correction) on all parameters.
+void gpt_cpu_update(GPTCpu* model, const OptimizerSettings& settings, int step);
 
 // Bytes held, for the start-up memory report.
 struct GPTCpuMemory {

@@ -14,11 +14,15 @@
 #include <vector>
 
 #include "base/gpt_config.h"
+#include "base/model_tensors.h"
+#include "base/optimizer_settings.h"
 #include "cpu/adamw.h"
 #include "cpu/attention.h"
 #include "cpu/crossentropy.h"
 #include "cpu/encoder.h"
 #include "cpu/gelu.h"
+#include "cpu/lamb.h"
+#include "cpu/lars.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
 #include "cpu/parallel.h"
@@ -225,6 +229,28 @@ struct GPTModel {
             adamw_update(params.data() + at, adam_m.data() + at, adam_v.data() + at,
                          grads.data() + at, layout.size[t], lr, beta1, beta2, eps,
                          is_weight_matrix(t) ? weight_decay : Real(0), grad_scale, step);
+        }
+    }
+
+    // LAMB and LARS, tensor by tensor as Hugging Face names them (base/model_tensors.h): each layer's
+    // slice of a per-layer array is its own tensor, with its own trust ratio. LARS keeps its momentum
+    // in adam_m and leaves adam_v untouched.
+    void lamb_step(const OptimizerSettings& s, int step) {
+        for (const ModelTensor& t : model_tensors(config)) {
+            const bool matrix = is_weight_matrix(t.kind);
+            lamb_update(params.data() + t.offset, adam_m.data() + t.offset, adam_v.data() + t.offset,
+                        grads.data() + t.offset, t.size, Real(s.learning_rate), Real(s.beta1), Real(s.beta2),
+                        Real(s.eps), matrix ? Real(s.weight_decay) : Real(0), Real(s.grad_scale), step,
+                        matrix || s.layer_adaptation == LayerAdaptation::ALL);
+        }
+    }
+    void lars_step(const OptimizerSettings& s) {
+        for (const ModelTensor& t : model_tensors(config)) {
+            const bool matrix = is_weight_matrix(t.kind);
+            lars_update(params.data() + t.offset, adam_m.data() + t.offset, grads.data() + t.offset, t.size,
+                        Real(s.learning_rate), Real(s.momentum), Real(s.trust_coefficient),
+                        matrix ? Real(s.weight_decay) : Real(0), Real(s.grad_scale),
+                        matrix || s.layer_adaptation == LayerAdaptation::ALL);
         }
     }
 

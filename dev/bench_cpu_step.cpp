@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     std::vector<int> inputs(B * T), targets(B * T);
     for (int i = 0; i < B * T; i++)
         inputs[i] = (int)(rng() % config.vocab_size), targets[i] = (int)(rng() % config.vocab_size);
-    AdamWSettings adamw;
+    OptimizerSettings adamw;
     adamw.learning_rate = 1e-4f;
     adamw.weight_decay = 0.1f;
 
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
         gpt_cpu_zero_grad(model);
         gpt_cpu_backward(model, 1.0f);
         const double t2 = omp_get_wtime();
-        gpt_cpu_adamw_update(model, adamw, step);
+        gpt_cpu_update(model, adamw, step);
         const double t3 = omp_get_wtime();
         if (step <= warmup) continue;
         ms.push_back((t3 - t0) * 1e3);

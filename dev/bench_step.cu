@@ -183,8 +183,8 @@ WholeStep time_whole_steps(const BenchOptions& o, const GPTConfig& c, double gem
 
     // The trainer's step (GPUModel::optimizer_step): one host synchronisation, at its end.
     StepUpdate update;
-    update.adamw.learning_rate = 3e-4f;
-    update.adamw.weight_decay = 0.1f;
+    update.optimizer.learning_rate = 3e-4f;
+    update.optimizer.weight_decay = 0.1f;
     const TrainModel::NextBatch same_batch = [&](int* in, int* out) {
         std::copy(inputs.begin(), inputs.end(), in);
         std::copy(targets.begin(), targets.end(), out);

@@ -61,7 +61,7 @@ public:
                            bool last_micro_step) override;
     double train_step(int micro_steps, int B, int T, const NextBatch& next_batch) override;
     double grad_norm() override;
-    void update(const AdamWSettings& settings, int step) override;
+    void update(const OptimizerSettings& settings, int step) override;
     StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
                               const std::function<double(double)>& mean_over_ranks) override;
     std::string end_of_run_report() override;
@@ -204,7 +204,7 @@ private:
     void issue_norm();
     // The end of a step on the device: the loss from the last stage averaged over the data ranks, the
     // norm, the verdict and the clipped update (kernels/step_guard.h), and the totals copied out.
-    void issue_update(const AdamWSettings& constants);
+    void issue_update(const OptimizerSettings& constants);
     // The stochastic rounding's seed of step `step`.
     uint32_t rounding_seed(int step) const;
     // Copies control->totals to the host (waits for the device: a host synchronisation).

@@ -237,8 +237,8 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     accumulate(micro_steps, B, T, next_batch);
 
     StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
-    c.adamw = adamw_device_step(u.adamw.learning_rate, u.adamw.beta1, u.adamw.beta2, u.adamw.weight_decay, 1.0f,
-                                u.step, rounding_seed(u.step));
+    const OptimizerSettings& o = u.optimizer;
+    c.adamw = adamw_device_step(o.learning_rate, o.beta1, o.beta2, o.weight_decay, 1.0f, u.step, rounding_seed(u.step));
     c.guard.clip_norm = u.clip_norm;
     c.guard.skip_loss_z = u.skip_loss_z, c.guard.skip_norm_z = u.skip_norm_z;
     for (auto [to, from] : {std::make_pair(&c.guard.loss_window, &u.loss_window),
@@ -247,7 +247,7 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
         to->count = from->count, to->next = from->next;
     }
     issue_graphed({1}, [&] {
-        issue_update(u.adamw);
+        issue_update(u.optimizer);
         CUDA_CHECK(cudaMemcpyAsync(&control_host_->totals, &buf_.control->totals, sizeof(StepTotals),
                                    cudaMemcpyDeviceToHost, stream_));
     });
@@ -338,7 +338,7 @@ double GPUModel::grad_norm() {
     return std::sqrt((double)read_totals().norm_squared);
 }
 
-void GPUModel::issue_update(const AdamWSettings& constants) {
+void GPUModel::issue_update(const OptimizerSettings& constants) {
     StepControl* c = buf_.control;
     CUDA_CHECK(cudaMemcpyAsync(c, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
     pipeline_.broadcast_from_last(&c->totals.loss, 1, stream_);
@@ -357,7 +357,7 @@ uint32_t GPUModel::rounding_seed(int step) const {
 }
 
 // The update with host-given settings (tests; the loop's steps go through optimizer_step).
-void GPUModel::update(const AdamWSettings& s, int step) {
+void GPUModel::update(const OptimizerSettings& s, int step) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // no earlier copy still reads the pinned control block
     control_host_->adamw =
         adamw_device_step(s.learning_rate, s.beta1, s.beta2, s.weight_decay, s.grad_scale, step, rounding_seed(step));

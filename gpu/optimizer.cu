@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "base/errors.h"
 #include "kernels/host_transfer.h"
 
 void Optimizer::request_memory(DeviceArena* arena) {
@@ -28,7 +29,9 @@ void Optimizer::start(cudaStream_t stream) {
                                        (int)runs.size());
 }
 
-void Optimizer::step(const AdamWDeviceStep* step, const AdamWSettings& constants) {
+void Optimizer::step(const AdamWDeviceStep* step, const OptimizerSettings& constants) {
+    if (constants.kind != OptimizerKind::ADAMW)  // the loop refuses other optimizers at start-up
+        fail("internal error: the CUDA trainer's optimizer runs AdamW only, not %s", optimizer_name(constants.kind));
     adamw_update_multi_tensor(plan_, constants.beta1, constants.beta2, constants.eps, step, stream_);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -25,7 +25,7 @@ public:
     // Once the arena is allocated: the state zeroed, the run table filled, on `stream`.
     void start(cudaStream_t stream);
     // One AdamW step over every owned run; `step` in device memory (kernels/adamw.h).
-    void step(const AdamWDeviceStep* step, const AdamWSettings& constants);
+    void step(const AdamWDeviceStep* step, const OptimizerSettings& constants);
 
     // ---- state in and out (host vectors of the whole model in ParamLayout order, fp32)
     void set_master_weights(const std::vector<float>& weights);

@@ -8,7 +8,7 @@ public:
     void zero_grad() override {}
     float forward_backward(const int*, const int*, int, int, float, bool) override { return 0; }
     double grad_norm() override { return 0; }
-    void update(const AdamWSettings&, int) override {}
+    void update(const OptimizerSettings&, int) override {}
     WeightType working_weight_type() const override { return WeightType::FP32; }
     void set_working_weights(const std::vector<float>&) override {}
     std::vector<float> working_weights() override { return {}; }

@@ -22,6 +22,13 @@ $(BUILD)/test/train/test_train_cpu: $(BUILD)/test/train/test_train_cpu.o $(HOST_
                                    | $(BIN)/train_gpt_cpu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+# LAMB, LARS and the learning-rate scaling through train_gpt_cpu: first steps against a reference in
+# the test, resumes, bad values; and the CUDA trainer's refusal (train_gpt_emu, where built).
+TESTS += $(BUILD)/test/train/test_train_optimizers
+$(BUILD)/test/train/test_train_optimizers: $(BUILD)/test/train/test_train_optimizers.o $(HOST_OBJS) $(TEST_MAIN) \
+                                          | $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
 TESTS += test/train/test_plot_metrics.sh
 # SIGTERM to one rank of two: all stop at the same step (the emulated trainer under mpirun; the
 # script skips where either is missing). Plain build only, like the other multi-rank runs (time).

@@ -45,3 +45,33 @@ double learning_rate_at(const LRSchedule& s, int step) {
         return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
     return lr - (lr - min_lr) * p;
 }
+
+bool parse_lr_scaling(const std::string& name, LRScaling* rule) {
+    for (LRScaling r : {LRScaling::NONE, LRScaling::LINEAR, LRScaling::SQRT})
+        if (name == lr_scaling_name(r)) {
+            *rule = r;
+            return true;
+        }
+    return false;
+}
+
+const char* lr_scaling_name(LRScaling rule) {
+    switch (rule) {
+        case LRScaling::NONE: return "none";
+        case LRScaling::LINEAR: return "linear";
+        case LRScaling::SQRT: return "sqrt";
+    }
+    return "?";
+}
+
+double scaled_peak_lr(double learning_rate, LRScaling rule, long long tokens_per_step, long long base_batch) {
+    if (rule == LRScaling::NONE) return learning_rate;
+    const double ratio = (double)tokens_per_step / (double)base_batch;
+    return learning_rate * (rule == LRScaling::LINEAR ? ratio : std::sqrt(ratio));
+}
+
+double peak_learning_rate(const TrainOptions& o) {
+    LRScaling rule = LRScaling::NONE;
+    parse_lr_scaling(o.lr_scaling, &rule);  // checked by validate_train_options
+    return scaled_peak_lr(o.learning_rate, rule, o.total_batch, o.base_batch);
+}

@@ -8,7 +8,7 @@
 #pragma once
 #include <string>
 
-#include "base/train_options.h"  // ScheduleKind
+#include "base/train_options.h"  // ScheduleKind, TrainOptions
 
 struct LRSchedule {
     ScheduleKind kind = ScheduleKind::COSINE;
@@ -23,3 +23,16 @@ bool parse_schedule_kind(const std::string& name, ScheduleKind* kind);
 const char* schedule_name(ScheduleKind kind);
 
 double learning_rate_at(const LRSchedule& schedule, int step);
+
+// The peak rate for a global batch (--lr-scaling, --base-batch): -l was tuned for base_batch tokens
+// per step, and a run of tokens_per_step scales it by
+//   none    1
+//   linear  tokens_per_step / base_batch
+//   sqrt    sqrt(tokens_per_step / base_batch)
+// The schedule (warmup, decay) then runs from the scaled peak as it would from -l.
+enum class LRScaling { NONE, LINEAR, SQRT };
+bool parse_lr_scaling(const std::string& name, LRScaling* rule);  // false if unknown
+const char* lr_scaling_name(LRScaling rule);
+double scaled_peak_lr(double learning_rate, LRScaling rule, long long tokens_per_step, long long base_batch);
+// A checked run's peak: -l scaled by --lr-scaling for its -d tokens per step against --base-batch.
+double peak_learning_rate(const TrainOptions& options);

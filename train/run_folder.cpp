@@ -252,7 +252,8 @@ bool setting_bends_the_run(const std::string& name) {
         "--max-steps",    "--learning-rate", "--lr-schedule", "--warmup-steps",
         "--final-lr-fraction", "--weight-decay", "--skip-loss-z", "--skip-norm-z",
         "--train-data",   "--overfit-single-batch", "--tf32", "--fp32-master",
-        "--total-batch"};
+        "--total-batch",  "--beta1", "--beta2", "--eps", "--momentum", "--trust-coefficient",
+        "--layer-adaptation", "--lr-scaling", "--base-batch"};
     return bending.count(name) > 0;
 }
 

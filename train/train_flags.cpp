@@ -4,6 +4,7 @@
 #include "train/train_flags.h"
 
 #include "train/lr_schedule.h"
+#include "train/optimizer_choice.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -53,8 +54,8 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "1: resume from the newest complete checkpoint in -o (or start afresh if none); "
          "0: -o must not hold another run"},
         {"", "--accept-changes", Kind::INT, FIELD(accept_changes), 0, 1,
-         "1: resume even though -x -l -k -u -q -c -sl -sg -i -a -f or -w differ from the saved "
-         "run's (they bend it)"},
+         "1: resume even though -x -l -k -u -q -c -sl -sg -i -a -f -w, the optimizer's constants or "
+         "the learning rate's scaling differ from the saved run's (they bend it)"},
         {"-b", "--batch-size", Kind::INT, FIELD(batch_size), 1, 1 << 20,
          "micro-batch size B (sequences)"},
         {"-t", "--seq-len", Kind::INT, FIELD(seq_len), 1, 1 << 20, "sequence length T (tokens)"},
@@ -71,7 +72,26 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-q", "--final-lr-fraction", Kind::DOUBLE, FIELD(final_lr_fraction), 0, 1,
          "final learning rate as a fraction of the peak"},
         {"-c", "--weight-decay", Kind::DOUBLE, FIELD(weight_decay), 0, 10,
-         "AdamW weight decay (2-D weights only)"},
+         "weight decay (2-D weights only): decoupled in AdamW; part of the step LAMB and LARS rescale"},
+        {"", "--optimizer", Kind::STRING, FIELD(optimizer), 0, 0,
+         "adamw; lamb or lars for large global batches: each tensor's update rescaled to its weights' "
+         "norm (CUDA trainer: adamw only)"},
+        {"", "--beta1", Kind::DOUBLE, FIELD(beta1), -1, 1,
+         "AdamW and LAMB: the first moment's decay in [0, 1) (-1: 0.9)"},
+        {"", "--beta2", Kind::DOUBLE, FIELD(beta2), -1, 1,
+         "AdamW and LAMB: the second moment's decay in [0, 1) (-1: AdamW 0.95, LAMB 0.999)"},
+        {"", "--eps", Kind::DOUBLE, FIELD(eps), -1, 1,
+         "AdamW and LAMB: added to the root of the second moment, > 0 (-1: AdamW 1e-8, LAMB 1e-6)"},
+        {"", "--momentum", Kind::DOUBLE, FIELD(momentum), 0, 1, "LARS: the momentum mu, in [0, 1)"},
+        {"", "--trust-coefficient", Kind::DOUBLE, FIELD(trust_coefficient), 0, 1e6,
+         "LARS: eta in its ratio eta * |p| / |g|, > 0"},
+        {"", "--layer-adaptation", Kind::STRING, FIELD(layer_adaptation), 0, 0,
+         "LAMB and LARS: all (every tensor's ratio) or matrices (biases and LayerNorms keep ratio 1)"},
+        {"", "--lr-scaling", Kind::STRING, FIELD(lr_scaling), 0, 0,
+         "peak learning rate from -l and the batch: none, linear (-l * tokens per step / --base-batch) "
+         "or sqrt (-l * its square root)"},
+        {"", "--base-batch", Kind::LONG, FIELD(base_batch), 0, BIG,
+         "with --lr-scaling: the tokens per step that -l was tuned for (0: not given)"},
         {"-sl", "--skip-loss-z", Kind::DOUBLE, FIELD(skip_loss_z), 0, 1e6,
          "skip the update when the loss z-score exceeds this (0: off)"},
         {"-sg", "--skip-norm-z", Kind::DOUBLE, FIELD(skip_norm_z), 0, 1e6,
@@ -318,6 +338,18 @@ static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ra
              "change -t, or -sp 0", o->seq_len, tp);
 }
 
+// --lr-scaling needs the batch -l was tuned for (--base-batch), and --base-batch a rule to apply.
+static void check_lr_scaling(const TrainOptions& o) {
+    LRScaling rule;
+    if (!parse_lr_scaling(o.lr_scaling, &rule))
+        fail("--lr-scaling: unknown rule '%s' (none, linear, sqrt)", o.lr_scaling.c_str());
+    if (rule != LRScaling::NONE && o.base_batch <= 0)
+        fail("--lr-scaling %s: needs --base-batch N, the tokens per step that -l was tuned for",
+             o.lr_scaling.c_str());
+    if (rule == LRScaling::NONE && o.base_batch != 0)
+        fail("--base-batch: %lld has no effect without --lr-scaling linear or sqrt", o.base_batch);
+}
+
 void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ranks) {
     if (o->seq_len > config.max_seq_len)
         fail("-t (--seq-len): %d exceeds the model's maximum sequence length %d", o->seq_len,
@@ -347,6 +379,8 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
         o->attention_kernel != "cuda-cores")
         fail("--attention-kernel: unknown kernel '%s' (auto, hopper, mma, cuda-cores)",
              o->attention_kernel.c_str());
+    check_optimizer_options(o);
+    check_lr_scaling(*o);
     check_llmc_launch_flags(*o, num_ranks);
 }
 

@@ -28,6 +28,7 @@
 #include "train/lr_schedule.h"
 #include "train/memory_check.h"
 #include "train/metrics_log.h"
+#include "train/optimizer_choice.h"
 #include "train/resharding.h"
 #include "train/run_folder.h"
 #include "train/run_plan.h"
@@ -169,6 +170,8 @@ struct Run {
     GPTConfig config;
     Mesh mesh;
     int B = 0, T = 0, accum_steps = 1, max_steps = 0, last_step = 0;
+    OptimizerSettings optimizer{0.0f};  // every step's, but its learning rate and clipping factor
+    double peak_lr = 0;                 // -l, scaled to the batch by --lr-scaling
     std::unique_ptr<DataLoader> train_loader, val_loader;
     TrainingState state;  // what a checkpoint saves; state.step = updates done so far
     bool resuming = false;
@@ -236,6 +239,7 @@ static bool read_resume_point(Run& run, Resumed* resumed) {
     const std::string path = checkpoint_state_path(opt.output_dir, checkpoints.back(), 0);
     TrainingStateFile first = open_training_state(path);
     check_same_run(first.state().shape, run.state.shape, path);
+    check_same_optimizer(first.state().optimizer, run.state.optimizer, path);
     resumed->weights = std::make_unique<ModelFileReader>(checkpoint_model_path(opt.output_dir, checkpoints.back()));
     resumed->state = std::make_unique<CheckpointState>(opt.output_dir, checkpoints.back(), std::move(first));
     const TrainingState& saved = resumed->state->first();
@@ -358,6 +362,10 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
         fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");
     validate_train_options(&opt, run.config, planned);
+    if (spec.runs_adamw_only && opt.optimizer != "adamw")
+        fail("--optimizer %s: the CUDA trainer runs AdamW only (its LAMB and LARS kernels are still to come); "
+             "train with train_gpt_cpu, or use --optimizer adamw", opt.optimizer.c_str());
+    run.optimizer = optimizer_settings(opt);
     if (opt.dry_run) {
         *status = print_run_plan(spec, opt, run.config, planned, run.main_rank);
         return false;
@@ -366,6 +374,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     run.mesh = make_mesh(ranks.num_ranks, ranks.rank, opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks);
     run.B = opt.batch_size, run.T = opt.seq_len;
     run.accum_steps = grad_accum_steps(opt, ranks.num_ranks);
+    run.peak_lr = peak_learning_rate(opt);
     open_data(run);
 
     TrainingState& state = run.state;
@@ -373,6 +382,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     state.rank = ranks.rank;
     state.data_ranks = run.mesh.data, state.tensor_parallel = run.mesh.tensor;
     state.pipeline_parallel = run.mesh.pipeline;
+    state.optimizer = run.optimizer.kind;
     state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
     Resumed resumed;
     run.resuming = read_resume_point(run, &resumed);
@@ -416,7 +426,12 @@ static void print_report(const Run& run) {
     printf("batch: B=%d T=%d, %lld tokens per step (%d micro-steps x %d %s), %d steps, %s schedule, lr %.2e\n",
            run.B, run.T, opt.total_batch, run.accum_steps, mesh.data,
            mesh.data == run.ranks.num_ranks ? "ranks" : "data ranks", run.max_steps, schedule_name(opt.schedule),
-           opt.learning_rate);
+           run.peak_lr);
+    if (opt.lr_scaling != "none")
+        printf("lr scaling: %s, %lld tokens per step / --base-batch %lld: peak lr %.3e (-l %.3e)\n",
+               opt.lr_scaling.c_str(), opt.total_batch, opt.base_batch, run.peak_lr, opt.learning_rate);
+    if (run.optimizer.kind != OptimizerKind::ADAMW)
+        printf("optimizer: %s\n", describe_optimizer(run.optimizer).c_str());
     print_data_report(run.data_choice, opt, *run.train_loader, run.max_steps, run.accum_steps, mesh.data);
     if (run.resuming)
         printf("resumed from step %lld in %s%s\n", (long long)run.state.step, opt.output_dir.c_str(),
@@ -465,8 +480,8 @@ static std::string skip_reason_text(UpdateVerdict verdict, double loss_z, double
 }
 
 // One optimizer step: the micro-batches' gradients (each scaled by 1/accum_steps, so the gradients are
-// those of the step's mean loss), the norm, clipping, AdamW (skipped when the loss or the norm is not
-// finite, or an outlier: -sl, -sg), and the step line. The model takes the whole step at once
+// those of the step's mean loss), the norm, clipping, the optimizer's update (skipped when the loss or
+// the norm is not finite, or an outlier: -sl, -sg), and the step line. The model takes the whole step at once
 // (TrainModel::optimizer_step): a GPU model decides on the device whether to apply the update, from the
 // loss and the norm it computed there, and reads them back once, after the update was issued; the
 // detectors here then take the values it reports, as every rank's model reports the same.
@@ -475,9 +490,9 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     TrainModel& model = *run.model;
     const auto start = std::chrono::steady_clock::now();
     StepUpdate update;
-    update.adamw.learning_rate = (float)learning_rate_at(
-        {opt.schedule, opt.learning_rate, opt.warmup_steps, run.max_steps, opt.final_lr_fraction}, step - 1);
-    update.adamw.weight_decay = (float)opt.weight_decay;
+    update.optimizer = run.optimizer;
+    update.optimizer.learning_rate = (float)learning_rate_at(
+        {opt.schedule, run.peak_lr, opt.warmup_steps, run.max_steps, opt.final_lr_fraction}, step - 1);
     update.step = step;
     update.clip_norm = GRAD_CLIP;
     update.skip_loss_z = opt.skip_loss_z, update.skip_norm_z = opt.skip_norm_z;
@@ -496,7 +511,7 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     StepMetrics m;
     m.step = step;
     m.has_train = true;
-    m.loss = loss, m.lr = update.adamw.learning_rate, m.norm = norm, m.ms = ms;
+    m.loss = loss, m.lr = update.optimizer.learning_rate, m.norm = norm, m.ms = ms;
     m.tokens_per_s = opt.total_batch / (ms / 1000.0);
     run.clock.add_step(ms);
     const double peak = model.peak_flops() * run.ranks.num_ranks;

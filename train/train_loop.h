@@ -1,5 +1,5 @@
 // The training loop, written once for every trainer: flags → setup (model shape, data, resume point,
-// all checked before anything is written) → report → steps (accumulation, clipping, AdamW, validation,
+// all checked before anything is written) → report → steps (accumulation, clipping, the optimizer, validation,
 // samples, checkpoints, metrics) → teardown. A trainer supplies its defaults and a function that
 // creates its TrainModel (base/train_model.h); train_gpt_cpu.cpp and train_gpt.cu are each that plus
 // a short main().
@@ -35,6 +35,8 @@ struct TrainerSpec {
     std::function<double()> device_memory;
     // Whether the trainer splits a model across ranks (-tp, -pp).
     bool model_parallel = false;
+    // Whether its model runs AdamW only (--optimizer lamb and lars are then refused at start-up).
+    bool runs_adamw_only = false;
 };
 
 // Parses argv, trains, and returns the process exit status (0, 1 after an "error:" line, or 128 +

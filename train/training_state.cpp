@@ -21,13 +21,13 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t hash) {
 
 // The fixed-size start of the payload as a list of byte ranges, in file order, shared by writer and
 // reader. Version 1 ended it with a `sharded` flag (always 0 in the files read here) where version 2
-// has the mesh.
+// has the mesh and the optimizer (a field that was reserved, and written as 0, before LAMB and LARS).
 struct Piece {
     void* data;
     size_t bytes;
 };
 struct MeshFields {
-    int32_t data_ranks, tensor_parallel, pipeline_parallel, reserved;
+    int32_t data_ranks, tensor_parallel, pipeline_parallel, optimizer;
 };
 static std::vector<Piece> fixed_pieces(TrainingState& s, uint32_t version, MeshFields* mesh,
                                        int64_t* v1_sharded) {
@@ -74,7 +74,7 @@ void write_training_state(const std::string& path, const TrainingState& state) {
         s.params.size() != s.adam_v.size())
         fail("internal error: a training state's ranges list %zu elements, its arrays hold %zu, %zu, %zu",
              ranges_size(s.ranges), s.params.size(), s.adam_m.size(), s.adam_v.size());
-    MeshFields mesh = {s.data_ranks, s.tensor_parallel, s.pipeline_parallel, 0};
+    MeshFields mesh = {s.data_ranks, s.tensor_parallel, s.pipeline_parallel, (int32_t)s.optimizer};
     uint64_t range_count = s.ranges.size();
     uint64_t lengths[3] = {s.params.size(), s.adam_m.size(), s.adam_v.size()};
     std::vector<Piece> pieces = fixed_pieces(s, TRAINING_STATE_VERSION, &mesh, nullptr);
@@ -175,6 +175,9 @@ static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t l
     }
     s.data_ranks = mesh.data_ranks, s.tensor_parallel = mesh.tensor_parallel;
     s.pipeline_parallel = mesh.pipeline_parallel;
+    if (mesh.optimizer < 0 || mesh.optimizer >= kOptimizerKinds)
+        fail("%s: unknown optimizer %d (0 adamw, 1 lamb, 2 lars)", path.c_str(), mesh.optimizer);
+    s.optimizer = (OptimizerKind)mesh.optimizer;
     for (int i = 0; i < 3; i++) lengths[i] = in.u64();
     // Compared one by one: a sum of three corrupt lengths could wrap around to the right total.
     const uint64_t floats = (in.end - in.at) / 4;
@@ -202,7 +205,7 @@ static void check_run_fields(const TrainingState& s, const uint64_t lengths[3], 
             fail("%s: outlier window out of range (count %d, next %d; window %d)", path.c_str(),
                  d->count, d->next, OutlierDetector::WINDOW);
     if (lengths[0] != lengths[1] || lengths[0] != lengths[2])
-        fail("%s: master weights and AdamW moments differ in length", path.c_str());
+        fail("%s: master weights and optimizer moments differ in length", path.c_str());
 }
 
 // The ranges: a version 1 state holds the whole model (its ranges are set here); each range lies
@@ -278,4 +281,11 @@ void check_same_run(const RunShape& saved, const RunShape& now, const std::strin
         if (f.saved != f.now)
             fail("%s: saved with %s = %lld, this run has %lld", path.c_str(), f.flag, f.saved,
                  f.now);
+}
+
+void check_same_optimizer(OptimizerKind saved, OptimizerKind current, const std::string& path) {
+    if (saved != current)
+        fail("%s: written by --optimizer %s, this run asks for --optimizer %s: resume with --optimizer %s, or "
+             "start a new run in another folder", path.c_str(), optimizer_name(saved), optimizer_name(current),
+             optimizer_name(saved));
 }

@@ -4,12 +4,16 @@
 //           FNV-1a 64 checksum of the payload (u64)
 //   payload RunShape (the run's configuration, checked on resume), step, data loader position,
 //           sampling RNG state, the loss and grad-norm outlier windows, the mesh that wrote it
-//           (data ranks, -tp, -pp), then the part of the fp32 master weights and AdamW m and v this
-//           rank is responsible for: its ranges in ParamLayout order (u64 count, then u64 offset and
-//           length pairs) and the three arrays (u64 lengths, then fp32 values).
+//           (data ranks, -tp, -pp) and the optimizer (i32: 0 AdamW, 1 LAMB, 2 LARS; files written
+//           before LAMB and LARS existed hold 0 there), then the part of the fp32 master weights and
+//           the optimizer's m and v this rank is responsible for: its ranges in ParamLayout order (u64
+//           count, then u64 offset and length pairs) and the three arrays (u64 lengths, then fp32
+//           values). AdamW and LAMB keep their first and second moments in m and v; LARS keeps its
+//           momentum buffer in m and writes v as zeros, so that every file has three arrays of one
+//           length.
 // The files of all ranks of a checkpoint cover the model exactly once (base/model_part.h), so a run
 // on any mesh and ZeRO stage reassembles them without knowing how they were cut. Version 1 files
-// (whole-model state without ranges) are read too.
+// (whole-model state without ranges) are read too, as AdamW's.
 // Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
 // checksum, each failure a one-line InputError naming the file; the checksum is streamed, so a reader
 // can check a file and then take only slices of its arrays (open_training_state).
@@ -22,6 +26,7 @@
 #include "base/file_io.h"
 #include "base/gpt_config.h"
 #include "base/model_part.h"
+#include "base/optimizer_settings.h"
 #include "base/outlier_detector.h"
 #include "train/dataloader.h"
 
@@ -45,6 +50,7 @@ struct TrainingState {
     OutlierDetector loss_detector, norm_detector;  // windows behind -sl and -sg
     int32_t data_ranks = 1;  // data-parallel ranks: the loader's slices (shape.num_ranks are all ranks)
     int32_t tensor_parallel = 1, pipeline_parallel = 1;  // the rest of the mesh that wrote it
+    OptimizerKind optimizer = OptimizerKind::ADAMW;      // whose state adam_m and adam_v hold
     std::vector<LayoutRange> ranges;  // where params, adam_m, adam_v belong in ParamLayout order
     std::vector<float> params;        // fp32 master weights
     std::vector<float> adam_m, adam_v;
@@ -78,6 +84,9 @@ TrainingStateFile open_training_state(const std::string& path);
 
 // Throws InputError naming the file and the first field where saved and current differ.
 void check_same_run(const RunShape& saved, const RunShape& current, const std::string& path);
+// Throws InputError when the state was written by another optimizer than this run's: one optimizer's
+// moments are no starting point for another's.
+void check_same_optimizer(OptimizerKind saved, OptimizerKind current, const std::string& path);
 
 // FNV-1a 64 over bytes, continuing from hash (start with FNV_OFFSET).
 constexpr uint64_t FNV_OFFSET = 0xCBF29CE484222325ull;

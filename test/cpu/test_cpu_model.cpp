@@ -215,7 +215,7 @@ TEST(api_single_batch_overfits) {
               params.begin() + layout.offset[WTE] + (size_t)c.padded_vocab_size * c.channels, 0.0f);
     const std::vector<int> in = random_tokens(B * T, c.vocab_size, rng),
                            tg = random_tokens(B * T, c.vocab_size, rng);
-    AdamWSettings adamw;
+    OptimizerSettings adamw;
     adamw.learning_rate = 1e-2f;
     adamw.weight_decay = 0.0f;
     float first = 0, loss = 0;
@@ -225,7 +225,7 @@ TEST(api_single_batch_overfits) {
         gpt_cpu_zero_grad(model);
         gpt_cpu_backward(model, 1.0f);
         CHECK(std::isfinite(gpt_cpu_grad_norm(model)));
-        gpt_cpu_adamw_update(model, adamw, step);
+        gpt_cpu_update(model, adamw, step);
         if (loss < 0.05f) break;
     }
     CHECK_MSG(first > 4.5f, "initial loss %.3f should be near ln(200) = 5.3", first);

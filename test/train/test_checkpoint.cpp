@@ -168,6 +168,43 @@ TEST(training_state_with_fields_out_of_range_is_refused) {
     expect_input_error([&] { read_training_state(path); }, {path, "array lengths do not match"});
 }
 
+// The optimizer sits in the mesh's fourth i32, which files written before LAMB and LARS hold as 0:
+// 0 reads as AdamW, LAMB and LARS come back as written (their files differ from AdamW's in that field
+// and the checksum alone), any other value is refused, and a resume under another optimizer too.
+TEST(training_state_names_its_optimizer) {
+    const std::string path = tst::make_temp_dir() + "/state.bin";
+    TrainingState s = sample_state();
+    write_training_state(path, s);
+    const std::vector<unsigned char> adamw = read_all(path);
+    const size_t n = s.params.size();
+    const size_t optimizer_at = adamw.size() - 3 * n * 4 - 3 * 8 - 16 - 8 - 16 + 12;
+    int32_t field = -1;
+    memcpy(&field, &adamw[optimizer_at], 4);
+    CHECK(field == 0 && read_training_state(path).optimizer == OptimizerKind::ADAMW);
+    for (OptimizerKind kind : {OptimizerKind::LAMB, OptimizerKind::LARS}) {
+        s.optimizer = kind;
+        write_training_state(path, s);
+        std::vector<unsigned char> bytes = read_all(path);
+        CHECK(read_training_state(path).optimizer == kind);
+        memcpy(&field, &bytes[optimizer_at], 4);
+        CHECK(field == (int32_t)kind);
+        memset(&bytes[24], 0, 8), memset(&bytes[optimizer_at], 0, 4);
+        std::vector<unsigned char> expected = adamw;
+        memset(&expected[24], 0, 8);
+        CHECK(bytes == expected);
+    }
+    std::vector<unsigned char> bytes = adamw;
+    field = 3;
+    memcpy(&bytes[optimizer_at], &field, 4);
+    const uint64_t checksum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    memcpy(&bytes[24], &checksum, 8);
+    write_all(path, bytes);
+    expect_input_error([&] { read_training_state(path); }, {path, "unknown optimizer 3"});
+    expect_input_error([&] { check_same_optimizer(OptimizerKind::ADAMW, OptimizerKind::LARS, "st.bin"); },
+                       {"st.bin", "written by --optimizer adamw", "asks for --optimizer lars"});
+    check_same_optimizer(OptimizerKind::LAMB, OptimizerKind::LAMB, "st.bin");
+}
+
 TEST(resume_rejects_a_different_run) {
     TrainingState s = sample_state();
     RunShape other = s.shape;

@@ -1,5 +1,6 @@
 // Tests of the learning-rate schedules against values worked out by hand from llm.c's definitions
-// (lr 1e-3, final fraction 0.1 → min 1e-4), and of the outlier detector behind -sl / -sg.
+// (lr 1e-3, final fraction 0.1 → min 1e-4), of the peak's scaling to the batch (--lr-scaling), and of
+// the outlier detector behind -sl / -sg.
 #include <cmath>
 
 #include "base/outlier_detector.h"
@@ -61,6 +62,23 @@ TEST(schedule_names) {
         CHECK(std::string(schedule_name(k)) == name);
     }
     CHECK(!parse_schedule_kind("Cosine", &k));
+}
+
+// --lr-scaling: -l 1e-3 tuned at 65536 tokens per step, a run of 524288 (8 times as many).
+TEST(learning_rate_scaled_to_the_batch) {
+    CHECK_NEAR(scaled_peak_lr(1e-3, LRScaling::NONE, 524288, 65536), 1e-3, 0);
+    CHECK_NEAR(scaled_peak_lr(1e-3, LRScaling::LINEAR, 524288, 65536), 8e-3, 1e-15);
+    CHECK_NEAR(scaled_peak_lr(1e-3, LRScaling::SQRT, 524288, 65536), 1e-3 * std::sqrt(8.0), 1e-15);
+    CHECK_NEAR(scaled_peak_lr(1e-3, LRScaling::LINEAR, 16384, 65536), 2.5e-4, 1e-15);  // a smaller batch
+    TrainOptions o;
+    o.learning_rate = 6e-4, o.total_batch = 4096, o.lr_scaling = "sqrt", o.base_batch = 1024;
+    CHECK_NEAR(peak_learning_rate(o), 1.2e-3, 1e-15);
+    LRScaling rule;
+    for (const char* name : {"none", "linear", "sqrt"}) {
+        CHECK(parse_lr_scaling(name, &rule));
+        CHECK(std::string(lr_scaling_name(rule)) == name);
+    }
+    CHECK(!parse_lr_scaling("square-root", &rule));
 }
 
 TEST(outlier_z_scores) {

@@ -20,38 +20,12 @@
 #include "base/model_file.h"
 #include "base/rng.h"
 #include "test/train/host_test_util.h"
+#include "test/train/trainer_runs.h"
 #include "train/checkpoint.h"
 #include "train/hellaswag.h"
 
 // Head size 32: the smallest the CUDA attention kernels support.
 static const char* MODEL = "custom:L2:C64:H2:V64:T16";
-
-static std::string trainer() {
-    const char* bin = getenv("BIN");
-    const char* name = getenv("TRAINER");
-    return std::string(bin && *bin ? bin : ".") + "/" + (name && *name ? name : "train_gpt_cpu");
-}
-
-// A directory with train.bin and val.bin of pseudo-random tokens below 64.
-static std::string data_dir() {
-    const std::string dir = tst::make_temp_dir();
-    Rng rng(3);
-    for (const char* name : {"train", "val"}) {
-        std::vector<uint16_t> tokens(name[0] == 't' ? 3000 : 600);
-        for (uint16_t& t : tokens) t = (uint16_t)rng.below(64);
-        write_shard(dir + "/" + name + ".bin", tokens);
-    }
-    // A decode table for samples: token i is the letter 'A' + i (EOT is the last token).
-    DecodeTable table;
-    for (int i = 0; i < 64; i++) table.token_bytes.push_back(std::string(1, (char)('A' + i)));
-    table.eot_token = 63;
-    write_decode_table(dir + "/tokenizer.bin", table);
-    return dir;
-}
-
-static int run_trainer(const std::string& args, std::string* output) {
-    return tst::run_command(trainer() + " " + args, output);
-}
 
 // The "step N/M | loss X | lr Y | norm Z" part of each step line, and the "val loss" lines:
 // everything a run prints that must not depend on timing.
@@ -79,10 +53,6 @@ static std::vector<std::string> sample_lines(const std::string& output) {
     return samples;
 }
 
-static double last_loss(const std::string& output) {
-    size_t at = output.rfind("| loss ");
-    return at == std::string::npos ? NAN : atof(output.c_str() + at + 7);
-}
 
 TEST(trainer_help_exits_cleanly) {
     std::string out;
@@ -209,21 +179,6 @@ TEST(gpu_telemetry_every_n_steps) {
     }
 }
 
-// Runs the trainer expecting failure: non-zero exit, exactly one output line, starting "error:"
-// and containing every word; and `out_dir` afterwards holds exactly what it held before.
-static void fails_cleanly(const std::string& args, const std::vector<std::string>& words,
-                          const std::string& out_dir) {
-    std::string before, after, out;
-    tst::run_command("ls -A " + out_dir + " 2>/dev/null", &before);
-    int rc = run_trainer(args, &out);
-    tst::run_command("ls -A " + out_dir + " 2>/dev/null", &after);
-    CHECK_MSG(rc != 0, "exit 0 for: %s", args.c_str());
-    CHECK_MSG(out.rfind("error: ", 0) == 0 && out.find('\n') == out.size() - 1,
-              "not one error line: %s", out.c_str());
-    for (const std::string& w : words)
-        CHECK_MSG(out.find(w) != std::string::npos, "'%s' lacks '%s'", out.c_str(), w.c_str());
-    CHECK_MSG(before == after, "output folder changed: '%s' → '%s'", before.c_str(), after.c_str());
-}
 
 TEST(bad_input_fails_cleanly) {
     const std::string data = data_dir(), fresh = tst::make_temp_dir() + "/out";

@@ -181,7 +181,7 @@ TEST(five_adamw_steps_match_reference) {
         const double gpu_norm = gpu.grad_norm(), cpu_norm = cpu.grad_norm();
         CHECK_MSG(std::fabs(gpu_norm - cpu_norm) <= GRADIENT_TOLERANCE * cpu_norm,
                   "step %d: gradient norm %.6f vs reference %.6f", step, gpu_norm, cpu_norm);
-        AdamWSettings s;
+        OptimizerSettings s;
         s.learning_rate = 1e-3f;
         s.weight_decay = 0.1f;
         s.grad_scale = cpu_norm > 1.0 ? (float)(1.0 / cpu_norm) : 1.0f;
@@ -271,7 +271,7 @@ TEST(one_rank_nccl_paths_match_no_communication) {
             gpu.zero_grad();
             gpu.forward_backward(inputs.data(), targets.data(), B, T, 1.0f, true);
             norms->push_back(gpu.grad_norm());
-            AdamWSettings s;
+            OptimizerSettings s;
             s.learning_rate = 1e-3f;
             s.weight_decay = 0.1f;
             gpu.update(s, step);
@@ -356,8 +356,8 @@ TEST(measured_overhead_names_the_rank_furthest_over_its_plan) {
 // The loop's step settings: lr 1e-3, weight decay 0.1, clipping at 1, no skips unless set.
 StepUpdate step_update(int step) {
     StepUpdate u;
-    u.adamw.learning_rate = 1e-3f;
-    u.adamw.weight_decay = 0.1f;
+    u.optimizer.learning_rate = 1e-3f;
+    u.optimizer.weight_decay = 0.1f;
     u.step = step;
     return u;
 }
@@ -394,7 +394,7 @@ TEST(optimizer_step_matches_the_separate_calls) {
         const StepUpdate u = step_update(step);
         const StepOutcome r = whole.optimizer_step(micro_steps, B, T, a, u, [](double x) { return x; });
         const double loss = parts.train_step(micro_steps, B, T, b), norm = parts.grad_norm();
-        AdamWSettings s = u.adamw;
+        OptimizerSettings s = u.optimizer;
         s.grad_scale = clip_scale(norm, u.clip_norm);
         parts.update(s, step);
         CHECK_MSG(r.loss == loss && r.norm == norm && r.verdict == UpdateVerdict::APPLY,
