@@ -197,7 +197,7 @@ ifneq ($(CUDA_INCLUDE),)
   endif
   ifneq ($(MPI_LIBS),)
     MULTI_RANK_TESTS := $(patsubst %,$(BUILD)/test/parallel/%,test_data_parallel test_tensor_parallel \
-                          test_pipeline_parallel)
+                          test_pipeline_parallel test_layer_adaptation)
     ifneq ($(SAN),1)
       TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh
       # The multi-rank suites run with the emulator's streams queued (EMU_STREAMS, emu/README.md), so that
@@ -209,22 +209,28 @@ ifneq ($(CUDA_INCLUDE),)
                                            $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(BIN)/train_gpt_emu $(BIN)/train_gpt_cpu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
-    # The emulator's queued streams against the trainer's stream order (test_stream_order.cpp), with a
-    # trainer that leaves out the wait TEST_DROP_WAIT names (parallel/comm/stream_wait.h), in gpt_passes.cu.
-    DROP_WAIT_TRAINER := $(BUILD)/test/parallel/train_gpt_emu_fp32_drop_wait
+    # Deliberately broken variants of the trainer for the tests that must catch them (-DTEST_BROKEN_VARIANTS,
+    # each chosen at run time by an environment variable): gpt_passes.cu leaves out the cross-stream wait
+    # TEST_DROP_WAIT names (parallel/comm/stream_wait.h: test_stream_order.cpp), optimizer.cu with
+    # TEST_LOCAL_TRUST_RATIO=1 takes LAMB's and LARS's norms over each rank's pieces
+    # (test_layer_adaptation.cpp).
+    BROKEN_TRAINER := $(BUILD)/test/parallel/train_gpt_emu_fp32_broken
+    BROKEN_SOURCES := gpt_passes optimizer
     ifneq ($(SAN),1)
       TESTS += $(BUILD)/test/parallel/test_stream_order
     endif
-    $(BUILD)/test/parallel/gpt_passes.drop_wait.fp32.emu.o: gpu/gpt_passes.cu
+    $(BUILD)/test/parallel/%.broken.fp32.emu.o: gpu/%.cu
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(STAND_INS_CXXFLAGS) $(EMU_CXXFLAGS) -DENABLE_FP32 -DTEST_DROP_WAIT \
+	$(CXX) $(CXXFLAGS) $(STAND_INS_CXXFLAGS) $(EMU_CXXFLAGS) -DENABLE_FP32 -DTEST_BROKEN_VARIANTS \
 	  -c $< -o $@
-    $(DROP_WAIT_TRAINER): $(BUILD)/train_gpt.fp32.emu.o $(filter-out %/gpt_passes.fp32.emu.o,$(GPU_MODEL_EMU_FP32_OBJS)) \
-                          $(BUILD)/test/parallel/gpt_passes.drop_wait.fp32.emu.o $(TRAINER_EMU_OBJS)
+    $(BROKEN_TRAINER): $(BUILD)/train_gpt.fp32.emu.o \
+                       $(filter-out $(patsubst %,\%/%.fp32.emu.o,$(BROKEN_SOURCES)),$(GPU_MODEL_EMU_FP32_OBJS)) \
+                       $(patsubst %,$(BUILD)/test/parallel/%.broken.fp32.emu.o,$(BROKEN_SOURCES)) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
+    $(BUILD)/test/parallel/test_layer_adaptation: | $(BROKEN_TRAINER)
     $(BUILD)/test/parallel/test_stream_order: $(BUILD)/test/parallel/test_stream_order.o $(HOST_OBJS) \
-                                              $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(DROP_WAIT_TRAINER)
+                                              $(TEST_MAIN) | $(BIN)/train_gpt_emu_fp32 $(BROKEN_TRAINER)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
   endif

@@ -83,7 +83,6 @@ int main(int argc, char** argv) {
         return std::unique_ptr<TrainModel>(new GPUModel(config, opt, world));
     };
     spec.model_parallel = true;
-    spec.runs_adamw_only = true;  // gpu/optimizer.h: AdamW's kernels only, so far
     spec.report_ignored_flags = [world](const TrainOptions& opt) {
         if (opt.zero_stage && !world.nccl)
             printf("note: -z (ZeRO) shards across ranks; with one rank it has no effect\n");

@@ -32,3 +32,13 @@ inline std::vector<ModelTensor> model_tensors(const GPTConfig& c) {
     }
     return tensors;
 }
+
+// Where tensor (kind, layer) is in model_tensors(c)'s list (layer ignored for wte, wpe and ln_f's
+// tensors), and how long the list is: the CUDA trainer's layer-adaptive optimizers number their
+// per-tensor norms so (kernels/layer_adaptive.h), the same on every rank.
+inline int model_tensor_index(const GPTConfig& c, int kind, int layer) {
+    int index = 0;
+    for (int k = 0; k < kind; k++) index += is_per_layer(k) ? c.num_layers : 1;
+    return index + (kind < NUM_PARAM_TENSORS && is_per_layer(kind) ? layer : 0);
+}
+inline int model_tensor_count(const GPTConfig& c) { return model_tensor_index(c, NUM_PARAM_TENSORS, 0); }

@@ -36,6 +36,16 @@ inline const char* optimizer_name(OptimizerKind kind) {
     return "?";
 }
 
+// "AdamW", "LAMB", "LARS": as the reports print them.
+inline const char* optimizer_title(OptimizerKind kind) {
+    switch (kind) {
+        case OptimizerKind::ADAMW: return "AdamW";
+        case OptimizerKind::LAMB: return "LAMB";
+        case OptimizerKind::LARS: return "LARS";
+    }
+    return "?";
+}
+
 // "adamw" | "lamb" | "lars" → kind; false if unknown.
 inline bool parse_optimizer_kind(const char* name, OptimizerKind* kind) {
     for (int k = 0; k < kOptimizerKinds; k++)

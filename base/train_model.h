@@ -135,8 +135,7 @@ public:
         return loss;
     }
     virtual double grad_norm() = 0;  // global L2 norm of the gradients
-    // One step of settings.kind's optimizer; step counts from 1 (bias correction). A model that
-    // runs only some optimizers is refused the others at start-up (TrainerSpec::runs_adamw_only).
+    // One step of settings.kind's optimizer; step counts from 1 (bias correction).
     virtual void update(const OptimizerSettings& settings, int step) = 0;
     // A whole optimizer step as the loop runs it: train_step's gradients, their norm, the verdict and
     // (unless skipped) the clipped update; returns the loss (mean_over_ranks gives the mean of every

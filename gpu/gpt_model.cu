@@ -26,7 +26,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       buckets_(make_param_buckets(config, mesh_.shard, model_slice(mesh_, stage_))),
       params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.shard_rank(), shard_groups(mesh_),
               fp32_gradient_reduction(opt)),
-      optimizer_(params_, fp32_master_weights(opt)),
+      optimizer_(params_, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt), &config),
       graphs_(uses_cuda_graphs(opt, mesh_, params_.sharding())),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
@@ -83,7 +83,8 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     optimizer_.request_memory(&arena_);
     request_step_buffers(&arena_, &buf_, config_, opt, tp_, stage_);
     memory_ = arena_.memory();
-    planned_traffic_ = plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_);
+    planned_traffic_ = plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_,
+                                    optimizer_.planned_bytes(comms_.data ? mesh_.size() : 1, world_within_one_node(mesh_)));
     set_planned_traffic(&memory_, planned_traffic_);
     memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
     const std::vector<int> communicators = mesh_communicator_sizes(
@@ -106,7 +107,7 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     CUDA_CHECK(cudaMallocHost(&control_host_, sizeof(StepControl)));
     reserve_pinned_tokens(accum_steps_);
     params_.start(stream_, comms_.data, comms_.shard, comms_.replicas, comms_.weight_gathers);
-    optimizer_.start(stream_);
+    optimizer_.start(stream_, world_.nccl, world_within_one_node(mesh_));
     // The padded vocabulary rows' logits gradient is zero, but the classifier only writes rows it
     // sees; start every buffer defined.
     if (stage_.last)
@@ -133,9 +134,10 @@ std::string GPUModel::description() const {
     if (pipeline_.stages() > 1)
         append(strprintf("pipeline stage %d of %d (layers %d-%d, %s)", mesh_.stage, mesh_.pipeline,
                          stage_.first_layer, stage_.end_layer - 1, schedule_.c_str()));
-    return strprintf("CUDA on %s%s, %s storage%s, fp32 AdamW state, recompute -r %d%s; %s", device_name_.c_str(),
+    return strprintf("CUDA on %s%s, %s storage%s, fp32 %s state, recompute -r %d%s; %s", device_name_.c_str(),
                      peak_text_.c_str(), PRECISION_NAME,
-                     optimizer_.keeps_master_weights() ? " with fp32 master weights" : "", recompute_,
+                     optimizer_.keeps_master_weights() ? " with fp32 master weights" : "",
+                     optimizer_title(optimizer_.kind()), recompute_,
                      parallel.empty() ? "" : (", " + parallel).c_str(), graphs_text_.c_str());
 }
 

@@ -370,6 +370,7 @@ void GPUModel::update(const OptimizerSettings& s, int step) {
 
 void GPUModel::reset_traffic() {
     params_.reset_bytes_sent();
+    optimizer_.reset_bytes_sent();
     tp_.reset_bytes_sent();
     pipeline_.reset_bytes_sent();
 }
@@ -377,6 +378,7 @@ void GPUModel::reset_traffic() {
 Traffic GPUModel::traffic_sent() const {
     Traffic t;
     t.data = params_.bytes_sent(), t.tensor = tp_.by_node(tp_.bytes_sent()), t.pipeline = pipeline_.bytes_sent();
+    t.data += optimizer_.bytes_sent();
     return t;
 }
 

@@ -36,10 +36,11 @@ static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& t
 
 Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
                      const PipelineStage& stage, const ParameterStore& params, const PipelineParallel& pipeline,
-                     int micro_steps) {
+                     int micro_steps, SentBytes optimizer) {
     const int N = opt.batch_size * opt.seq_len;
     Traffic t;
     t.data = params.planned_bytes(micro_steps);
+    t.data += optimizer;
     t.tensor = tp.by_node(plan_tensor_bytes(config, tp, stage, N, micro_steps,
                                             params.reduces_gradients(false) ? micro_steps : 1, params.gradient_bytes()));
     const int vocabulary = params.buckets().vocabulary_bucket();  // the tied embedding's gradients, as reduced
@@ -86,13 +87,15 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     DeviceArena arena;
     ParameterStore params(make_param_buckets(config, mesh.shard, model_slice(mesh, stage)),
                           zero_sharding(opt, communicates), 0, shard_groups(mesh), fp32_gradient_reduction(opt));
-    Optimizer optimizer(params, fp32_master_weights(opt));
+    Optimizer optimizer(params, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt), &config);
     params.request_memory(&arena);
     optimizer.request_memory(&arena);
     StepBuffers buffers;
     request_step_buffers(&arena, &buffers, config, opt, tp, stage);
     ModelMemory memory = arena.memory();
-    set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps));
+    set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps,
+                                              optimizer.planned_bytes(communicates ? mesh.size() : 1,
+                                                                      world_within_one_node(mesh))));
     const int graphs = micro_step_graphs(uses_cuda_graphs(opt, mesh, params.sharding()), params, micro_steps);
     const std::vector<int> communicators =
         mesh_communicator_sizes(mesh, communicates, params.sharding().weights, communicators_may_overlap());

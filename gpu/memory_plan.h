@@ -17,10 +17,11 @@
 
 // What one optimizer step of `micro_steps` micro-steps sends in each group, on the rank these
 // objects describe: the tensor group's operations of gpt_layers.cu and gpt_passes.cu, the parameter
-// store's, the pipeline's.
+// store's, the pipeline's; `optimizer` what the optimizer's update sends (counted with the data
+// group's: gpu/optimizer.h).
 Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
                      const PipelineStage& stage, const ParameterStore& params, const PipelineParallel& pipeline,
-                     int micro_steps);
+                     int micro_steps, SentBytes optimizer);
 // The traffic into the report's fields.
 void set_planned_traffic(ModelMemory* memory, const Traffic& traffic);
 // Whether micro-steps and updates replay as CUDA graphs: --cuda-graphs, and neither a pipeline nor

@@ -8,6 +8,7 @@
 
 #include "base/gpt_config.h"
 #include "base/ranks.h"
+#include "base/optimizer_settings.h"
 #include "base/train_options.h"
 #include "parallel/plan/mesh.h"
 #include "parallel/plan/param_buckets.h"
@@ -51,9 +52,23 @@ inline int planned_node_ranks(const TrainOptions& opt, const RankGroup* ranks) {
     return ranks ? ranks->node_ranks : kDryRunNodeRanks;
 }
 
+// Whether every rank of the mesh sits on one node (the collectives over all of them stay within it).
+inline bool world_within_one_node(const Mesh& mesh) { return mesh.node_ranks <= 0 || mesh.size() <= mesh.node_ranks; }
+
 // Sequence parallelism: -sp, on by default with -tp > 1.
 inline bool sequence_parallel(const TrainOptions& opt) {
     return opt.tensor_parallel > 1 && opt.sequence_parallel != 0;
+}
+
+// The optimizer --optimizer names (checked by the flags before a model is made), and the tensors
+// LAMB and LARS rescale (--layer-adaptation).
+inline OptimizerKind optimizer_kind(const TrainOptions& opt) {
+    OptimizerKind kind = OptimizerKind::ADAMW;
+    parse_optimizer_kind(opt.optimizer.c_str(), &kind);
+    return kind;
+}
+inline LayerAdaptation layer_adaptation(const TrainOptions& opt) {
+    return opt.layer_adaptation == "matrices" ? LayerAdaptation::MATRICES : LayerAdaptation::ALL;
 }
 
 // fp32 master weights beside the working weights: with bf16 storage unless -w 0.

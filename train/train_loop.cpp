@@ -362,9 +362,6 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
         fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");
     validate_train_options(&opt, run.config, planned);
-    if (spec.runs_adamw_only && opt.optimizer != "adamw")
-        fail("--optimizer %s: the CUDA trainer runs AdamW only (its LAMB and LARS kernels are still to come); "
-             "train with train_gpt_cpu, or use --optimizer adamw", opt.optimizer.c_str());
     run.optimizer = optimizer_settings(opt);
     if (opt.dry_run) {
         *status = print_run_plan(spec, opt, run.config, planned, run.main_rank);

@@ -35,8 +35,6 @@ struct TrainerSpec {
     std::function<double()> device_memory;
     // Whether the trainer splits a model across ranks (-tp, -pp).
     bool model_parallel = false;
-    // Whether its model runs AdamW only (--optimizer lamb and lars are then refused at start-up).
-    bool runs_adamw_only = false;
 };
 
 // Parses argv, trains, and returns the process exit status (0, 1 after an "error:" line, or 128 +

@@ -140,6 +140,19 @@ inline std::vector<float> master_weights(const std::string& dir, int step, int r
 
 inline std::string out_dir() { return tst::make_temp_dir() + "/out"; }
 
+// The trainer built with the tests' deliberately broken variants (Makefile: TEST_BROKEN_VARIANTS).
+inline std::string broken_trainer() {
+    const char* build = getenv("BUILD");
+    return std::string(build && *build ? build : "build") + "/test/parallel/train_gpt_emu_fp32_broken";
+}
+
+// How far the weights of checkpoint `step` in `dir` are from those in `reference_dir` (relative L2).
+inline double weight_difference(const std::string& dir, const std::string& reference_dir, int step) {
+    const ModelFile x = read_model_file(checkpoint_model_path(dir, step));
+    const ModelFile y = read_model_file(checkpoint_model_path(reference_dir, step));
+    return tst::rel_l2_error(x.params.data(), y.params.data(), y.params.size());
+}
+
 // A mesh to compare with one rank: `ranks` MPI ranks with `flags`.
 struct MeshCase {
     int ranks;
