@@ -15,7 +15,8 @@ PARSER_SRCS  := $(addprefix base/,decode_table.cpp errors.cpp file_io.cpp gpu_te
                   model_descriptor.cpp model_file.cpp model_part.cpp outlier_detector.cpp repository.cpp \
                   rng.cpp train_options.cpp) \
                 $(addprefix train/,checkpoint.cpp dataloader.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp \
-                  algorithm_table.cpp metrics_log.cpp run_folder.cpp safetensors.cpp train_flags.cpp training_state.cpp) \
+                  algorithm_table.cpp metrics_log.cpp optimizer_choice.cpp run_folder.cpp safetensors.cpp train_flags.cpp \
+                  training_state.cpp) \
                 data/gpt2_vocab.cpp data/read_file.cpp data/token_shard.cpp
 PARSER_OBJS  := $(patsubst %.cpp,$(FUZZ_OBJ)/%.o,$(PARSER_SRCS))
 
