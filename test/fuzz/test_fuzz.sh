@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The suite's short fuzzing run: every parser's fuzzer (scripts/fuzz.sh) for FUZZ_SECONDS each
-# (default 5), from the committed seeds. PASS when no input crashes; SKIPPED where clang's libFuzzer
+# (default 3), from the committed seeds. PASS when no input crashes; SKIPPED where clang's libFuzzer
 # is missing. Longer runs: bash scripts/fuzz.sh 60.
 set -u
 cd "$(dirname "$0")/../.."
-out=$(bash scripts/fuzz.sh "${FUZZ_SECONDS:-5}" 2>&1)
+out=$(bash scripts/fuzz.sh "${FUZZ_SECONDS:-3}" 2>&1)
 rc=$?
 echo "$out"
 last=$(echo "$out" | tail -n 1)

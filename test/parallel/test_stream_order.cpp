@@ -55,7 +55,7 @@ TEST(a_missing_wait_goes_wrong_only_with_queued_streams) {
         const std::string issued = train(trainer(), c.flags, 0, "", c.model);
         check_same_run(train(broken_trainer(), c.flags, 0, c.wait, c.model), issued, 2, 0.0,
                        strprintf("%s, streams as issued", c.wait).c_str());
-        for (int seed : {1, 2, 3}) {
+        for (int seed : {1, 2}) {
             const double err = weight_difference(train(broken_trainer(), c.flags, seed, c.wait, c.model), issued, 2);
             printf("  %s missing (%s), EMU_STREAMS=%d: weights differ by %.2g\n", c.wait, c.flags, seed, err);
             CHECK_MSG(err > 1e-3, "%s missing, EMU_STREAMS=%d: the weights differ by only %.3g", c.wait, seed, err);
