@@ -75,7 +75,7 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "weight decay (2-D weights only): decoupled in AdamW; part of the step LAMB and LARS rescale"},
         {"", "--optimizer", Kind::STRING, FIELD(optimizer), 0, 0,
          "adamw; lamb or lars for large global batches: each tensor's update rescaled to its weights' "
-         "norm (CUDA trainer: adamw only)"},
+         "norm"},
         {"", "--beta1", Kind::DOUBLE, FIELD(beta1), -1, 1,
          "AdamW and LAMB: the first moment's decay in [0, 1) (-1: 0.9)"},
         {"", "--beta2", Kind::DOUBLE, FIELD(beta2), -1, 1,
