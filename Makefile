@@ -200,6 +200,9 @@ ifneq ($(CUDA_INCLUDE),)
                           test_pipeline_parallel test_layer_adaptation)
     ifneq ($(SAN),1)
       TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh
+      # A rank stopped mid-step (SIGSTOP) among three: the phase timers and the straggler line name it;
+      # the pipeline's bubble and the tensor group's waits timed on two ranks.
+      TESTS += test/parallel/test_straggler.sh test/parallel/test_phase_waits.sh
       # The multi-rank suites run with the emulator's streams queued (EMU_STREAMS, emu/README.md), so that
       # a missing stream wait fails them; the trainer gives the same bits either way (test_stream_order).
       QUEUED_STREAMS_TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh \

@@ -22,6 +22,7 @@
 #include "base/model_part.h"
 #include "base/optimizer_settings.h"
 #include "base/outlier_detector.h"
+#include "base/step_timeline.h"
 
 // What an optimizer step does after its gradients, as the loop asks for it: the optimizer with these settings
 // (grad_scale is decided by the step: clip_norm / norm when the global gradient norm exceeds
@@ -124,6 +125,7 @@ public:
     // runs them in its schedule's order.
     using NextBatch = std::function<void(int* inputs, int* targets)>;
     virtual double train_step(int micro_steps, int B, int T, const NextBatch& next_batch) {
+        mark_phase(StepPhase::FORWARD);  // zeroing the gradients counts with the forward passes
         zero_grad();
         std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
         double loss = 0;
@@ -144,7 +146,10 @@ public:
     virtual StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch,
                                       const StepUpdate& u, const std::function<double(double)>& mean_over_ranks) {
         StepOutcome r;
-        r.loss = mean_over_ranks(train_step(micro_steps, B, T, next_batch));
+        const double loss = train_step(micro_steps, B, T, next_batch);
+        mark_phase(StepPhase::COMM_WAIT);
+        r.loss = mean_over_ranks(loss);
+        mark_phase(StepPhase::OPTIMIZER);
         r.norm = grad_norm();
         r.verdict = update_verdict(r.loss, r.norm, u);
         if (r.verdict == UpdateVerdict::APPLY) {
@@ -167,8 +172,15 @@ public:
         (void)choices, (void)time_the_rest;
         return 0;
     }
+    // Phase timing (base/step_timeline.h): the loop's timeline for the steps to come (null: no timing),
+    // set before the first step. During optimizer_step a model marks in it where its work changes
+    // phase (a GPU model after the step's synchronisation, from events); the loop clears it before each
+    // step and marks what it does itself (reading the batches).
+    virtual void set_step_timeline(StepTimeline* timeline) { timeline_ = timeline; }
     // Lines for the end of a run (e.g. what a step cost the device); empty: nothing.
     virtual std::string end_of_run_report() { return ""; }
+    // The CUDA device this rank computes on (-1: none), for the reports that name a rank.
+    virtual int device_index() const { return -1; }
     // The GPU's clocks, power, temperature and throttle reasons now (base/gpu_telemetry.h), for -lg;
     // a model without a GPU says why there are none.
     virtual GpuTelemetry device_telemetry() {
@@ -228,5 +240,12 @@ public:
     virtual void decode_next(int token, float* logits) {
         (void)token;
         (void)logits;
+    }
+
+protected:
+    StepTimeline* timeline_ = nullptr;
+    // A model that times on the host: its work is in `phase` from now on (set_step_timeline).
+    void mark_phase(StepPhase phase, int layer = -1, bool backward = false) {
+        if (timeline_) timeline_->mark(phase, clock_us(), layer, backward);
     }
 };

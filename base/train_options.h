@@ -49,6 +49,10 @@ struct TrainOptions {
     int hellaswag = 0;             // -h (llm.c's HellaSwag evaluation; --help shows the help)
     std::string hellaswag_file = "dev/data/hellaswag/hellaswag_val.bin";  // where llm.c writes it
     int log_every = 1;             // --log-every: print the step line every N steps
+    // where the time goes (train/step_profile.h)
+    int timers = 1;                     // --timers: 0 off, 1 the slowest phase on the step line, 2 a table
+    double straggler_threshold = 0.2;   // --straggler-threshold: a rank this much slower is named
+    std::string profile_steps;          // --profile-steps A:B: a timeline of steps A..B (trace.json)
     // data order and initialisation
     uint64_t seed = 42;  // --seed: weights, shuffling, sampling
     int shuffle = 0;     // --shuffle: shuffled (1) or sequential (0) data order

@@ -65,6 +65,13 @@ public:
         std::copy(row, row + c.vocab_size, out);
     }
     void zero_grad() override { gpt_cpu_zero_grad(model_); }
+    void set_step_timeline(StepTimeline* timeline) override {
+        TrainModel::set_step_timeline(timeline);
+        if (!timeline) return gpt_cpu_set_phase_marker(model_, nullptr);
+        gpt_cpu_set_phase_marker(model_, [this](StepPhase phase, int layer, bool backward) {
+            mark_phase(phase, layer, backward);
+        });
+    }
     float forward_backward(const int* inputs, const int* targets, int B, int T, float loss_scale,
                            bool) override {
         const float loss = gpt_cpu_forward(model_, inputs, targets, B, T);

@@ -23,6 +23,9 @@ float gpt_cpu_forward(GPTCpu* model, const int* inputs, const int* targets, int 
 const float* gpt_cpu_logits(const GPTCpu* model) { return model->model.logits.data(); }
 
 void gpt_cpu_zero_grad(GPTCpu* model) { model->model.zero_grad(); }
+void gpt_cpu_set_phase_marker(GPTCpu* model, std::function<void(StepPhase, int, bool)> marker) {
+    model->model.on_phase = std::move(marker);
+}
 void gpt_cpu_backward(GPTCpu* model, float loss_scale) { model->model.backward(loss_scale); }
 
 double gpt_cpu_grad_norm(const GPTCpu* model) { return model->model.grad_norm(); }

@@ -4,10 +4,12 @@
 // logging) is the shared host code in train/ and base/. It is also the ground truth the CUDA kernels are tested
 // against.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "base/gpt_config.h"
 #include "base/optimizer_settings.h"
+#include "base/step_phases.h"
 
 struct GPTCpu;  // parameters, gradients, optimizer moments and activations (defined in cpu/gpt_cpu.cpp)
 
@@ -32,6 +34,8 @@ float gpt_cpu_forward(GPTCpu* model, const int* inputs, const int* targets, int 
 const float* gpt_cpu_logits(const GPTCpu* model);  // (B, T, Vp) of the last forward
 
 void gpt_cpu_zero_grad(GPTCpu* model);
+// Told where forward and backward change phase and enter each layer (GPTModel::on_phase); null: not.
+void gpt_cpu_set_phase_marker(GPTCpu* model, std::function<void(StepPhase, int, bool)> marker);
 // Adds loss_scale · d(mean loss of the last forward)/d(params) into the gradients, so gradient
 // accumulation over k micro-batches uses loss_scale = 1/k. Requires a forward with targets
 // (throws std::logic_error otherwise).

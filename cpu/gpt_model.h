@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "base/gpt_config.h"
 #include "base/model_tensors.h"
 #include "base/optimizer_settings.h"
+#include "base/step_phases.h"
 #include "cpu/adamw.h"
 #include "cpu/attention.h"
 #include "cpu/crossentropy.h"
@@ -40,6 +42,12 @@ struct GPTModel {
     ParamLayout layout;
     int max_B, max_T;
     std::vector<Real> params, grads, adam_m, adam_v;  // layout.total each
+    // Where the phase timers are told that the work changes phase (base/step_timeline.h): the phase,
+    // and the layer whose forward or backward pass begins (-1: none). Unset: not timed.
+    std::function<void(StepPhase, int layer, bool backward)> on_phase;
+    void mark(StepPhase phase, int layer = -1, bool backward = false) {
+        if (on_phase) on_phase(phase, layer, backward);
+    }
 
     // What forward saves for backward, sized for max_B · max_T positions (N below); per-layer
     // tensors hold L consecutive slices.
@@ -118,9 +126,11 @@ struct GPTModel {
             targets.assign(target_tokens, target_tokens + N);
         }
 
+        mark(StepPhase::FORWARD);
         encoder_forward(encoded.data(), tokens, p(WTE), p(WPE), B, T, C);
         const Real* x = encoded.data();
         for (int l = 0; l < L; l++) {
+            mark(StepPhase::FORWARD, l);
             Real* l_ln1 = ln1.data() + (size_t)l * N * C;
             Real* l_qkv = qkv.data() + (size_t)l * N * 3 * C;
             Real* l_atty = atty.data() + (size_t)l * N * C;
@@ -145,7 +155,9 @@ struct GPTModel {
             residual_forward(l_res3, l_res2, branch.data(), (size_t)N * C);
             x = l_res3;
         }
+        mark(StepPhase::FORWARD);
         layernorm_forward(lnf.data(), lnf_mean.data(), lnf_rstd.data(), x, p(LNFW), p(LNFB), N, C);
+        mark(StepPhase::LOSS);
         matmul_forward(logits.data(), lnf.data(), p(WTE), (const Real*)nullptr, N, C, Vp);
 
         loss = NAN;
@@ -164,12 +176,14 @@ struct GPTModel {
         const int N = B * T, C = config.channels, L = config.num_layers, NH = config.num_heads;
         const int V = config.vocab_size, Vp = config.padded_vocab_size;
 
+        mark(StepPhase::LOSS);
         fill_zero(dlogits, (size_t)N * Vp);
         crossentropy_backward(dlogits.data(), logits.data(), logsumexp.data(), targets.data(),
                               loss_scale / N, N, V, Vp);
         fill_zero(dlnf, (size_t)N * C);
         matmul_backward(dlnf.data(), g(WTE), (Real*)nullptr, dlogits.data(), lnf.data(), p(WTE), N,
                         C, Vp);
+        mark(StepPhase::BACKWARD);
         const Real* last = residual3.data() + (size_t)(L - 1) * N * C;
         fill_zero(dresidual, (size_t)N * C);
         layernorm_backward(dresidual.data(), g(LNFW), g(LNFB), dlnf.data(), last, p(LNFW),
@@ -179,6 +193,7 @@ struct GPTModel {
         // passes it unchanged into its branch, and the LayerNorm that starts the branch adds the
         // branch's gradient back into it, which leaves d(loss)/d(the add's input).
         for (int l = L - 1; l >= 0; l--) {
+            mark(StepPhase::BACKWARD, l, true);
             const Real* x = l == 0 ? encoded.data() : residual3.data() + (size_t)(l - 1) * N * C;
             const Real* l_ln1 = ln1.data() + (size_t)l * N * C;
             const Real* l_qkv = qkv.data() + (size_t)l * N * 3 * C;
@@ -213,6 +228,7 @@ struct GPTModel {
             layernorm_backward(dresidual.data(), g(LN1W, l), g(LN1B, l), dln.data(), x, p(LN1W, l),
                                &ln1_mean[l * N], &ln1_rstd[l * N], N, C);
         }
+        mark(StepPhase::BACKWARD);
         encoder_backward(g(WTE), g(WPE), dresidual.data(), inputs.data(), B, T, C);
     }
 

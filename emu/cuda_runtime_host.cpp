@@ -405,6 +405,18 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     if (emu::streams_queued() && !emu::capturing(stream)) emu::queue_event_record(event, stream);
     return cudaSuccess;
 }
+// With cudaEventRecordExternal on a capturing stream the record itself is captured: a graph node that
+// records the time each time the graph runs (timing a graph's parts). Otherwise a plain record.
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
+    if (!(flags & cudaEventRecordExternal) || !emu::capturing(stream)) return cudaEventRecord(event, stream);
+    if (!event) return fail(cudaErrorInvalidResourceHandle);
+    event->recorded = true;
+    event->queued = 0;
+    auto time = event->time;
+    emu::record_work(stream, "(event record node)", [time] { *time = std::chrono::steady_clock::now(); },
+                     emu::WorkKind::device);
+    return cudaSuccess;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (!event) return fail(cudaErrorInvalidResourceHandle);
     if (emu::event_in_active_capture(event)) return fail(cudaErrorCapturedEvent);

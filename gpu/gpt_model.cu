@@ -50,6 +50,8 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
                                           : "CUDA graphs off (ZeRO-2/3 run without them)";
     read_device(opt);
     allocate(opt, world.num_ranks());
+    // Every collective and every wait for one tells the phase timers (they record nothing while off).
+    params_.set_hook(&timer_), tp_.set_hook(&timer_), pipeline_.set_hook(&timer_), optimizer_.set_hook(&timer_);
 }
 
 // The device: its name, its peak for MFU, the compute stream, cuBLASLt and the attention kernel.

@@ -28,6 +28,7 @@
 #include "gpu/gpt_decode.h"
 #include "gpu/optimizer.h"
 #include "gpu/placement.h"
+#include "gpu/step_timer.h"
 #include "kernels/device_arena.h"
 #include "kernels/step_guard.h"
 #include "parallel/comm/mesh_communicators.h"
@@ -53,6 +54,7 @@ public:
     std::string description() const override;
     double peak_flops() const override { return peak_flops_; }
     GpuTelemetry device_telemetry() override { return read_cuda_device_telemetry(device_); }
+    int device_index() const override { return device_; }
 
     float forward(const int* inputs, const int* targets, int B, int T) override;
     void logits_at(int t, float* out) override;
@@ -65,6 +67,8 @@ public:
     StepOutcome optimizer_step(int micro_steps, int B, int T, const NextBatch& next_batch, const StepUpdate& u,
                               const std::function<double(double)>& mean_over_ranks) override;
     std::string end_of_run_report() override;
+    // Phase timing with CUDA events (gpu/step_timer.h), read after each step's synchronisation.
+    void set_step_timeline(StepTimeline* timeline) override;
     // The cuBLASLt algorithms (kernels/matmul.h), timed at each configuration's first call and held
     // back (the heuristic's first computes) until the loop adopts the ranks' shared table.
     std::string algorithm_environment() const override;
@@ -221,7 +225,8 @@ private:
     template <typename Issue>
     void issue_graphed(const std::vector<long long>& key, Issue&& issue) {
         if (steps_done_ == 0 || !graphs_.enabled()) return issue();
-        graphs_.run(key, stream_, issue);
+        timer_.graph_begins(key);
+        timer_.graph_ends(graphs_.run(key, stream_, issue));
     }
     bool stream_capturing() const {
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -246,6 +251,7 @@ private:
     ParameterStore params_;           // weights and gradients as ZeRO shards them, and their collectives
     Optimizer optimizer_;             // AdamW on the parameters this rank owns
     GraphCache graphs_;               // micro-steps and updates as CUDA graphs (--cuda-graphs)
+    GpuStepTimer timer_;              // the phase timers' events (set_step_timeline)
     std::string graphs_text_;         // for the description: on, or why not
     int steps_done_ = 0;              // optimizer steps so far (the first runs without graphs)
     int max_B_, max_T_;

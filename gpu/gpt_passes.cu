@@ -16,6 +16,7 @@
 void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step) {
     const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
     const int FINAL_NORM = buckets_.final_norm_bucket();
+    timer_.mark(StepPhase::FORWARD);
     if (stage_.first) {
         params_.gather_weights(POSITIONS);
         params_.gather_weights(VOCABULARY);
@@ -28,6 +29,7 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
     params_.use_weights(buckets_.layer_bucket(stage_.first_layer));
     first_layer_norm(slot);
     for (int l = stage_.first_layer; l < stage_.end_layer; l++) {
+        timer_.mark(StepPhase::FORWARD, l);
         const int next = l + 1 < stage_.end_layer ? buckets_.layer_bucket(l + 1) : FINAL_NORM;  // -1: none
         if (next >= 0) params_.gather_weights(next);  // prefetch: arrives while this layer computes
         attention_forward_branch(l, slot);
@@ -36,7 +38,9 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
         residual_and_next_norm(l, slot);
         params_.release_weights(buckets_.layer_bucket(l));
     }
+    timer_.mark(StepPhase::FORWARD);
     if (!stage_.last) return;
+    if (pass != Pass::LOGITS) timer_.mark(StepPhase::LOSS);
     params_.release_weights(FINAL_NORM);
     if (!stage_.first) params_.use_weights(VOCABULARY);
     if (pass == Pass::LOGITS) {
@@ -56,6 +60,7 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
 void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) {
     floatX* dresidual = act_.dresidual[residual_gradient_turn(micro_batch)];
     const int FINAL_NORM = buckets_.final_norm_bucket();
+    timer_.mark(StepPhase::BACKWARD);
     params_.gather_weights(buckets_.layer_bucket(stage_.end_layer - 1));  // prefetch
     if (stage_.last) {
         params_.use_weights(FINAL_NORM);
@@ -68,6 +73,7 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
     }
     for (int l = stage_.end_layer - 1; l >= stage_.first_layer; l--) {
         const int bucket = buckets_.layer_bucket(l);
+        timer_.mark(StepPhase::BACKWARD, l, true);
         if (l > stage_.first_layer) params_.gather_weights(buckets_.layer_bucket(l - 1));  // prefetch
         params_.wait_for_weights(bucket);
         if (!fcproj_bias_in_norm(l)) params_.prepare_gradients(bucket);  // else before the norm above
@@ -81,6 +87,7 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
         params_.release_weights(bucket);
         reduce_gradients(bucket, last_micro_step);
     }
+    timer_.mark(StepPhase::BACKWARD);
 }
 
 // The embeddings backward (first stage): their gradients added and reduced.

@@ -158,7 +158,9 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
 void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
     upload_tokens(i, true);
     const bool gathers = i == 0 && params_.gathers_updated_weights();
-    issue_graphed({0, B_, T_, micro_steps, last_micro_step, gathers}, [&] {
+    // While timing, each micro-step has a graph of its own (gpu/step_timer.h: a graph's events).
+    const long long graph_of = timer_.enabled() ? i : -1;
+    issue_graphed({0, B_, T_, micro_steps, last_micro_step, gathers, graph_of}, [&] {
         if (gathers) params_.gather_updated_weights();
         forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
         params_.wait_for_all_weights();  // a capture joins the gathers it forked
@@ -179,6 +181,7 @@ void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_b
         next_batch(inputs.data(), targets.data());
         pin_tokens(inputs.data(), targets.data(), B, T, i);
     }
+    timer_.mark(StepPhase::FORWARD);
     zero_grad();
     CUDA_CHECK(cudaMemsetAsync(&buf_.control->totals, 0, sizeof(StepTotals), stream_));
     B_ = B, T_ = T;
@@ -234,6 +237,7 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     const StepCounts before = StepCounts::now();
 #endif
     reset_traffic();
+    timer_.begin_step();
     accumulate(micro_steps, B, T, next_batch);
 
     StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
@@ -251,7 +255,9 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
         CUDA_CHECK(cudaMemcpyAsync(&control_host_->totals, &buf_.control->totals, sizeof(StepTotals),
                                    cudaMemcpyDeviceToHost, stream_));
     });
+    timer_.end_step();
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the step's one host synchronisation
+    if (timeline_) timer_.read(timeline_, clock_us());
     // After the first step every product has been asked for once: the fused epilogues cuBLASLt refused
     // (their products ran in separate passes), with its status, for the start-up report; and what the
     // step sent, against the plan.
@@ -339,6 +345,7 @@ double GPUModel::grad_norm() {
 }
 
 void GPUModel::issue_update(const OptimizerSettings& constants) {
+    timer_.mark(StepPhase::OPTIMIZER);
     StepControl* c = buf_.control;
     CUDA_CHECK(cudaMemcpyAsync(c, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
     pipeline_.broadcast_from_last(&c->totals.loss, 1, stream_);
@@ -364,6 +371,12 @@ void GPUModel::update(const OptimizerSettings& s, int step) {
     CUDA_CHECK(cudaMemcpyAsync(buf_.control, control_host_, kStepControlHostBytes, cudaMemcpyHostToDevice, stream_));
     optimizer_.step(&buf_.control->adamw, s);
     params_.share_updated_weights();
+}
+
+void GPUModel::set_step_timeline(StepTimeline* timeline) {
+    TrainModel::set_step_timeline(timeline);
+    timer_.set_enabled(timeline != nullptr, stream_);
+    graphs_.clear();  // graphs captured with (or without) the timers' events
 }
 
 // ---- what the step sent

@@ -95,7 +95,7 @@ void Optimizer::sum_norms_over_ranks() {
 #ifdef TEST_BROKEN_VARIANTS
     if (getenv("TEST_LOCAL_TRUST_RATIO")) sums = unreduced_copy(sums, 2 * (size_t)tensors_, stream_);
 #endif
-    sum_over_every_rank(sums, 2 * (size_t)tensors_, everyone_, stream_, &bytes_sent_, everyone_within_node_);
+    sum_over_every_rank(sums, 2 * (size_t)tensors_, everyone_, stream_, &bytes_sent_, everyone_within_node_, hook_);
 }
 
 SentBytes Optimizer::planned_bytes(int ranks, bool within_node) const {

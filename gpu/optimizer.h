@@ -54,6 +54,8 @@ public:
     // as planned.
     SentBytes bytes_sent() const { return bytes_sent_; }
     void reset_bytes_sent() { bytes_sent_ = SentBytes(); }
+    // The step timers' hook (parallel/comm/collective_hook.h), for the layer-adaptive sums' all-reduce.
+    void set_hook(CollectiveHook* hook) { hook_ = hook; }
     SentBytes planned_bytes(int ranks, bool within_node) const;
 
     // ---- state in and out (host vectors of the whole model in ParamLayout order, fp32)
@@ -87,6 +89,7 @@ private:
     ncclComm_t everyone_ = nullptr;
     bool everyone_within_node_ = true;
     SentBytes bytes_sent_;
+    CollectiveHook* hook_ = nullptr;
     unsigned char* layer_adaptive_memory_ = nullptr;  // LAMB, LARS: the plan's table and sums
     LayerAdaptivePlan layer_adaptive_plan_;
     cudaStream_t stream_ = nullptr;

@@ -144,8 +144,9 @@ done
 
 # The scripts gpu_check.sh runs, as they were when these programs were built (dev/gpt2_torch.py: the
 # PyTorch reference and speed peer; dev/attention_torch.py: the attention benchmark's peer; both run
-# with the GPU machine's PyTorch).
-for s in test/kernels/gpu_kernel_tests.sh test/emu/gpu_vs_emu.sh dev/gpt2_torch.py dev/attention_torch.py; do
+# with the GPU machine's PyTorch; test/train/check_trace.py: the timeline's checks).
+for s in test/kernels/gpu_kernel_tests.sh test/emu/gpu_vs_emu.sh dev/gpt2_torch.py dev/attention_torch.py \
+         test/train/check_trace.py; do
     [ -e "$s" ] && mkdir -p "$stage/$(dirname "$s")" && cp "$s" "$stage/$s"
 done
 

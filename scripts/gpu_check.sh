@@ -18,7 +18,9 @@
 #   tests  test/kernels/gpu_kernel_tests.sh: every nvcc-built kernel test, on the device;
 #   train  train_gpt, when the bundle has it: a short GPT-2 124M run on the built-in dataset, its
 #          first steps beside train_gpt_cpu's (the section marked HOOK, to grow with the trainer), and
-#          two runs and a resumed one giving the same model file bit for bit;
+#          two runs and a resumed one giving the same model file bit for bit; a timeline of two steps
+#          (--profile-steps) checked by test/train/check_trace.py, and where nsys exists, Nsight Systems
+#          finding the trainer's NVTX ranges;
 #   emu    test/emu/gpu_vs_emu.sh: the emulator's kernel suite on the device and emulated, same results;
 #   bench  every dev/bin/cuda_* benchmark: its checks, then its timings (attention: PyTorch's flash
 #          and cuDNN attention beside it, dev/attention_torch.py, where the machine has torch);
@@ -37,7 +39,8 @@
 # _BENCH_EACH, _PEER (seconds per part: 150, 210, 90, 180, 90, 300); GPU_CHECK_BENCHES (which
 # benchmarks, e.g. "matmul gelu"); GPU_CHECK_TRAIN_ARGS (flags of the GPT-2 124M run),
 # GPU_CHECK_COMPARE_ARGS (flags of the runs compared with train_gpt_cpu), GPU_CHECK_DETERMINISM_ARGS
-# (flags of the runs compared with each other); GPU_CHECK_PEER_ARGS (flags
+# (flags of the runs compared with each other), GPU_CHECK_PROFILE_ARGS (flags of the timeline's run,
+# --profile-steps and -o added); GPU_CHECK_PEER_ARGS (flags
 # of the runs compared with PyTorch), GPU_CHECK_PYTHON (the python with torch, default python3),
 # GPU_CHECK_PEER_MODEL, _PEER_T, _PEER_B (the peer part's model, T and first B: d12, 1024, 16);
 # GPU_CHECK_WORKDIR (where to unpack).
@@ -419,6 +422,34 @@ train_determinism() {
     rm -rf "$dir"
 }
 
+train_profile() {  # the phase timers' timeline on the GPU, and Nsight Systems' view of the NVTX ranges
+    local args=${GPU_CHECK_PROFILE_ARGS:-"-e d12 -b 4 -t 64 -x 4 -v 0 -s 0 --timers 2"}
+    local dir status=PASS detail t0
+    dir=$(mktemp -d) t0=$(date +%s)
+    # shellcheck disable=SC2086 # the flags are words
+    run_checked "train_gpt timeline" "$1" ./train_gpt $args --profile-steps 3:4 -o "$dir/run"
+    on_the_gpu
+    if [ "$run_status" != PASS ]; then status=FAIL detail=$run_detail
+    elif ! command -v python3 >/dev/null; then detail="trace.json written (no python3 to check it)"
+    elif detail=$(python3 test/train/check_trace.py "$dir/run/trace.json" 1 3 4 "$dir/run/metrics.jsonl" 2>&1); then :
+    else status=FAIL
+    fi
+    if [ $status = PASS ] && command -v nsys >/dev/null; then
+        # shellcheck disable=SC2086
+        if nsys profile --trace=cuda,nvtx -o "$dir/nsys" ./train_gpt $args -x 3 --cuda-graphs 0 >"$dir/nsys.log" 2>&1 &&
+           { nsys stats --report nvtx_sum "$dir/nsys.nsys-rep" 2>/dev/null ||  # older releases: nvtxsum
+             nsys stats --report nvtxsum "$dir/nsys.nsys-rep" 2>/dev/null; } | grep -q 'layer 0 forward'; then
+            detail="$detail; nsys shows the NVTX ranges (layer 0 forward, ...)"
+        else
+            status=FAIL detail="$detail; nsys found no 'layer 0 forward' range: $(tail -n 2 "$dir/nsys.log" | tr '\n' ' ')"
+        fi
+    fi
+    figures+=("train_gpt timeline: $detail")
+    echo "-- train_gpt timeline: $status ($detail)"
+    record "train_gpt timeline" "$status" $(($(date +%s) - t0)) "$detail"
+    rm -rf "$dir"
+}
+
 if wanted train && gpu_part train_gpt; then
     if [ ! -x ./train_gpt ]; then
         echo "SKIPPED train_gpt (not in the bundle: $(manifest not_built | grep -qw train_gpt && echo 'it failed to build' || echo 'no train_gpt.cu'))"
@@ -431,7 +462,9 @@ if wanted train && gpu_part train_gpt; then
             train_compare $((left / 3 > 10 ? left / 3 : 10))
         fi
         left=$((train_deadline - $(date +%s)))
-        train_determinism $((left > 40 ? left : 40))
+        train_determinism $((left > 60 ? left * 2 / 3 : 40))
+        left=$((train_deadline - $(date +%s)))
+        train_profile $((left > 20 ? left : 20))
     fi
 fi
 

@@ -34,7 +34,8 @@ fi
 title=${title//\'/}  # quotes would end gnuplot's string
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+tmp_png="$png.tmp.$$"
+trap 'rm -rf "$work" "$tmp_png"' EXIT
 # One table per series: "step value". A key that is missing or null on a line is skipped. Nested
 # objects ("phases", "comm") are first replaced by null, so that their inner keys (a phase named
 # "loss", a collective's "ms") are never taken for the line's own.
@@ -148,8 +149,9 @@ has_phases=0; [ -e "$work/phases.seen" ] && has_phases=1
 has_comm=0; [ -s "$work/comm.names" ] && has_comm=1
 
 # A series with no points is drawn as an empty panel rather than failing gnuplot.
-plot_or_empty() {  # file, title, style
-  if [ -s "$work/$1.dat" ]; then echo "'$work/$1.dat' using 1:2 with $3 title '$2'"; else echo "NaN title '$2 (none)'"; fi
+plot_or_empty() {  # file, title, style[, alone: the panel's only series]
+  if [ -s "$work/$1.dat" ]; then echo "'$work/$1.dat' using 1:2 with $3 title '$2'"; elif [ -n "${4:-}" ]; then echo "[0:1] [0:1] NaN title '$2 (none)'"  # alone: ranges let gnuplot draw no points
+  else echo "NaN title '$2 (none)'"; fi
 }
 
 # The fifth panel: one band per phase, from the running sum of the phases below it to its own, each
@@ -184,7 +186,6 @@ comm_lines() {
   done < "$work/comm.names"
   echo "$plot"
 }
-tmp_png="$png.tmp.$$"
 gnuplot <<GNUPLOT
 set terminal png size 1200,$([ $has_phases = 1 ] && echo 1300 || echo 900)
 set output '$tmp_png'
@@ -195,12 +196,12 @@ set title 'loss'
 plot $(plot_or_empty loss 'train' 'lines lw 1'), $(plot_or_empty val_loss 'val' 'linespoints pt 7 lw 2')
 set title 'learning rate'
 set format y '%.1e'
-plot $(plot_or_empty lr 'lr' 'lines lw 2')
+plot $(plot_or_empty lr 'lr' 'lines lw 2' alone)
 set format y '%g'
 set title 'gradient norm'
-plot $(plot_or_empty norm 'norm' 'lines')
+plot $(plot_or_empty norm 'norm' 'lines' alone)
 set title 'throughput (tokens/s)'
-plot $(plot_or_empty tok_per_s 'tok/s' 'lines')
+plot $(plot_or_empty tok_per_s 'tok/s' 'lines' alone)
 $(if [ $has_phases = 1 ]; then cat <<PHASES
 set title 'phase breakdown (ms, slowest rank per phase)'
 set style fill solid 0.85 noborder

@@ -30,6 +30,8 @@ $(BUILD)/test/train/test_train_optimizers: $(BUILD)/test/train/test_train_optimi
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
 TESTS += test/train/test_plot_metrics.sh
+# The phase timers and the timeline through the trainers: the same bits, the trace's shape, bad values.
+TESTS += test/train/test_timers.sh
 # SIGTERM to one rank of two: all stop at the same step (the emulated trainer under mpirun; the
 # script skips where either is missing). Plain build only, like the other multi-rank runs (time).
 ifneq ($(SAN),1)

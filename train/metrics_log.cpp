@@ -35,6 +35,7 @@ std::string metrics_json(const StepMetrics& m) {
         line += strprintf(",\"gpu_temp_c\":%u,\"gpu_throttle\":\"%s\"", g.temperature_c,
                           throttle_reasons_text(g.throttle_reasons).c_str());
     }
+    if (!m.timers_json.empty()) line += "," + m.timers_json;
     return line + "}";
 }
 

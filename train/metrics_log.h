@@ -4,7 +4,9 @@
 //    "gpu_power_limit_w":700.0,"gpu_temp_c":61,"gpu_throttle":"sw-power-cap"}
 // val_loss and hellaswag (the accuracy, -h 1) only on steps where they were measured; a step-0 line
 // holds the untrained model's alone; the gpu_ keys on the steps -lg reads the GPU (power fields only
-// where the device reports them; "gpu":"n/a" where there is no telemetry). Keys are
+// where the device reports them; "gpu":"n/a" where there is no telemetry); then, on logged steps with
+// --timers, "phases" (each phase's min and max across ranks: base/step_phases.h) and "comm" (this
+// rank 0's collectives by kind: base/step_timeline.h). Keys are
 // always in this order, which scripts/plot_metrics.sh relies on. Each line is flushed when written.
 #pragma once
 #include <cstdio>
@@ -22,6 +24,7 @@ struct StepMetrics {
     double hellaswag_accuracy = 0;  // correct / examples
     bool has_gpu = false;           // -lg: the GPU was read at this step
     GpuTelemetry gpu;
+    std::string timers_json;        // --timers: "\"phases\":{...}" and ",\"comm\":{...}" (or empty)
 };
 
 class MetricsLog {

@@ -1,7 +1,7 @@
 // Naming the rank that holds the others back. In a synchronous step every rank waits for the slowest
 // at the next collective, so one slow GPU (throttled, failing, sharing its node with another job)
 // slows the whole job while its own timers look normal on every other rank: they show the time as
-// communication wait. The detector compares each rank's compute time (step_phases.h: forward, loss,
+// communication wait. The detector compares each rank's compute time (base/step_phases.h: forward, loss,
 // backward, optimizer) with the median of the ranks that do the same work (the same pipeline stage),
 // on every logged step, and names a rank once it was slower than that median by more than the
 // threshold in `needed` of the last `window` logged steps: once, not on every step, and again only
@@ -9,7 +9,7 @@
 #pragma once
 #include <vector>
 
-#include "train/step_phases.h"
+#include "base/step_phases.h"
 
 class StragglerDetector {
 public:

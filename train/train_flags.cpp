@@ -110,6 +110,16 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "llm.c's HellaSwag eval file for -h 1 (llm.c's dev/data/hellaswag.py writes it)"},
         {"", "--log-every", Kind::INT, FIELD(log_every), 1, INT_MAX,
          "print the step line every N steps (and the first, the last and validation steps)"},
+        {"", "--timers", Kind::INT, FIELD(timers), 0, 2,
+         "phase timers (data, forward, loss, backward, comm wait, optimizer, ...) on every rank, read on "
+         "logged steps: 0 off, 1 the step line names the phase whose ranks differ most, 2 also a table of "
+         "each phase's min and max across ranks; both in metrics.jsonl"},
+        {"", "--straggler-threshold", Kind::DOUBLE, FIELD(straggler_threshold), 0.01, 100,
+         "with --timers: name a rank whose compute is this much slower than its peers' median (0.2: 20%) "
+         "on repeated logged steps"},
+        {"", "--profile-steps", Kind::STRING, FIELD(profile_steps), 0, 0,
+         "A:B: a timeline of steps A to B on every rank (phases, layers, collectives), written to the "
+         "output folder as trace.json for Perfetto or chrome://tracing (needs -o)"},
         {"-a", "--overfit-single-batch", Kind::INT, FIELD(overfit_single_batch), 0, 1,
          "1: train on the first batch only (a debugging check)"},
         {"", "--seed", Kind::U64, FIELD(seed), 0, 0,
@@ -350,6 +360,32 @@ static void check_lr_scaling(const TrainOptions& o) {
         fail("--base-batch: %lld has no effect without --lr-scaling linear or sqrt", o.base_batch);
 }
 
+bool profile_step_range(const TrainOptions& o, int* first, int* last) {
+    if (o.profile_steps.empty()) return false;
+    const std::string& text = o.profile_steps;
+    char* end = nullptr;
+    const long a = strtol(text.c_str(), &end, 10);
+    if (end == text.c_str() || *end != ':')
+        fail("--profile-steps: '%s' is not A:B (the first and last step of the timeline)", text.c_str());
+    const char* second = end + 1;
+    const long b = strtol(second, &end, 10);
+    if (end == second || *end || a < 1 || b > INT_MAX)
+        fail("--profile-steps: '%s' is not A:B with steps from 1", text.c_str());
+    if (b < a) fail("--profile-steps: %ld:%ld ends before it starts", a, b);
+    *first = (int)a, *last = (int)b;
+    return true;
+}
+
+// --profile-steps: a well-formed range within the run's steps, and a folder to write the trace to.
+static void check_profile_steps(const TrainOptions& o) {
+    int first = 0, last = 0;
+    if (!profile_step_range(o, &first, &last)) return;
+    if (o.max_steps > 0 && last > o.max_steps)
+        fail("--profile-steps: step %d is past the last step %d (-x)", last, o.max_steps);
+    if (o.output_dir.empty()) fail("--profile-steps: the timeline is written to the output folder: give -o");
+    if (!o.timers) fail("--profile-steps: the timeline needs the timers: use --timers 1 or 2");
+}
+
 void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ranks) {
     if (o->seq_len > config.max_seq_len)
         fail("-t (--seq-len): %d exceeds the model's maximum sequence length %d", o->seq_len,
@@ -381,6 +417,7 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
              o->attention_kernel.c_str());
     check_optimizer_options(o);
     check_lr_scaling(*o);
+    check_profile_steps(*o);
     check_llmc_launch_flags(*o, num_ranks);
 }
 

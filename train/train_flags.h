@@ -33,6 +33,8 @@ std::string train_flags_help(const char* program, const TrainOptions& defaults);
 // ranks when -1; sequence_parallel when -1). Throws InputError naming the flags, e.g. "-d 1000 is not
 // a multiple of B·T·data ranks = 256", or "-tp 3 does not divide the 4 heads".
 void validate_train_options(TrainOptions* options, const GPTConfig& config, int num_ranks);
+// --profile-steps A:B as its first and last step; false when not given (InputError when malformed).
+bool profile_step_range(const TrainOptions& options, int* first, int* last);
 
 // Refuses llm.c's multi-node flags where they disagree with how the ranks were started, or ask for a
 // start-up this trainer does not have (-pi tcp/fs); called by validate_train_options.

@@ -34,6 +34,7 @@
 #include "train/run_plan.h"
 #include "train/run_report.h"
 #include "train/sampling.h"
+#include "train/step_profile.h"
 #include "train/training_state.h"
 
 constexpr double GRAD_CLIP = 1.0;  // global gradient-norm clipping threshold
@@ -187,6 +188,7 @@ struct Run {
     std::vector<int> inputs, targets;  // one batch, for validation
     double step_flops = 0, total_ms = 0;
     int timed_steps = 0;
+    std::unique_ptr<StepProfile> profile;  // --timers, --profile-steps (train/step_profile.h)
     AlgorithmTable loaded_algorithms;  // the run folder's table, where this run adopted it
     std::string algorithms_note;       // for the start-up report
 };
@@ -405,6 +407,14 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     run.inputs.resize((size_t)run.B * run.T), run.targets.resize((size_t)run.B * run.T);
     run.step_flops = training_flops_per_token(run.config, run.T) * (double)opt.total_batch;
     run.clock = make_run_clock(opt, run.max_steps, run.last_step);
+    int first_profiled = 0, last_profiled = 0;
+    if (profile_step_range(opt, &first_profiled, &last_profiled) && last_profiled > run.last_step)
+        fail("--profile-steps: step %d is past the run's last step %d", last_profiled, run.last_step);
+    std::vector<int> stage_of_rank;
+    for (int r = 0; r < ranks.num_ranks; r++)
+        stage_of_rank.push_back(
+            make_mesh(ranks.num_ranks, r, opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks).stage);
+    run.profile = std::make_unique<StepProfile>(opt, ranks, *run.model, stage_of_rank);
     return true;
 }
 
@@ -486,6 +496,7 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     const TrainOptions& opt = run.opt;
     TrainModel& model = *run.model;
     const auto start = std::chrono::steady_clock::now();
+    run.profile->step_begins(step);
     StepUpdate update;
     update.optimizer = run.optimizer;
     update.optimizer.learning_rate = (float)learning_rate_at(
@@ -495,7 +506,8 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     update.skip_loss_z = opt.skip_loss_z, update.skip_norm_z = opt.skip_norm_z;
     update.loss_window = run.state.loss_detector, update.norm_window = run.state.norm_detector;
     const StepOutcome result =
-        model.optimizer_step(run.accum_steps, run.B, run.T, next_batch_of(*run.train_loader, opt.overfit_single_batch),
+        model.optimizer_step(run.accum_steps, run.B, run.T,
+                             run.profile->timed_reads(next_batch_of(*run.train_loader, opt.overfit_single_batch)),
                              update, [&](double x) { return run.ranks.mean(x); });
     const double loss = result.loss, norm = result.norm;
     const double loss_z = run.state.loss_detector.update(loss), norm_z = run.state.norm_detector.update(norm);
@@ -504,12 +516,16 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     const double ms = ms_since(start);
     run.total_ms += ms;
     run.timed_steps++;
+    const bool logged = step_is_logged(opt, step, first_step, run.last_step);
+    std::string timers_json;
+    const std::string phases = run.profile->step_ends(step, ms, logged, &timers_json);
 
     StepMetrics m;
     m.step = step;
     m.has_train = true;
     m.loss = loss, m.lr = update.optimizer.learning_rate, m.norm = norm, m.ms = ms;
     m.tokens_per_s = opt.total_batch / (ms / 1000.0);
+    m.timers_json = timers_json;
     run.clock.add_step(ms);
     const double peak = model.peak_flops() * run.ranks.num_ranks;
     const std::string mfu = peak > 0 ? strprintf("%.1f%%", 100.0 * run.step_flops / (ms / 1000.0) / peak) : "n/a";
@@ -520,10 +536,10 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
         m.gpu = model.device_telemetry();
         gpu = " | GPU " + (m.gpu.available ? gpu_telemetry_text(m.gpu) : "n/a (" + m.gpu.why_not + ")");
     }
-    if (run.main_rank && step_is_logged(opt, step, first_step, run.last_step))
-        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | ETA %s%s\n", step,
+    if (run.main_rank && logged)
+        printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | ETA %s%s%s\n", step,
                run.max_steps, loss, m.lr, norm, ms, m.tokens_per_s, mfu.c_str(),
-               eta_text(run.clock.eta_seconds(step)).c_str(), gpu.c_str());
+               eta_text(run.clock.eta_seconds(step)).c_str(), gpu.c_str(), phases.empty() ? "" : (" | " + phases).c_str());
     return m;
 }
 
@@ -558,9 +574,11 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
         const auto save_start = std::chrono::steady_clock::now();
         run.state.loader = run.train_loader->position();
         run.state.sample_rng_state = run.sample_rng.state;
+        const double save_start_us = clock_us();
         save_checkpoint(opt.output_dir, opt.checkpoints_keep, opt.major_checkpoint_every, *run.model, run.state,
                         run.ranks);
         run.clock.checkpoint.add(ms_since(save_start));
+        run.profile->checkpoint_written(step, save_start_us, ms_since(save_start));
     }
     return stopping;
 }
@@ -592,6 +610,7 @@ static int train(int argc, char** argv, const TrainerSpec& spec) {
         else
             printf("done: nothing to do, the run already reached step %d\n", run.last_step);
         printf("%s", run.model->end_of_run_report().c_str());
+        printf("%s", run.profile->overhead_report().c_str());
     }
     return 0;
 }

@@ -71,6 +71,7 @@
 #include "kernels/device_arena.h"
 #include "kernels/elementwise.h"
 #include "kernels/host_transfer.h"
+#include "parallel/comm/collective_hook.h"
 #include "parallel/comm/nccl_check.h"
 #include "parallel/comm/stream_wait.h"
 #include "parallel/plan/param_buckets.h"
@@ -252,8 +253,12 @@ public:
             fail("internal error: bucket %d is gathered into slot %d, which bucket %d still uses", bucket, s,
                  slot_holds_[s]);
         WAIT_FOR_EVENT(slot_released, gather_stream_, free_[s]);
-        NCCL_CHECK(ncclAllGather(params_ + shard_offset_[bucket], weight_slot_[s], buckets_.chunk(bucket),
-                                 NCCL_FLOATX, gather_comm_, gather_stream_));
+        {  // timed to here (collective_hook.h: before the event the compute stream waits for)
+            HookedCollective timed(hook_, CollectiveKind::ALL_GATHER, gathered_size(bucket), buckets_.num_ranks,
+                                   gather_stream_);
+            NCCL_CHECK(ncclAllGather(params_ + shard_offset_[bucket], weight_slot_[s], buckets_.chunk(bucket),
+                                     NCCL_FLOATX, gather_comm_, gather_stream_));
+        }
         bytes_sent_.add(gather_cost(bucket), groups_.shard_within_node);
         CUDA_CHECK(cudaEventRecord(filled_[s], gather_stream_));
         slot_holds_[s] = bucket;
@@ -262,11 +267,13 @@ public:
     // slot; -z 1/2: its updated chunks, where gather_updated_weights issued their gather).
     void wait_for_weights(int bucket) {
         if (gathers_updated_weights() && unawaited_[bucket]) {
+            HookedWait wait(hook_, StepPhase::COMM_WAIT);
             CUDA_CHECK(cudaStreamWaitEvent(compute_, gathered_[bucket], 0));
             unawaited_[bucket] = false;
         }
         if (!sharding_.weights) return;
         weights(bucket);  // checks the slot holds it
+        HookedWait wait(hook_, StepPhase::COMM_WAIT);
         WAIT_FOR_EVENT(weights_gathered, compute_, filled_[slot_of(bucket)]);
     }
     // Gathers the bucket unless it was prefetched, and waits for it.
@@ -296,7 +303,10 @@ public:
     void prepare_gradients(int bucket) {
         if (!gradients_in_slots()) return;
         const int s = slot_of(bucket);
-        if (sharding_.gradients) CUDA_CHECK(cudaStreamWaitEvent(compute_, reduced_[s], 0));
+        if (sharding_.gradients) {
+            HookedWait wait(hook_, StepPhase::COMM_WAIT);
+            CUDA_CHECK(cudaStreamWaitEvent(compute_, reduced_[s], 0));
+        }
         CUDA_CHECK(cudaMemsetAsync(gradient_slot_[s], 0, slot_length_[s] * sizeof(floatX), compute_));
     }
     // fp32 gradients, after each micro-step's backward of the bucket, on the compute stream: its slot
@@ -355,6 +365,7 @@ public:
     void finish_backward() {
         if (communicating_) {
             CUDA_CHECK(cudaEventRecord(communication_done_, comm_stream_));
+            HookedWait wait(hook_, StepPhase::COMM_WAIT);
             CUDA_CHECK(cudaStreamWaitEvent(compute_, communication_done_, 0));
             communicating_ = false;
         }
@@ -389,6 +400,8 @@ public:
     // norm of the ranks' chunks under optimizer sharding), on the compute stream.
     void sum_over_shards(float* values, size_t n) {
         if (!sharding_.optimizer_state) return;
+        HookedCollective timed(hook_, CollectiveKind::ALL_REDUCE, (double)n * sizeof(float), buckets_.num_ranks,
+                               compute_);
         NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, compute_));
         bytes_sent_.add(all_reduce_bytes(n, buckets_.num_ranks, sizeof(float)), groups_.shard_within_node);
     }
@@ -396,6 +409,7 @@ public:
     // with one rank or none.
     void average_over_data_ranks(float* values, size_t n) {
         if (!data_comm_ || groups_.data <= 1) return;
+        HookedCollective timed(hook_, CollectiveKind::ALL_REDUCE, (double)n * sizeof(float), groups_.data, compute_);
         NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclAvg, data_comm_, compute_));
         bytes_sent_.add(all_reduce_bytes(n, groups_.data, sizeof(float)), groups_.data_within_node);
     }
@@ -423,7 +437,11 @@ public:
         for (int b : buckets_in_forward_order()) {
             floatX* bucket = params_ + buckets_.buckets[b].offset;
             const size_t chunk = buckets_.chunk(b);
-            NCCL_CHECK(ncclAllGather(bucket + rank_ * chunk, bucket, chunk, NCCL_FLOATX, comm_, comm_stream_));
+            {
+                HookedCollective timed(hook_, CollectiveKind::ALL_GATHER, gathered_size(b), buckets_.num_ranks,
+                                       comm_stream_);
+                NCCL_CHECK(ncclAllGather(bucket + rank_ * chunk, bucket, chunk, NCCL_FLOATX, comm_, comm_stream_));
+            }
             bytes_sent_.add(gather_cost(b), groups_.shard_within_node);
             CUDA_CHECK(cudaEventRecord(gathered_[b], comm_stream_));
             unawaited_[b] = true;
@@ -443,6 +461,8 @@ public:
 
     // ---- what it sends
     SentBytes bytes_sent() const { return bytes_sent_; }
+    // The step timers' hook (collective_hook.h).
+    void set_hook(CollectiveHook* hook) { hook_ = hook; }
     void reset_bytes_sent() { bytes_sent_ = SentBytes(); }
     // What one optimizer step of `micro_steps` micro-steps sends, the same calls counted without
     // making them: each bucket's reductions (hybrid: and its chunk's average over the replicas), its
@@ -538,6 +558,10 @@ private:
         return bucket == buckets_.position_bucket() || bucket == buckets_.vocabulary_bucket();
     }
     // What one gather of a bucket's chunks, and one reduction of its gradients, send.
+    // A bucket's gathered size in bytes (nccl-tests' size of its all-gather).
+    double gathered_size(int bucket) const {
+        return (double)buckets_.chunk(bucket) * buckets_.num_ranks * sizeof(floatX);
+    }
     size_t gather_cost(int bucket) const { return gather_bytes(buckets_.chunk(bucket), buckets_.num_ranks, sizeof(floatX)); }
     size_t reduce_cost(int bucket) const {
         if (!sharding_.optimizer_state)
@@ -577,6 +601,10 @@ private:
         const ParamBucket& b = buckets_.buckets[bucket];
         const size_t chunk = buckets_.chunk(bucket);
         const ncclDataType_t type = nccl_type<G>();
+        HookedCollective timed(hook_,
+                               sharding_.optimizer_state ? CollectiveKind::REDUCE_SCATTER : CollectiveKind::ALL_REDUCE,
+                               (double)(sharding_.optimizer_state ? chunk * buckets_.num_ranks : b.length) * sizeof(G),
+                               buckets_.num_ranks, comm_stream_);
         if (!sharding_.optimizer_state) {
             NCCL_CHECK(ncclAllReduce(grads + b.offset, grads + b.offset, b.length, type, ncclAvg, comm_, comm_stream_));
         } else if (!sharding_.gradients) {
@@ -597,7 +625,10 @@ private:
     void average_over_replicas(int bucket) {
         if (groups_.replicas <= 1) return;
         with_reduced_gradients(bucket, [&](auto* chunk, size_t n) {
-            const ncclDataType_t type = nccl_type<std::remove_cv_t<std::remove_pointer_t<decltype(chunk)>>>();
+            using G = std::remove_cv_t<std::remove_pointer_t<decltype(chunk)>>;
+            const ncclDataType_t type = nccl_type<G>();
+            HookedCollective timed(hook_, CollectiveKind::ALL_REDUCE, (double)n * sizeof(G), groups_.replicas,
+                                   comm_stream_);
             NCCL_CHECK(ncclAllReduce(chunk, chunk, n, type, ncclAvg, replica_comm_, comm_stream_));
         });
         bytes_sent_.add(replica_cost(bucket), groups_.replicas_within_node);
@@ -623,6 +654,7 @@ private:
     cudaStream_t compute_ = nullptr, comm_stream_ = nullptr;
     cudaStream_t gather_stream_ = nullptr;  // -z 3's weight gathers: comm_stream_, or a stream of their own
     SentBytes bytes_sent_;
+    CollectiveHook* hook_ = nullptr;
 
     floatX* params_ = nullptr;  // working weights: whole in bucket order, or the shard (sharded weights)
     floatX* grads_ = nullptr;   // gradients: whole in bucket order, or the shard (sharded gradients)

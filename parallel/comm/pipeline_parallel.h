@@ -20,6 +20,7 @@
 #include <nccl.h>
 
 #include "kernels/common.h"
+#include "parallel/comm/collective_hook.h"
 #include "parallel/comm/nccl_check.h"
 #include "parallel/plan/mesh.h"
 #include "parallel/plan/traffic.h"
@@ -72,13 +73,17 @@ public:
     void send_queued(cudaStream_t compute) { exchange(nullptr, 0, -1, compute); }
     // The compute stream waits until gradient buffer `buffer` was sent.
     void before_overwriting(int buffer, cudaStream_t compute) {
-        if (sent_[buffer]) CUDA_CHECK(cudaStreamWaitEvent(compute, sent_[buffer], 0));
+        if (sent_[buffer]) {
+            HookedWait wait(hook_, StepPhase::BUBBLE);
+            CUDA_CHECK(cudaStreamWaitEvent(compute, sent_[buffer], 0));
+        }
     }
     // End of a step: the compute stream waits for every transfer.
     void finish(cudaStream_t compute) {
         send_queued(compute);
         if (stream_) {
             CUDA_CHECK(cudaEventRecord(arrived_, stream_));
+            HookedWait wait(hook_, StepPhase::BUBBLE);
             CUDA_CHECK(cudaStreamWaitEvent(compute, arrived_, 0));
         }
     }
@@ -89,12 +94,14 @@ public:
     void sum_tied_gradients(G* g, size_t n, cudaStream_t compute) {
         if (stages_ == 1 || !(first() || last())) return;
         const ncclDataType_t type = nccl_type<G>();
+        HookedCollective timed(hook_, CollectiveKind::ALL_REDUCE, (double)n * sizeof(G), 2, compute);
         NCCL_CHECK(ncclAllReduce(g, g, n, type, ncclSum, tied_, compute));
         bytes_sent_.add(all_reduce_bytes(n, 2, sizeof(G)), links_.tied);
     }
     // Sums over every stage (each stage's squared gradient norm).
     void sum(float* values, size_t n, cudaStream_t compute) {
         if (stages_ == 1) return;
+        HookedCollective timed(hook_, CollectiveKind::ALL_REDUCE, (double)n * sizeof(float), stages_, compute);
         NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, compute));
         bytes_sent_.add(all_reduce_bytes(n, stages_, sizeof(float)), links_.whole);
     }
@@ -103,12 +110,17 @@ public:
     void broadcast_from_last(V* values, size_t n, cudaStream_t compute) {
         if (stages_ == 1) return;
         const ncclDataType_t type = nccl_type<V>();
+        HookedCollective timed(hook_, CollectiveKind::BROADCAST, (double)n * sizeof(V), stages_, compute,
+                               StepPhase::BUBBLE);
         NCCL_CHECK(ncclBroadcast(values, values, n, type, stages_ - 1, comm_, compute));
         bytes_sent_.add(send_bytes(n, sizeof(V)), links_.whole);
     }
 
     // ---- what it sends
     SentBytes bytes_sent() const { return bytes_sent_; }
+    // The step timers' hook (collective_hook.h): the compute stream's waits for a neighbour are its
+    // bubble.
+    void set_hook(CollectiveHook* hook) { hook_ = hook; }
     void reset_bytes_sent() { bytes_sent_ = SentBytes(); }
     // What one step of m micro-batches of n (this rank's positions × C) activation values sends: each
     // micro-batch's activations to the next stage and its gradient to the previous one, the tied
@@ -141,18 +153,24 @@ private:
         start(compute);
         CUDA_CHECK(cudaEventRecord(computed_, compute));
         CUDA_CHECK(cudaStreamWaitEvent(stream_, computed_, 0));
-        NCCL_CHECK(ncclGroupStart());
-        for (const Send& s : queued_) {
-            NCCL_CHECK(ncclSend(s.data, s.n, NCCL_FLOATX, s.peer, comm_, stream_));
-            bytes_sent_.add(send_bytes(s.n, sizeof(floatX)), s.peer > stage_ ? links_.next : links_.previous);
+        size_t moved = receive ? n : 0;
+        for (const Send& s : queued_) moved += s.n;
+        {  // timed to here (collective_hook.h: before the events the compute stream waits for)
+            HookedCollective timed(hook_, CollectiveKind::SEND, (double)moved * sizeof(floatX), 2, stream_);
+            NCCL_CHECK(ncclGroupStart());
+            for (const Send& s : queued_) {
+                NCCL_CHECK(ncclSend(s.data, s.n, NCCL_FLOATX, s.peer, comm_, stream_));
+                bytes_sent_.add(send_bytes(s.n, sizeof(floatX)), s.peer > stage_ ? links_.next : links_.previous);
+            }
+            if (receive) NCCL_CHECK(ncclRecv(into, n, NCCL_FLOATX, from, comm_, stream_));
+            NCCL_CHECK(ncclGroupEnd());
         }
-        if (receive) NCCL_CHECK(ncclRecv(into, n, NCCL_FLOATX, from, comm_, stream_));
-        NCCL_CHECK(ncclGroupEnd());
         for (const Send& s : queued_)
             if (s.buffer >= 0) CUDA_CHECK(cudaEventRecord(sent_[s.buffer], stream_));
         queued_.clear();
         if (receive) {
             CUDA_CHECK(cudaEventRecord(arrived_, stream_));
+            HookedWait wait(hook_, StepPhase::BUBBLE);
             CUDA_CHECK(cudaStreamWaitEvent(compute, arrived_, 0));
         }
     }
@@ -170,4 +188,5 @@ private:
     cudaEvent_t computed_ = nullptr, arrived_ = nullptr, sent_[2] = {nullptr, nullptr};
     std::vector<Send> queued_;
     SentBytes bytes_sent_;
+    CollectiveHook* hook_ = nullptr;
 };

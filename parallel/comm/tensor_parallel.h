@@ -32,6 +32,7 @@
 #include "kernels/common.h"
 #include "kernels/encoder.h"
 #include "kernels/matmul.h"
+#include "parallel/comm/collective_hook.h"
 #include "parallel/comm/nccl_check.h"
 #include "parallel/plan/param_buckets.h"
 #include "parallel/plan/traffic.h"
@@ -55,6 +56,9 @@ public:
 
     int rank() const { return rank_; }
     int size() const { return size_; }
+    // The step timers' hook (collective_hook.h): the group's collectives on the compute stream are its
+    // tensor wait.
+    void set_hook(CollectiveHook* hook) { hook_ = hook; }
     bool sequence_parallel() const { return sequence_parallel_; }
     // Positions of N this rank keeps of the residual stream and the LayerNorms.
     int local_positions(int N) const { return sequence_parallel_ ? N / size_ : N; }
@@ -130,6 +134,8 @@ public:
     const floatX* whole_input(const floatX* mine, int N, int width, cudaStream_t stream) {
         if (!sequence_parallel_) return mine;
         const size_t n = (size_t)N / size_ * width;
+        HookedCollective timed(hook_, CollectiveKind::ALL_GATHER, (double)n * size_ * sizeof(floatX), size_, stream,
+                               StepPhase::TENSOR_WAIT);
         NCCL_CHECK(ncclAllGather(mine, whole_, n, NCCL_FLOATX, comm_, stream));
         bytes_sent_ += gather_cost(N, width);
         return whole_;
@@ -143,7 +149,10 @@ public:
         if (!sequence_parallel_) return;
         const size_t n = (size_t)N / size_ * width;
         bytes_sent_ += gather_cost(N, width);
+        const double gathered_bytes = (double)n * size_ * sizeof(floatX);
         if (!overlap_comm_) {
+            HookedCollective timed(hook_, CollectiveKind::ALL_GATHER, gathered_bytes, size_, compute,
+                                   StepPhase::TENSOR_WAIT);
             NCCL_CHECK(ncclAllGather(mine, prefetched_, n, NCCL_FLOATX, comm_, compute));
             return;
         }
@@ -154,11 +163,17 @@ public:
         }
         CUDA_CHECK(cudaEventRecord(ready_, compute));
         CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
-        NCCL_CHECK(ncclAllGather(mine, prefetched_, n, NCCL_FLOATX, overlap_comm_, stream_));
+        {  // timed to here (collective_hook.h: before the event the compute stream waits for)
+            HookedCollective timed(hook_, CollectiveKind::ALL_GATHER, gathered_bytes, size_, stream_);
+            NCCL_CHECK(ncclAllGather(mine, prefetched_, n, NCCL_FLOATX, overlap_comm_, stream_));
+        }
         CUDA_CHECK(cudaEventRecord(gathered_, stream_));
     }
     const floatX* prefetched_input(cudaStream_t compute) {
-        if (sequence_parallel_ && overlap_comm_) CUDA_CHECK(cudaStreamWaitEvent(compute, gathered_, 0));
+        if (sequence_parallel_ && overlap_comm_) {
+            HookedWait wait(hook_, StepPhase::TENSOR_WAIT);
+            CUDA_CHECK(cudaStreamWaitEvent(compute, gathered_, 0));
+        }
         return pending_;
     }
 
@@ -170,12 +185,16 @@ public:
     void sum_sequence_gradients(G* gradients, size_t n, cudaStream_t stream) {
         if (!sequence_parallel_ || n == 0) return;
         const ncclDataType_t type = nccl_type<G>();
+        HookedCollective timed(hook_, CollectiveKind::ALL_REDUCE, (double)n * sizeof(G), size_, stream,
+                               StepPhase::TENSOR_WAIT);
         NCCL_CHECK(ncclAllReduce(gradients, gradients, n, type, ncclSum, comm_, stream));
         bytes_sent_ += sequence_gradients_cost(n, sizeof(G));
     }
     // fp32 values summed over the group (the squared gradient norm of each rank's slice).
     void sum(float* values, size_t n, cudaStream_t stream) {
         if (size_ == 1) return;
+        HookedCollective timed(hook_, CollectiveKind::ALL_REDUCE, (double)n * sizeof(float), size_, stream,
+                               StepPhase::TENSOR_WAIT);
         NCCL_CHECK(ncclAllReduce(values, values, n, ncclFloat32, ncclSum, comm_, stream));
         bytes_sent_ += all_reduce_bytes(n, size_, sizeof(float));
     }
@@ -184,6 +203,8 @@ public:
     template <typename V>
     void gather(V* all, const V* mine, size_t n, cudaStream_t stream) {
         const ncclDataType_t type = nccl_type<V>();
+        HookedCollective timed(hook_, CollectiveKind::ALL_GATHER, (double)n * size_ * sizeof(V), size_, stream,
+                               StepPhase::TENSOR_WAIT);
         NCCL_CHECK(ncclAllGather(mine, all, n, type, comm_, stream));
         bytes_sent_ += gather_bytes(n, size_, sizeof(V));
     }
@@ -222,6 +243,8 @@ private:
     void reduce_positions(floatX* mine, int N, int width, cudaStream_t stream) {
         if (size_ == 1) return;
         const size_t n = (size_t)N * width;
+        HookedCollective timed(hook_, sequence_parallel_ ? CollectiveKind::REDUCE_SCATTER : CollectiveKind::ALL_REDUCE,
+                               (double)n * sizeof(floatX), size_, stream, StepPhase::TENSOR_WAIT);
         if (sequence_parallel_)
             NCCL_CHECK(ncclReduceScatter(partial_, mine, n / size_, NCCL_FLOATX, ncclSum, comm_, stream));
         else
@@ -238,4 +261,5 @@ private:
     cudaEvent_t ready_ = nullptr, gathered_ = nullptr;
     const floatX* pending_ = nullptr;               // what prefetched_input returns
     size_t bytes_sent_ = 0;
+    CollectiveHook* hook_ = nullptr;
 };

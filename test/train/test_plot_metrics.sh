@@ -110,6 +110,17 @@ else
   fail plot_metrics_takes_a_run_folder_and_titles_the_run "$out"
 fi
 
+# A log of losses alone (no lr, norm or tok/s, as an evaluation-only log has): its empty panels are
+# drawn empty, and no temporary file is left behind.
+mkdir -p "$dir/losses"
+printf '{"step":1,"loss":3.2}\n{"step":2,"loss":3.1}\n' >"$dir/losses/metrics.jsonl"
+if out=$(bash scripts/plot_metrics.sh "$dir/losses" 2>&1) && [ -s "$dir/losses/metrics.png" ] &&
+   [ "$(ls "$dir/losses")" = "$(printf 'metrics.jsonl\nmetrics.png')" ]; then
+  pass plot_metrics_draws_a_log_of_losses_alone
+else
+  fail plot_metrics_draws_a_log_of_losses_alone "$out; $(ls "$dir/losses" | tr '\n' ' ')"
+fi
+
 # Called wrong: the usage, exit status 2, no chart; --help: the usage, status 0.
 mkdir -p "$dir/empty"
 usage_ok=1

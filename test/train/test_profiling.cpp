@@ -1,17 +1,19 @@
 // The profiling building blocks against values worked out here: phase times reduced across ranks
-// (train/step_phases.h), the straggler detector (train/straggler_detector.h), the Chrome trace
-// (train/chrome_trace.h: parsed by Python's json module where python3 exists) and nccl-tests' bus
-// bandwidth (parallel/plan/traffic.h).
+// (base/step_phases.h), the straggler detector (train/straggler_detector.h), the Chrome trace
+// (train/chrome_trace.h: parsed by Python's json module where python3 exists), nccl-tests' bus
+// bandwidth (parallel/plan/traffic.h), and a step's timeline (base/step_timeline.h): its marks as phase
+// times, spans and per-kind collective totals.
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "base/errors.h"
+#include "base/step_phases.h"
+#include "base/step_timeline.h"
 #include "parallel/plan/traffic.h"
 #include "test/test.h"
 #include "train/chrome_trace.h"
-#include "train/step_phases.h"
 #include "train/straggler_detector.h"
 
 namespace {
@@ -51,7 +53,7 @@ TEST(phase_spreads_name_the_ranks_at_either_end) {
     // The widest phase is the backward's (17 ms), ahead of the wait's (17 ms on rank 1 vs 0: also 17,
     // but later in the order): the first widest is reported.
     const std::string summary = slowest_phase_summary(s);
-    CHECK_MSG(summary == "slowest: backward 18.0-35.0 ms (rank 2)", "%s", summary.c_str());
+    CHECK_MSG(summary == "slowest: backward=18.0-35.0 ms (rank 2)", "%s", summary.c_str());
     const std::string table = phase_table(s, 7);
     CHECK_MSG(contains(table, "phases of step 7") && contains(table, "backward") && contains(table, "comm wait") &&
                   !contains(table, "checkpoint") && !contains(table, "bubble"),
@@ -163,4 +165,77 @@ TEST(bus_bandwidth_follows_nccl_tests) {
     CHECK(bus_bandwidth(CollectiveKind::ALL_REDUCE, size, 1, t) == 0);  // one rank moves nothing
     CHECK(bus_bandwidth(CollectiveKind::ALL_REDUCE, size, 8, 0) == 0);
     CHECK(std::fabs(bus_bandwidth(CollectiveKind::ALL_REDUCE, size, 8, t) / 1e9 - 18.79) < 0.01);
+}
+
+// A step marked by hand (µs): data 0-100, forward 100-400 with layer 0 to 250 and layer 1 after it,
+// a wait for a gather inside layer 1 (300-350), loss 400-450, backward 450-800 (layer 1 then 0), the
+// optimizer 800-900, then the loop's own 900-910; marks given out of order (the GPU's come after the
+// loop's). Phase times are the intervals by phase; a layer's span keeps the wait inside it.
+TEST(step_timeline_turns_marks_into_phases_and_spans) {
+    StepTimeline t;
+    t.mark(StepPhase::COUNT, 910);
+    t.mark(StepPhase::DATA, 0);
+    t.mark(StepPhase::FORWARD, 100, 0);
+    t.mark(StepPhase::FORWARD, 250, 1);
+    t.mark(StepPhase::COMM_WAIT, 300, 1);
+    t.mark(StepPhase::FORWARD, 350, 1);
+    t.mark(StepPhase::LOSS, 400);
+    t.mark(StepPhase::BACKWARD, 450, 1, true);
+    t.mark(StepPhase::BACKWARD, 600, 0, true);
+    t.mark(StepPhase::OPTIMIZER, 800);
+    t.mark(StepPhase::COUNT, 900);
+    t.add_time(StepPhase::CHECKPOINT, 2.5);
+    const PhaseTimes p = t.phase_times();
+    CHECK_NEAR(p[StepPhase::DATA], 0.1, 1e-12);
+    CHECK_NEAR(p[StepPhase::FORWARD], 0.25, 1e-12);
+    CHECK_NEAR(p[StepPhase::COMM_WAIT], 0.05, 1e-12);
+    CHECK_NEAR(p[StepPhase::LOSS], 0.05, 1e-12);
+    CHECK_NEAR(p[StepPhase::BACKWARD], 0.35, 1e-12);
+    CHECK_NEAR(p[StepPhase::OPTIMIZER], 0.1, 1e-12);
+    CHECK_NEAR(p[StepPhase::CHECKPOINT], 2.5, 1e-12);
+    CHECK_NEAR(p.total(), 0.9 + 2.5, 1e-12);  // the loop's own 10 µs belong to no phase
+
+    std::vector<TraceEvent> events;
+    std::string names;
+    for (const TimedSpan& s : t.spans("step 7")) {
+        events.push_back({s.name, s.category, 0, s.track, s.start_us, s.duration_us});
+        names += strprintf("%s@%d:%.0f+%.0f ", s.name.c_str(), s.track, s.start_us, s.duration_us);
+    }
+    CHECK_MSG(names == "step 7@0:0+910 data@0:0+100 forward@0:100+200 comm wait@0:300+50 forward@0:350+50 "
+                       "loss@0:400+50 backward@0:450+350 optimizer@0:800+100 layer 0 forward@1:100+150 "
+                       "layer 1 forward@1:250+150 layer 1 backward@1:450+150 layer 0 backward@1:600+200 ",
+              "spans: %s", names.c_str());
+    std::string why;
+    CHECK_MSG(events_nest(events, &why), "%s", why.c_str());
+    t.clear();
+    CHECK(t.phase_times().total() == 0 && t.spans("s").empty());
+}
+
+// Collectives by kind, by hand: two all-reduces of 24 MiB over 4 ranks in 2 ms each move 2 × 24 MiB ×
+// 2·3/4 bus bytes in 4 ms: 18.87 GB/s; one all-gather of 8 MiB over 4 ranks in 1 ms: 6.29 GB/s.
+TEST(step_timeline_totals_collectives_by_kind) {
+    StepTimeline t;
+    const double mib = 1 << 20;
+    for (double start : {0.0, 5000.0})
+        t.add_collective({"all-reduce", 24 * mib, bus_bandwidth(CollectiveKind::ALL_REDUCE, 24 * mib, 4, 1.0), 0,
+                          start, 2000});
+    t.add_collective({"all-gather", 8 * mib, bus_bandwidth(CollectiveKind::ALL_GATHER, 8 * mib, 4, 1.0), 1, 100,
+                      1000});
+    const std::vector<CollectiveTotals> totals = t.collective_totals();
+    CHECK(totals.size() == 2 && totals[0].kind == "all-reduce" && totals[1].kind == "all-gather");
+    CHECK(totals[0].count == 2 && totals[0].size_bytes == 48 * mib && totals[0].ms == 4);
+    CHECK_NEAR(totals[0].bus_gbps(), 48 * mib * 1.5 / 4e-3 / 1e9, 1e-9);
+    CHECK_NEAR(totals[0].bus_gbps(), 18.87, 0.01);
+    CHECK_NEAR(totals[1].bus_gbps(), 6.29, 0.01);
+    const std::string json = collective_metrics_json(totals);
+    CHECK_MSG(json == "\"comm\":{\"all-reduce\":{\"count\":2,\"bytes\":50331648,\"ms\":4.000,\"bus_gbps\":18.874},"
+                      "\"all-gather\":{\"count\":1,\"bytes\":8388608,\"ms\":1.000,\"bus_gbps\":6.291}}",
+              "%s", json.c_str());
+    std::string error;
+    CHECK_MSG(python_parses_json("{" + json + "}", &error), "%s", error.c_str());
+    CHECK(contains(collective_summary(totals), "all-reduce 48.00 MiB in 4.00 ms (18.9 GB/s bus)"));
+    CHECK(collective_metrics_json({}).empty() && collective_summary({}).empty());
+    // Collectives are drawn on their stream's track.
+    const std::vector<TimedSpan> spans = t.spans("step 1");
+    CHECK(spans.size() == 3 && spans[2].track == kFirstCommunicationTrack + 1 && spans[2].name == "all-gather 8.00 MiB");
 }

@@ -1,5 +1,5 @@
 // A step's phase times across ranks (step_phases.h).
-#include "train/step_phases.h"
+#include "base/step_phases.h"
 
 #include "base/errors.h"
 
@@ -60,7 +60,7 @@ std::string slowest_phase_summary(const std::vector<PhaseSpread>& spreads) {
             widest = p;
     if (widest < 0) return "";
     const PhaseSpread& s = spreads[widest];
-    return strprintf("slowest: %s %.1f-%.1f ms (rank %d)", phase_name((StepPhase)widest), s.min_ms, s.max_ms,
+    return strprintf("slowest: %s=%.1f-%.1f ms (rank %d)", phase_name((StepPhase)widest), s.min_ms, s.max_ms,
                      s.max_rank);
 }
 

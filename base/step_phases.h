@@ -54,7 +54,8 @@ struct PhaseSpread {
 std::vector<PhaseSpread> phase_spreads(const std::vector<PhaseTimes>& by_rank);
 
 // --timers 1, for the step line: the phase whose maximum exceeds its minimum the most,
-// "slowest: backward 12.1-15.8 ms (rank 3)"; "" when no phase was measured.
+// "slowest: backward=12.1-15.8 ms (rank 3)"; "" when no phase was measured. (name=value: the step
+// line's own "| loss 3.21 |" stays the only "loss" followed by a number there, for scripts that read it.)
 std::string slowest_phase_summary(const std::vector<PhaseSpread>& spreads);
 // --timers 2: a table, one line per measured phase: its name, minimum and maximum with their ranks.
 std::string phase_table(const std::vector<PhaseSpread>& spreads, int step);

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The phases that only model parallelism has, timed on 2 emulated ranks (queued streams): under -pp 2 a
+# stage waits for its neighbour (the bubble), under -tp 2 the compute stream runs the tensor group's
+# collectives (the tensor wait). Each must appear in the --timers 2 table with a time on both ranks,
+# the collectives in the timeline carry their kind (send/receive; all-gather or all-reduce), and the
+# timeline of both ranks parses, nests and sums to each step (test/train/check_trace.py).
+set -u
+name=model_parallel_waits_are_timed
+trainer="${BIN:-.}/train_gpt_emu"
+source "$(dirname "$0")/tiny_mpi_run.sh"
+export EMU_STREAMS=1
+failures=0
+for mesh in "-pp 2:bubble:send/receive" "-tp 2:tensor wait:all-"; do
+  IFS=: read -r flags phase collective <<<"$mesh"
+  out="$work/${flags// /}"
+  # shellcheck disable=SC2086 # the mesh's flags are words
+  if ! timeout 300 mpirun --oversubscribe -np 2 "$trainer" -e custom:L2:C32:H2:V64:T16 -i "$work/train.bin" -b 2 \
+        -t 16 -d 64 -v 0 -s 0 -x 3 $flags --timers 2 --profile-steps 2:3 -o "$out" >"$out.log" 2>&1; then
+    echo "FAIL ${name}_${flags// /}: the run failed"; tail -3 "$out.log" | sed 's/^/   | /'; failures=$((failures + 1)); continue
+  fi
+  row=$(grep "^  $phase  " "$out.log" | tail -1)
+  min=$(echo "$row" | awk '{ gsub(/[()]/, ""); print $(NF-3) }')
+  trace=$(python3 "$(dirname "$0")/../train/check_trace.py" "$out/trace.json" 2 2 3 "$out/metrics.jsonl" 2>&1)
+  status=$?
+  if [ -n "$row" ] && awk -v m="$min" 'BEGIN { exit !(m > 0) }' && [ $status -eq 0 ] &&
+     grep -q "\"name\":\"$collective" "$out/trace.json"; then
+    echo "PASS ${name}_${flags// /} ($phase: $(echo "$row" | tr -s ' ' | cut -c2-); $trace)"
+  else
+    echo "FAIL ${name}_${flags// /}: '$phase' row '${row}'; $trace; $(grep -c "\"name\":\"$collective" "$out/trace.json") '$collective' collectives in the timeline"
+    grep -A9 '^phases of step 3' "$out.log" | sed 's/^/   | /'
+    failures=$((failures + 1))
+  fi
+done
+exit $((failures > 0))
