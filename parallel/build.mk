@@ -14,3 +14,10 @@ $(BUILD)/test/parallel/test_pipeline_schedule: $(BUILD)/test/parallel/test_pipel
                                                $(BASE_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@
+
+# The bytes a data rank sends under each gradient compression method (parallel/plan/compression_cost.h,
+# header only).
+TESTS += $(BUILD)/test/parallel/test_compression_cost
+$(BUILD)/test/parallel/test_compression_cost: $(BUILD)/test/parallel/test_compression_cost.o $(TEST_MAIN)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@
