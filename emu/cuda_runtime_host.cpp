@@ -429,6 +429,13 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     if (emu::event_in_active_capture(event)) return fail(cudaErrorCapturedEvent);
     return emu::event_done(event) ? cudaSuccess : cudaErrorNotReady;
 }
+// When a recorded event's work had run, on the host's steady clock (µs): the emulated device's events
+// are host times, which the trainer's phase timers read directly (gpu/step_timer.cu).
+namespace emu {
+double event_time_us(cudaEvent_t event) {
+    return std::chrono::duration<double, std::micro>(event->time->time_since_epoch()).count();
+}
+}  // namespace emu
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (!ms) return fail(cudaErrorInvalidValue);
     if (!start || !end || !start->timing || !end->timing) return fail(cudaErrorInvalidResourceHandle);

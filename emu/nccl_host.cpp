@@ -27,6 +27,7 @@
 #include "emu/work_kind.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -52,10 +53,29 @@ bool capturing(cudaStream_t stream) __attribute__((weak));
 bool defers_work(cudaStream_t stream) __attribute__((weak));
 void drain_queued_work() __attribute__((weak));
 }
+// When each collective ran on the host (µs on the steady clock), for the trainer's phase timers: on the
+// emulated device nothing else runs meanwhile (gpu/step_timer.cu). Taken (and cleared) by the timers.
+namespace emu {
+static std::vector<std::pair<double, double>> g_communication_intervals;
+std::vector<std::pair<double, double>> take_communication_intervals() {
+    std::vector<std::pair<double, double>> taken;
+    taken.swap(g_communication_intervals);
+    return taken;
+}
+}  // namespace emu
+static double now_us() {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// Runs `collective`, keeping when it ran.
+static void run_timed(const std::function<void()>& collective) {
+    const double start = now_us();
+    collective();
+    if (emu::g_communication_intervals.size() < 100000) emu::g_communication_intervals.push_back({start, now_us()});
+}
 // Runs `collective` now, or records or queues it when the emulator defers `stream`'s work.
 static void run_or_record(cudaStream_t stream, const char* name, const std::function<void()>& collective) {
-    if (!(emu::record_work && emu::record_work(stream, name, collective, emu::WorkKind::communication)))
-        collective();
+    const std::function<void()> timed = [collective] { run_timed(collective); };
+    if (!(emu::record_work && emu::record_work(stream, name, timed, emu::WorkKind::communication))) timed();
 }
 static bool queued(cudaStream_t stream) { return emu::defers_work && emu::defers_work(stream); }
 // Before talking to the other ranks from the host: run what is queued (their collectives included).
@@ -410,7 +430,7 @@ ncclResult_t point_to_point(bool send, void* buffer, size_t count, ncclDataType_
     } else if (g_group_depth > 0) {
         start_transfer(t, &g_pending);
     } else {
-        transfer({t});
+        run_timed([t] { transfer({t}); });
     }
     return ncclSuccess;
 }
@@ -421,7 +441,7 @@ extern "C" {
 ncclResult_t ncclGroupEnd() {
     if (g_group_depth == 0) return refuse(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
     if (--g_group_depth == 0 && !g_pending.empty()) {
-        MPI_Waitall((int)g_pending.size(), g_pending.data(), MPI_STATUSES_IGNORE);
+        run_timed([] { MPI_Waitall((int)g_pending.size(), g_pending.data(), MPI_STATUSES_IGNORE); });
         g_pending.clear();
     }
     if (g_group_depth == 0 && !g_queued_group.empty()) {

@@ -8,6 +8,13 @@
 
 #ifndef EMU_CUDA
 #include <nvtx3/nvToolsExt.h>
+#else
+// When the NCCL stand-in's collectives ran (emu/nccl_host.cpp; weak: a program may link no stand-in).
+// An emulated event's host time (emu/cuda_runtime_host.cpp).
+namespace emu {
+std::vector<std::pair<double, double>> take_communication_intervals() __attribute__((weak));
+double event_time_us(cudaEvent_t event);
+}
 #endif
 
 GpuStepTimer::~GpuStepTimer() {
@@ -24,6 +31,9 @@ void GpuStepTimer::begin_step() {
     interrupted_.clear();
     now_ = StepMark();
     in_step_ = enabled_;
+#ifdef EMU_CUDA
+    if (in_step_ && emu::take_communication_intervals) emu::take_communication_intervals();  // earlier ones
+#endif
 }
 
 // Closes the NVTX range open and opens one named `name` ("" closes only).
@@ -154,14 +164,22 @@ void GpuStepTimer::read(StepTimeline* timeline, double sync_us) {
             cudaGetLastError();  // the query's cudaErrorNotReady is not an error of the step
             return (double)NAN;
         }
+#ifdef EMU_CUDA
+        // The emulated device's events are host times already; its synchronisation may run other
+        // streams' work after the step's last event, so the anchor below would shift them.
+        (void)ms, (void)last, (void)sync_us;
+        return emu::event_time_us(e);
+#else
         CUDA_CHECK(cudaEventElapsedTime(&ms, e, last));
         return sync_us - 1000.0 * ms;
+#endif
     };
     std::vector<std::vector<const Record*>> open(streams_.size());  // each stream's collectives begun
+    std::vector<StepMark> marks;
     for (const Record& r : records_) {
         if (r.type == Record::MARK) {
             const double t = time_us(r.event);
-            if (!std::isnan(t)) timeline->mark(r.phase, t, r.layer, r.backward);
+            if (!std::isnan(t)) marks.push_back({r.phase, r.layer, r.backward, t});
         } else if (r.type == Record::BEGIN) {
             open[r.stream].push_back(&r);
         } else if (!open[r.stream].empty()) {
@@ -172,7 +190,41 @@ void GpuStepTimer::read(StepTimeline* timeline, double sync_us) {
             c.size_bytes = begin.size_bytes, c.bus_bytes = begin.bus_bytes, c.stream = r.stream;
             c.start_us = time_us(begin.event);
             c.duration_us = time_us(r.event) - c.start_us;
-            if (!std::isnan(c.duration_us)) timeline->add_collective(c);
+            if (std::isnan(c.duration_us)) continue;
+            timeline->add_collective(c);
         }
     }
+#ifdef EMU_CUDA
+    add_emulated_waits(&marks);
+#endif
+    for (const StepMark& m : marks) timeline->mark(m.phase, m.time_us, m.layer, m.backward);
 }
+
+#ifdef EMU_CUDA
+// The emulated device runs every stream's work on one host thread, one piece after the other (emu/
+// stream_queue.h): while a collective runs, blocked until every rank reaches it, the compute stream
+// computes nothing. That time is the compute stream's wait for communication, as it is on a GPU (where
+// the collective would overlap the compute and the compute stream would wait for it later): marked
+// comm wait, inside the layer it interrupted, from the stand-in's own record of when each ran.
+void GpuStepTimer::add_emulated_waits(std::vector<StepMark>* marks) {
+    if (!emu::take_communication_intervals) return;
+    const std::vector<std::pair<double, double>> ran = emu::take_communication_intervals();
+    std::vector<StepMark> sorted = *marks;
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const StepMark& a, const StepMark& b) { return a.time_us < b.time_us; });
+    if (sorted.size() < 2) return;
+    auto active_at = [&](double t) {  // the mark in force at t
+        auto it = std::upper_bound(sorted.begin(), sorted.end(), t,
+                                   [](double x, const StepMark& m) { return x < m.time_us; });
+        return *(it - 1);
+    };
+    for (const auto& [start, end] : ran) {
+        if (start < sorted.front().time_us || end > sorted.back().time_us) continue;
+        const StepMark during = active_at(start), after = active_at(end);
+        const bool waiting = during.phase == StepPhase::COMM_WAIT || during.phase == StepPhase::BUBBLE ||
+                             during.phase == StepPhase::TENSOR_WAIT;  // already a wait of its own kind
+        marks->push_back({waiting ? during.phase : StepPhase::COMM_WAIT, during.layer, during.backward, start});
+        marks->push_back({after.phase, after.layer, after.backward, end});
+    }
+}
+#endif

@@ -77,6 +77,10 @@ private:
     void record(Record r, cudaStream_t stream);
     int stream_index(cudaStream_t stream);
     void open_range(const std::string& name);
+#ifdef EMU_CUDA
+    // The emulated device's collectives, which stop its compute while they run: comm wait marks.
+    static void add_emulated_waits(std::vector<StepMark>* marks);
+#endif
 
     bool enabled_ = false, in_step_ = false;
     cudaStream_t compute_ = nullptr;

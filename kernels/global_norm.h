@@ -4,10 +4,13 @@
 // global_norm_scratch_bytes() bytes of device memory, owned by the caller. The trainer zeroes *out,
 // calls this for each slice (or for its ZeRO shard, then all-reduces), and takes the square root.
 //
-// Deterministic (bitwise, run to run, whatever n): a FIXED grid of kGlobalNormBlocks blocks sweeps the
-// slice with a grid-stride loop, each thread squaring and summing its elements in fp32 in a fixed
-// order; each block writes its sum to scratch; then one block adds the kGlobalNormBlocks partials in
-// a fixed order and adds the total into *out. No float atomics.
+// Deterministic (bitwise, run to run, whatever n): a grid of kGlobalNormBlocks blocks sweeps the slice
+// with a grid-stride loop, each thread squaring and summing its elements in fp32 in a fixed order; each
+// block writes its sum to scratch; then one block adds the partials in a fixed order and adds the total
+// into *out. No float atomics. A slice too small to give every thread of the full grid a group of
+// elements launches only the blocks that have one (global_norm_blocks): the blocks left out would
+// each have written a partial of exactly 0, so the sum, hence the bits, are those of the full grid,
+// without idle blocks (a tiny model's slices take a few blocks instead of 1024).
 // Per call: reads n·sizeof(T) bytes (+ 4 KiB of partials), 2n FLOPs. Memory bound.
 //
 // Then, on the device, the clipping factor AdamW multiplies the gradients by (global_norm_clip_scale):
@@ -30,6 +33,13 @@ constexpr int kGlobalNormBlockSize = 256;
 constexpr int kGlobalNormFinalBlockSize = 1024;
 
 inline size_t global_norm_scratch_bytes() { return kGlobalNormBlocks * sizeof(float); }
+
+// The blocks a slice of `groups` vector groups needs: those of the full grid's threads that get a group
+// (thread t takes group t first), at least one (the head and tail go to thread 0).
+inline int global_norm_blocks(size_t groups) {
+    const size_t needed = (groups + kGlobalNormBlockSize - 1) / kGlobalNormBlockSize;
+    return needed < 1 ? 1 : needed > (size_t)kGlobalNormBlocks ? kGlobalNormBlocks : (int)needed;
+}
 
 // Pass 1: partial[block] = Σ of the squares this block's threads visit. Thread t of the grid takes
 // groups t, t + T, t + 2T, ... (T threads in the grid): neighbouring threads read neighbouring 16-byte
@@ -73,11 +83,10 @@ void global_norm_squared(float* out, const T* grads, size_t n, void* scratch, cu
     float* partial = static_cast<float*>(scratch);
     // Any alignment: the head brings the vector loads to a 16-byte boundary.
     const ElementGroups split = split_into_groups(grads, sizeof(T), n);
-    LAUNCH((global_norm_partial_kernel<true, T>), kGlobalNormBlocks, kGlobalNormBlockSize, 0, stream, partial,
-           grads, split);
+    const int blocks = global_norm_blocks(split.groups);
+    LAUNCH((global_norm_partial_kernel<true, T>), blocks, kGlobalNormBlockSize, 0, stream, partial, grads, split);
     CUDA_CHECK(cudaGetLastError());
-    LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, stream, out, partial,
-           kGlobalNormBlocks);
+    LAUNCH(global_norm_final_kernel, 1, kGlobalNormFinalBlockSize, 0, stream, out, partial, blocks);
     CUDA_CHECK(cudaGetLastError());
 }
 

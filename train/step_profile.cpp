@@ -155,7 +155,7 @@ std::string StepProfile::step_ends(int step, double step_ms, bool logged, std::s
 
 std::string StepProfile::overhead_report() const {
     if (!timers_ || steps_ == 0) return "";
-    const double per_step_us = (marks_ * mark_cost_us_ + own_us_) / steps_;
+    const double per_step_us = (marks_ * mark_cost_us_ + own_us_ - waited_us_) / steps_;
     return strprintf("timers: %.0f marks per step; the host's timing work %.3f ms per step on average, %.3f%% of the step "
                      "time\n",
                      (double)marks_ / steps_, per_step_us / 1000, 100 * per_step_us / 1000 / (steps_ms_ / steps_));
@@ -177,7 +177,14 @@ void StepProfile::gather_and_report(int step, std::string* line, std::string* ti
         report.temperature_c = t.temperature_c, report.power_w = t.power_w, report.power_limit_w = t.power_limit_w;
         report.throttle_reasons = t.throttle_reasons;
     }
+    // The gather is where a rank that finished its step early first waits for a slower one (without the
+    // timers it would wait in the next step's first collective): that wait counts as the next logged
+    // step's comm wait, not as the timers' own work.
+    const double gather_start = clock_us();
     const std::vector<std::vector<char>> gathered = ranks_.gather_on_rank0(bytes_of(report));
+    const double gather_us = clock_us() - gather_start;
+    pending_[StepPhase::COMM_WAIT] += gather_us / 1000;
+    waited_us_ += gather_us;
     if (ranks_.rank != 0) return;
     std::vector<RankReport> reports(gathered.size());
     std::vector<PhaseTimes> by_rank(gathered.size());

@@ -9,7 +9,9 @@
 //   - with --profile-steps A:B, each rank keeps the spans of steps A..B; after step B rank 0 gathers
 //     them, moves each rank's onto its own clock (offsets measured at start-up) and writes trace.json
 //     in the output folder (train/chrome_trace.h).
-// A checkpoint's time is counted in the next logged step's phases (it is written after its step's line).
+// A checkpoint's time is counted in the next logged step's phases (it is written after its step's line),
+// and so is the time a rank waits in the gather for slower ranks, as comm wait (the gather is where a
+// rank that finished early first meets the others).
 #pragma once
 #include <string>
 #include <vector>
@@ -61,5 +63,6 @@ private:
     std::vector<double> clock_offsets_us_;          // rank 0: each rank's clock's offset from its own
     // The timers' own cost: marking once (µs), marks made, the loop's own timing work (µs), steps.
     double mark_cost_us_ = 0, own_us_ = 0, steps_ms_ = 0;
+    double waited_us_ = 0;  // of own_us_, waiting in the gather for slower ranks (not the timers' cost)
     long long marks_ = 0, steps_ = 0;
 };
