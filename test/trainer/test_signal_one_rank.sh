@@ -7,7 +7,7 @@ set -u
 name=sigterm_to_one_rank_stops_all_ranks_at_the_same_step
 trainer="${BIN:-.}/train_gpt_emu_fp32"
 source "$(dirname "$0")/../parallel/tiny_mpi_run.sh"
-steps=6
+steps=20
 flags=(-e custom:L1:C64:H2:V64:T16 -i "$work/train.bin" -b 2 -t 16 -v 0 -s 0 -x $steps)
 run() { timeout 120 mpirun --oversubscribe -np 2 "$trainer" "${flags[@]}" "$@"; }
 
