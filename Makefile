@@ -197,7 +197,7 @@ ifneq ($(CUDA_INCLUDE),)
   endif
   ifneq ($(MPI_LIBS),)
     MULTI_RANK_TESTS := $(patsubst %,$(BUILD)/test/parallel/%,test_data_parallel test_tensor_parallel \
-                          test_pipeline_parallel test_layer_adaptation)
+                          test_pipeline_parallel test_layer_adaptation test_grad_compression)
     ifneq ($(SAN),1)
       TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh
       # A rank stopped mid-step (SIGSTOP) among three: the phase timers and the straggler line name it;

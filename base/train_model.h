@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/compression_state.h"
 #include "base/gpt_config.h"
 #include "base/gpu_telemetry.h"
 #include "base/model_file.h"
@@ -73,6 +74,10 @@ struct ModelMemory {
     // The same bytes split by where they travel: within a node (every rank of the collective's group
     // on one node) or across nodes (parallel/plan/traffic.h).
     size_t within_node_bytes_per_step = 0, across_node_bytes_per_step = 0;
+    // With gradient compression (--grad-compression): all of a compressed step's bytes (the steps
+    // before --compression-start send the ones above), and the method's name; else 0 and "".
+    size_t compressed_bytes_per_step = 0;
+    std::string compression;
     // With pipeline stages: lines on the stages' layers, schedule, bubble and memory (else empty).
     std::string pipeline_report;
     // The model's own buffers, and everything the device holds for the run.
@@ -179,6 +184,18 @@ public:
     virtual void set_step_timeline(StepTimeline* timeline) { timeline_ = timeline; }
     // Lines for the end of a run (e.g. what a step cost the device); empty: nothing.
     virtual std::string end_of_run_report() { return ""; }
+    // What this rank sent to the other ranks in its last optimizer step, in bytes (counted by the
+    // operations that send); -1 for a model that never sends (one process).
+    virtual double bytes_sent_last_step() const { return -1; }
+    // Gradient compression's state on this rank (base/compression_state.h), for checkpoints; empty
+    // where the run does not compress. set_compression_state takes a state that compression_state
+    // gave on the same data ranks and settings (the same method, ranks and layout) and returns true;
+    // any other state it leaves alone (the residuals start from zero) and returns false.
+    virtual CompressionState compression_state() const { return CompressionState(); }
+    virtual bool set_compression_state(const CompressionState& state) {
+        (void)state;
+        return false;
+    }
     // The CUDA device this rank computes on (-1: none), for the reports that name a rank.
     virtual int device_index() const { return -1; }
     // The GPU's clocks, power, temperature and throttle reasons now (base/gpu_telemetry.h), for -lg;
@@ -197,6 +214,9 @@ public:
                                      const std::vector<float>& v) = 0;
     // Out: the whole model's working weights, where this rank holds all of them (tests, one rank).
     virtual std::vector<float> working_weights() = 0;
+    // Every weight this rank holds, as it holds them (any order), where each data rank holds a whole
+    // replica (no tensor, pipeline or ZeRO-3 split): --check-replicas compares them across the ranks.
+    virtual std::vector<float> replica_weights() { return working_weights(); }
     // Out, for checkpoints (base/model_part.h): the part of the working weights this rank writes into
     // the model file, and the part of the master weights and moments its state file stores. The parts
     // of all ranks cover the model exactly once. Every rank calls working_weights_part at the same

@@ -66,6 +66,10 @@ struct TrainOptions {
     int node_ranks = 0;          // --node-ranks: ranks per node for the traffic split (0 = the launcher's)
     std::string pp_schedule = "1f1b";  // --pp-schedule: 1f1b or gpipe
     std::string grad_reduce = "fp32";  // --grad-reduce: accumulate and reduce gradients in fp32 or bf16
+    std::string grad_compression = "none";  // --grad-compression: none, powersgd, int8, sign (-z 0/1)
+    int powersgd_rank = 4;                  // --powersgd-rank: PowerSGD's r
+    int compression_start = 10;             // --compression-start: steps sent uncompressed first
+    int check_replicas = 0;                 // --check-replicas: the data ranks compare their weights each step
     int recompute = 1;     // -r
     std::string attention_kernel = "auto";  // --attention-kernel: auto, hopper, mma, cuda-cores
     int tf32 = 1;          // -f

@@ -2,7 +2,7 @@
 // (g++) build: ranks are real processes started by mpirun. It implements functions declared in
 // NVIDIA's own nccl.h: unique ids, communicators and their splits, all-reduce (sum, avg, max),
 // reduce-scatter, all-gather, broadcast, point-to-point send and receive, and groups, on fp32 and
-// bf16 buffers (device memory is host memory in the emulator).
+// bf16 buffers (device memory is host memory in the emulator), and moves of bytes (int8, uint8).
 //
 // Reductions are computed here, not by MPI's reduction operators, so the result is the same on every
 // rank and independent of MPI's algorithm: each element is summed in fp32 in rank order 0..n-1 on one
@@ -16,7 +16,7 @@
 // Streams are ignored (emulated streams run synchronously), except that on a stream being captured
 // into a CUDA graph (emu/stream_capture.cpp) a collective is recorded and runs when the graph does:
 // every rank replays the same graph, so the ranks still issue the same collectives in the same order.
-// Sends and receives are not supported in a capture. With queued streams (EMU_STREAMS,
+// Sends and receives in a capture are recorded as queued ones are (below). With queued streams (EMU_STREAMS,
 // emu/stream_queue.h) collectives, sends and receives are queued on their stream as communication,
 // which keeps its issue order; a group's sends and receives are queued as one piece of work at
 // ncclGroupEnd (they must share a stream); creating, splitting and destroying a communicator first
@@ -100,13 +100,18 @@ ncclResult_t refuse(ncclResult_t result, const char* fmt, ...) {
     return result;
 }
 
-size_t type_size(ncclDataType_t type) { return type == ncclFloat32 ? 4 : 2; }
+size_t type_size(ncclDataType_t type) {
+    return type == ncclFloat32 ? 4 : type == ncclInt8 || type == ncclUint8 ? 1 : 2;
+}
 
-ncclResult_t check_args(const char* op, ncclDataType_t type, ncclComm_t comm) {
+// Reductions take fp32 and bf16; operations that only move data (all-gather, broadcast, send and
+// receive) also bytes (ncclInt8, ncclUint8: compressed gradients).
+ncclResult_t check_args(const char* op, ncclDataType_t type, ncclComm_t comm, bool moves_only = false) {
     if (!comm) return refuse(ncclInvalidArgument, "%s: null communicator", op);
-    if (type != ncclFloat32 && type != ncclBfloat16)
-        return refuse(ncclInvalidArgument, "%s: data type %d not supported (ncclFloat32, ncclBfloat16 only)", op,
-                      (int)type);
+    const bool bytes = type == ncclInt8 || type == ncclUint8;
+    if (type != ncclFloat32 && type != ncclBfloat16 && !(moves_only && bytes))
+        return refuse(ncclInvalidArgument, "%s: data type %d not supported (ncclFloat32, ncclBfloat16%s)", op,
+                      (int)type, moves_only ? ", ncclInt8, ncclUint8" : " only");
     return ncclSuccess;
 }
 
@@ -341,7 +346,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t type,
                            ncclComm_t comm, cudaStream_t stream) {
-    if (ncclResult_t r = check_args("ncclAllGather", type, comm)) return r;
+    if (ncclResult_t r = check_args("ncclAllGather", type, comm, true)) return r;
     if (sendcount == 0) return ncclSuccess;
     if (!sendbuff || !recvbuff) return refuse(ncclInvalidArgument, "ncclAllGather: null buffer");
     run_or_record(stream, "ncclAllGather", [=] {
@@ -355,7 +360,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type, int root,
                            ncclComm_t comm, cudaStream_t stream) {
-    if (ncclResult_t r = check_args("ncclBroadcast", type, comm)) return r;
+    if (ncclResult_t r = check_args("ncclBroadcast", type, comm, true)) return r;
     if (root < 0 || root >= comm->size) return refuse(ncclInvalidArgument, "ncclBroadcast: root %d out of range", root);
     if (count == 0) return ncclSuccess;
     if (!recvbuff || (comm->rank == root && !sendbuff)) return refuse(ncclInvalidArgument, "ncclBroadcast: null buffer");
@@ -413,15 +418,17 @@ void transfer(const std::vector<Transfer>& transfers) {
 ncclResult_t point_to_point(bool send, void* buffer, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                             cudaStream_t stream) {
     const char* op = send ? "ncclSend" : "ncclRecv";
-    if (ncclResult_t r = check_args(op, type, comm)) return r;
+    if (ncclResult_t r = check_args(op, type, comm, true)) return r;
     if (peer < 0 || peer >= comm->size || peer == comm->rank)
         return refuse(ncclInvalidArgument, "%s: peer %d is not another rank of %d", op, peer, comm->size);
     if (count == 0) return ncclSuccess;
     if (!buffer) return refuse(ncclInvalidArgument, "%s: null buffer", op);
     const Transfer t{send, buffer, count * type_size(type), peer, comm};
-    if (queued(stream) && g_group_depth == 0) {
+    // Deferred (queued, or recorded into a graph): run when the stream's work runs, a group's together.
+    const bool deferred = queued(stream) || (emu::capturing && emu::capturing(stream));
+    if (deferred && g_group_depth == 0) {
         run_or_record(stream, op, [t] { transfer({t}); });
-    } else if (queued(stream)) {
+    } else if (deferred) {
         if (!g_queued_group.empty() && stream != g_queued_group_stream)
             return refuse(ncclInvalidUsage, "%s: a group's sends and receives on two streams (not supported with "
                                             "queued streams)", op);
@@ -454,15 +461,11 @@ ncclResult_t ncclGroupEnd() {
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-    if (emu::capturing && emu::capturing(stream))
-        return refuse(ncclInvalidUsage, "ncclSend: not supported by the stand-in in a captured stream");
     return point_to_point(true, const_cast<void*>(sendbuff), count, type, peer, comm, stream);
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
-    if (emu::capturing && emu::capturing(stream))
-        return refuse(ncclInvalidUsage, "ncclRecv: not supported by the stand-in in a captured stream");
     return point_to_point(false, recvbuff, count, type, peer, comm, stream);
 }
 

@@ -12,6 +12,13 @@
 #include "kernels/matmul.h"
 #include "parallel/comm/launch_order.h"
 
+// --grad-compression's method (train/train_flags.cpp checked the name and where it applies).
+static GradCompression grad_compression(const TrainOptions& opt) {
+    GradCompression method = GradCompression::NONE;
+    parse_grad_compression(opt.grad_compression.c_str(), &method);
+    return method;
+}
+
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
     : config_(config), world_(world),
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
@@ -25,13 +32,13 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       stage_(make_pipeline_stage(config, opt, mesh_, accum_steps_)),
       buckets_(make_param_buckets(config, mesh_.shard, model_slice(mesh_, stage_))),
       params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.shard_rank(), shard_groups(mesh_),
-              fp32_gradient_reduction(opt)),
+              fp32_gradient_reduction(opt), grad_compression(opt), opt.powersgd_rank),
       optimizer_(params_, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt), &config),
       graphs_(uses_cuda_graphs(opt, mesh_, params_.sharding())),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
       classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config.padded_vocab_size)),
-      recompute_(opt.recompute), seed_(opt.seed) {
+      recompute_(opt.recompute), seed_(opt.seed), compression_start_(opt.compression_start) {
     const int C = config.channels, NH = config.num_heads;
     const int Vp = config.padded_vocab_size, HS = C / NH;
     if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
@@ -85,9 +92,14 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     optimizer_.request_memory(&arena_);
     request_step_buffers(&arena_, &buf_, config_, opt, tp_, stage_);
     memory_ = arena_.memory();
-    planned_traffic_ = plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_,
-                                    optimizer_.planned_bytes(comms_.data ? mesh_.size() : 1, world_within_one_node(mesh_)));
+    const SentBytes optimizer_bytes =
+        optimizer_.planned_bytes(comms_.data ? mesh_.size() : 1, world_within_one_node(mesh_));
+    planned_traffic_ = plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_, optimizer_bytes);
+    planned_compressed_traffic_ =
+        plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_, optimizer_bytes, true);
     set_planned_traffic(&memory_, planned_traffic_);
+    if (params_.compression().active())
+        set_planned_compressed_traffic(&memory_, planned_compressed_traffic_, params_.compression().method());
     memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
     const std::vector<int> communicators = mesh_communicator_sizes(
         mesh_, comms_.data != nullptr, params_.sharding().weights, communicators_may_overlap());
@@ -193,4 +205,32 @@ int GPUModel::adopt_algorithms(const std::vector<AlgorithmChoice>& choices, bool
     matmul_adopt_algorithms(table);
     matmul_set_autotune(time_the_rest && matmul_context().autotune);
     return matmul_algorithms_rejected();
+}
+
+// ---- gradient compression's state, for checkpoints
+
+// The state's method, ranks and layout, without its values.
+CompressionState GPUModel::compression_state_shape() const {
+    CompressionState state;
+    const CompressedReduction& compression = params_.compression();
+    if (!compression.active()) return state;
+    state.method = (int32_t)compression.method();
+    state.data_ranks = buckets_.num_ranks;
+    state.layout = compression.layout_fingerprint();
+    return state;
+}
+
+CompressionState GPUModel::compression_state() const {
+    CompressionState state = compression_state_shape();
+    if (!state.empty()) state.values = params_.compression().state();
+    return state;
+}
+
+bool GPUModel::set_compression_state(const CompressionState& state) {
+    const CompressionState mine = compression_state_shape();
+    if (state.empty() || mine.empty() || state.method != mine.method || state.data_ranks != mine.data_ranks ||
+        state.layout != mine.layout || state.values.size() != params_.compression().state_size())
+        return false;
+    params_.compression().set_state(state.values);
+    return true;
 }

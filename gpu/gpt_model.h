@@ -15,6 +15,7 @@
 #include <nccl.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,7 @@ public:
     void set_working_weights(const std::vector<float>& weights) override;
     std::vector<float> working_weights() override { return params_.weights_in_layout_order(); }
     ModelPart working_weights_part() override { return params_.weights_part(); }
+    std::vector<float> replica_weights() override { return params_.weights_as_held(); }
     bool forward_is_collective() const override {
         return params_.sharding().weights || tp_.size() > 1 || pipeline_.stages() > 1;
     }
@@ -114,6 +116,10 @@ public:
     size_t allocated_bytes() const { return arena_.bytes(); }
     // What this rank sent in each group during the last optimizer step (counted by the operations).
     Traffic last_step_traffic() const { return last_step_traffic_; }
+    double bytes_sent_last_step() const override { return (double)last_step_traffic_.total(); }
+    // Gradient compression's state for checkpoints (parallel/comm/compressed_reduction.h).
+    CompressionState compression_state() const override;
+    bool set_compression_state(const CompressionState& state) override;
 
 private:
     // ---- parameters: tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb), this rank's slice,
@@ -216,17 +222,24 @@ private:
     // The operations' byte counters: zeroed, read, and (once) checked against the plan.
     void reset_traffic();
     Traffic traffic_sent() const;
-    void check_traffic_against_plan();
+    void check_traffic_against_plan(const Traffic& planned);
     // The device memory each rank holds beside its arena, against the plan (printed by rank 0).
     void report_measured_overhead();
     // Issues `issue`'s work on the compute stream: as a CUDA graph captured under `key` once graphs are
     // on and the first optimizer step is done (it runs eagerly: cuBLASLt's algorithm choices, lazily
-    // made streams and the traffic check happen outside any capture), else directly.
+    // made streams and the traffic check happen outside any capture), else directly. A replay runs none
+    // of the host code that counts the bytes sent: what the capture counted is added in its place.
     template <typename Issue>
     void issue_graphed(const std::vector<long long>& key, Issue&& issue) {
         if (steps_done_ == 0 || !graphs_.enabled()) return issue();
+        const Traffic before = traffic_sent();
         timer_.graph_begins(key);
-        timer_.graph_ends(graphs_.run(key, stream_, issue));
+        const bool captured = graphs_.run(key, stream_, issue);
+        timer_.graph_ends(captured);
+        if (captured)
+            graph_traffic_[key] = traffic_sent() - before;
+        else
+            replayed_traffic_ += graph_traffic_.at(key);
     }
     bool stream_capturing() const {
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -267,7 +280,14 @@ private:
     DeviceArena arena_;
     ModelMemory memory_;
     Traffic last_step_traffic_;
-    Traffic planned_traffic_;  // what the start-up report's plan says a step sends
+    Traffic planned_traffic_;             // what the start-up report's plan says a step sends
+    Traffic planned_compressed_traffic_;  // and a step whose gradients are compressed
+    std::map<std::vector<long long>, Traffic> graph_traffic_;  // what each CUDA graph sends
+    Traffic replayed_traffic_;            // what this step's graph replays sent
+    double bytes_sent_ = 0;               // over the steps so far, for the end of the run
+    int compression_start_ = 0;           // --compression-start
+    CompressionState compression_state_shape() const;
+    bool plain_step_checked_ = false, compressed_step_checked_ = false;  // against their plans
 
     StepBuffers buf_;
     Activations& act_ = buf_.act;

@@ -160,7 +160,7 @@ void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
     const bool gathers = i == 0 && params_.gathers_updated_weights();
     // While timing, each micro-step has a graph of its own (gpu/step_timer.h: a graph's events).
     const long long graph_of = timer_.enabled() ? i : -1;
-    issue_graphed({0, B_, T_, micro_steps, last_micro_step, gathers, graph_of}, [&] {
+    issue_graphed({0, B_, T_, micro_steps, last_micro_step, gathers, graph_of, params_.compressing()}, [&] {
         if (gathers) params_.gather_updated_weights();
         forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
         params_.wait_for_all_weights();  // a capture joins the gathers it forked
@@ -237,12 +237,18 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     const StepCounts before = StepCounts::now();
 #endif
     reset_traffic();
+    params_.set_compressing(u.step > compression_start_);  // --grad-compression, after the plain steps
     timer_.begin_step();
     accumulate(micro_steps, B, T, next_batch);
 
     StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
     const OptimizerSettings& o = u.optimizer;
     c.adamw = adamw_device_step(o.learning_rate, o.beta1, o.beta2, o.weight_decay, 1.0f, u.step, rounding_seed(u.step));
+    if (params_.compressing() && params_.compression().method() == GradCompression::SIGN) {
+        // 1-bit gradients would make a poor estimate of their squares: v stays as the plain steps left it.
+        c.adamw.freeze_variance = 1;
+        c.adamw.v_correction = 1.0f - std::pow(o.beta2, (float)compression_start_);
+    }
     c.guard.clip_norm = u.clip_norm;
     c.guard.skip_loss_z = u.skip_loss_z, c.guard.skip_norm_z = u.skip_norm_z;
     for (auto [to, from] : {std::make_pair(&c.guard.loss_window, &u.loss_window),
@@ -261,10 +267,12 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     // After the first step every product has been asked for once: the fused epilogues cuBLASLt refused
     // (their products ran in separate passes), with its status, for the start-up report; and what the
     // step sent, against the plan.
-    if (steps_done_++ == 0) {
-        if (world_.rank() == 0) printf("%s", matmul_refusal_report().c_str());
-        check_traffic_against_plan();
-    }
+    if (steps_done_++ == 0 && world_.rank() == 0) printf("%s", matmul_refusal_report().c_str());
+    last_step_traffic_ = traffic_sent();
+    bytes_sent_ += (double)last_step_traffic_.total();
+    bool& checked = params_.compressing() ? compressed_step_checked_ : plain_step_checked_;
+    if (!checked) check_traffic_against_plan(params_.compressing() ? planned_compressed_traffic_ : planned_traffic_);
+    checked = true;
     if (steps_done_ == (graphs_.enabled() ? 2 : 1)) report_measured_overhead();
     const StepTotals& t = control_host_->totals;
 #ifdef EMU_CUDA
@@ -275,6 +283,10 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     r.loss = t.loss;
     r.norm = std::sqrt((double)t.norm_squared);
     r.verdict = (UpdateVerdict)t.verdict;
+    // Gradients that were not finite left NaNs in the compression's residuals: start them afresh.
+    if (params_.compressing() &&
+        (r.verdict == UpdateVerdict::LOSS_NOT_FINITE || r.verdict == UpdateVerdict::NORM_NOT_FINITE))
+        params_.compression().reset();
     return r;
 }
 
@@ -309,15 +321,24 @@ void GPUModel::report_measured_overhead() {
 // how many of them CUDA graphs ran, and the host's waits for the device; with the graphs, the host
 // issued (kernels − graph kernels + graph launches) launches.
 std::string GPUModel::end_of_run_report() {
+    std::string report;
+    if (world_.num_ranks() > 1 && steps_done_ > 0) {
+        const double MiB = 1024.0 * 1024.0;
+        report = strprintf("network: rank 0 sent %.2f MiB per step on average, as counted (the plan: %.2f MiB",
+                           bytes_sent_ / steps_done_ / MiB, planned_traffic_.total() / MiB);
+        if (params_.compression().active())
+            report += strprintf(", compressed %.2f MiB", planned_compressed_traffic_.total() / MiB);
+        report += ")\n";
+    }
 #ifdef EMU_CUDA
     const StepCounts& c = last_step_counts_;
     if (steps_counted_ > 0)
-        return strprintf("emulated device, per step: %llu kernel launches, %llu host synchronisations (%llu of the "
+        return report + strprintf("emulated device, per step: %llu kernel launches, %llu host synchronisations (%llu of the "
                          "kernels in %llu CUDA graph launches: %llu launches from the host)%s\n",
                          c.kernels, c.syncs, c.graph_kernels, c.graph_launches, c.host_launches(),
                          steps_counted_ == 1 ? "; the first step, which runs without graphs" : "");
 #endif
-    return "";
+    return report;
 }
 
 // ---- the update
@@ -386,21 +407,21 @@ void GPUModel::reset_traffic() {
     optimizer_.reset_bytes_sent();
     tp_.reset_bytes_sent();
     pipeline_.reset_bytes_sent();
+    replayed_traffic_ = Traffic();
 }
 
 Traffic GPUModel::traffic_sent() const {
     Traffic t;
     t.data = params_.bytes_sent(), t.tensor = tp_.by_node(tp_.bytes_sent()), t.pipeline = pipeline_.bytes_sent();
     t.data += optimizer_.bytes_sent();
+    t += replayed_traffic_;
     return t;
 }
 
-// The first optimizer step's bytes, as the operations counted them, against the plan the start-up
-// report printed (memory_plan.h): a difference is an error in one of them.
-void GPUModel::check_traffic_against_plan() {
-    last_step_traffic_ = traffic_sent();
+// The first optimizer step's bytes (and the first compressed step's), as the operations counted them,
+// against the plan the start-up report printed (memory_plan.h): a difference is an error in one of them.
+void GPUModel::check_traffic_against_plan(const Traffic& planned) {
     const Traffic& sent = last_step_traffic_;
-    const Traffic& planned = planned_traffic_;
     if (sent != planned)
         fail("internal error: a step sent %zu / %zu / %zu bytes in the data / tensor / pipeline group (%zu within "
              "nodes), the plan says %zu / %zu / %zu (%zu)", sent.data.total(), sent.tensor.total(),

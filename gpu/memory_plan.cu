@@ -36,10 +36,10 @@ static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& t
 
 Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
                      const PipelineStage& stage, const ParameterStore& params, const PipelineParallel& pipeline,
-                     int micro_steps, SentBytes optimizer) {
+                     int micro_steps, SentBytes optimizer, bool compressed) {
     const int N = opt.batch_size * opt.seq_len;
     Traffic t;
-    t.data = params.planned_bytes(micro_steps);
+    t.data = params.planned_bytes(micro_steps, compressed);
     t.data += optimizer;
     t.tensor = tp.by_node(plan_tensor_bytes(config, tp, stage, N, micro_steps,
                                             params.reduces_gradients(false) ? micro_steps : 1, params.gradient_bytes()));
@@ -48,6 +48,11 @@ Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const Ten
                                         vocabulary >= 0 ? params.reduced_gradient_count(vocabulary) : 0,
                                         params.gradient_bytes());
     return t;
+}
+
+void set_planned_compressed_traffic(ModelMemory* memory, const Traffic& traffic, GradCompression method) {
+    memory->compressed_bytes_per_step = traffic.total();
+    memory->compression = grad_compression_name(method);
 }
 
 void set_planned_traffic(ModelMemory* memory, const Traffic& traffic) {
@@ -85,17 +90,23 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
                             within_one_node(mesh.tensor_group(), mesh.node_ranks));
     const PipelineParallel pipeline(nullptr, nullptr, mesh.stage, mesh.pipeline, pipeline_links(mesh));
     DeviceArena arena;
+    GradCompression compression = GradCompression::NONE;
+    parse_grad_compression(opt.grad_compression.c_str(), &compression);
     ParameterStore params(make_param_buckets(config, mesh.shard, model_slice(mesh, stage)),
-                          zero_sharding(opt, communicates), 0, shard_groups(mesh), fp32_gradient_reduction(opt));
+                          zero_sharding(opt, communicates), 0, shard_groups(mesh), fp32_gradient_reduction(opt),
+                          communicates ? compression : GradCompression::NONE, opt.powersgd_rank);
     Optimizer optimizer(params, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt), &config);
     params.request_memory(&arena);
     optimizer.request_memory(&arena);
     StepBuffers buffers;
     request_step_buffers(&arena, &buffers, config, opt, tp, stage);
     ModelMemory memory = arena.memory();
-    set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps,
-                                              optimizer.planned_bytes(communicates ? mesh.size() : 1,
-                                                                      world_within_one_node(mesh))));
+    const SentBytes optimizer_bytes = optimizer.planned_bytes(communicates ? mesh.size() : 1, world_within_one_node(mesh));
+    set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes));
+    if (params.compression().active())
+        set_planned_compressed_traffic(
+            &memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes, true),
+            params.compression().method());
     const int graphs = micro_step_graphs(uses_cuda_graphs(opt, mesh, params.sharding()), params, micro_steps);
     const std::vector<int> communicators =
         mesh_communicator_sizes(mesh, communicates, params.sharding().weights, communicators_may_overlap());

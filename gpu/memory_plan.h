@@ -21,9 +21,10 @@
 // group's: gpu/optimizer.h).
 Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
                      const PipelineStage& stage, const ParameterStore& params, const PipelineParallel& pipeline,
-                     int micro_steps, SentBytes optimizer);
-// The traffic into the report's fields.
+                     int micro_steps, SentBytes optimizer, bool compressed = false);
+// The traffic into the report's fields: a step's, and (--grad-compression) a compressed step's.
 void set_planned_traffic(ModelMemory* memory, const Traffic& traffic);
+void set_planned_compressed_traffic(ModelMemory* memory, const Traffic& traffic, GradCompression method);
 // Whether micro-steps and updates replay as CUDA graphs: --cuda-graphs, and neither a pipeline nor
 // sharded gradients (ZeRO-2/3), whose steps change with host-side state (gpt_model.cu).
 bool uses_cuda_graphs(const TrainOptions& opt, const Mesh& mesh, const ZeroSharding& sharding);

@@ -146,6 +146,7 @@ static const char* collective_kind_name(CollectiveKind kind) {
         case CollectiveKind::REDUCE_SCATTER: return "reduce-scatter";
         case CollectiveKind::BROADCAST: return "broadcast";
         case CollectiveKind::SEND: return "send/receive";
+        case CollectiveKind::ALL_TO_ALL: return "all-to-all";
     }
     return "?";
 }

@@ -23,6 +23,7 @@ std::string metrics_json(const StepMetrics& m) {
         line += ",\"norm\":" + number(m.norm, "%.6f");
         line += ",\"ms\":" + number(m.ms, "%.3f");
         line += ",\"tok_per_s\":" + number(m.tokens_per_s, "%.1f");
+        if (m.sent_bytes >= 0) line += ",\"sent_bytes\":" + number(m.sent_bytes, "%.0f");
     }
     if (m.has_val) line += ",\"val_loss\":" + number(m.val_loss, "%.6f");
     if (m.has_hellaswag) line += ",\"hellaswag\":" + number(m.hellaswag_accuracy, "%.4f");

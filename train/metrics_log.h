@@ -25,6 +25,7 @@ struct StepMetrics {
     bool has_gpu = false;           // -lg: the GPU was read at this step
     GpuTelemetry gpu;
     std::string timers_json;        // --timers: "\"phases\":{...}" and ",\"comm\":{...}" (or empty)
+    double sent_bytes = -1;         // what this rank sent to the others in the step (-1: one process)
 };
 
 class MetricsLog {

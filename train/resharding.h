@@ -41,6 +41,14 @@ public:
     // placement.size (zero where the placement names no element).
     void read_placed(const Placement& placement, std::vector<float>* master, std::vector<float>* m,
                      std::vector<float>* v, ReshardingCounts* counts);
+    // Gradient compression's state as rank `rank` wrote it (empty where no such rank wrote one: the
+    // checkpoint has fewer ranks). Each rank keeps its own residuals, so only the same rank's file
+    // can continue them.
+    CompressionState compression_of_rank(int rank) {
+        if (rank < 0 || rank >= (int)files_.size()) return CompressionState();
+        return files_[rank].read_compression();
+    }
+    int ranks() const { return (int)files_.size(); }
 
 private:
     std::vector<TrainingStateFile> files_;

@@ -1,6 +1,7 @@
 // The start-up memory report and --dry-run (see run_plan.h).
 #include "train/run_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "base/errors.h"
@@ -28,6 +29,10 @@ void print_memory_report(const ModelMemory& mem) {
     if (sent > 0)
         printf("network by node: %.1f MiB within the node, %.1f MiB across nodes\n",
                mem.within_node_bytes_per_step / MiB, mem.across_node_bytes_per_step / MiB);
+    if (!mem.compression.empty())
+        printf("network compressed (--grad-compression %s): %.2f MiB (%zu bytes) sent per step by each rank after "
+               "--compression-start, %.1fx less\n", mem.compression.c_str(), mem.compressed_bytes_per_step / MiB,
+               mem.compressed_bytes_per_step, (double)sent / std::max<size_t>(mem.compressed_bytes_per_step, 1));
     if (!mem.pipeline_report.empty()) printf("%s", mem.pipeline_report.c_str());
 }
 

@@ -5,6 +5,7 @@
 
 #include "train/lr_schedule.h"
 #include "train/optimizer_choice.h"
+#include "parallel/plan/compression_cost.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -151,6 +152,16 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"", "--grad-reduce", Kind::STRING, FIELD(grad_reduce), 0, 0,
          "precision in which gradients are accumulated over micro-steps and reduced across ranks (CUDA "
          "trainer): fp32, or bf16 (half the bytes on the network and in memory; the fp32 build: fp32)"},
+        {"", "--grad-compression", Kind::STRING, FIELD(grad_compression), 0, 0,
+         "compress the data ranks' gradient exchange (CUDA trainer, -z 0/1): none, powersgd (low rank), "
+         "int8 (8-bit blocks) or sign (1 bit a value), each with error feedback"},
+        {"", "--powersgd-rank", Kind::INT, FIELD(powersgd_rank), 1, 32,
+         "with --grad-compression powersgd: the rank r of each gradient matrix's approximation"},
+        {"", "--compression-start", Kind::INT, FIELD(compression_start), 0, INT_MAX,
+         "with --grad-compression: the first N steps send their gradients uncompressed"},
+        {"", "--check-replicas", Kind::INT, FIELD(check_replicas), 0, 1,
+         "1: after every step the data ranks compare a hash of their weights and stop with an error where they "
+         "differ (a check of determinism; copies the weights to the host each step; -z 0/1/2, no -tp or -pp)"},
         {"-r", "--recompute", Kind::INT, FIELD(recompute), 0, 2,
          "recompute in backward: 0 none, 1 GELU, 2 GELU+LayerNorm (CUDA trainer)"},
         {"-f", "--tf32", Kind::INT, FIELD(tf32), 0, 1, "allow TF32 matmuls (CUDA trainer)"},
@@ -348,6 +359,35 @@ static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ra
              "change -t, or -sp 0", o->seq_len, tp);
 }
 
+// --grad-compression: a known method, on whole fp32 gradients of a plain data-parallel run (-z 0/1).
+static void check_grad_compression(const TrainOptions& o) {
+    GradCompression method;
+    if (!parse_grad_compression(o.grad_compression.c_str(), &method))
+        fail("--grad-compression: unknown method '%s' (none, powersgd, int8, sign)", o.grad_compression.c_str());
+    const char* name = o.grad_compression.c_str();
+    if (method == GradCompression::NONE) return;
+    if (o.zero_stage >= 2)
+        fail("--grad-compression %s: works with -z 0 and -z 1, whose ranks hold their whole gradients before the "
+             "exchange (-z %d reduce-scatters each micro-step's)", name, o.zero_stage);
+    if (o.grad_reduce != "fp32")
+        fail("--grad-compression %s: compresses fp32 gradients; drop --grad-reduce %s", name, o.grad_reduce.c_str());
+    if (o.tensor_parallel > 1 || o.pipeline_parallel > 1 || o.shard_ranks > 0)
+        fail("--grad-compression %s: compresses a plain data-parallel run's exchange; drop -tp, -pp and "
+             "--shard-ranks", name);
+    if (method == GradCompression::SIGN && o.optimizer != "adamw")
+        fail("--grad-compression sign: freezes AdamW's second moment once compression starts (as 1-bit Adam "
+             "does); use --optimizer adamw");
+    if (method == GradCompression::SIGN && o.compression_start < 1)
+        fail("--grad-compression sign: needs --compression-start 1 or more (the plain AdamW steps estimate the "
+             "second moment it then freezes)");
+}
+
+// --check-replicas compares whole replicas: every rank must hold the whole model.
+static void check_replica_check(const TrainOptions& o) {
+    if (o.check_replicas && (o.zero_stage >= 3 || o.tensor_parallel > 1 || o.pipeline_parallel > 1))
+        fail("--check-replicas 1: compares the weights of whole replicas; -z 3, -tp and -pp split them over ranks");
+}
+
 // --lr-scaling needs the batch -l was tuned for (--base-batch), and --base-batch a rule to apply.
 static void check_lr_scaling(const TrainOptions& o) {
     LRScaling rule;
@@ -416,6 +456,8 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
         fail("--attention-kernel: unknown kernel '%s' (auto, hopper, mma, cuda-cores)",
              o->attention_kernel.c_str());
     check_optimizer_options(o);
+    check_grad_compression(*o);
+    check_replica_check(*o);
     check_lr_scaling(*o);
     check_profile_steps(*o);
     check_llmc_launch_flags(*o, num_ranks);

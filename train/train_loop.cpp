@@ -18,6 +18,7 @@
 #include "base/model_file.h"
 #include "base/model_part.h"
 #include "base/rng.h"
+#include "parallel/plan/compression_cost.h"
 #include "parallel/plan/mesh.h"
 #include "train/algorithm_table.h"
 #include "train/cached_sampling.h"
@@ -117,6 +118,7 @@ static void save_checkpoint(const std::string& dir, int keep, int major_every, T
     OptimizerPart part = model.optimizer_part();
     state.ranges = std::move(part.ranges);
     state.params = std::move(part.master), state.adam_m = std::move(part.m), state.adam_v = std::move(part.v);
+    state.compression = model.compression_state();
     const std::vector<float> weights =
         assemble_on_rank0(model.working_weights_part(), param_layout(model.config()).total, ranks);
     if (ranks.rank == 0)
@@ -254,6 +256,21 @@ static bool read_resume_point(Run& run, Resumed* resumed) {
     return true;
 }
 
+// Gradient compression's residuals (and PowerSGD's factors) continue where this rank's file left them
+// when the checkpoint was written by as many data ranks with the same settings; otherwise they start
+// from zero, which rank 0 says in one line.
+static void resume_compression(Run& run, CheckpointState& checkpoint) {
+    const CompressionState saved = checkpoint.compression_of_rank(run.ranks.rank);
+    const bool taken = run.model->set_compression_state(saved);
+    const CompressionState& first = checkpoint.first().compression;
+    if (run.main_rank && !taken && !first.empty() && run.opt.grad_compression != "none")
+        printf("notice: the checkpoint's gradient compression state (--grad-compression %s on %d data ranks) "
+               "does not fit this run (--grad-compression %s on %d data ranks): the error-feedback residuals "
+               "start from zero\n",
+               grad_compression_name((GradCompression)first.method), first.data_ranks,
+               run.opt.grad_compression.c_str(), run.mesh.data);
+}
+
 // The resumed model's weights and optimizer state, each rank reading only the slices of the
 // checkpoint it keeps (train/resharding.h), one array set at a time; what the ranks read and held,
 // and how much their resident memory grew meanwhile, goes into the start-up report.
@@ -269,6 +286,7 @@ static void resume_model(Run& run, Resumed& resumed) {
         resumed.state->read_placed(model.optimizer_state_placement(), &master, &m, &v, &counts);
         model.set_placed_optimizer_state(master, m, v);
     }
+    resume_compression(run, *resumed.state);
     const uint64_t peak = peak_resident_bytes();
     counts.resident_growth = peak > resident_before ? peak - resident_before : 0;
     resumed = Resumed();
@@ -526,6 +544,12 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     m.loss = loss, m.lr = update.optimizer.learning_rate, m.norm = norm, m.ms = ms;
     m.tokens_per_s = opt.total_batch / (ms / 1000.0);
     m.timers_json = timers_json;
+    m.sent_bytes = model.bytes_sent_last_step();
+    if (opt.check_replicas) {
+        const std::vector<float> weights = model.replica_weights();
+        const std::string what = strprintf("--check-replicas: the weights after step %d", step);
+        run.ranks.check_same(fnv1a64(weights.data(), weights.size() * sizeof(float), FNV_OFFSET), what.c_str());
+    }
     run.clock.add_step(ms);
     const double peak = model.peak_flops() * run.ranks.num_ranks;
     const std::string mfu = peak > 0 ? strprintf("%.1f%%", 100.0 * run.step_flops / (ms / 1000.0) / peak) : "n/a";

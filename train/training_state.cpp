@@ -8,8 +8,12 @@
 #include "base/errors.h"
 #include "base/file_io.h"
 #include "base/model_descriptor.h"
+#include "parallel/plan/compression_cost.h"
 
 static_assert(std::is_trivially_copyable<OutlierDetector>::value, "saved byte for byte");
+static_assert((int)GradCompression::NONE == 0 && (int)GradCompression::POWERSGD == 1 &&
+                  (int)GradCompression::INT8 == 2 && (int)GradCompression::SIGN == 3,
+              "the compression method's number is saved");
 static const char STATE_MAGIC[8] = {'G', 'P', 'T', 'S', 'T', 'A', 'T', 'E'};
 constexpr size_t STATE_HEADER_BYTES = 32;
 
@@ -76,10 +80,16 @@ void write_training_state(const std::string& path, const TrainingState& state) {
              ranges_size(s.ranges), s.params.size(), s.adam_m.size(), s.adam_v.size());
     MeshFields mesh = {s.data_ranks, s.tensor_parallel, s.pipeline_parallel, (int32_t)s.optimizer};
     uint64_t range_count = s.ranges.size();
+    int32_t compression_fields[2] = {s.compression.method, s.compression.data_ranks};
+    uint64_t compression_count = s.compression.values.size();
     uint64_t lengths[3] = {s.params.size(), s.adam_m.size(), s.adam_v.size()};
     std::vector<Piece> pieces = fixed_pieces(s, TRAINING_STATE_VERSION, &mesh, nullptr);
     pieces.push_back({&range_count, sizeof range_count});
     pieces.push_back({s.ranges.data(), s.ranges.size() * sizeof(LayoutRange)});
+    pieces.push_back({compression_fields, sizeof compression_fields});
+    pieces.push_back({&s.compression.layout, sizeof s.compression.layout});
+    pieces.push_back({&compression_count, sizeof compression_count});
+    pieces.push_back({s.compression.values.data(), s.compression.values.size() * 4});
     pieces.push_back({lengths, sizeof lengths});
     pieces.push_back({s.params.data(), s.params.size() * 4});
     pieces.push_back({s.adam_m.data(), s.adam_m.size() * 4});
@@ -126,8 +136,8 @@ static void check_header_and_checksum(FileReader& file, uint32_t* version, uint6
     memcpy(payload_bytes, header + 16, 8);
     memcpy(&checksum, header + 24, 8);
     if (memcmp(header, STATE_MAGIC, 8) != 0) fail("%s: not a training state file", path.c_str());
-    if (*version != 1 && *version != TRAINING_STATE_VERSION)
-        fail("%s: training state version %u, this build reads versions 1 and %u", path.c_str(), *version,
+    if (*version < 1 || *version > TRAINING_STATE_VERSION)
+        fail("%s: training state version %u, this build reads versions 1 to %u", path.c_str(), *version,
              TRAINING_STATE_VERSION);
     if (*payload_bytes != size - STATE_HEADER_BYTES || *payload_bytes < fixed_bytes(*version))
         fail("%s: size %llu does not match its header (truncated?)", path.c_str(), (unsigned long long)size);
@@ -151,11 +161,13 @@ struct PayloadCursor {
     }
 };
 
-// Reads a checked payload's fields in file order: the fixed fields, the mesh (version 2) or the
-// sharded flag (version 1), the ranges (version 2) and the three arrays' lengths, failing where a
-// count or length does not fit the bytes left; leaves the cursor at the first array. A version 1
-// state's ranges are left to check_ranges.
-static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t lengths[3]) {
+// Reads a checked payload's fields in file order: the fixed fields, the mesh (version 2 on) or the
+// sharded flag (version 1), the ranges (version 2 on), the compression state but its values (version
+// 3; *compression_at and *compression_count say where they are) and the three arrays' lengths,
+// failing where a count or length does not fit the bytes left; leaves the cursor at the first array.
+// A version 1 state's ranges are left to check_ranges.
+static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t lengths[3],
+                                 uint64_t* compression_at, uint64_t* compression_count) {
     const std::string& path = in.file.path();
     TrainingState s;
     MeshFields mesh = {0, 0, 0, 0};
@@ -172,6 +184,24 @@ static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t l
             fail("%s: %llu ranges do not fit in the file", path.c_str(), (unsigned long long)count);
         s.ranges.resize(count);
         in.read(s.ranges.data(), count * sizeof(LayoutRange));
+    }
+    *compression_at = in.at, *compression_count = 0;
+    if (version >= 3) {
+        int32_t fields[2];
+        in.read(fields, sizeof fields);
+        s.compression.method = fields[0], s.compression.data_ranks = fields[1];
+        s.compression.layout = in.u64();
+        *compression_count = in.u64();
+        if (*compression_count > (in.end - in.at) / 4)
+            fail("%s: %llu compression values do not fit in the file", path.c_str(),
+                 (unsigned long long)*compression_count);
+        *compression_at = in.at;
+        in.at += *compression_count * 4;
+        if (s.compression.method < 0 || s.compression.method > 3 || s.compression.data_ranks < 0 ||
+            (s.compression.method == 0) != (*compression_count == 0))
+            fail("%s: implausible gradient compression state (method %d, %d data ranks, %llu values)",
+                 path.c_str(), s.compression.method, s.compression.data_ranks,
+                 (unsigned long long)*compression_count);
     }
     s.data_ranks = mesh.data_ranks, s.tensor_parallel = mesh.tensor_parallel;
     s.pipeline_parallel = mesh.pipeline_parallel;
@@ -195,6 +225,7 @@ static void check_run_fields(const TrainingState& s, const uint64_t lengths[3], 
     if (r.batch_size <= 0 || r.seq_len <= 0 || r.total_batch <= 0 || r.num_ranks <= 0 ||
         s.rank < 0 || s.rank >= r.num_ranks || s.step < 0 || s.data_ranks <= 0 ||
         s.tensor_parallel <= 0 || s.pipeline_parallel <= 0 ||
+        (long long)s.data_ranks * s.tensor_parallel > r.num_ranks ||  // first, so the product below fits
         (long long)s.data_ranks * s.tensor_parallel * s.pipeline_parallel != r.num_ranks)
         fail("%s: implausible run state (B %d, T %d, -d %lld, rank %d of %d, step %lld, mesh %d x %d x "
              "%d)", path.c_str(), r.batch_size, r.seq_len, (long long)r.total_batch, s.rank, r.num_ranks,
@@ -232,14 +263,22 @@ static void check_ranges(TrainingState& s, uint64_t values, uint32_t version, co
 TrainingStateFile open_training_state(const std::string& path) {
     FileReader file(path);
     uint32_t version;
-    uint64_t payload_bytes, lengths[3];
+    uint64_t payload_bytes, lengths[3], compression_at, compression_count;
     check_header_and_checksum(file, &version, &payload_bytes);
     PayloadCursor in{file, STATE_HEADER_BYTES, file.size()};
-    TrainingState s = read_fields(in, version, lengths);
+    TrainingState s = read_fields(in, version, lengths, &compression_at, &compression_count);
     check_run_fields(s, lengths, path);
     check_ranges(s, lengths[0], version, path);
     const uint64_t arrays_at = in.at;
-    return TrainingStateFile(std::move(s), lengths[0], std::move(file), arrays_at);
+    return TrainingStateFile(std::move(s), lengths[0], std::move(file), arrays_at, compression_at,
+                             compression_count);
+}
+
+CompressionState TrainingStateFile::read_compression() {
+    CompressionState c = state_.compression;
+    c.values.resize(compression_values_);
+    file_.read(compression_at_, c.values.data(), compression_values_ * 4);
+    return c;
 }
 
 void TrainingStateFile::read_values(int array, uint64_t first, uint64_t count, float* out) {
@@ -257,6 +296,7 @@ TrainingState read_training_state(const std::string& path) {
         arrays[i]->resize(file.values());
         file.read_values(i, 0, file.values(), arrays[i]->data());
     }
+    s.compression = file.read_compression();
     return s;
 }
 

@@ -11,9 +11,14 @@
 //           values). AdamW and LAMB keep their first and second moments in m and v; LARS keeps its
 //           momentum buffer in m and writes v as zeros, so that every file has three arrays of one
 //           length.
+//           Version 3 adds, between the ranges and the three arrays' lengths, gradient compression's
+//           state (base/compression_state.h; --grad-compression): method (i32: 0 none, 1 powersgd,
+//           2 int8, 3 sign), the data ranks it was made for (i32), its layout fingerprint (u64), a u64
+//           count and that many fp32 values (the error-feedback residuals and PowerSGD's Q factors,
+//           count 0 without compression).
 // The files of all ranks of a checkpoint cover the model exactly once (base/model_part.h), so a run
 // on any mesh and ZeRO stage reassembles them without knowing how they were cut. Version 1 files
-// (whole-model state without ranges) are read too, as AdamW's.
+// (whole-model state without ranges) are read too, as AdamW's, and version 2 files as without compression.
 // Written through AtomicFile (temp name, fsync, rename). Reading checks magic, version, size and
 // checksum, each failure a one-line InputError naming the file; the checksum is streamed, so a reader
 // can check a file and then take only slices of its arrays (open_training_state).
@@ -23,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/compression_state.h"
 #include "base/file_io.h"
 #include "base/gpt_config.h"
 #include "base/model_part.h"
@@ -51,34 +57,40 @@ struct TrainingState {
     int32_t data_ranks = 1;  // data-parallel ranks: the loader's slices (shape.num_ranks are all ranks)
     int32_t tensor_parallel = 1, pipeline_parallel = 1;  // the rest of the mesh that wrote it
     OptimizerKind optimizer = OptimizerKind::ADAMW;      // whose state adam_m and adam_v hold
+    CompressionState compression;     // gradient compression's residuals and factors on this rank
     std::vector<LayoutRange> ranges;  // where params, adam_m, adam_v belong in ParamLayout order
     std::vector<float> params;        // fp32 master weights
     std::vector<float> adam_m, adam_v;
 };
 
-constexpr uint32_t TRAINING_STATE_VERSION = 2;
+constexpr uint32_t TRAINING_STATE_VERSION = 3;
 
 void write_training_state(const std::string& path, const TrainingState& state);
 TrainingState read_training_state(const std::string& path);
 
 // A state file opened for reading slices of its arrays (train/resharding.h): every check of
 // read_training_state done (the checksum streamed through a fixed-size buffer), every field read but
-// the three arrays, which are read piece by piece on demand.
+// the three arrays and the compression state's values, which are read on demand.
 class TrainingStateFile {
 public:
-    TrainingStateFile(TrainingState state, uint64_t values, FileReader file, uint64_t arrays_at)
-        : state_(std::move(state)), values_(values), file_(std::move(file)), arrays_at_(arrays_at) {}
-    const TrainingState& state() const { return state_; }  // its arrays empty
+    TrainingStateFile(TrainingState state, uint64_t values, FileReader file, uint64_t arrays_at,
+                      uint64_t compression_at, uint64_t compression_values)
+        : state_(std::move(state)), values_(values), file_(std::move(file)), arrays_at_(arrays_at),
+          compression_at_(compression_at), compression_values_(compression_values) {}
+    const TrainingState& state() const { return state_; }  // its arrays and compression values empty
     const std::string& path() const { return file_.path(); }
     uint64_t values() const { return values_; }  // the length of each array
     // Values [first, first + count) of array 0 (master weights), 1 (AdamW m) or 2 (v) into out.
     void read_values(int array, uint64_t first, uint64_t count, float* out);
+    // The compression state with its values (method 0 and none: the run did not compress).
+    CompressionState read_compression();
 
 private:
     TrainingState state_;
     uint64_t values_;
     FileReader file_;
     uint64_t arrays_at_;  // file offset of the first array
+    uint64_t compression_at_, compression_values_;  // file offset and count of the compression values
 };
 TrainingStateFile open_training_state(const std::string& path);
 

@@ -55,6 +55,9 @@
 // -z 2/3 after the last micro-step's reduce-scatter), so every group updates the same shard the same
 // way. The loss is averaged over all the data ranks, the norm summed over one group's shards. Only the
 // first group writes its shards to checkpoints: the others hold exact copies.
+// Gradient compression (--grad-compression, -z 0/1, fp32 gradients): once the step's compression has
+// begun (set_compressing), each bucket's reduction is parallel/comm/compressed_reduction.h's instead of
+// the all-reduce or reduce-scatter, and leaves the averaged gradients in the same place.
 // Every collective adds what it sends to bytes_sent() (parallel/plan/traffic.h), on the side of the
 // node boundary its group sits; planned_bytes() adds up the same calls for a step without making them.
 #pragma once
@@ -72,6 +75,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/host_transfer.h"
 #include "parallel/comm/collective_hook.h"
+#include "parallel/comm/compressed_reduction.h"
 #include "parallel/comm/nccl_check.h"
 #include "parallel/comm/stream_wait.h"
 #include "parallel/plan/param_buckets.h"
@@ -90,13 +94,17 @@ class ParameterStore {
 public:
     // sharding: what ZeRO shards (nothing without a communicator); rank among buckets.num_ranks (its
     // sharding group); groups: the data group's shape (zero_sharding.h); fp32_gradients: accumulate and
-    // reduce gradients in fp32 (--grad-reduce fp32).
+    // reduce gradients in fp32 (--grad-reduce fp32); compression, powersgd_rank: --grad-compression and
+    // --powersgd-rank (-z 0/1 and fp32 gradients only: train/train_flags.cpp refuses the rest).
     ParameterStore(const ParamBuckets& buckets, ZeroSharding sharding, int rank, const ShardGroups& groups,
-                   bool fp32_gradients)
+                   bool fp32_gradients, GradCompression compression = GradCompression::NONE, int powersgd_rank = 4)
         : buckets_(buckets), sharding_(sharding), rank_(rank), groups_(groups),
           owned_(owned_runs(buckets, rank, sharding.optimizer_state)),
-          reduced_this_step_(buckets.buckets.size(), false) {
+          reduced_this_step_(buckets.buckets.size(), false),
+          compression_(buckets_, compression, powersgd_rank, rank, !sharding.optimizer_state) {
         fp32_ = fp32_gradients && sizeof(floatX) < sizeof(float);
+        if (compression_.active() && (sharding_.gradients || groups_.replicas > 1 || gradient_bytes() != sizeof(float)))
+            fail("internal error: gradient compression needs whole fp32 gradients and one sharding group");
         size_t at = 0;
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
             shard_offset_.push_back(at);
@@ -165,6 +173,7 @@ public:
         } else if (sharding_.gradients) {
             arena->request(&chunk_buffer_, max_chunk_, MemoryKind::GRADIENTS);
         }
+        compression_.request_memory(arena);
     }
 
     // Once the arena is allocated: the communication streams and events, every buffer zeroed (the
@@ -206,6 +215,7 @@ public:
             zero(gradient_slot_[s], gradients_in_slots() ? slot_length_[s] : 0);
             zero(staging32_[s], staging32_[s] ? slot_length_[s] : 0);
         }
+        compression_.start(comm_, comm_stream_, hook_);
     }
 
     std::string description() const {
@@ -336,8 +346,10 @@ public:
         if (!comm_ || !reduces_gradients(last_micro_step)) return;
         CUDA_CHECK(cudaEventRecord(ready_[slot_of(bucket)], compute_));
         WAIT_FOR_EVENT(gradients_ready, comm_stream_, ready_[slot_of(bucket)]);
-        bytes_sent_.add(reduce_cost(bucket), groups_.shard_within_node);
-        if (fp32_)
+        bytes_sent_.add(reduce_cost(bucket, compressing_), groups_.shard_within_node);
+        if (compressing_)
+            compression_.reduce(fp32_gradients_of(bucket), bucket);
+        else if (fp32_)
             reduce_bucket(grads32_, staging32_[slot_of(bucket)], chunk32_, bucket);
         else
             reduce_bucket(grads_, gradient_slot_[slot_of(bucket)], chunk_buffer_, bucket);
@@ -459,20 +471,32 @@ public:
     }
     bool gathers_updated_weights() const { return sharding_.optimizer_state && !sharding_.weights; }
 
+    // ---- gradient compression
+    // Whether this step's reductions are compressed (from the step after --compression-start); the
+    // same on every rank.
+    void set_compressing(bool on) { compressing_ = on && compression_.active(); }
+    bool compressing() const { return compressing_; }
+    CompressedReduction& compression() { return compression_; }
+    const CompressedReduction& compression() const { return compression_; }
+
     // ---- what it sends
     SentBytes bytes_sent() const { return bytes_sent_; }
     // The step timers' hook (collective_hook.h).
-    void set_hook(CollectiveHook* hook) { hook_ = hook; }
+    void set_hook(CollectiveHook* hook) {
+        hook_ = hook;
+        compression_.set_hook(hook);
+    }
     void reset_bytes_sent() { bytes_sent_ = SentBytes(); }
     // What one optimizer step of `micro_steps` micro-steps sends, the same calls counted without
     // making them: each bucket's reductions (hybrid: and its chunk's average over the replicas), its
     // gathers (sharded weights: before the forward and the backward, the embeddings once), the updated
-    // weights' gather, the loss and (sharded) the norm.
-    SentBytes planned_bytes(int micro_steps) const {
+    // weights' gather, the loss and (sharded) the norm; `compressed`: a step whose reductions are
+    // compressed.
+    SentBytes planned_bytes(int micro_steps, bool compressed = false) const {
         const bool shard_in_node = groups_.shard_within_node;
         SentBytes sent;
         for (int b = 0; b < (int)buckets_.buckets.size(); b++) {
-            sent.add((size_t)(sharding_.gradients ? micro_steps : 1) * reduce_cost(b), shard_in_node);
+            sent.add((size_t)(sharding_.gradients ? micro_steps : 1) * reduce_cost(b, compressed), shard_in_node);
             sent.add(replica_cost(b), groups_.replicas_within_node);
             if (sharding_.weights)
                 sent.add((size_t)micro_steps * (embedding_bucket(b) ? 1 : 2) * gather_cost(b), shard_in_node);
@@ -517,6 +541,13 @@ public:
             release_weights(b);
         }
         return writes ? device_part(buckets_, device_order) : ModelPart();
+    }
+    // Every weight as this rank holds it after the step's update has been gathered, in device order,
+    // widened to fp32 (--check-replicas compares them across the data ranks); not with sharded weights.
+    std::vector<float> weights_as_held() {
+        if (sharding_.weights) fail("internal error: no rank holds the whole weights under ZeRO-3");
+        gather_updated_weights_now();
+        return copy_from_device(params_, buckets_.total, compute_);
     }
     // The working weights in state order (this rank's shard, or everything), where the optimizer keeps
     // no master copy of them.
@@ -563,7 +594,8 @@ private:
         return (double)buckets_.chunk(bucket) * buckets_.num_ranks * sizeof(floatX);
     }
     size_t gather_cost(int bucket) const { return gather_bytes(buckets_.chunk(bucket), buckets_.num_ranks, sizeof(floatX)); }
-    size_t reduce_cost(int bucket) const {
+    size_t reduce_cost(int bucket, bool compressed) const {
+        if (compressed && compression_.active()) return compression_.cost(bucket);
         if (!sharding_.optimizer_state)
             return all_reduce_bytes(buckets_.buckets[bucket].length, buckets_.num_ranks, gradient_bytes());
         return gather_bytes(buckets_.chunk(bucket), buckets_.num_ranks, gradient_bytes());  // as a gather
@@ -574,6 +606,11 @@ private:
     }
     // Each micro-step's gradients computed into a slot, not into the gradients kept (sharded or fp32).
     bool gradients_in_slots() const { return sharding_.gradients || fp32_; }
+    // The bucket's whole gradients where they are kept in fp32 (compression's input and output).
+    float* fp32_gradients_of(int bucket) const {
+        if (fp32_) return grads32_ + buckets_.buckets[bucket].offset;
+        return reinterpret_cast<float*>(grads_) + buckets_.buckets[bucket].offset;  // the fp32 build
+    }
 
     // A part that covers the model (one tensor rank) as the whole model in ParamLayout order.
     std::vector<float> whole_model(const ModelPart& part) const {
@@ -672,4 +709,6 @@ private:
     std::vector<bool> unawaited_;        // -z 1/2: the bucket's gather issued, not yet waited for
     std::vector<bool> reduced_this_step_;  // sharded gradients: the bucket's shard already holds this step's
     bool communicating_ = false;
+    CompressedReduction compression_;  // --grad-compression's reductions (inactive: none, or one rank)
+    bool compressing_ = false;         // this step's reductions are compressed
 };

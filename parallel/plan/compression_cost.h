@@ -103,6 +103,16 @@ inline size_t compressed_gradient_bytes(const std::vector<TensorShape>& shapes, 
     return total;
 }
 
+// How long a row of tensor `kind`'s matrix is, as the parameter buffer stores it (C, or 4C for the
+// fc projection; see below), or 0 for the 1-D tensors.
+inline size_t matrix_row_length(int kind, size_t channels) {
+    switch (kind) {
+        case WTE: case WPE: case QKVW: case ATTPROJW: case FCW: return channels;
+        case FCPROJW: return 4 * channels;
+        default: return 0;
+    }
+}
+
 // The GPT model's gradient tensors (base/model_tensors.h's list: wte, wpe, each layer's, ln_f's), the
 // weight matrices as the parameter buffer stores them (wte Vp × C, wpe maxT × C, qkv 3C × C, attention
 // projection C × C, fc 4C × C, fc projection C × 4C), the rest 1-D.

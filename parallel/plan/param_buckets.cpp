@@ -61,7 +61,7 @@ ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks, ModelSlice sl
     ParamBuckets b;
     b.num_ranks = num_ranks, b.slice = slice;
     const ParamLayout layout = param_layout(c);
-    b.layout_total = layout.total;
+    b.layout_total = layout.total, b.channels = c.channels;
     const size_t L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size, maxT = c.max_seq_len;
     const size_t t = slice.tensor_rank, T = slice.tensor_ranks;
     const bool replicas_written = t == 0;  // tensor rank 0 writes the replicated tensors

@@ -77,6 +77,7 @@ struct ParamBuckets {
     std::vector<ParamBucket> buckets;
     size_t total = 0;         // device elements, padding included
     size_t layout_total = 0;  // the whole model's parameters (ParamLayout)
+    size_t channels = 0;      // the model's C (the weight matrices' row lengths derive from it)
 
     // Each bucket's index, -1 where this rank's stage has none.
     int position_bucket() const { return slice.first_stage ? 0 : -1; }

@@ -42,6 +42,7 @@ struct SentBytes {
         within_node += o.within_node, across_node += o.across_node;
         return *this;
     }
+    SentBytes operator-(const SentBytes& o) const { return {within_node - o.within_node, across_node - o.across_node}; }
     bool operator==(const SentBytes& o) const { return within_node == o.within_node && across_node == o.across_node; }
     bool operator!=(const SentBytes& o) const { return !(*this == o); }
 };
@@ -57,24 +58,31 @@ struct Traffic {
         all += tensor, all += pipeline;
         return all;
     }
+    Traffic& operator+=(const Traffic& o) {
+        data += o.data, tensor += o.tensor, pipeline += o.pipeline;
+        return *this;
+    }
+    Traffic operator-(const Traffic& o) const { return {data - o.data, tensor - o.tensor, pipeline - o.pipeline}; }
     bool operator==(const Traffic& o) const { return data == o.data && tensor == o.tensor && pipeline == o.pipeline; }
     bool operator!=(const Traffic& o) const { return !(*this == o); }
 };
 
 // A collective's achieved bandwidth as nccl-tests reports it, from its size S in bytes (all-reduce and
 // broadcast: the buffer; all-gather: the gathered result, R times each rank's part; reduce-scatter:
-// the input, R times each rank's result; a send: the message) and its time t: the algorithm bandwidth
-// S / t, times the factor that makes it comparable with a link's peak whatever the rank count (the
-// share of S each rank's link carries in a ring): 2(R − 1)/R for an all-reduce, (R − 1)/R for an
-// all-gather or a reduce-scatter, 1 for a broadcast or a send. Bytes per second; 0 for t = 0.
-enum class CollectiveKind { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SEND };
+// the input, R times each rank's result; an all-to-all: what each rank sends and receives, its R parts;
+// a send: the message) and its time t: the algorithm bandwidth S / t, times the factor that makes it
+// comparable with a link's peak whatever the rank count (the share of S each rank's link carries in a
+// ring): 2(R − 1)/R for an all-reduce, (R − 1)/R for an all-gather, a reduce-scatter or an all-to-all,
+// 1 for a broadcast or a send. Bytes per second; 0 for t = 0.
+enum class CollectiveKind { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SEND, ALL_TO_ALL };
 inline double bus_bandwidth(CollectiveKind kind, double size_bytes, int ranks, double seconds) {
     if (seconds <= 0) return 0;
     const double R = ranks, algorithm = size_bytes / seconds;
     switch (kind) {
         case CollectiveKind::ALL_REDUCE: return algorithm * 2 * (R - 1) / R;
         case CollectiveKind::ALL_GATHER:
-        case CollectiveKind::REDUCE_SCATTER: return algorithm * (R - 1) / R;
+        case CollectiveKind::REDUCE_SCATTER:
+        case CollectiveKind::ALL_TO_ALL: return algorithm * (R - 1) / R;
         case CollectiveKind::BROADCAST:
         case CollectiveKind::SEND: return algorithm;
     }

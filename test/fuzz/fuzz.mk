@@ -35,6 +35,7 @@ $(FUZZ_DIR)/fuzz_%: $(FUZZ_OBJ)/test/fuzz/fuzz_%.o $(PARSER_OBJS)
 # The seed corpus writer (test/fuzz/make_corpus.cpp): plain build, the project's own file writers.
 corpus-tool: $(FUZZ_DIR)/make_corpus
 $(FUZZ_DIR)/make_corpus: test/fuzz/make_corpus.cpp $(PARSER_SRCS)
+	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) -std=c++17 -O1 -I. $^ -o $@
 
 -include $(shell find $(FUZZ_OBJ) -name '*.d' 2>/dev/null)

@@ -106,8 +106,15 @@ static void state_seeds() {
     s.ranges = whole_model_ranges(s.params.size());
     const Bytes valid = written([&](auto& path) { write_training_state(path, s); });
     put("training_state", "valid.bin", valid);
-    // One rank's part of a split model: rank 1 of 2 tensor ranks, two ranges. (valid_v1.bin, a
-    // whole-model state in the version 1 format, was written by the earlier writer and is kept.)
+    // With gradient compression's state (version 3's section): 2 data ranks' int8 residuals.
+    s.shape.num_ranks = 2, s.rank = 1, s.data_ranks = 2;
+    s.compression.method = 2, s.compression.data_ranks = 2, s.compression.layout = 0x1234;
+    s.compression.values = some_values(24);
+    put("training_state", "valid_compressed.bin", written([&](auto& path) { write_training_state(path, s); }));
+    s.shape.num_ranks = 1, s.rank = 0, s.data_ranks = 1, s.compression = CompressionState();
+    // One rank's part of a split model: rank 1 of 2 tensor ranks, two ranges. (valid_v1.bin and
+    // valid_v2.bin, whole-model states in the version 1 and 2 formats, were written by the earlier
+    // writers and are kept.)
     s.shape.num_ranks = 2, s.rank = 1, s.tensor_parallel = 2;
     s.ranges = {{4, 6}, {20, 10}};
     s.params.resize(16), s.adam_m.resize(16), s.adam_v.resize(16);

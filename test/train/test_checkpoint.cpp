@@ -81,18 +81,24 @@ TEST(training_state_part_keeps_its_ranges) {
     expect_input_error([&] { read_training_state(path); }, {path, "implausible run state"});
 }
 
+// The empty compression section of a version 3 file (method, data ranks, layout, count): 24 bytes
+// between the ranges and the three arrays' lengths.
+constexpr size_t EMPTY_COMPRESSION_BYTES = 4 + 4 + 8 + 8;
+
 // The version 1 format (a whole-model state, before the ranges) is still read: the file is rebuilt
-// here from a version 2 one by the old layout (a zero `sharded` flag where the mesh is, no ranges).
+// here from a version 3 one by the old layout (a zero `sharded` flag where the mesh is, no ranges, no
+// compression section).
 TEST(version1_training_state_is_read) {
     const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
     const TrainingState s = sample_state();
     write_training_state(path, s);
-    std::vector<unsigned char> v2 = read_all(path);
+    std::vector<unsigned char> v3 = read_all(path);
     const size_t n = s.params.size();
-    const size_t mesh_at = v2.size() - 3 * n * 4 - 3 * 8 - 16 - 8 - 16;  // mesh, range count, one range
-    std::vector<unsigned char> v1(v2.begin(), v2.begin() + mesh_at);
-    v1.insert(v1.end(), 8, 0);                                             // sharded = 0
-    v1.insert(v1.end(), v2.begin() + mesh_at + 16 + 8 + 16, v2.end());    // lengths and arrays
+    // mesh, range count, one range, compression section
+    const size_t mesh_at = v3.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - 16;
+    std::vector<unsigned char> v1(v3.begin(), v3.begin() + mesh_at);
+    v1.insert(v1.end(), 8, 0);                                                                  // sharded = 0
+    v1.insert(v1.end(), v3.begin() + mesh_at + 16 + 8 + 16 + EMPTY_COMPRESSION_BYTES, v3.end());  // lengths, arrays
     const uint32_t version = 1;
     const uint64_t payload = v1.size() - 32, checksum = fnv1a64(&v1[32], payload, FNV_OFFSET);
     memcpy(&v1[8], &version, 4), memcpy(&v1[16], &payload, 8), memcpy(&v1[24], &checksum, 8);
@@ -105,6 +111,58 @@ TEST(version1_training_state_is_read) {
     memcpy(&v1[24], &resum, 8);
     write_all(path, v1);
     expect_input_error([&] { read_training_state(path); }, {path, "version 1", "build that wrote it"});
+}
+
+// Version 3's gradient compression state (the residuals and factors of --grad-compression) comes back
+// bit for bit, method, ranks and layout included; a version 2 file (the same without the section) reads
+// as a run without compression; a method out of range, or values without a method, are refused.
+TEST(training_state_keeps_the_compression_state) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
+    TrainingState s = sample_state();
+    write_training_state(path, s);
+    const std::vector<unsigned char> without = read_all(path);
+    CHECK(read_training_state(path).compression.empty());
+    s.compression.method = 2, s.compression.data_ranks = 3, s.compression.layout = 0x0123456789abcdefull;
+    Rng rng(7);
+    s.compression.values.resize(777);
+    for (float& x : s.compression.values) x = (float)rng.normal();
+    write_training_state(path, s);
+    const std::vector<unsigned char> with = read_all(path);
+    CHECK(with.size() == without.size() + 777 * 4);
+    TrainingState r = read_training_state(path);
+    CHECK(r.compression.method == 2 && r.compression.data_ranks == 3 && r.compression.layout == s.compression.layout);
+    CHECK(r.compression.values == s.compression.values && r.params == s.params && r.adam_v == s.adam_v);
+    TrainingStateFile file = open_training_state(path);  // the values read on demand only
+    CHECK(file.state().compression.values.empty() && file.read_compression().values == s.compression.values);
+
+    // Version 2: the section left out, the version field 2.
+    const size_t n = s.params.size();
+    const size_t section_at = without.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES;
+    std::vector<unsigned char> v2(without.begin(), without.begin() + section_at);
+    v2.insert(v2.end(), without.begin() + section_at + EMPTY_COMPRESSION_BYTES, without.end());
+    const uint32_t version = 2;
+    const uint64_t payload = v2.size() - 32, checksum = fnv1a64(&v2[32], payload, FNV_OFFSET);
+    memcpy(&v2[8], &version, 4), memcpy(&v2[16], &payload, 8), memcpy(&v2[24], &checksum, 8);
+    write_all(path, v2);
+    r = read_training_state(path);
+    CHECK(r.compression.empty() && r.params == s.params && r.step == s.step);
+
+    s.compression.method = 4;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible gradient compression state"});
+    s.compression.method = 0;
+    write_training_state(path, s);
+    expect_input_error([&] { read_training_state(path); }, {path, "implausible gradient compression state"});
+    // A count past the file's end behind a valid checksum.
+    s = sample_state();
+    write_training_state(path, s);
+    std::vector<unsigned char> bytes = read_all(path);
+    const uint64_t huge = 1ull << 60;
+    memcpy(&bytes[section_at + 16], &huge, 8);
+    const uint64_t resum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    memcpy(&bytes[24], &resum, 8);
+    write_all(path, bytes);
+    expect_input_error([&] { read_training_state(path); }, {path, "compression values do not fit"});
 }
 
 TEST(corrupted_training_state_is_a_clear_error) {
@@ -177,7 +235,7 @@ TEST(training_state_names_its_optimizer) {
     write_training_state(path, s);
     const std::vector<unsigned char> adamw = read_all(path);
     const size_t n = s.params.size();
-    const size_t optimizer_at = adamw.size() - 3 * n * 4 - 3 * 8 - 16 - 8 - 16 + 12;
+    const size_t optimizer_at = adamw.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - 16 + 12;
     int32_t field = -1;
     memcpy(&field, &adamw[optimizer_at], 4);
     CHECK(field == 0 && read_training_state(path).optimizer == OptimizerKind::ADAMW);
