@@ -324,7 +324,7 @@ std::string GPUModel::end_of_run_report() {
     std::string report;
     if (world_.num_ranks() > 1 && steps_done_ > 0) {
         const double MiB = 1024.0 * 1024.0;
-        report = strprintf("network: rank 0 sent %.2f MiB per step on average, as counted (the plan: %.2f MiB",
+        report = strprintf("traffic: rank 0 sent %.2f MiB per step on average, as counted (the plan: %.2f MiB",
                            bytes_sent_ / steps_done_ / MiB, planned_traffic_.total() / MiB);
         if (params_.compression().active())
             report += strprintf(", compressed %.2f MiB", planned_compressed_traffic_.total() / MiB);

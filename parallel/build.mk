@@ -21,3 +21,11 @@ TESTS += $(BUILD)/test/parallel/test_compression_cost
 $(BUILD)/test/parallel/test_compression_cost: $(BUILD)/test/parallel/test_compression_cost.o $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@
+
+# The modelled step time of data-parallel training under each gradient compression method
+# (dev/compression_step_model.cpp: compute, compression kernels and each bucket's collectives, from
+# parallel/plan/compression_cost.h's bytes); run by hand, its figures in docs/grad_compression.md.
+BENCHES += $(BIN)/dev/bin/compression_step_model
+$(BIN)/dev/bin/compression_step_model: $(BUILD)/dev/compression_step_model.o $(BASE_OBJS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@

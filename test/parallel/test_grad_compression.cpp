@@ -122,7 +122,7 @@ TEST(dry_run_plans_the_bytes_the_ranks_send) {
             CHECK_MSG(sent.size() == 4 && sent[2] == planned && sent[3] == planned,
                       "%s: the compressed steps sent %.0f and %.0f bytes, the plan %.0f", what.c_str(),
                       sent.size() > 2 ? sent[2] : -1, sent.size() > 3 ? sent[3] : -1, planned);
-            CHECK_MSG(log.find("network: rank 0 sent") != std::string::npos, "%s", log.c_str());
+            CHECK_MSG(log.find("traffic: rank 0 sent") != std::string::npos, "%s", log.c_str());
         }
 }
 
