@@ -33,6 +33,7 @@
 #                      (none powersgd:1 powersgd:4 powersgd:16 int8 sign)
 #   SEED               initial weights and data order (1)
 #   OUT                output folder: a run folder and log per arm, the chart (out/grad_compression)
+#   REUSE              1: keep the arms OUT already holds (their val.dat and bytes.dat), run the rest (0)
 # Needs the trainer (make train_gpt_emu, or make train_gpt on a GPU machine), mpirun, python3 (the
 # remapping of the tokens) and gnuplot (bash scripts/install_deps.sh).
 set -euo pipefail
@@ -112,6 +113,10 @@ run_arm() {
     powersgd:*) flags=(--grad-compression powersgd --powersgd-rank "${arm#powersgd:}" --compression-start "$start") ;;
     *) flags=(--grad-compression "$arm" --compression-start "$start") ;;
   esac
+  if [ "${REUSE:-0}" = 1 ] && [ -s "$dir/val.dat" ] && [ -s "$dir/bytes.dat" ]; then
+    echo "  $arm: kept from $dir" >&2
+    return
+  fi
   rm -rf "$dir"
   local began=$SECONDS
   OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \

@@ -244,11 +244,6 @@ StepOutcome GPUModel::optimizer_step(int micro_steps, int B, int T, const NextBa
     StepControl& c = *control_host_;  // the previous step's copies are done: it ended synchronised
     const OptimizerSettings& o = u.optimizer;
     c.adamw = adamw_device_step(o.learning_rate, o.beta1, o.beta2, o.weight_decay, 1.0f, u.step, rounding_seed(u.step));
-    if (params_.compressing() && params_.compression().method() == GradCompression::SIGN) {
-        // 1-bit gradients would make a poor estimate of their squares: v stays as the plain steps left it.
-        c.adamw.freeze_variance = 1;
-        c.adamw.v_correction = 1.0f - std::pow(o.beta2, (float)compression_start_);
-    }
     c.guard.clip_norm = u.clip_norm;
     c.guard.skip_loss_z = u.skip_loss_z, c.guard.skip_norm_z = u.skip_norm_z;
     for (auto [to, from] : {std::make_pair(&c.guard.loss_window, &u.loss_window),

@@ -206,16 +206,13 @@ __device__ __forceinline__ int run_of_block(const Entry* table, int runs, unsign
 // change from step to step (a captured CUDA graph replays the same launch every step): the learning
 // rate and weight decay of the step, its bias corrections and random key (as adamw_kernel_args makes
 // them), the clipping factor, and whether to skip the update altogether (the trainer's outlier and
-// non-finite checks, decided on the device: gpu/optimizer.h, kernels/step_guard.h), and whether the
-// second moment is frozen (1-bit compression of the gradients, as 1-bit Adam does: v stays as the
-// uncompressed steps left it, β2 taken as 1, and v_correction is that of the last step that updated it).
+// non-finite checks, decided on the device: gpu/optimizer.h, kernels/step_guard.h).
 struct AdamWDeviceStep {
     float learning_rate, weight_decay;  // weight_decay: the decayed runs' value
     float m_correction, v_correction;   // 1 − β1^step, 1 − β2^step
     uint64_t random_key;                // adamw_random_key(seed, step)
     float grad_scale;                   // multiplies every gradient (global-norm clipping)
     int skip;                           // nonzero: the update leaves everything as it is
-    int freeze_variance = 0;            // nonzero: v is left as it is (β2 = 1: v = 1·v + 0·g² = v)
 };
 
 // s with the step's values in place of its own (the learning rate, weight decay, corrections, key and
@@ -227,7 +224,6 @@ __device__ __forceinline__ void take_device_step(AdamWKernelArgs& s, const AdamW
     s.v_correction = step.v_correction;
     s.random_key = step.random_key;
     s.grad_scale = step.grad_scale;
-    if (step.freeze_variance) s.beta2 = 1.0f;
 }
 
 // s: the step's constants (weight_decay the decayed runs' value; global_offset and grad_scale are

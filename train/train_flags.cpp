@@ -374,12 +374,6 @@ static void check_grad_compression(const TrainOptions& o) {
     if (o.tensor_parallel > 1 || o.pipeline_parallel > 1 || o.shard_ranks > 0)
         fail("--grad-compression %s: compresses a plain data-parallel run's exchange; drop -tp, -pp and "
              "--shard-ranks", name);
-    if (method == GradCompression::SIGN && o.optimizer != "adamw")
-        fail("--grad-compression sign: freezes AdamW's second moment once compression starts (as 1-bit Adam "
-             "does); use --optimizer adamw");
-    if (method == GradCompression::SIGN && o.compression_start < 1)
-        fail("--grad-compression sign: needs --compression-start 1 or more (the plain AdamW steps estimate the "
-             "second moment it then freezes)");
 }
 
 // --check-replicas compares whole replicas: every rank must hold the whole model.
