@@ -11,6 +11,8 @@
 #include <cstring>
 #include <map>
 
+#include "base/model_descriptor.h"
+#include "parallel/plan/compression_cost.h"
 #include "test/parallel/trainer_runs.h"
 
 using namespace trainer_runs;
@@ -144,6 +146,21 @@ TEST(gpt2_124m_on_8_ranks_sends_fewer_bytes) {
            fp32 / MiB, bf16 / MiB, compressed["powersgd"] / MiB, fp32 / compressed["powersgd"], compressed["int8"] / MiB,
            bf16 / compressed["int8"], compressed["sign"] / MiB, fp32 / compressed["sign"]);
     CHECK_MSG(fp32 > 0 && bf16 > 0 && std::fabs(fp32 / bf16 - 2) < 0.01, "fp32 %.0f, bf16 %.0f", fp32, bf16);
+    // The trainer's plan (its buckets, padded chunks, grouped collectives) against the per-tensor ring
+    // formulas of parallel/plan/compression_cost.h (checked by hand in test_compression_cost.cpp):
+    // within 1%, what bucketing and the step's loss average add or round.
+    const std::vector<TensorShape> shapes = model_gradient_shapes(config_from_descriptor("d12"));
+    const struct {
+        const char* name;
+        GradCompression method;
+    } formulas[] = {{"powersgd", GradCompression::POWERSGD}, {"int8", GradCompression::INT8}, {"sign", GradCompression::SIGN}};
+    for (const auto& f : formulas) {
+        CompressionSettings settings;
+        settings.method = f.method, settings.ranks = 8, settings.element_bytes = 4, settings.powersgd_rank = 4;
+        const double formula = (double)compressed_gradient_bytes(shapes, settings);
+        CHECK_MSG(std::fabs(compressed[f.name] / formula - 1) < 0.01, "%s: the plan sends %.0f bytes, the formulas %.0f",
+                  f.name, compressed[f.name], formula);
+    }
     CHECK_MSG(fp32 >= 50 * compressed["powersgd"], "powersgd: %.1fx", fp32 / compressed["powersgd"]);
     CHECK_MSG(bf16 >= 1.9 * compressed["int8"], "int8: %.2fx", bf16 / compressed["int8"]);
     CHECK_MSG(fp32 >= 12 * compressed["sign"], "sign: %.1fx", fp32 / compressed["sign"]);
