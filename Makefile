@@ -200,9 +200,12 @@ ifneq ($(CUDA_INCLUDE),)
                           test_pipeline_parallel test_layer_adaptation test_grad_compression)
     ifneq ($(SAN),1)
       TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh
-      # A rank stopped mid-step (SIGSTOP) among three: the phase timers and the straggler line name it;
+      # A rank throttled (SIGSTOP/SIGCONT) among three: the phase timers and the straggler line name it;
       # the pipeline's bubble and the tensor group's waits timed on two ranks.
       TESTS += test/parallel/test_straggler.sh test/parallel/test_phase_waits.sh
+      # Elastic training under scripts/supervise.sh --ranks 2:4: three lost ranks, snapshots in memory,
+      # the losses of the uninterrupted run.
+      TESTS += test/parallel/test_elastic.sh
       # The multi-rank suites run with the emulator's streams queued (EMU_STREAMS, emu/README.md), so that
       # a missing stream wait fails them; the trainer gives the same bits either way (test_stream_order).
       QUEUED_STREAMS_TESTS += $(MULTI_RANK_TESTS) test/parallel/test_rank_failures.sh \

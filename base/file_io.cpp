@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,8 +14,10 @@
 
 // The temporary paths of the AtomicFiles being written, in fixed storage a signal handler can read:
 // a slot's path is complete before its `used` flag is set, and the flag is cleared before the slot
-// is reused.
+// is reused. Files may be written from several threads (a checkpoint written in the background): a
+// mutex orders the registrations; the signal handler takes no lock, it only reads the flags.
 namespace {
+std::mutex g_temporaries_mutex;
 struct TemporarySlot {
     volatile sig_atomic_t used = 0;
     char path[4096];
@@ -23,6 +26,7 @@ TemporarySlot g_temporaries[16];
 
 int register_temporary(const std::string& path) {
     if (path.size() >= sizeof g_temporaries[0].path) return -1;
+    std::lock_guard<std::mutex> lock(g_temporaries_mutex);
     for (int i = 0; i < (int)(sizeof g_temporaries / sizeof g_temporaries[0]); i++) {
         if (g_temporaries[i].used) continue;
         memcpy(g_temporaries[i].path, path.c_str(), path.size() + 1);
@@ -33,6 +37,7 @@ int register_temporary(const std::string& path) {
 }
 
 void unregister_temporary(int slot) {
+    std::lock_guard<std::mutex> lock(g_temporaries_mutex);
     if (slot >= 0) g_temporaries[slot].used = 0;
 }
 }  // namespace

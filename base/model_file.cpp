@@ -26,9 +26,9 @@ float bf16_to_float(uint16_t value) {
     return out;
 }
 
-void write_model_file(const std::string& path, const GPTConfig& c, const float* params,
-                      WeightType type) {
-    int32_t header[FILE_HEADER_INTS] = {0};
+// The file's header: magic, version (the weight type), the shape.
+static void model_file_header(const GPTConfig& c, WeightType type, int32_t header[FILE_HEADER_INTS]) {
+    std::fill(header, header + FILE_HEADER_INTS, 0);
     header[0] = MODEL_FILE_MAGIC;
     header[1] = type == WeightType::FP32 ? MODEL_FILE_VERSION_FP32 : MODEL_FILE_VERSION_BF16;
     header[2] = c.max_seq_len;
@@ -37,12 +37,34 @@ void write_model_file(const std::string& path, const GPTConfig& c, const float* 
     header[5] = c.num_heads;
     header[6] = c.channels;
     header[7] = c.padded_vocab_size;
+}
+
+std::vector<char> model_file_image(const GPTConfig& c, const float* params, WeightType type) {
+    int32_t header[FILE_HEADER_INTS];
+    model_file_header(c, type, header);
+    const size_t total = param_layout(c).total;
+    const size_t value_bytes = type == WeightType::FP32 ? sizeof(float) : sizeof(uint16_t);
+    std::vector<char> image(sizeof header + total * value_bytes);
+    memcpy(image.data(), header, sizeof header);
+    if (type == WeightType::FP32) {
+        memcpy(image.data() + sizeof header, params, total * sizeof(float));
+    } else {
+        uint16_t* values = (uint16_t*)(image.data() + sizeof header);
+        for (size_t i = 0; i < total; i++) values[i] = float_to_bf16(params[i]);
+    }
+    return image;
+}
+
+void write_model_file(const std::string& path, const GPTConfig& c, const float* params,
+                      WeightType type) {
+    int32_t header[FILE_HEADER_INTS];
+    model_file_header(c, type, header);
     const size_t total = param_layout(c).total;
     AtomicFile file(path);
     file.write(header, sizeof header);
     if (type == WeightType::FP32) {
         file.write(params, total * sizeof(float));
-    } else {
+    } else {  // rounded to bf16 a chunk at a time
         std::vector<uint16_t> chunk;
         const size_t chunk_size = 1 << 20;
         for (size_t start = 0; start < total; start += chunk_size) {

@@ -20,6 +20,8 @@ struct ModelFile {
 
 void write_model_file(const std::string& path, const GPTConfig& config, const float* params,
                       WeightType type);
+// The bytes write_model_file writes, for a writer that writes them later or elsewhere.
+std::vector<char> model_file_image(const GPTConfig& config, const float* params, WeightType type);
 ModelFile read_model_file(const std::string& path);
 
 // A model file opened for reading slices of its weights (train/resharding.h): the header and the size

@@ -26,6 +26,9 @@ public:
     virtual std::vector<std::vector<char>> gather_on_rank0(const std::vector<char>& mine) { return {mine}; }
     // Rank 0's bytes on every rank (`mine` is read on rank 0 only).
     virtual std::vector<char> broadcast_from_rank0(const std::vector<char>& mine) { return mine; }
+    // Around the ring: sends `mine` to rank (rank + 1) % num_ranks and returns what rank
+    // (rank − 1 + num_ranks) % num_ranks sent (a copy of this rank's part kept by its neighbour).
+    virtual std::vector<char> pass_to_next_rank(const std::vector<char>& mine) { return mine; }
     // Ends every rank's process now with `status` (after an error on this rank only, which would
     // leave the others waiting in a collective).
     [[noreturn]] virtual void abort_all(int status) { exit(status); }

@@ -17,6 +17,9 @@ struct TrainOptions {
     std::string tokenizer = "data/gpt2_tokenizer.bin";                // decode table for samples
     int checkpoint_every = 0;  // -n (0 = only at the end of the run, when -o is given)
     int checkpoints_keep = 0;  // -nk (0 = keep all)
+    int checkpoint_async = 1;  // --checkpoint-async: 1 writes checkpoints in the background
+    int snapshot_every = 0;    // --snapshot-every: training state in node memory every N steps (0: none)
+    std::string snapshot_dir;  // --snapshot-dir ("": /dev/shm/gpt_snapshots_<hash of -o>)
     int resume = 0;            // -y
     // batch
     int batch_size = 4;          // -b

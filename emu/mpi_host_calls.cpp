@@ -44,5 +44,12 @@ int MPI_Recv(void* buffer, int count, MPI_Datatype type, int peer, int tag, MPI_
     run_queued_work();
     return PMPI_Recv(buffer, count, type, peer, tag, comm, status);
 }
+int MPI_Sendrecv(const void* send, int send_count, MPI_Datatype send_type, int to, int send_tag, void* receive,
+                 int receive_count, MPI_Datatype receive_type, int from, int receive_tag, MPI_Comm comm,
+                 MPI_Status* status) {
+    run_queued_work();
+    return PMPI_Sendrecv(send, send_count, send_type, to, send_tag, receive, receive_count, receive_type, from,
+                         receive_tag, comm, status);
+}
 
 }  // extern "C"

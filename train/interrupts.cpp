@@ -11,6 +11,7 @@
 
 static volatile sig_atomic_t g_signal = 0;
 static volatile sig_atomic_t g_announce = 0;
+static bool g_stop_file = false;  // asked by the output folder's STOP file
 
 static void say(const char* text) {
     if (g_announce && write(STDERR_FILENO, text, strlen(text)) < 0) {
@@ -43,8 +44,10 @@ void install_interrupt_handlers(bool announce) {
 
 bool stop_requested() { return g_signal != 0; }
 int stop_signal() { return g_signal; }
+void note_stop_file() { g_stop_file = true; }
 const char* stop_signal_name() {
-    return g_signal == SIGINT    ? "SIGINT"
+    return g_stop_file           ? "the STOP file in the output folder"
+           : g_signal == SIGINT  ? "SIGINT"
            : g_signal == SIGTERM ? "SIGTERM"
                                  : "a signal to another rank";
 }

@@ -19,6 +19,9 @@ bool stop_requested();
 // The signal that asked (SIGINT, SIGTERM), 0 if none (a rank stopping because another one was
 // asked); its name ("SIGINT").
 int stop_signal();
+// Records that the stop was asked by the output folder's STOP file (train/train_loop.cpp; what
+// scripts/supervise.sh writes to stop a run cleanly on every node), for the messages.
+void note_stop_file();
 const char* stop_signal_name();
 
 // The exit status of a run stopped by a signal: 128 + its number (130 for SIGINT, 143 for SIGTERM),

@@ -51,6 +51,13 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "keep only the newest N checkpoints (0: keep all)"},
         {"-nm", "--major-checkpoint-every", Kind::INT, FIELD(major_checkpoint_every), 0, INT_MAX,
          "checkpoints at multiples of N steps are never pruned by -nk (0: none)"},
+        {"", "--checkpoint-async", Kind::INT, FIELD(checkpoint_async), 0, 1,
+         "1: checkpoints are written by a background thread while training goes on; 0: the loop waits"},
+        {"", "--snapshot-every", Kind::INT, FIELD(snapshot_every), 0, INT_MAX,
+         "keep the training state in node memory every N steps, with a copy on the next rank, for a "
+         "restart that loses at most N steps (0: none; needs -o)"},
+        {"", "--snapshot-dir", Kind::STRING, FIELD(snapshot_dir), 0, 0,
+         "where the snapshots go (default /dev/shm/gpt_snapshots_<hash of -o>; node-local memory)"},
         {"-y", "--resume", Kind::INT, FIELD(resume), 0, 1,
          "1: resume from the newest complete checkpoint in -o (or start afresh if none); "
          "0: -o must not hold another run"},
@@ -445,6 +452,8 @@ void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ra
         fail("-y (--resume): resuming needs the output folder to resume from (-o)");
     if (o->checkpoint_every > 0 && o->output_dir.empty())
         fail("-n (--checkpoint-every): checkpoints need an output folder (-o)");
+    if (o->snapshot_every > 0 && o->output_dir.empty())
+        fail("--snapshot-every: snapshots belong to a run folder (-o)");
     if (o->attention_kernel != "auto" && o->attention_kernel != "hopper" && o->attention_kernel != "mma" &&
         o->attention_kernel != "cuda-cores")
         fail("--attention-kernel: unknown kernel '%s' (auto, hopper, mma, cuda-cores)",

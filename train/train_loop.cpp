@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "parallel/plan/compression_cost.h"
 #include "parallel/plan/mesh.h"
 #include "train/algorithm_table.h"
+#include "train/background_writer.h"
 #include "train/cached_sampling.h"
 #include "train/checkpoint.h"
 #include "train/dataloader.h"
@@ -35,6 +37,7 @@
 #include "train/run_plan.h"
 #include "train/run_report.h"
 #include "train/sampling.h"
+#include "train/snapshots.h"
 #include "train/step_profile.h"
 #include "train/training_state.h"
 
@@ -110,27 +113,20 @@ static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::stri
     } catch (const InputError& e) { fail("%s: %s", flag, e.what()); }
 }
 
-// Every rank writes its own state file (the part of the optimizer state it is responsible for); rank 0
-// also writes the model file, assembled from every rank's part of the weights, and marks the
-// checkpoint done once every rank has finished writing.
-static void save_checkpoint(const std::string& dir, int keep, int major_every, TrainModel& model,
-                            TrainingState state, RankGroup& ranks) {
+// A checkpoint's bytes on this rank, taken at a step boundary: its state file (the part of the
+// optimizer state it is responsible for) and on rank 0 the model file, assembled from every rank's
+// part of the weights (a collective).
+static CheckpointPart take_checkpoint_part(TrainModel& model, const TrainingState& state, RankGroup& ranks) {
+    CheckpointPart p;
+    p.step = state.step, p.rank = ranks.rank, p.num_ranks = ranks.num_ranks;
+    p.config = model.config(), p.weight_type = model.working_weight_type();
+    p.state = state;
     OptimizerPart part = model.optimizer_part();
-    state.ranges = std::move(part.ranges);
-    state.params = std::move(part.master), state.adam_m = std::move(part.m), state.adam_v = std::move(part.v);
-    state.compression = model.compression_state();
-    const std::vector<float> weights =
-        assemble_on_rank0(model.working_weights_part(), param_layout(model.config()).total, ranks);
-    if (ranks.rank == 0)
-        write_model_file(checkpoint_model_path(dir, state.step), model.config(), weights.data(),
-                         model.working_weight_type());
-    write_training_state(checkpoint_state_path(dir, state.step, ranks.rank), state);
-    ranks.barrier();
-    if (ranks.rank == 0) {
-        mark_checkpoint_done(dir, state.step);
-        prune_checkpoints(dir, keep, ranks.num_ranks, major_every);
-        announce_checkpoint(dir, state.step, ranks.num_ranks);
-    }
+    p.state.ranges = std::move(part.ranges);
+    p.state.params = std::move(part.master), p.state.adam_m = std::move(part.m), p.state.adam_v = std::move(part.v);
+    p.state.compression = model.compression_state();
+    p.weights = assemble_on_rank0(model.working_weights_part(), param_layout(model.config()).total, ranks);
+    return p;
 }
 
 // A fingerprint of the command line, so that ranks started differently stop before training.
@@ -193,7 +189,81 @@ struct Run {
     std::unique_ptr<StepProfile> profile;  // --timers, --profile-steps (train/step_profile.h)
     AlgorithmTable loaded_algorithms;  // the run folder's table, where this run adopted it
     std::string algorithms_note;       // for the start-up report
+    // Checkpoints and snapshots written in the background (train/background_writer.h, snapshots.h).
+    BackgroundWriter checkpoint_writer;
+    long long checkpoint_pending = 0;  // the step of the checkpoint being written (0: none)
+    double checkpoint_boundary_ms = 0;  // what taking it cost the loop
+    size_t checkpoint_bytes = 0;       // this rank's files of it
+    bool checkpoint_cost_told = false;
+    std::string snapshot_root;  // --snapshot-every's folder
+    BackgroundWriter snapshot_writer;
+    long long snapshot_pending = 0;  // the step of the snapshot being written (0: none)
+    double snapshot_boundary_ms = 0;
+    size_t snapshot_bytes = 0;
+    bool snapshot_cost_told = false;
 };
+
+// ---- checkpoints and snapshots, taken at a step boundary and written in the background ----
+
+// The checkpoint being written is done once every rank has written its files: rank 0 then marks it
+// done (train/checkpoint.h), prunes the older ones and announces it. `wait`: until then; otherwise only
+// where every rank has already finished (asked at every step boundary while one is pending: a
+// collective, which every rank reaches with the same checkpoint pending).
+static void finish_checkpoint(Run& run, bool wait) {
+    if (run.checkpoint_pending == 0) return;
+    if (wait) run.checkpoint_writer.wait();
+    if (run.ranks.mean(run.checkpoint_writer.finished() ? 1.0 : 0.0) < 1.0 - 1e-9) return;
+    run.checkpoint_writer.wait();  // (finished) its write error, if any
+    const long long step = run.checkpoint_pending;
+    run.checkpoint_pending = 0;
+    if (!run.main_rank) return;
+    const TrainOptions& opt = run.opt;
+    mark_checkpoint_done(opt.output_dir, step);
+    prune_checkpoints(opt.output_dir, opt.checkpoints_keep, run.ranks.num_ranks, opt.major_checkpoint_every);
+    announce_checkpoint(opt.output_dir, step, run.ranks.num_ranks);
+    if (!run.checkpoint_cost_told && opt.checkpoint_async) {
+        run.checkpoint_cost_told = true;
+        printf("checkpoint cost: %.1f ms of the loop at the step boundary (the host copy), %.1f ms written in the "
+               "background; about %.1f MiB of files on rank 0\n",
+               run.checkpoint_boundary_ms, run.checkpoint_writer.last_write_ms(), run.checkpoint_bytes / 1048576.0);
+    }
+}
+
+static void start_checkpoint(Run& run, CheckpointPart part) {
+    finish_checkpoint(run, true);  // one at a time
+    run.checkpoint_pending = part.step;
+    run.checkpoint_bytes = 4 * (part.weights.size() + 3 * part.state.params.size());
+    // The files (serialised, checksummed, rounded to bf16) are made and written on the writer's thread.
+    auto shared = std::make_shared<CheckpointPart>(std::move(part));
+    run.checkpoint_writer.start([shared, dir = run.opt.output_dir]() { write_checkpoint_files(dir, *shared); });
+    if (!run.opt.checkpoint_async) finish_checkpoint(run, true);
+}
+
+// Waits until the snapshot being written is complete on every rank: the loop does so before it logs
+// the next step, so that every logged step but the newest is covered by a snapshot.
+static void finish_snapshot(Run& run) {
+    if (run.snapshot_pending == 0) return;
+    run.snapshot_writer.wait();
+    run.ranks.barrier();
+    if (run.main_rank && !run.snapshot_cost_told) {
+        run.snapshot_cost_told = true;
+        printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy and the ring exchange), "
+               "%.1f ms written in the background; %.1f MiB of node memory on rank 0 (its part and rank %d's "
+               "copy), in %s\n",
+               run.snapshot_boundary_ms, run.snapshot_writer.last_write_ms(), run.snapshot_bytes / 1048576.0,
+               run.ranks.num_ranks - 1, run.snapshot_root.c_str());
+    }
+    run.snapshot_pending = 0;
+}
+
+static void start_snapshot(Run& run, const CheckpointPart& part) {
+    finish_snapshot(run);
+    const long long step = part.step;
+    SnapshotWrite write = prepare_snapshot(run.snapshot_root, part, run.ranks);
+    run.snapshot_bytes = write.bytes;
+    run.snapshot_writer.start(std::move(write.files), std::move(write.remove));
+    run.snapshot_pending = step;
+}
 
 // The model's shape, from -e's descriptor or the model file (whose weights it returns too).
 static GPTConfig model_shape(const TrainOptions& opt, ModelFile* model_file) {
@@ -402,10 +472,13 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     state.optimizer = run.optimizer.kind;
     state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
     Resumed resumed;
+    recover_snapshot(opt, ranks);  // a snapshot newer than the newest checkpoint becomes one (-y 1)
     run.resuming = read_resume_point(run, &resumed);
 
     check_output_folder(opt, run.resuming, state.step, run.last_step, run_settings(opt, run.max_steps),
                         run.main_rank);
+    if (!opt.resume) remove_snapshots(snapshot_root(opt), ranks);  // a fresh run: none of its own yet
+    if (opt.snapshot_every > 0) run.snapshot_root = snapshot_root(opt);
     check_host_memory(spec.host_memory_needed ? spec.host_memory_needed(run.config, opt) : ModelMemory(),
                       run.config, opt, run.resuming, !model_file.params.empty());
     run.hellaswag.reset(new HellaSwagEval(opt, run.config.vocab_size));
@@ -420,6 +493,12 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
                             run.val_loader ? run.val_loader->files() : std::vector<std::string>(),
                             ranks.num_ranks, run.resuming ? state.step : 0));
         if (run.resuming) truncate_metrics_log(metrics_log_path(opt.output_dir), state.step);
+        if (opt.snapshot_every > 0) {  // where this run's snapshots are, for a supervisor that abandons it
+            AtomicFile where(opt.output_dir + "/snapshots.path");
+            const std::string line = run.snapshot_root + "\n";
+            where.write(line.data(), line.size());
+            where.commit();
+        }
         run.metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
     }
     run.inputs.resize((size_t)run.B * run.T), run.targets.resize((size_t)run.B * run.T);
@@ -581,6 +660,10 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     if (validation || hellaswag || sample_step) run.model->complete_weight_update();
     evaluate(run, &m, validation, hellaswag);
     if (hellaswag) run.clock.validation.add(ms_since(eval_start));
+    // The writes started at an earlier step boundary: the snapshot before this step must be complete
+    // before the step is logged (then a restart loses at most the steps after the newest logged one).
+    finish_snapshot(run);
+    finish_checkpoint(run, false);
     if (run.metrics) run.metrics->write(m);
     // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps whether or
     // not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
@@ -592,17 +675,40 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     fflush(stdout);
 
     run.state.step = step;
-    const bool stopping = run.ranks.mean(stop_requested() ? 1.0 : 0.0) > 0 && step < run.last_step;
-    if (!opt.output_dir.empty() &&
-        ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || step == run.last_step || stopping)) {
+    // SIGINT, SIGTERM, or a file named STOP in the output folder (rank 0 looks; removed once obeyed).
+    const std::string stop_file = opt.output_dir.empty() ? "" : opt.output_dir + "/STOP";
+    const bool stop_file_found = run.main_rank && !stop_file.empty() && path_exists(stop_file);
+    const bool stopping = run.ranks.mean(stop_requested() || stop_file_found ? 1.0 : 0.0) > 0 && step < run.last_step;
+    if (stop_file_found && stopping) {
+        note_stop_file();
+        remove(stop_file.c_str());
+    }
+    const bool ending = step == run.last_step || stopping;
+    const bool checkpoint_due =
+        !opt.output_dir.empty() && ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || ending);
+    const bool snapshot_due = opt.snapshot_every > 0 && step % opt.snapshot_every == 0 && !ending;
+    if (checkpoint_due || snapshot_due) {
         const auto save_start = std::chrono::steady_clock::now();
         run.state.loader = run.train_loader->position();
         run.state.sample_rng_state = run.sample_rng.state;
         const double save_start_us = clock_us();
-        save_checkpoint(opt.output_dir, opt.checkpoints_keep, opt.major_checkpoint_every, *run.model, run.state,
-                        run.ranks);
+        CheckpointPart part = take_checkpoint_part(*run.model, run.state, run.ranks);
+        const double taken_ms = ms_since(save_start);
+        if (snapshot_due) {
+            start_snapshot(run, part);
+            run.snapshot_boundary_ms = ms_since(save_start);
+        }
+        if (checkpoint_due) {
+            run.checkpoint_boundary_ms = taken_ms;
+            start_checkpoint(run, std::move(part));
+            if (ending) finish_checkpoint(run, true);  // the run ends with its checkpoint written
+        }
         run.clock.checkpoint.add(ms_since(save_start));
         run.profile->checkpoint_written(step, save_start_us, ms_since(save_start));
+    }
+    if (ending) {  // a disk checkpoint of this step replaces the snapshots
+        finish_snapshot(run);
+        remove_snapshots(snapshot_root(opt), run.ranks);
     }
     return stopping;
 }

@@ -72,39 +72,61 @@ static size_t fixed_bytes(uint32_t version) {
     return n;
 }
 
-void write_training_state(const std::string& path, const TrainingState& state) {
+// The file's bytes as pieces (pointers into the state and into `scratch`, which holds the small
+// fields): the 32-byte header first, then the payload.
+struct StateScratch {
+    MeshFields mesh;
+    uint64_t range_count, compression_count, lengths[3], payload_bytes, checksum;
+    int32_t compression_fields[2];
+    uint32_t version[2];
+};
+static std::vector<Piece> state_file_pieces(const TrainingState& state, StateScratch* k) {
     TrainingState& s = const_cast<TrainingState&>(state);  // pieces only read from here
     if (ranges_size(s.ranges) != s.params.size() || s.params.size() != s.adam_m.size() ||
         s.params.size() != s.adam_v.size())
         fail("internal error: a training state's ranges list %zu elements, its arrays hold %zu, %zu, %zu",
              ranges_size(s.ranges), s.params.size(), s.adam_m.size(), s.adam_v.size());
-    MeshFields mesh = {s.data_ranks, s.tensor_parallel, s.pipeline_parallel, (int32_t)s.optimizer};
-    uint64_t range_count = s.ranges.size();
-    int32_t compression_fields[2] = {s.compression.method, s.compression.data_ranks};
-    uint64_t compression_count = s.compression.values.size();
-    uint64_t lengths[3] = {s.params.size(), s.adam_m.size(), s.adam_v.size()};
-    std::vector<Piece> pieces = fixed_pieces(s, TRAINING_STATE_VERSION, &mesh, nullptr);
-    pieces.push_back({&range_count, sizeof range_count});
-    pieces.push_back({s.ranges.data(), s.ranges.size() * sizeof(LayoutRange)});
-    pieces.push_back({compression_fields, sizeof compression_fields});
-    pieces.push_back({&s.compression.layout, sizeof s.compression.layout});
-    pieces.push_back({&compression_count, sizeof compression_count});
-    pieces.push_back({s.compression.values.data(), s.compression.values.size() * 4});
-    pieces.push_back({lengths, sizeof lengths});
-    pieces.push_back({s.params.data(), s.params.size() * 4});
-    pieces.push_back({s.adam_m.data(), s.adam_m.size() * 4});
-    pieces.push_back({s.adam_v.data(), s.adam_v.size() * 4});
-    uint64_t payload_bytes = 0, checksum = FNV_OFFSET;
-    for (const Piece& p : pieces) {
-        payload_bytes += p.bytes;
-        checksum = fnv1a64(p.data, p.bytes, checksum);
+    k->mesh = {s.data_ranks, s.tensor_parallel, s.pipeline_parallel, (int32_t)s.optimizer};
+    k->range_count = s.ranges.size();
+    k->compression_fields[0] = s.compression.method, k->compression_fields[1] = s.compression.data_ranks;
+    k->compression_count = s.compression.values.size();
+    k->lengths[0] = s.params.size(), k->lengths[1] = s.adam_m.size(), k->lengths[2] = s.adam_v.size();
+    std::vector<Piece> payload = fixed_pieces(s, TRAINING_STATE_VERSION, &k->mesh, nullptr);
+    payload.push_back({&k->range_count, sizeof k->range_count});
+    payload.push_back({s.ranges.data(), s.ranges.size() * sizeof(LayoutRange)});
+    payload.push_back({k->compression_fields, sizeof k->compression_fields});
+    payload.push_back({&s.compression.layout, sizeof s.compression.layout});
+    payload.push_back({&k->compression_count, sizeof k->compression_count});
+    payload.push_back({s.compression.values.data(), s.compression.values.size() * 4});
+    payload.push_back({k->lengths, sizeof k->lengths});
+    payload.push_back({s.params.data(), s.params.size() * 4});
+    payload.push_back({s.adam_m.data(), s.adam_m.size() * 4});
+    payload.push_back({s.adam_v.data(), s.adam_v.size() * 4});
+    k->payload_bytes = 0, k->checksum = FNV_OFFSET;
+    for (const Piece& p : payload) {
+        k->payload_bytes += p.bytes;
+        k->checksum = fnv1a64(p.data, p.bytes, k->checksum);
     }
-    uint32_t version[2] = {TRAINING_STATE_VERSION, 0};
+    k->version[0] = TRAINING_STATE_VERSION, k->version[1] = 0;
+    std::vector<Piece> pieces = {{(void*)STATE_MAGIC, 8}, {k->version, 8}, {&k->payload_bytes, 8}, {&k->checksum, 8}};
+    pieces.insert(pieces.end(), payload.begin(), payload.end());
+    return pieces;
+}
+
+std::vector<char> training_state_image(const TrainingState& state) {
+    StateScratch scratch;
+    const std::vector<Piece> pieces = state_file_pieces(state, &scratch);
+    std::vector<char> image;
+    image.reserve(32 + scratch.payload_bytes);
+    for (const Piece& p : pieces)
+        image.insert(image.end(), (const char*)p.data, (const char*)p.data + p.bytes);
+    return image;
+}
+
+void write_training_state(const std::string& path, const TrainingState& state) {
+    StateScratch scratch;
+    const std::vector<Piece> pieces = state_file_pieces(state, &scratch);
     AtomicFile file(path);
-    file.write(STATE_MAGIC, 8);
-    file.write(version, 8);
-    file.write(&payload_bytes, 8);
-    file.write(&checksum, 8);
     for (const Piece& p : pieces) file.write(p.data, p.bytes);
     file.commit();
 }

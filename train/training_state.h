@@ -66,6 +66,8 @@ struct TrainingState {
 constexpr uint32_t TRAINING_STATE_VERSION = 3;
 
 void write_training_state(const std::string& path, const TrainingState& state);
+// The bytes write_training_state writes, for a writer that writes them later or elsewhere.
+std::vector<char> training_state_image(const TrainingState& state);
 TrainingState read_training_state(const std::string& path);
 
 // A state file opened for reading slices of its arrays (train/resharding.h): every check of

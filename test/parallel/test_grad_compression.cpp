@@ -195,7 +195,7 @@ TEST(compressed_training_reaches_the_uncompressed_loss) {
     write_shard(root + "/train.bin", train);
     write_shard(root + "/val.bin", val);
 
-    const int steps = 200;
+    const int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 200;
     const std::string flags = strprintf("-b 4 -d 256 -x %d -l 3e-3 -u 10 -q 0.1 -v %d -m 8 -j %s/val.bin -o ", steps,
                                         steps, root.c_str());
     std::map<std::string, double> final_loss;

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Elastic training under scripts/supervise.sh --ranks 2:4 (the fp32 emulated trainer as MPI ranks on
+# this machine, a tiny model, --snapshot-every 1, a checkpoint every 4 steps written in the background):
+# one run that loses a rank three times. The first time a random rank is SIGKILLed at a random step;
+# the second time the killed rank's snapshot is deleted before the restart (a node lost with its
+# memory), so its part must come from the next rank's copy; the third kill falls just after a
+# checkpoint step began to be written. The run goes on on 3, then 2 ranks, regrows to 4 after
+# --regrow-after steps, and finishes. Against an uninterrupted 4-rank run of the same flags:
+#   - every step's loss within 1e-5 relative (the same tokens in every step: -d stays 384 tokens, the
+#     accumulation 3, 4 or 6 micro-steps; only the order of the additions differs);
+#   - each failure lost at most one logged step (the newest step logged before it, against the step
+#     the next launch resumed from);
+#   - the launches and their reasons in launches.log; no partial (temporary) file left in the run
+#     folder, no snapshot left in memory.
+# Then the supervisor's one-line errors for impossible --ranks and -d.
+set -u
+trainer="${BIN:-.}/train_gpt_emu_fp32"
+name=elastic_run_shrinks_and_regrows_and_matches_the_uninterrupted_run
+source "$(dirname "$0")/tiny_mpi_run.sh"
+# 40000 tokens below 64 (the rule of tiny_mpi_run.sh's train.bin, longer): one epoch holds more steps
+# than the run takes, on every rank count.
+python3 -c 'import struct, sys
+n = 40000
+header = struct.pack("<3i", 20240520, 1, n) + bytes(1012)
+tokens = struct.pack("<%dH" % n, *[(i * 37 + i // 7 + i // 101) % 64 for i in range(n)])
+sys.stdout.buffer.write(header + tokens)' >"$work/train.bin"
+steps=26
+flags=(-e custom:L1:C32:H2:V64:T16 -i "$work/train.bin" -b 2 -t 16 -d 384 -x $steps -l 3e-3 -u 2 -v 0 -s 0
+       -n 4 -y 1)
+snapshots="$work/shm"
+ok=1
+fail() { echo "FAIL $1: $2"; ok=0; }
+
+timeout 300 mpirun --oversubscribe -np 4 "$trainer" "${flags[@]}" -o "$work/straight" >"$work/straight.log" 2>&1 ||
+  { echo "FAIL $name: the uninterrupted 4-rank run failed"; tail -5 "$work/straight.log"; exit 1; }
+
+out="$work/elastic"
+timeout 600 bash scripts/supervise.sh --ranks 2:4 --regrow-after 8 --wait 1 --launcher "mpirun --oversubscribe" -- \
+  "$trainer" "${flags[@]}" --snapshot-every 1 --snapshot-dir "$snapshots" -o "$out" >"$work/elastic.log" 2>&1 &
+supervisor=$!
+logged() { grep -o '"step": *[0-9]*, *"loss"' "$out/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*' | head -1; }
+wait_for_step() {  # until the run has logged step $1 (or the supervisor ended)
+  for _ in $(seq 1 1500); do
+    [ "$(logged)" -ge "$1" ] 2>/dev/null && return 0
+    kill -0 $supervisor 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+rank_pid() {  # the trainer process of world rank $1 in the current launch
+  local pid
+  for pid in $(pgrep -f "^$trainer -e custom:L1:C32:H2:V64:T16.*$out"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$pid"; return; }
+  done
+}
+launches() { grep -c ' launch ' "$out/launches.log" 2>/dev/null || echo 0; }
+seed=${ELASTIC_SEED:-$(date +%s)}  # printed with the outcome: ELASTIC_SEED=N repeats a run's choices
+RANDOM=$seed
+draw() { drawn=$(( (RANDOM * 32768 + RANDOM) % $1 )); }  # 0..$1-1 (bash's low bits alone repeat)
+killed=()
+# 1: a random rank of 4 at a random step; 2: a rank of 3, its snapshot deleted before the restart;
+# 3: a rank of 2, just after the checkpoint of step 12 began.
+for failure in 1 2 3; do
+  case $failure in
+    1) draw 4; at=$((2 + drawn)); ranks=4 ;;
+    2) draw 2; at=$(( $(logged) + 2 + drawn )); ranks=3 ;;
+    3) at=12; ranks=2 ;;
+  esac
+  wait_for_step "$at" || break
+  draw $ranks; victim=$drawn
+  pid=$(rank_pid $victim)
+  [ -n "$pid" ] || { fail "$name" "no process of rank $victim at step $at"; break; }
+  before=$(launches)
+  kill -KILL "$pid"
+  killed+=("rank $victim of $ranks at step $(logged),")
+  if [ $failure = 2 ]; then  # the node's memory is gone with it: its own snapshot folder
+    for _ in $(seq 1 200); do pgrep -f "^$trainer .*$out" >/dev/null || break; sleep 0.05; done
+    rm -rf "$snapshots/held_by_$(printf %05d $victim)"
+  fi
+  for _ in $(seq 1 400); do [ "$(launches)" -gt "$before" ] && break; sleep 0.05; done
+done
+wait $supervisor
+status=$?
+if [ $status -ne 0 ] || [ ! -e "$out/DONE_$(printf %08d $steps)" ]; then
+  echo "FAIL $name: supervisor status $status (seed $seed; kills: ${killed[*]:-none})"
+  tail -15 "$work/elastic.log" | sed 's/^/   | /'
+  exit 1
+fi
+
+# The launches: 4, 3, 2 ranks after the failures, 4 again after regrowing.
+sequence=$(grep -o 'on [0-9]* ranks' "$out/launches.log" | awk '{printf "%s ", $2}')
+case "$sequence" in
+  "4 3 2 "*"4 ") ;;
+  *) fail "$name" "launches on ranks: $sequence (expected 4 3 2 ... 4)" ;;
+esac
+grep -q 'regrowing after 8 steps' "$out/launches.log" || fail "$name" "no regrowing launch in launches.log"
+[ "$(grep -c 'after a failure' "$out/launches.log")" -eq 3 ] || fail "$name" "launches.log does not name 3 failures"
+
+# The losses, step by step, against the uninterrupted run; the tokens of every step.
+python3 - "$work/straight/metrics.jsonl" "$out/metrics.jsonl" <<'EOF' || ok=0
+import json, sys
+def losses(path):
+    return {m["step"]: m["loss"] for m in map(json.loads, open(path)) if "loss" in m}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max((abs(b[s] - a[s]) / abs(a[s]), s) for s in a if s in b) if a else (1, 0)
+if sorted(a) != sorted(b) or worst[0] > 1e-5:
+    print(f"FAIL losses_match_the_uninterrupted_run: steps {len(b)} of {len(a)}, largest relative difference "
+          f"{worst[0]:.2e} at step {worst[1]}")
+    sys.exit(1)
+print(f"PASS losses_match_the_uninterrupted_run ({len(a)} steps, largest relative difference {worst[0]:.1e})")
+EOF
+batches=$(grep -o '[0-9]* tokens per step' "$work/elastic.log" | sort -u)
+[ "$batches" = "384 tokens per step" ] || fail "tokens_per_step_unchanged" "$(echo $batches)"
+
+# Work lost per failure: the newest step logged before it against the step the next launch resumed from.
+lost_ok=1
+while read -r last resumed; do
+  [ $((last - resumed)) -le 1 ] || { lost_ok=0; fail "at_most_one_step_lost_per_failure" "logged step $last, resumed from $resumed"; }
+done < <(paste <(grep 'after a failure' "$out/launches.log" | grep -o 'after step [0-9]*' | awk '{print $3}') \
+               <(grep -o 'resumed from step [0-9]*' "$work/elastic.log" | awk '{print $4}' | head -3))
+neighbour=$(grep -o 'snapshot: step [0-9]* brought from node memory.*' "$work/elastic.log" | grep -v ' 0 of them' | head -1)
+[ -n "$neighbour" ] || fail "lost_snapshot_recovered_from_the_next_rank" "no recovery used a neighbour's copy"
+partial=$(find "$out" -name '*.tmp.*' | wc -l)
+[ "$partial" -eq 0 ] || fail "no_partial_files" "$partial temporary files in the run folder"
+[ ! -e "$snapshots" ] || fail "snapshots_removed_at_the_end" "$(find "$snapshots" | head -3)"
+[ $ok = 1 ] && [ $lost_ok = 1 ] &&
+  echo "PASS $name (seed $seed; kills: ${killed[*]}; launches on $sequence ranks; ${neighbour:0:60}...)"
+
+# The supervisor's refusals, one line each.
+for bad in "--ranks 0:4" "--ranks 4:2" "--ranks 2:4 --elastic-batch double"; do
+  msg=$(bash scripts/supervise.sh $bad -- "$trainer" -o "$work/bad" -x 5 -y 1 -b 2 -t 16 -d 384 2>&1)
+  [ $? -ne 0 ] && [ "$(echo "$msg" | wc -l)" -eq 1 ] && [[ "$msg" == supervise.sh:* ]] ||
+    fail "bad_elastic_flags_fail_in_one_line" "'$bad': $msg"
+done
+msg=$(bash scripts/supervise.sh --ranks 3:4 -- "$trainer" -o "$work/bad" -x 5 -y 1 -b 2 -t 16 -d 160 2>&1)
+[ $? -ne 0 ] && [[ "$msg" == *"no rank count in 3..4"* ]] || fail "bad_elastic_flags_fail_in_one_line" "-d 160: $msg"
+[ $ok = 1 ] && echo "PASS bad_elastic_flags_fail_in_one_line"
+[ $ok = 1 ]

@@ -1,0 +1,248 @@
+// In-memory snapshots and their recovery (snapshots.h).
+#include "train/snapshots.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "base/errors.h"
+#include "base/file_io.h"
+#include "train/checkpoint.h"
+#include "train/training_state.h"
+
+namespace fs = std::filesystem;
+
+std::string snapshot_root(const TrainOptions& opt) {
+    if (!opt.snapshot_dir.empty()) return opt.snapshot_dir;
+    if (opt.output_dir.empty()) return "";
+    const std::string folder = fs::absolute(opt.output_dir).lexically_normal().string();
+    return strprintf("/dev/shm/gpt_snapshots_%016llx",
+                     (unsigned long long)fnv1a64(folder.c_str(), folder.size(), FNV_OFFSET));
+}
+
+std::vector<FileImage> checkpoint_files(const std::string& dir, const CheckpointPart& part) {
+    std::vector<FileImage> files;
+    if (part.rank == 0)
+        files.push_back({checkpoint_model_path(dir, part.step),
+                         model_file_image(part.config, part.weights.data(), part.weight_type)});
+    files.push_back({checkpoint_state_path(dir, part.step, part.rank), training_state_image(part.state)});
+    return files;
+}
+
+void write_checkpoint_files(const std::string& dir, const CheckpointPart& part) {
+    if (part.rank == 0)
+        write_model_file(checkpoint_model_path(dir, part.step), part.config, part.weights.data(), part.weight_type);
+    write_training_state(checkpoint_state_path(dir, part.step, part.rank), part.state);
+}
+
+// The folder of what rank `holder` of a run on `ranks` ranks keeps of step `step`.
+static std::string held_by_path(const std::string& root, int holder) {
+    return strprintf("%s/held_by_%05d", root.c_str(), holder);
+}
+static std::string snapshot_path(const std::string& root, int holder, long long step, int ranks) {
+    return strprintf("%s/%08lld_of_%05d", held_by_path(root, holder).c_str(), step, ranks);
+}
+
+// Files as bytes for the ring, and back: a count, then each file's name and bytes with their sizes.
+static std::vector<char> files_bytes(const std::vector<FileImage>& files) {
+    std::vector<char> bytes;
+    auto append = [&bytes](const void* data, size_t n) {
+        bytes.insert(bytes.end(), (const char*)data, (const char*)data + n);
+    };
+    const uint64_t count = files.size();
+    append(&count, sizeof count);
+    for (const FileImage& f : files) {
+        const std::string name = fs::path(f.path).filename().string();
+        const uint64_t sizes[2] = {name.size(), f.bytes.size()};
+        append(sizes, sizeof sizes);
+        append(name.data(), name.size());
+        append(f.bytes.data(), f.bytes.size());
+    }
+    return bytes;
+}
+static std::vector<FileImage> files_from_bytes(const std::vector<char>& bytes, const std::string& dir) {
+    std::vector<FileImage> files;
+    size_t at = 0;
+    auto take = [&](void* out, size_t n) {
+        if (bytes.size() - at < n) fail("internal error: a snapshot part from the previous rank is cut short");
+        memcpy(out, bytes.data() + at, n);
+        at += n;
+    };
+    uint64_t count = 0;
+    take(&count, sizeof count);
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t sizes[2];
+        take(sizes, sizeof sizes);
+        std::string name(sizes[0], '\0');
+        take(name.data(), name.size());
+        FileImage f{dir + "/" + name, std::vector<char>(sizes[1])};
+        take(f.bytes.data(), f.bytes.size());
+        files.push_back(std::move(f));
+    }
+    return files;
+}
+
+// The steps of the snapshot folders ("SSSSSSSS_of_NNNNN") in a held_by folder, with their paths.
+static std::vector<std::pair<long long, std::string>> snapshot_folders(const std::string& held_by) {
+    std::vector<std::pair<long long, std::string>> found;
+    std::error_code error;
+    if (!fs::is_directory(held_by, error)) return found;
+    for (const fs::directory_entry& entry : fs::directory_iterator(held_by, error)) {
+        const std::string name = entry.path().filename().string();
+        long long step = 0;
+        int ranks = 0;
+        char tail = 0;
+        if (sscanf(name.c_str(), "%8lld_of_%5d%c", &step, &ranks, &tail) == 2 && name.size() == 17)
+            found.push_back({step, entry.path().string()});
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+}
+
+SnapshotWrite prepare_snapshot(const std::string& root, const CheckpointPart& mine, RankGroup& ranks) {
+    SnapshotWrite write;
+    const std::string dir = snapshot_path(root, ranks.rank, mine.step, ranks.num_ranks);
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error) fail("--snapshot-every: cannot create %s (%s)", dir.c_str(), error.message().c_str());
+    // Older snapshots but the newest: it stays until this one is written.
+    const std::vector<std::pair<long long, std::string>> older = snapshot_folders(held_by_path(root, ranks.rank));
+    for (size_t i = 0; i + 1 < older.size(); i++)
+        if (older[i].first != mine.step) write.remove.push_back(older[i].second);
+    write.files = checkpoint_files(dir, mine);
+    if (ranks.num_ranks > 1)  // the previous rank's part, kept here too
+        for (FileImage& f : files_from_bytes(ranks.pass_to_next_rank(files_bytes(write.files)), dir))
+            write.files.push_back(std::move(f));
+    for (const FileImage& f : write.files) write.bytes += f.bytes.size();
+    return write;
+}
+
+// One snapshot file a rank can see: its step, the run's ranks, the part (-1: the model file, else
+// the rank of the state file) and where it is.
+struct SeenFile {
+    long long step;
+    int ranks, part;
+    std::string path;
+};
+
+static std::vector<SeenFile> files_seen(const std::string& root) {
+    std::vector<SeenFile> seen;
+    std::error_code error;
+    if (!fs::is_directory(root, error)) return seen;
+    for (const fs::directory_entry& holder : fs::directory_iterator(root, error)) {
+        if (holder.path().filename().string().rfind("held_by_", 0) != 0) continue;
+        for (const auto& [step, folder] : snapshot_folders(holder.path().string())) {
+            const int ranks = atoi(folder.c_str() + folder.size() - 5);
+            for (const fs::directory_entry& file : fs::directory_iterator(folder, error)) {
+                const std::string name = file.path().filename().string();
+                long long file_step = -1;
+                int rank = -1;
+                char tail[8] = {0};
+                if (sscanf(name.c_str(), "model_%8lld%7s", &file_step, tail) == 2 && strcmp(tail, ".bin") == 0 &&
+                    name.size() == 18)
+                    seen.push_back({step, ranks, -1, file.path().string()});
+                else if (sscanf(name.c_str(), "state_%8lld_%5d%7s", &file_step, &rank, tail) == 3 &&
+                         strcmp(tail, ".bin") == 0 && name.size() == 24 && rank < ranks)
+                    seen.push_back({step, ranks, rank, file.path().string()});
+            }
+        }
+    }
+    return seen;
+}
+
+// Rank 0's choice: "STEP RANKS" then one "PART HOLDER PATH" line per part, or "" for none.
+static std::string choose_snapshot(const std::vector<std::vector<char>>& listings, long long newest_checkpoint,
+                                   int* from_neighbours) {
+    struct Holder {
+        int rank = -1;
+        std::string path;
+        bool own = false;  // the part's own rank's copy (rank 0's for the model file)
+    };
+    // (step, ranks) -> part -> its holders, the owner's own copy first where it is there
+    std::map<std::pair<long long, int>, std::map<int, Holder>> parts;
+    for (size_t r = 0; r < listings.size(); r++) {
+        std::istringstream lines(std::string(listings[r].begin(), listings[r].end()));
+        long long step;
+        int ranks, part;
+        std::string path;
+        while (lines >> step >> ranks >> part >> path) {
+            const bool own = path.find(strprintf("/held_by_%05d/", part < 0 ? 0 : part)) != std::string::npos;
+            Holder& holder = parts[{step, ranks}][part];
+            if (holder.path.empty() || (own && !holder.own)) holder = Holder{(int)r, path, own};
+        }
+    }
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+        const auto [step, ranks] = it->first;
+        if (step <= newest_checkpoint) break;
+        bool complete = it->second.count(-1) > 0;
+        for (int r = 0; r < ranks && complete; r++) complete = it->second.count(r) > 0;
+        if (!complete) continue;
+        std::string choice = strprintf("%lld %d\n", step, ranks);
+        *from_neighbours = 0;
+        for (const auto& [part, holder] : it->second) {
+            if (part >= ranks) continue;
+            choice += strprintf("%d %d %s\n", part, holder.rank, holder.path.c_str());
+            if (!holder.own) (*from_neighbours)++;  // only the next rank's copy was left
+        }
+        return choice;
+    }
+    return "";
+}
+
+static void copy_file(const std::string& from, const std::string& to) {
+    std::vector<char> bytes(file_size(from));
+    read_bytes(from, 0, bytes.data(), bytes.size());
+    AtomicFile file(to);
+    file.write(bytes.data(), bytes.size());
+    file.commit();
+}
+
+long long recover_snapshot(const TrainOptions& opt, RankGroup& ranks) {
+    const std::string root = snapshot_root(opt);
+    if (root.empty() || !opt.resume) return 0;
+    std::string listing;
+    for (const SeenFile& f : files_seen(root))
+        listing += strprintf("%lld %d %d %s\n", f.step, f.ranks, f.part, f.path.c_str());
+    const std::vector<std::vector<char>> listings = ranks.gather_on_rank0(std::vector<char>(listing.begin(), listing.end()));
+    std::string choice;
+    int from_neighbours = 0;
+    if (ranks.rank == 0) {
+        const std::vector<long long> checkpoints = complete_checkpoints(opt.output_dir, 1);
+        choice = choose_snapshot(listings, checkpoints.empty() ? 0 : checkpoints.back(), &from_neighbours);
+    }
+    const std::vector<char> shared = ranks.broadcast_from_rank0(std::vector<char>(choice.begin(), choice.end()));
+    std::istringstream lines(std::string(shared.begin(), shared.end()));
+    long long step = 0;
+    int snapshot_ranks = 0;
+    if (lines >> step >> snapshot_ranks) {
+        int part, holder;
+        std::string path;
+        std::error_code error;
+        while (lines >> part >> holder >> path) {
+            if (holder != ranks.rank) continue;
+            fs::create_directories(opt.output_dir, error);
+            copy_file(path, part < 0 ? checkpoint_model_path(opt.output_dir, step)
+                                     : checkpoint_state_path(opt.output_dir, step, part));
+        }
+    }
+    ranks.barrier();
+    if (step > 0 && ranks.rank == 0) {
+        mark_checkpoint_done(opt.output_dir, step);
+        printf("snapshot: step %lld brought from node memory into %s (the parts of %d ranks, %d of them the next "
+               "rank's copies)\n",
+               step, opt.output_dir.c_str(), snapshot_ranks, from_neighbours);
+    }
+    remove_snapshots(root, ranks);
+    return step;
+}
+
+void remove_snapshots(const std::string& root, RankGroup& ranks) {
+    if (root.empty()) return;
+    ranks.barrier();  // no rank still reads them
+    std::error_code ignored;
+    if (ranks.local_rank == 0) fs::remove_all(root, ignored);
+    ranks.barrier();
+}
