@@ -5,16 +5,18 @@
 # marker DONE_<steps> exists in its output folder.
 #   usage: scripts/supervise.sh [--max-restarts N] [--wait SECONDS] [--] TRAINER FLAGS...
 #          scripts/supervise.sh --ranks MIN:MAX [--regrow-after STEPS] [--hostfile FILE]
-#                               [--elastic-batch keep|scale] [--launcher "mpirun ..."] [--] TRAINER FLAGS...
+#                               [--elastic-batch keep|scale] [--launcher COMMAND] [--] TRAINER FLAGS...
 # The command must name its output folder (-o DIR), its steps (-x N) and resume (-y 1), so that every
 # restart continues the same run. A trainer that exits with status 1 has refused its input (one
 # "error:" line): that repeats on every restart, so the supervisor stops there; one stopped by Ctrl-C
 # (status 130) is not restarted either. Exit status: 0 when the run is done, 1 when it gave up, 130
 # after Ctrl-C.
-# Elastic runs (--ranks MIN:MAX): the supervisor launches the trainer itself (`mpirun -np N`, or the
-# --launcher command) on MAX ranks. When a launch fails, the next one runs on the ranks that remain:
-# one fewer for each rank mpirun reports lost, the hosts of the lost ranks left out of the hostfile,
-# never fewer than MIN. After --regrow-after steps (default 50) on fewer than MAX ranks it stops the job
+# Elastic runs (--ranks MIN:MAX): the supervisor launches the trainer itself on MAX ranks, through
+# --launcher (default "mpirun -np {n}"; {n} becomes the rank count, {exclude} the lost hosts as srun's
+# --exclude=h1,h2, e.g. "srun --kill-on-bad-exit=1 --mpi=pmix -n {n} {exclude}"). When a launch fails,
+# the next one runs on the ranks that remain: one fewer for each rank mpirun or srun reports lost, the
+# hosts of the lost ranks left out (of --hostfile's list for mpirun, by {exclude} for srun), never
+# fewer than MIN. After --regrow-after steps (default 50) on fewer than MAX ranks it stops the job
 # cleanly (a STOP file in the output folder: every rank finishes the step and a checkpoint is written)
 # and launches it again on MAX ranks, every host back in. The global batch stays -d tokens: the
 # trainer's accumulation adapts to the ranks, and a rank count that cannot keep -d (B·T·ranks must
@@ -24,8 +26,12 @@
 # its reason go to launches.log in the output folder, and to this script's output.
 set -u
 max_restarts=10 wait_s=5
-ranks_range="" regrow_after=50 hostfile="" elastic_batch=keep launcher="mpirun"
+ranks_range="" regrow_after=50 hostfile="" elastic_batch=keep launcher="mpirun -np {n}"
 while [ $# -gt 0 ]; do
+  case "$1" in  # --option=value as --option value
+    --max-restarts=*|--wait=*|--ranks=*|--regrow-after=*|--hostfile=*|--elastic-batch=*|--launcher=*)
+      set -- "${1%%=*}" "${1#*=}" "${@:2}" ;;
+  esac
   case "$1" in
     --max-restarts) max_restarts="$2"; shift 2 ;;
     --wait) wait_s="$2"; shift 2 ;;
@@ -35,7 +41,7 @@ while [ $# -gt 0 ]; do
     --elastic-batch) elastic_batch="$2"; shift 2 ;;
     --launcher) launcher="$2"; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
   esac
 done
@@ -152,9 +158,13 @@ run_once() {
   rm -f "$out_dir/STOP"
   local first_step
   first_step=$(last_logged_step)
-  # The launcher is a command line of its own (word-split on purpose); its output also kept for the
-  # lost ranks mpirun names.
-  ( $launcher -np "$n" "${host_args[@]}" "$@" "${extra[@]}" 2>&1 | tee "$launch_output"; exit "${PIPESTATUS[0]}" ) &
+  # The launcher is a command line of its own (word-split on purpose, {n} and {exclude} filled in); its
+  # output also kept for the lost ranks mpirun or srun names.
+  local exclude="" command
+  [ -n "$excluded_hosts" ] && exclude="--exclude=$(echo $excluded_hosts | tr ' ' ',')"
+  command="${launcher//\{n\}/$n}"
+  command="${command//\{exclude\}/$exclude}"
+  ( $command "${host_args[@]}" "$@" "${extra[@]}" 2>&1 | tee "$launch_output"; exit "${PIPESTATUS[0]}" ) &
   local job=$!
   if [ "$n" -lt "$max_ranks" ]; then  # regrow: a clean stop after --regrow-after steps on fewer ranks
     while kill -0 $job 2>/dev/null; do
@@ -233,12 +243,19 @@ while true; do
   fi
   restarts=$((restarts + 1))
   if [ -n "$ranks_range" ]; then
-    # The ranks mpirun reports lost ("process rank R with PID P on node H exited on signal S").
-    lost=$(grep -o 'rank [0-9]* with PID [0-9]* on node [^ ]* exited on signal [0-9]*' "$launch_output" 2>/dev/null | sort -u)
-    lost_count=$(echo "$lost" | grep -c 'rank')
+    # The ranks mpirun reports lost ("process rank R with PID P on node H exited on signal S"), or srun
+    # ("srun: error: H: task R: Killed"), as "rank host how" lines.
+    lost=$( { grep -o 'rank [0-9]* with PID [0-9]* on node [^ ]* exited on signal [0-9]*' "$launch_output" |
+                awk '{print $2, $8, "signal " $12}'
+              grep -o 'srun: error: [^:]*: tasks\{0,1\} [0-9,-]*: [A-Za-z ]*' "$launch_output" |
+                awk -F': ' '{print $4, $3, $5}' | sed 's/^tasks\{0,1\} //'; } 2>/dev/null | sort -u)
+    lost_count=$(echo "$lost" | grep -c .)
     [ "$lost_count" -ge 1 ] || lost_count=1
-    for host in $(echo "$lost" | awk '{print $8}' | sort -u); do excluded_hosts="$excluded_hosts $host"; done
-    what=$(echo "$lost" | awk 'NF { printf "%srank %s (node %s, signal %s)", sep, $2, $8, $12; sep = ", " }')
+    for host in $(echo "$lost" | awk 'NF {print $2}' | sort -u); do
+      case " $excluded_hosts " in *" $host "*) ;; *) excluded_hosts="$excluded_hosts $host" ;; esac
+    done
+    what=$(echo "$lost" | awk 'NF { how = $3; for (i = 4; i <= NF; i++) how = how " " $i
+                                    printf "%srank %s (node %s, %s)", sep, $1, $2, how; sep = ", " }')
     reason="after a failure (exit status $status${what:+; lost: $what}) after step $(last_logged_step)"
     next=$((ranks - lost_count))
     [ "$next" -ge "$min_ranks" ] || next=$min_ranks

@@ -140,7 +140,15 @@ void DataLoader::next_batch(int* inputs, int* targets) {
 
 void DataLoader::reset() { position_ = LoaderPosition(); }
 
-void DataLoader::set_position(const LoaderPosition& p) {
+void DataLoader::set_position(const LoaderPosition& position) {
+    LoaderPosition p = position;
+    // Just past a shard's last chunk (a position converted from another rank count, rounded up to a
+    // whole chunk): the next shard's first, as reading on would reach it.
+    if (p.epoch >= 0 && p.shard_step >= 0 && p.shard_step < (int64_t)files_.size() &&
+        p.chunk_step == num_chunks_[shard_at(p.epoch, p.shard_step)]) {
+        p.chunk_step = 0;
+        if (++p.shard_step == (int64_t)files_.size()) p.shard_step = 0, p.epoch++;
+    }
     if (p.epoch < 0 || p.shard_step < 0 || p.shard_step >= (int64_t)files_.size() ||
         p.chunk_step < 0 || p.chunk_step >= num_chunks_[shard_at(p.epoch, p.shard_step)])
         fail(

@@ -148,13 +148,18 @@ static uint64_t data_fingerprint(const DataLoader& loader) {
 
 // The loader position of a run saved on `saved_ranks` ranks, for this run's ranks: a chunk holds
 // B·T tokens per rank, so the same token offset is a different chunk count.
-static LoaderPosition position_for_ranks(LoaderPosition p, int saved_ranks, int ranks,
-                                         const std::string& path) {
+// Where that offset falls inside a chunk of this run (-d changed with the ranks: --elastic-batch scale
+// in scripts/supervise.sh), the run goes on from the next whole chunk, skipping fewer tokens than a
+// chunk holds, and rank 0 says so.
+static LoaderPosition position_for_ranks(LoaderPosition p, int saved_ranks, int ranks, const std::string& path,
+                                         bool print) {
     if (saved_ranks == ranks) return p;
-    if (p.chunk_step * saved_ranks % ranks != 0)
-        fail("%s: saved on %d ranks at a point that %d ranks cannot continue from; resume on %d "
-             "ranks", path.c_str(), saved_ranks, ranks, saved_ranks);
-    p.chunk_step = p.chunk_step * saved_ranks / ranks;
+    const int64_t micro_batches = p.chunk_step * saved_ranks;  // B·T runs of tokens read in this shard
+    p.chunk_step = (micro_batches + ranks - 1) / ranks;
+    if (micro_batches % ranks != 0 && print)
+        printf("notice: %s was saved on %d data ranks at a point inside a batch of %d; the data continues from the "
+               "next whole batch, %lld micro-batches of tokens on\n",
+               path.c_str(), saved_ranks, ranks, (long long)(p.chunk_step * ranks - micro_batches));
     return p;
 }
 
@@ -317,7 +322,8 @@ static bool read_resume_point(Run& run, Resumed* resumed) {
     resumed->weights = std::make_unique<ModelFileReader>(checkpoint_model_path(opt.output_dir, checkpoints.back()));
     resumed->state = std::make_unique<CheckpointState>(opt.output_dir, checkpoints.back(), std::move(first));
     const TrainingState& saved = resumed->state->first();
-    run.train_loader->set_position(position_for_ranks(saved.loader, saved.data_ranks, run.mesh.data, path));
+    run.train_loader->set_position(
+        position_for_ranks(saved.loader, saved.data_ranks, run.mesh.data, path, run.main_rank));
     run.state.step = saved.step;
     run.state.sample_rng_state = saved.sample_rng_state;
     run.state.loss_detector = saved.loss_detector;

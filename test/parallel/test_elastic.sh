@@ -35,7 +35,7 @@ timeout 300 mpirun --oversubscribe -np 4 "$trainer" "${flags[@]}" -o "$work/stra
   { echo "FAIL $name: the uninterrupted 4-rank run failed"; tail -5 "$work/straight.log"; exit 1; }
 
 out="$work/elastic"
-timeout 600 bash scripts/supervise.sh --ranks 2:4 --regrow-after 8 --wait 1 --launcher "mpirun --oversubscribe" -- \
+timeout 600 bash scripts/supervise.sh --ranks 2:4 --regrow-after 8 --wait 1 --launcher "mpirun --oversubscribe -np {n}" -- \
   "$trainer" "${flags[@]}" --snapshot-every 1 --snapshot-dir "$snapshots" -o "$out" >"$work/elastic.log" 2>&1 &
 supervisor=$!
 logged() { grep -o '"step": *[0-9]*, *"loss"' "$out/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*' | head -1; }
@@ -125,6 +125,27 @@ partial=$(find "$out" -name '*.tmp.*' | wc -l)
 [ ! -e "$snapshots" ] || fail "snapshots_removed_at_the_end" "$(find "$snapshots" | head -3)"
 [ $ok = 1 ] && [ $lost_ok = 1 ] &&
   echo "PASS $name (seed $seed; kills: ${killed[*]}; launches on $sequence ranks; ${neighbour:0:60}...)"
+
+# --elastic-batch scale: on 2 ranks of 3 the batch is 2/3 of -d (the same 2 micro-steps) and so is the
+# peak learning rate; back on 3 ranks both are whole again.
+scaled="$work/scaled"
+timeout 300 bash scripts/supervise.sh --ranks 2:3 --regrow-after 4 --wait 0 --elastic-batch scale \
+  --launcher "mpirun --oversubscribe -np {n}" -- "$trainer" -e custom:L1:C32:H2:V64:T16 -i "$work/train.bin" \
+  -b 2 -t 16 -d 192 -x 40 -l 3e-3 -v 0 -s 0 --snapshot-every 1 --snapshot-dir "$work/shm2" -y 1 -o "$scaled" \
+  >"$work/scaled.log" 2>&1 &
+supervisor=$!
+out="$scaled"
+wait_for_step 6 && pid=$(rank_pid 1) && [ -n "$pid" ] && kill -KILL "$pid"
+wait $supervisor
+status=$?
+if [ $status -ne 0 ] || ! grep -q 'launch 2 on 2 ranks, -d 128 tokens (2 micro-steps), peak learning rate x 2/3' "$scaled/launches.log" ||
+   ! grep -q 'lr scaling: linear, 128 tokens per step / --base-batch 192: peak lr 2.000e-03' "$work/scaled.log" ||
+   ! grep -q 'launch 3 on 3 ranks, -d 192 tokens' "$scaled/launches.log" || [ ! -e "$scaled/DONE_00000040" ]; then
+  fail "elastic_batch_scale_scales_the_batch_and_the_learning_rate" "status $status"
+  cat "$scaled/launches.log" 2>/dev/null | sed 's/^/   | /'
+else
+  echo "PASS elastic_batch_scale_scales_the_batch_and_the_learning_rate (3 ranks: 192 tokens, 2 ranks: 128 tokens and 2/3 of the peak rate)"
+fi
 
 # The supervisor's refusals, one line each.
 for bad in "--ranks 0:4" "--ranks 4:2" "--ranks 2:4 --elastic-batch double"; do
