@@ -252,11 +252,12 @@ static void finish_snapshot(Run& run) {
     run.ranks.barrier();
     if (run.main_rank && !run.snapshot_cost_told) {
         run.snapshot_cost_told = true;
-        printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy and the ring exchange), "
-               "%.1f ms written in the background; %.1f MiB of node memory on rank 0 (its part and rank %d's "
-               "copy), in %s\n",
-               run.snapshot_boundary_ms, run.snapshot_writer.last_write_ms(), run.snapshot_bytes / 1048576.0,
-               run.ranks.num_ranks - 1, run.snapshot_root.c_str());
+        printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy%s), %.1f ms written in the "
+               "background; %.1f MiB of node memory on rank 0%s, in %s\n",
+               run.snapshot_boundary_ms, run.ranks.num_ranks > 1 ? " and the ring exchange" : "",
+               run.snapshot_writer.last_write_ms(), run.snapshot_bytes / 1048576.0,
+               run.ranks.num_ranks > 1 ? strprintf(" (its part and rank %d's copy)", run.ranks.num_ranks - 1).c_str() : "",
+               run.snapshot_root.c_str());
     }
     run.snapshot_pending = 0;
 }
@@ -521,6 +522,28 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     return true;
 }
 
+// Where checkpoints and snapshots go and the memory they hold on the way (measured costs follow the
+// first of each: finish_checkpoint, finish_snapshot).
+static void print_checkpoint_plan(const Run& run) {
+    const TrainOptions& opt = run.opt;
+    if (opt.output_dir.empty()) return;
+    const double MiB = 1048576.0;
+    const double model_file = param_layout(run.config).total *
+                              (run.model->working_weight_type() == WeightType::FP32 ? 4.0 : 2.0) / MiB;
+    const double state_part = 12.0 * param_layout(run.config).total / run.ranks.num_ranks / MiB;  // about
+    printf("checkpoints: %s, %s; host memory while one is written: about %.1f MiB on rank 0, %.1f MiB on the "
+           "others\n",
+           opt.checkpoint_every > 0 ? strprintf("every %d steps", opt.checkpoint_every).c_str() : "at the end",
+           opt.checkpoint_async ? "written in the background" : "written before the next step", model_file + state_part,
+           state_part);
+    const int copies = run.ranks.num_ranks > 1 ? 2 : 1;  // its own part, and the previous rank's
+    if (opt.snapshot_every > 0)
+        printf("snapshots: every %d steps in %s (node memory)%s: about %.1f MiB per rank, %.1f MiB with the model "
+               "file (rank 0%s)\n",
+               opt.snapshot_every, run.snapshot_root.c_str(), copies > 1 ? ", with a copy on the next rank" : "",
+               copies * state_part, copies * state_part + model_file, copies > 1 ? " and rank 1" : "");
+}
+
 // The start-up report (rank 0).
 static void print_report(const Run& run) {
     const TrainOptions& opt = run.opt;
@@ -543,6 +566,7 @@ static void print_report(const Run& run) {
     if (run.optimizer.kind != OptimizerKind::ADAMW)
         printf("optimizer: %s\n", describe_optimizer(run.optimizer).c_str());
     print_data_report(run.data_choice, opt, *run.train_loader, run.max_steps, run.accum_steps, mesh.data);
+    print_checkpoint_plan(run);
     if (run.resuming)
         printf("resumed from step %lld in %s%s\n", (long long)run.state.step, opt.output_dir.c_str(),
                run.resumed_mesh.shape() != mesh.shape()
