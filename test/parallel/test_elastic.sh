@@ -157,6 +157,34 @@ else
   echo "PASS elastic_batch_scale_scales_the_batch_and_the_learning_rate (3 ranks: 192 tokens, 2 ranks: 128 tokens and 2/3 of the peak rate)"
 fi
 
+# The supervisor's choices without a trainer: a stand-in launcher records each launch (its rank count
+# and the hostfile it was given), and its first launch fails as mpirun reports a rank lost on node02.
+# -d 128 of B·T = 32 keeps 4 ranks and 2, not 3: the second launch runs on 2, without node02.
+cat >"$work/launcher.sh" <<'LAUNCHER'
+n=$1; shift
+hosts=""; out=""
+while [ $# -gt 0 ]; do
+  case "$1" in --hostfile) hosts=$(awk '{print $1}' "$2" | tr '\n' ' '); shift ;; -o) out=$2; shift ;; esac
+  shift
+done
+echo "$n ranks on: $hosts" >>"$out.launches"
+if [ "$(wc -l <"$out.launches")" -eq 1 ]; then
+  echo "mpirun noticed that process rank 1 with PID 0 on node node02 exited on signal 9 (Killed)."; exit 137
+fi
+mkdir -p "$out" && touch "$out/DONE_00000005"
+LAUNCHER
+printf 'node01 slots=2\nnode02 slots=2\nnode03 slots=2\n' >"$work/hosts.txt"
+bash scripts/supervise.sh --ranks 2:4 --wait 0 --hostfile "$work/hosts.txt" --launcher "bash $work/launcher.sh {n}" -- \
+  "$trainer" -o "$work/fake" -x 5 -y 1 -b 2 -t 16 -d 128 >"$work/fake.log" 2>&1
+launched=$(cat "$work/fake.launches" 2>/dev/null | tr '\n' '|')
+if [ "$launched" = "4 ranks on: node01 node02 node03 |2 ranks on: node01 node03 |" ] &&
+   grep -q '3 ranks cannot keep -d 128; using 2' "$work/fake.log"; then
+  echo "PASS supervisor_leaves_out_lost_hosts_and_rank_counts_that_cannot_keep_the_batch ($launched)"
+else
+  fail "supervisor_leaves_out_lost_hosts_and_rank_counts_that_cannot_keep_the_batch" "launches: $launched"
+  sed 's/^/   | /' "$work/fake.log"
+fi
+
 # The supervisor's refusals, one line each.
 for bad in "--ranks 0:4" "--ranks 4:2" "--ranks 2:4 --elastic-batch double"; do
   msg=$(bash scripts/supervise.sh $bad -- "$trainer" -o "$work/bad" -x 5 -y 1 -b 2 -t 16 -d 384 2>&1)
