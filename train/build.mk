@@ -36,8 +36,8 @@ TESTS += test/train/test_timers.sh
 # script skips where either is missing). Plain build only, like the other multi-rank runs (time).
 ifneq ($(SAN),1)
   TESTS += test/trainer/test_signal_one_rank.sh
-  # Checkpoints written in the background: the synchronous writer's bits, and a checkpoint after every
-  # step within 10% of the run without (timed: plain build only).
+  # Checkpoints written in the background: the synchronous writer's bits (their time: the benchmark
+  # dev/checkpoint_overhead.sh).
   TESTS += test/train/test_async_checkpoints.sh
   # The cuBLASLt algorithms shared from rank 0, saved and loaded (2 ranks whose stand-ins time
   # different candidates fastest).
