@@ -8,20 +8,22 @@
 //   x = g + e;  scale = ‖x‖₁ / count;  bit = x ≥ 0 (bit j of word w: element 32w + j);
 //   e = x − scale·sign(x) (sign(0) = +1);  decompressed y = ±scale.
 // PowerSGD of an n×m row-major matrix with rank r:
-//   M = g + e;  P = M·Q;  P's columns orthonormalised (modified Gram-Schmidt, projections done twice,
-//   a column left with at most 1e-4 of its length set to 0);  Q = Mᵀ·P;  M̂ = P·Qᵀ;  e = M − M̂.
+//   M = g + e;  P = M·Q;  P's columns orthonormalised (Gram-Schmidt, two classical passes: each pass
+//   measures all of a column's projections on the earlier columns, then removes them; a column left
+//   with at most 1e-4 of its length set to 0);  Q = Mᵀ·P;  M̂ = P·Qᵀ;  e = M − M̂.
 // A block holding an inf or NaN gets a NaN scale (int8: q = 0 and e = x), as on the GPU.
 //
-// With Real = float the int8 operations, the sign operations other than the scale (whose ‖x‖₁ the GPU
-// adds in another order), and powersgd_reconstruct give the GPU kernels' bits: the same fp32
-// operations in the same order, std::fma where the kernels use fmaf. The sums of the products and
-// the Gram-Schmidt dot products are plain loops in index order; in double they are the reference the
-// GPU's fp32 results are checked against.
+// With Real = float the int8 operations, the sign operations other than the scale (the GPU adds ‖x‖₁
+// lane by lane, then across a warp; this reference in index order), and powersgd_reconstruct give the
+// GPU kernels' bits: the same fp32 operations in the same order, std::fma where the kernels use fmaf.
+// The sums of the products and the Gram-Schmidt dot products are plain loops in index order; in double
+// they are the reference the GPU's fp32 results (and sign's scales) are checked against.
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "cpu/parallel.h"
 
@@ -212,18 +214,21 @@ void powersgd_project_columns(Real* Q, const Real* M, const Real* P, int n, int 
         }
 }
 
-// P's columns orthonormalised in place: modified Gram-Schmidt with each column's projections done
-// twice; a column left with at most 1e-4 of its length (dependent on the earlier ones) becomes 0.
+// P's columns orthonormalised in place, column by column: Gram-Schmidt in two classical passes (each
+// measures column k's dot products with all the earlier columns, then removes the k projections,
+// in order j = 0..k−1, as the kernel does); a column left with at most 1e-4 of its length (dependent
+// on the earlier ones) becomes 0.
 template <typename Real>
 void powersgd_orthogonalise(Real* P, int n, int r) {
     const Real dependent_column = Real(1e-4);
+    std::vector<Real> dots(r);  // column k's dot products with columns 0..k−1
     for (int k = 0; k < r; k++) {
         const Real length = std::sqrt(compression_reference::column_dot(P, n, r, k, k));
-        for (int pass = 0; pass < 2; pass++)
-            for (int j = 0; j < k; j++) {
-                const Real d = compression_reference::column_dot(P, n, r, k, j);
-                for (int i = 0; i < n; i++) P[(size_t)i * r + k] -= d * P[(size_t)i * r + j];
-            }
+        for (int pass = 0; pass < 2; pass++) {
+            for (int j = 0; j < k; j++) dots[j] = compression_reference::column_dot(P, n, r, k, j);
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < k; j++) P[(size_t)i * r + k] -= dots[j] * P[(size_t)i * r + j];
+        }
         const Real remainder = std::sqrt(compression_reference::column_dot(P, n, r, k, k));
         const bool dependent = remainder <= dependent_column * length;
         for (int i = 0; i < n; i++) P[(size_t)i * r + k] = dependent ? Real(0) : P[(size_t)i * r + k] / remainder;

@@ -29,22 +29,26 @@
 // ---- PowerSGD (Vogels et al. 2019), rank r (1..32), for one gradient matrix M (n×m, fp32, row-major):
 //   M = g + e                       (error_feedback_add)
 //   P = M·Q                         (n×r; Q: m×r, the previous step's, or random at the start)
-//   (all-reduce P)                  then orthogonalise P's columns (modified Gram-Schmidt)
+//   (all-reduce P)                  then orthogonalise P's columns (Gram-Schmidt, two classical passes)
 //   Q = Mᵀ·P                        (m×r)
 //   (all-reduce Q)                  then M̂ = P·Qᵀ, the rank-r approximation every rank applies,
 //   e = M − M̂                       (powersgd_reconstruct writes M̂ and e, either or both)
 //
 // Conventions. Every array is on the device, fp32 unless said otherwise; n (elements) is a size_t.
-// Compression kernels run one block of 256 threads per compression block, thread t on element t of
-// it; element-wise kernels one thread per element. Every kernel is deterministic (a fixed order of
-// additions that does not depend on the device or the grid), and the int8 kernels, the sign kernels
-// given the scales, and powersgd_reconstruct do exactly the fp32 operations of cpu/grad_compression.h
-// (explicit fmaf where a product meets a sum, so a compiler cannot fuse differently). Non-finite
-// values are not hidden: a block holding an inf or NaN gets a NaN scale (int8: and q = 0, e = x), so
-// whatever is reduced from it is NaN and the trainer's non-finite check sees it (such a step should
-// also reset the residual).
+// The blockwise compression kernels (int8_quantise, int8_sum_requantise, sign_compress) give each
+// compression block to one warp, lane l on its elements l, l + 32, ..., l + 224, and reduce with warp
+// shuffles alone (no shared memory, no barrier); element-wise kernels run one thread per element.
+// Every kernel is deterministic (a fixed order of additions that does not depend on the device or the
+// grid), and the int8 kernels, the sign kernels given the scales (sign_compress adds ‖x‖₁ in another
+// order than the reference: see sign_compress_kernel), and powersgd_reconstruct do exactly the fp32
+// operations of cpu/grad_compression.h (explicit fmaf where a product meets a sum, so a compiler
+// cannot fuse differently). Non-finite values are not hidden: a block holding an inf or NaN gets a NaN
+// scale (int8: and q = 0, e = x), so whatever is reduced from it is NaN and the trainer's non-finite
+// check sees it (such a step should also reset the residual).
 //
-// Bytes moved per call, n elements (B = n/256 scales; "e" only where a residual is passed):
+// Bytes moved per call, n elements (B = n/256 scales; "e" only where a residual is passed). The
+// blockwise kernels read and write each element once, a warp instruction at a time: 128 bytes of fp32
+// (g, e, sum), 32 bytes of int8 (q), one 4-byte sign word, one scale per warp.
 //   int8_quantise         reads g 4n (+ e 4n), writes q n, scales 4B (+ e 4n)      13n + n/64 with e
 //   int8_dequantise       reads q n, scales 4B, writes y 4n                          5n + n/64
 //   int8_sum_requantise   reads R·(n + 4B), writes q n, scales 4B (+ sum 4n) (+ e 8n)
@@ -53,8 +57,9 @@
 //   sign_average          reads R·(n/8 + 4B), writes y 4n
 //   error_feedback_add    reads g, e 8n, writes x 4n                                 12n
 //   powersgd_project_rows     reads M 4nm, Q 4mr (from cache), writes P 4nr; 2nmr FLOPs
-//   powersgd_orthogonalise    one block: about 5r² column reads and writes of P (4n bytes each, mostly
-//                             from L2: P is at most 50304·32·4 = 6.4 MB), 4r²n FLOPs
+//   powersgd_orthogonalise    one block: about 2r² column reads and 3r column writes of P (4n bytes
+//                             each, mostly from L2: P is at most 50304·32·4 = 6.4 MB), 4r²n FLOPs;
+//                             3r − 2 block reductions (of up to r values each, 2 barriers each)
 //   powersgd_project_columns  reads M 4nm, P 4nr, writes Q 4mr; 2nmr FLOPs
 //   powersgd_reconstruct      reads P, Q (+ M 4nm for e), writes M̂ 4nm and/or e 4nm; 2nmr FLOPs
 // All memory bound on an H100 except the PowerSGD products at large r (2r FLOPs per 4 bytes of M).
@@ -76,20 +81,46 @@ constexpr int kPowerSgdMaxRank = 32;
 inline size_t compression_blocks(size_t n) { return (n + kCompressionBlock - 1) / kCompressionBlock; }
 inline size_t sign_words(size_t n) { return (n + 31) / 32; }
 
-// ---- per-thread pieces of the compression kernels (a block of kCompressionBlock threads is one
-// compression block; thread t holds element blockIdx.x·256 + t, valid when that is below n)
+// ---- the layout of the blockwise compression kernels (int8_quantise, int8_sum_requantise,
+// sign_compress): one warp per compression block, lane l on its elements l, l + 32, ..., l + 224
+// (kElementsPerLane = 8: element k of a lane is the lane's bit of the block's sign word k, and each of
+// the eight is one coalesced access for the warp: 128 bytes of fp32, 32 of int8). A block's maximum or
+// sum is a warp reduction (shuffles only: no shared memory, no barrier), and a CUDA block of
+// kCompressionThreads = 256 threads handles kCompressionWarps = 8 consecutive compression blocks.
+constexpr int kElementsPerLane = kCompressionBlock / 32;
+constexpr int kCompressionWarps = 8;
+constexpr int kCompressionThreads = 32 * kCompressionWarps;
+static_assert(kElementsPerLane == kSignWordsPerBlock, "a lane's element k lies in the block's sign word k");
 
-// This thread's element and whether it lies in [0, n).
-__device__ __forceinline__ size_t compression_element(size_t n, bool* valid) {
-    const size_t i = global_thread_index();
-    *valid = i < n;
-    return i;
+// The compression block of this thread's warp: its index, its first element, and its element count
+// (256, fewer in a partial last block).
+struct WarpBlock {
+    size_t index, first;
+    int count;
+};
+// This warp's block; false for a warp past the last one (the whole warp then has nothing to do).
+__device__ __forceinline__ bool warp_compression_block(size_t n, WarpBlock* block) {
+    block->index = (size_t)blockIdx.x * kCompressionWarps + threadIdx.x / 32;
+    block->first = block->index * kCompressionBlock;
+    if (block->first >= n) return false;
+    const size_t left = n - block->first;
+    block->count = left < (size_t)kCompressionBlock ? (int)left : kCompressionBlock;
+    return true;
 }
 
-// x = g + e (e null: x = g); 0 past the end.
-__device__ __forceinline__ float with_residual(const float* grads, const float* residual, size_t i, bool valid) {
-    if (!valid) return 0.0f;
-    return residual != nullptr ? grads[i] + residual[i] : grads[i];
+// The place of this lane's element k (0..7) within its compression block: 32k + lane.
+__device__ __forceinline__ int lane_element(int k) { return 32 * k + (int)(threadIdx.x % 32); }
+
+// x = g + e (e null: x = g) of this lane's elements; 0 past the block's end, which leaves a maximum
+// or a sum of magnitudes unchanged.
+__device__ __forceinline__ void load_with_residual(float x[kElementsPerLane], const float* grads,
+                                                   const float* residual, const WarpBlock& block) {
+#pragma unroll
+    for (int k = 0; k < kElementsPerLane; k++) {
+        const int j = lane_element(k);
+        const size_t i = block.first + j;
+        x[k] = j >= block.count ? 0.0f : residual != nullptr ? grads[i] + residual[i] : grads[i];
+    }
 }
 
 // |x| for a block's maximum or sum, with a non-finite x counting as +inf (fabsf(NaN) would be
@@ -110,31 +141,40 @@ __device__ __forceinline__ Int8Element int8_quantise_value(float x, float scale)
     return {(int8_t)t, fmaf(-scale, t, x)};
 }
 
-// The block's scale from its elements (every thread of the block calls it): max|x|/127, NaN when
-// an element is not finite.
-__device__ __forceinline__ float int8_block_scale(float x, bool valid) {
-    const float largest = block_reduce_max(valid ? magnitude_of(x) : 0.0f);
+// The block's scale, max|x|/127 (every lane gets it), NaN when an element is not finite. A maximum is
+// exact in any order: these are the CPU reference's bits.
+__device__ __forceinline__ float int8_block_scale(const float x[kElementsPerLane]) {
+    float largest = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kElementsPerLane; k++) largest = fmaxf(largest, magnitude_of(x[k]));
+    largest = warp_reduce_max(largest);
     return largest <= FLT_MAX ? largest / 127.0f : NAN;
 }
 
-// Writes this thread's quantised element (and residual), and thread 0 the block's scale.
-__device__ __forceinline__ void int8_store(int8_t* q, float* scales, float* residual, float x, bool valid, size_t i) {
-    const float scale = int8_block_scale(x, valid);
-    const Int8Element e = int8_quantise_value(x, scale);
-    if (valid) {
-        q[i] = e.q;
-        if (residual != nullptr) residual[i] = e.residual;
+// The warp's block quantised: each lane writes its elements' q (and residual), lane 0 the scale.
+__device__ __forceinline__ void int8_store_block(int8_t* q, float* scales, float* residual,
+                                                 const float x[kElementsPerLane], const WarpBlock& block) {
+    const float scale = int8_block_scale(x);
+#pragma unroll
+    for (int k = 0; k < kElementsPerLane; k++) {
+        const int j = lane_element(k);
+        if (j >= block.count) continue;
+        const Int8Element e = int8_quantise_value(x[k], scale);
+        q[block.first + j] = e.q;
+        if (residual != nullptr) residual[block.first + j] = e.residual;
     }
-    if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+    if (threadIdx.x % 32 == 0) scales[block.index] = scale;
 }
 
 // ---- int8 kernels
 
-static __global__ void __launch_bounds__(kCompressionBlock)
+static __global__ void __launch_bounds__(kCompressionThreads)
     int8_quantise_kernel(int8_t* q, float* scales, float* residual, const float* grads, size_t n) {
-    bool valid;
-    const size_t i = compression_element(n, &valid);
-    int8_store(q, scales, residual, with_residual(grads, residual, i, valid), valid, i);
+    WarpBlock block;
+    if (!warp_compression_block(n, &block)) return;
+    float x[kElementsPerLane];
+    load_with_residual(x, grads, residual, block);
+    int8_store_block(q, scales, residual, x, block);
 }
 
 static __global__ void int8_dequantise_kernel(float* out, const int8_t* q, const float* scales, size_t n) {
@@ -144,45 +184,60 @@ static __global__ void int8_dequantise_kernel(float* out, const int8_t* q, const
 
 // Rank r's block of element i is q_in[r·q_stride + i] with scale scales_in[r·scale_stride + i/256].
 // sum = factor · Σ_r scale_r·q_r, added in rank order (an fmaf per rank from 0), then requantised.
-static __global__ void __launch_bounds__(kCompressionBlock)
+static __global__ void __launch_bounds__(kCompressionThreads)
     int8_sum_requantise_kernel(int8_t* q_out, float* scales_out, float* residual, float* sum_out,
                                const int8_t* q_in, size_t q_stride, const float* scales_in, size_t scale_stride,
                                int ranks, size_t n, float factor) {
-    bool valid;
-    const size_t i = compression_element(n, &valid);
-    float x = 0.0f;
-    if (valid) {
-        float sum = 0.0f;
-        for (int r = 0; r < ranks; r++)
-            sum = fmaf(scales_in[r * scale_stride + blockIdx.x], (float)q_in[r * q_stride + i], sum);
-        x = __fmul_rn(factor, sum);  // not fused with the residual's addition below
-        if (sum_out != nullptr) sum_out[i] = x;
-        if (residual != nullptr) x += residual[i];
+    WarpBlock block;
+    if (!warp_compression_block(n, &block)) return;
+    float sum[kElementsPerLane];
+#pragma unroll
+    for (int k = 0; k < kElementsPerLane; k++) sum[k] = 0.0f;
+    for (int r = 0; r < ranks; r++) {
+        const float scale = scales_in[r * scale_stride + block.index];
+        const int8_t* q_rank = q_in + r * q_stride + block.first;
+#pragma unroll
+        for (int k = 0; k < kElementsPerLane; k++)
+            if (lane_element(k) < block.count) sum[k] = fmaf(scale, (float)q_rank[lane_element(k)], sum[k]);
     }
-    int8_store(q_out, scales_out, residual, x, valid, i);
+    float x[kElementsPerLane];
+#pragma unroll
+    for (int k = 0; k < kElementsPerLane; k++) {
+        const int j = lane_element(k);
+        const bool valid = j < block.count;
+        x[k] = valid ? __fmul_rn(factor, sum[k]) : 0.0f;  // not fused with the residual's addition below
+        if (valid && sum_out != nullptr) sum_out[block.first + j] = x[k];
+        if (valid && residual != nullptr) x[k] += residual[block.first + j];
+    }
+    int8_store_block(q_out, scales_out, residual, x, block);
 }
 
 // ---- sign kernels
 
-// Bits of this warp's 32 elements (lane j's at bit j): x ≥ 0, false past the end.
-__device__ __forceinline__ uint32_t sign_word(float x, bool valid) {
-    return __ballot_sync(0xffffffffu, valid && x >= 0.0f);
-}
-
-static __global__ void __launch_bounds__(kCompressionBlock)
+// ‖x‖₁ is added in a fixed order: each lane its magnitudes k = 0..7 from 0, then the 32 lanes' sums
+// by warp_reduce_sum's butterfly (offsets 16, 8, 4, 2, 1). Sign word k of the block is one ballot over
+// the lanes' elements k: bit l is element 32k + l, x ≥ 0 (false past the end).
+static __global__ void __launch_bounds__(kCompressionThreads)
     sign_compress_kernel(uint32_t* bits, float* scales, float* residual, const float* grads, size_t n) {
-    bool valid;
-    const size_t i = compression_element(n, &valid);
-    const float x = with_residual(grads, residual, i, valid);
-    const float l1 = block_reduce_sum(valid ? magnitude_of(x) : 0.0f);
-    const size_t first = (size_t)blockIdx.x * kCompressionBlock;
-    const size_t count = n - first < (size_t)kCompressionBlock ? n - first : (size_t)kCompressionBlock;
+    WarpBlock block;
+    if (!warp_compression_block(n, &block)) return;
+    float x[kElementsPerLane];
+    load_with_residual(x, grads, residual, block);
+    float lane_sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kElementsPerLane; k++) lane_sum += magnitude_of(x[k]);
+    const float l1 = warp_reduce_sum(lane_sum);
     // A non-finite element made l1 infinite; its scale is NaN, not inf/count.
-    const float scale = l1 <= FLT_MAX ? l1 / (float)count : NAN;
-    const uint32_t word = sign_word(x, valid);
-    if (threadIdx.x % 32 == 0 && valid) bits[i / 32] = word;  // lane 0 valid: the warp has elements
-    if (valid && residual != nullptr) residual[i] = x >= 0.0f ? x - scale : x + scale;
-    if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+    const float scale = l1 <= FLT_MAX ? l1 / (float)block.count : NAN;
+#pragma unroll
+    for (int k = 0; k < kElementsPerLane; k++) {
+        const int j = lane_element(k);
+        const bool valid = j < block.count;
+        const uint32_t word = __ballot_sync(0xffffffffu, valid && x[k] >= 0.0f);
+        if (threadIdx.x % 32 == 0 && valid) bits[block.index * kSignWordsPerBlock + k] = word;  // the word exists
+        if (valid && residual != nullptr) residual[block.first + j] = x[k] >= 0.0f ? x[k] - scale : x[k] + scale;
+    }
+    if (threadIdx.x % 32 == 0) scales[block.index] = scale;
 }
 
 // ±scale of element i from its packed bit.
@@ -281,38 +336,88 @@ static __global__ void __launch_bounds__(kProjectColumnsWarps * 32)
     }
 }
 
-// Orthonormalises P's r columns in place (n×r, row-major), one block: modified Gram-Schmidt, column
-// by column, with the projections on the earlier columns done twice ("twice is enough": the second
+// Orthonormalises P's r columns in place (n×r, row-major), one block: Gram-Schmidt, column by
+// column, with the projections on the earlier columns removed twice ("twice is enough": the second
 // pass removes what fp32 rounding left of the first, so the columns stay orthogonal to ~1e-7 even
-// when P is ill-conditioned). A column whose remainder is at most kDependentColumn of its original
-// length lies (to fp32 precision) in the span of the earlier ones; it becomes 0 rather than a
-// normalised rounding error, so that P·Pᵀ stays a projection (the approximation then has fewer than
-// r directions, and the residual keeps the rest). A zero column stays 0.
-// Thread t owns rows t, t + 1024, ...: it alone reads and writes them, so only the dot products
-// (block reductions) need the threads to meet.
+// when P is ill-conditioned). Each pass is classical Gram-Schmidt: column k's dot products with all
+// the earlier columns are measured in one sweep over the rows and reduced together, then removed
+// together in a second sweep. Two classical passes ("CGS2") are as stable as two modified ones, and a
+// column costs 3 block reductions (the first pass's dot products with its length, the second pass's,
+// its remainder's length) where modified Gram-Schmidt, which removes each projection before it
+// measures the next, needs 2k + 2 for column k. A column whose remainder is at most kDependentColumn
+// of its original length lies (to fp32 precision) in the span of the earlier ones; it becomes 0
+// rather than a normalised rounding error, so that P·Pᵀ stays a projection (the approximation then
+// has fewer than r directions, and the residual keeps the rest). A zero column stays 0; a NaN spreads
+// to the columns after it.
+// Thread t owns rows t, t + blockDim, ...: it alone reads and writes them, so only the dot products
+// (block reductions) need the threads to meet. The block has a thread per row, in whole warps, up to
+// kOrthogonaliseBlock (orthogonalise_threads): a small P leaves no idle warps waiting at every
+// barrier, and the order of additions is still fixed by n alone.
 constexpr int kOrthogonaliseBlock = 1024;
 constexpr float kDependentColumn = 1e-4f;
 
-// Σ_i P[i, a]·P[i, b] over the block (each thread's rows in order, then the block's fixed tree).
-__device__ __forceinline__ float column_dot(const float* P, int n, int r, int a, int b) {
-    float sum = 0.0f;
-    for (size_t i = threadIdx.x; i < (size_t)n; i += kOrthogonaliseBlock)
-        sum = fmaf(P[i * r + a], P[i * r + b], sum);
-    return block_reduce_sum(sum);
+// dots[c] = Σ_i P[i, k]·P[i, first + c] for c in [0, count), count ≤ 32: one sweep over the rows and
+// one block-wide reduction of the whole vector. dots is in shared memory: every thread reads it after
+// the call, until it calls again. The order of additions is fixed: each thread its rows in order (fmaf
+// from 0), each warp its lanes' sums by warp_reduce_sum's butterfly, then thread c adds the warps'
+// sums of value c in warp order. Every thread of the block must call it (it meets them at two barriers).
+__device__ __forceinline__ void column_dots(const float* P, int n, int r, int k, int first, int count, float* dots) {
+    __shared__ float warp_sums[kOrthogonaliseBlock / 32][kPowerSgdMaxRank];
+    float sums[kPowerSgdMaxRank];
+#pragma unroll
+    for (int c = 0; c < kPowerSgdMaxRank; c++) sums[c] = 0.0f;
+    for (size_t i = threadIdx.x; i < (size_t)n; i += blockDim.x) {
+        const float* row = P + i * r;
+        const float v = row[k];
+#pragma unroll
+        for (int c = 0; c < kPowerSgdMaxRank; c++)
+            if (c < count) sums[c] = fmaf(v, row[first + c], sums[c]);
+    }
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int c = 0; c < kPowerSgdMaxRank; c++) {
+        if (c >= count) break;  // count is the same for the whole block
+        const float warp_sum = warp_reduce_sum(sums[c]);
+        if (lane == 0) warp_sums[warp][c] = warp_sum;
+    }
+    // The previous call's readers of warp_sums were done before its second barrier, and every reader
+    // of its dots is done before this barrier.
+    __syncthreads();
+    if ((int)threadIdx.x < count) {
+        float total = 0.0f;
+        for (int w = 0; w < (int)blockDim.x / 32; w++) total += warp_sums[w][threadIdx.x];
+        dots[threadIdx.x] = total;
+    }
+    __syncthreads();
+}
+
+// P[i, k] −= Σ_{j<k} dots[j]·P[i, j] over this thread's rows, the projections removed in order j = 0..k−1.
+__device__ __forceinline__ void remove_projections(float* P, int n, int r, int k, const float* dots) {
+    for (size_t i = threadIdx.x; i < (size_t)n; i += blockDim.x) {
+        float* row = P + i * r;
+        float v = row[k];
+#pragma unroll
+        for (int j = 0; j < kPowerSgdMaxRank; j++)
+            if (j < k) v = fmaf(-dots[j], row[j], v);
+        row[k] = v;
+    }
 }
 
 static __global__ void __launch_bounds__(kOrthogonaliseBlock) powersgd_orthogonalise_kernel(float* P, int n, int r) {
+    __shared__ float dots[kPowerSgdMaxRank];  // column_dots' results
     for (int k = 0; k < r; k++) {
-        const float length = sqrtf(column_dot(P, n, r, k, k));
-        for (int pass = 0; pass < 2; pass++)
-            for (int j = 0; j < k; j++) {
-                const float d = column_dot(P, n, r, k, j);
-                for (size_t i = threadIdx.x; i < (size_t)n; i += kOrthogonaliseBlock)
-                    P[i * r + k] = fmaf(-d, P[i * r + j], P[i * r + k]);
-            }
-        const float remainder = sqrtf(column_dot(P, n, r, k, k));
+        column_dots(P, n, r, k, 0, k + 1, dots);  // with the earlier columns, and with itself: dots[k]
+        const float length = sqrtf(dots[k]);
+        float remainder = length;  // column 0 has nothing to remove
+        if (k > 0) {
+            remove_projections(P, n, r, k, dots);
+            column_dots(P, n, r, k, 0, k, dots);  // the second pass: what rounding left
+            remove_projections(P, n, r, k, dots);
+            column_dots(P, n, r, k, k, 1, dots);  // with itself: what is left of its length
+            remainder = sqrtf(dots[0]);
+        }
         const bool dependent = remainder <= kDependentColumn * length;  // false for NaN: it propagates
-        for (size_t i = threadIdx.x; i < (size_t)n; i += kOrthogonaliseBlock)
+        for (size_t i = threadIdx.x; i < (size_t)n; i += blockDim.x)
             P[i * r + k] = dependent ? 0.0f : P[i * r + k] / remainder;
     }
 }
@@ -334,9 +439,10 @@ static __global__ void powersgd_reconstruct_kernel(float* out, float* residual, 
 
 constexpr int kElementwiseThreads = 256;  // the block of the one-thread-per-element kernels (compression)
 
-// Blocks of a one-block-per-compression-block launch, checked against the grid's limit.
+// CUDA blocks of a one-warp-per-compression-block launch (8 compression blocks each), checked against
+// the grid's limit.
 inline unsigned compression_grid(size_t n, const char* caller) {
-    const size_t blocks = compression_blocks(n);
+    const size_t blocks = (compression_blocks(n) + kCompressionWarps - 1) / kCompressionWarps;
     if (blocks > 2147483647ull) {
         fprintf(stderr, "%s: %zu elements are too many for one launch\n", caller, n);
         exit(1);
@@ -349,7 +455,7 @@ inline unsigned compression_grid(size_t n, const char* caller) {
 inline void int8_quantise(int8_t* q, float* scales, float* residual, const float* grads, size_t n,
                           cudaStream_t stream) {
     if (n == 0) return;
-    LAUNCH(int8_quantise_kernel, compression_grid(n, "int8_quantise"), kCompressionBlock, 0, stream, q, scales,
+    LAUNCH(int8_quantise_kernel, compression_grid(n, "int8_quantise"), kCompressionThreads, 0, stream, q, scales,
            residual, grads, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -376,7 +482,7 @@ inline void int8_sum_requantise(int8_t* q_out, float* scales_out, float* residua
         exit(1);
     }
     if (n == 0) return;
-    LAUNCH(int8_sum_requantise_kernel, compression_grid(n, "int8_sum_requantise"), kCompressionBlock, 0, stream,
+    LAUNCH(int8_sum_requantise_kernel, compression_grid(n, "int8_sum_requantise"), kCompressionThreads, 0, stream,
            q_out, scales_out, residual, sum_out, q_in, q_stride, scales_in, scale_stride, ranks, n, factor);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -386,7 +492,7 @@ inline void int8_sum_requantise(int8_t* q_out, float* scales_out, float* residua
 inline void sign_compress(uint32_t* bits, float* scales, float* residual, const float* grads, size_t n,
                           cudaStream_t stream) {
     if (n == 0) return;
-    LAUNCH(sign_compress_kernel, compression_grid(n, "sign_compress"), kCompressionBlock, 0, stream, bits, scales,
+    LAUNCH(sign_compress_kernel, compression_grid(n, "sign_compress"), kCompressionThreads, 0, stream, bits, scales,
            residual, grads, n);
     CUDA_CHECK(cudaGetLastError());
 }
@@ -442,10 +548,16 @@ inline void powersgd_project_rows(float* P, const float* M, const float* Q, int 
     CUDA_CHECK(cudaGetLastError());
 }
 
+// The orthogonalisation's block for P of n rows: a thread per row, rounded up to whole warps, at most
+// kOrthogonaliseBlock.
+inline int orthogonalise_threads(int n) {
+    return n >= kOrthogonaliseBlock ? kOrthogonaliseBlock : 32 * ceil_div(n, 32);
+}
+
 // P's r columns orthonormal (or 0 where dependent), in place.
 inline void powersgd_orthogonalise(float* P, int n, int r, cudaStream_t stream) {
     powersgd_check_shape(n, 1, r, "powersgd_orthogonalise");
-    LAUNCH(powersgd_orthogonalise_kernel, 1, kOrthogonaliseBlock, 0, stream, P, n, r);
+    LAUNCH(powersgd_orthogonalise_kernel, 1, orthogonalise_threads(n), 0, stream, P, n, r);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,8 +16,9 @@
 
 namespace {
 
-// Sizes: one element, just under, at and just over a block, and several blocks with a partial last.
-const std::vector<size_t> kSizes = {1, 255, 256, 257, 1000, 70001};
+// Sizes: one element, just under, at and just over a block, eight blocks and one element (a whole CUDA
+// block of the one-warp-per-block kernels, and a warp of the next), and several blocks with a partial last.
+const std::vector<size_t> kSizes = {1, 255, 256, 257, 1000, 2049, 70001};
 
 std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
