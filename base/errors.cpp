@@ -22,10 +22,25 @@ std::string strprintf(const char* fmt, ...) {
     return text;
 }
 
+// Control characters (a newline inside a tensor name read from a file, say) are written as \n, \r,
+// \t or \xNN, so the message stays one line whatever the input held.
+static std::string one_line(const std::string& text) {
+    std::string out;
+    for (const char ch : text) {
+        const unsigned char c = (unsigned char)ch;
+        if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else if (c == '\t') out += "\\t";
+        else if (c < 0x20 || c == 0x7f) out += strprintf("\\x%02x", c);
+        else out += ch;
+    }
+    return out;
+}
+
 void fail(const char* fmt, ...) {
     va_list args;
     va_start(args, fmt);
     std::string text = vformat(fmt, args);
     va_end(args);
-    throw InputError(text);
+    throw InputError(one_line(text));
 }

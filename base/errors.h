@@ -1,5 +1,6 @@
 // How host code reports bad input: fail("fmt", ...) throws an InputError carrying one line that
-// names the file or flag and the problem. main() catches it, prints "error: <line>" and exits
+// names the file or flag and the problem (control characters copied from the input, such as a
+// newline in a tensor name, are escaped). main() catches it, prints "error: <line>" and exits
 // non-zero; destructors on the way out remove any temporary files, so no partial output is left
 // behind.
 #pragma once

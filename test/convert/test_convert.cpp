@@ -566,6 +566,10 @@ TEST(bad_folders_and_arguments_fail_cleanly) {
         write_all(d + "/config.json", std::vector<unsigned char>(text.begin(), text.end()));
         convert_fails("import-hf " + d + " " + out_bin, out_bin, {word});
     }
+    // A tensor name holding a newline is quoted with the newline escaped, so the error stays one line.
+    write_transformers_folder(dir + "/newline", c, weights, "F16", "trans\nformer.", false, false);
+    convert_fails("import-hf " + dir + "/newline " + out_bin, out_bin,
+                  {"unexpected tensor 'trans\\nformer."});
     // A truncated file, an untied head.
     {
         auto file = read_all(dir + "/ok/model.safetensors");
