@@ -366,11 +366,12 @@ Cost blockwise_reduction(const Bucket& bucket, const CompressionSettings& s, con
     return cost;
 }
 
-// The one block of PowerSGD's modified Gram-Schmidt over P (rows × r, row-major): r² + r block-wide
-// dot products and 2r² + r sweeps down a column, each element of which costs min(4r, 32) bytes of L2
-// traffic (a 32-byte sector holds 32/(4r) rows' entries).
+// The one block of PowerSGD's Gram-Schmidt over P (rows × r, row-major; two classical passes,
+// kernels/grad_compression.h): 3r − 2 block-wide reductions and about 2r² column reads plus 3r column
+// writes, each element of which costs min(4r, 32) bytes of L2 traffic (a 32-byte sector holds 32/(4r)
+// rows' entries).
 double orthogonalise_time(const Machine& m, double rows, int r) {
-    const double sweeps = 2.0 * r * r + r, reductions = (double)r * r + r;
+    const double sweeps = 2.0 * r * r + 3.0 * r, reductions = 3.0 * r - 2;
     return m.kernel + reductions * m.sync + sweeps * rows * std::min(4.0 * r, 32.0) / m.sm_rate;
 }
 
@@ -469,7 +470,7 @@ void print_assumptions(const Options& o, const char* prefix) {
     line("             sign ~16.4 bytes per element (2R+2, 2R+3 kernels per bucket), PowerSGD 32 bytes per");
     line(strprintf("             element of its matrices and 6r FLOP at %.0f TFLOP/s; its orthogonalisation, one block",
                    o.cuda_core_tflops));
-    line(strprintf("             per matrix: r^2+r reductions of %.1f us and 2r^2+r column sweeps at %.0f GB/s",
+    line(strprintf("             per matrix: 3r-2 reductions of %.1f us and 2r^2+3r column sweeps at %.0f GB/s",
                    o.sync_us, o.sm_gbs));
     line("  serial     compute + kernels + comm, nothing overlapped");
     line("  overlapped each bucket's reduction (kernels included) starts when the last micro-step's backward");
