@@ -10,15 +10,8 @@
 set -u
 trainer="${BIN:-.}/train_gpt_cpu"
 [ -x "$trainer" ] || { echo "error: $trainer is not built (make train_gpt_cpu)"; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-python3 -c 'import struct, sys
-n = 200000
-header = struct.pack("<3i", 20240520, 1, n) + bytes(1012)
-tokens = struct.pack("<%dH" % n, *[(i * 37 + i // 7 + i // 101) % 512 for i in range(n)])
-sys.stdout.buffer.write(header + tokens)' >"$work/train.bin"
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} OMP_WAIT_POLICY=passive
-flags=(-e custom:L2:C128:H4:V512:T64 -i "$work/train.bin" -b 64 -t 64 -v 0 -s 0 -l 1e-3)
+source "$(dirname "$0")/../test/train/checkpoint_workload.sh"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 # Wall time of 16 steps: without checkpoints, with one after every step (async), and synchronous.
 wall_ms() {  # runs the trainer with the given extra flags; prints its wall time in ms
   local start end

@@ -1,0 +1,14 @@
+# Sourced by test/train/test_async_checkpoints.sh and dev/checkpoint_overhead.sh: the CPU trainer's
+# checkpoint workload. Sets $work (a temporary folder, removed on exit) holding train.bin, a token
+# shard of 200,000 tokens below 512, and $flags, a 2-layer model with a 512-token vocabulary, so that a
+# step's compute rather than its 7 MiB of files is what a step costs. OpenMP's idle threads sleep
+# rather than spin (OMP_WAIT_POLICY=passive) so that the checkpoint writer thread gets a core.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 -c 'import struct, sys
+n = 200000
+header = struct.pack("<3i", 20240520, 1, n) + bytes(1012)
+tokens = struct.pack("<%dH" % n, *[(i * 37 + i // 7 + i // 101) % 512 for i in range(n)])
+sys.stdout.buffer.write(header + tokens)' >"$work/train.bin"
+export OMP_WAIT_POLICY=passive
+flags=(-e custom:L2:C128:H4:V512:T64 -i "$work/train.bin" -b 64 -t 64 -v 0 -s 0 -l 1e-3)
