@@ -15,9 +15,11 @@ $(BIN)/data/prepare: $(BUILD)/data/prepare.o $(TOKENIZER_OBJS)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
 
 # Tests: unit tests of the parts (C++), and data/prepare end to end against node references (script).
-TESTS += $(BUILD)/test/data/test_tokenizer test/data/test_prepare.sh
-$(BUILD)/test/data/test_tokenizer: $(BUILD)/test/data/test_tokenizer.o $(TEST_MAIN) $(TOKENIZER_OBJS) \
-                                   $(BUILD)/train/dataloader.o $(BUILD)/base/rng.o
+TESTS += $(BUILD)/test/data/test_tokenizer $(BUILD)/test/data/test_llama3_tokenizer \
+         test/data/test_prepare.sh
+TOKENIZER_TESTS := $(BUILD)/test/data/test_tokenizer $(BUILD)/test/data/test_llama3_tokenizer
+$(TOKENIZER_TESTS): $(BUILD)/test/data/%: $(BUILD)/test/data/%.o $(TEST_MAIN) $(TOKENIZER_OBJS) \
+                                          $(BUILD)/train/dataloader.o $(BUILD)/base/rng.o
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(TOKENIZER_LIBS)
 

@@ -1,6 +1,6 @@
 // data/prepare: GPT-2 or Llama 3 tokens for training. Encodes text files into llm.c token shards
-// (--tokenizer gpt2, the default, or llama3), decodes a shard of either format back to text, writes the decode table the trainers sample with, and builds the built-in
-// Jane Austen dataset. Its default paths (the vocabulary, the built-in dataset) are the
+// (--tokenizer gpt2, the default, or llama3), decodes a shard of either format back to text,
+// writes the decode table the trainers sample with, and builds the built-in Jane Austen dataset. Its default paths (the vocabulary, the built-in dataset) are the
 // repository's, wherever it is run from; `data/prepare --help` lists the commands.
 #include <algorithm>
 #include <cerrno>
