@@ -165,7 +165,7 @@ fi
 llama_stress="$work/llama_stress.txt"
 {
   printf '1 12 123 1234 12345 1234567890123 3.14159 1,000,000 2024-08-01 0x1F 10%% 42nd\n'
-  printf "it's IT'S don't DON'T we're WE'RE I've I'VE I'm I'M you'll YOU'LL he'd HE'D 'S 'T 'Re 'vE 'Ll 'D'\n"
+  printf "it's IT'S don't DON'T we're WE'RE I've I'VE I'm I'M you'll YOU'LL he'd HE'D 'S 'T 'Re 'vE 'Ll 'D' 'Sup 'TIS 'REally 'veRY 'Mad 'LLama 'Dunno 'sup it'Some they'The we'To\n"
   printf 'trailing   \nspaces   \n\n\n   \t\tindent\ttabs\t\n\r\ncrlf\r\n  \r\n x  y   z    \n'
   printf '\xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97\xe3\x81\x93\xe3\x82\x93\xe3\x81\xab\xe3\x81\xa1\xe3\x81\xaf \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 '
   printf '\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xce\xb1\xce\xb2\xce\xb3 \xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 caf\xc3\xa9 cafe\xcc\x81 n\xcc\x83\xcc\x81\n'
