@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "base/errors.h"
+#include "data/decode_tokens.h"
 
 const char* llama3_pattern() {
     // JavaScript's \s: tab, LF, VT, FF, CR, the space separators, LS, PS and U+FEFF.
@@ -87,12 +88,5 @@ std::vector<uint32_t> Llama3Tokenizer::encode(std::string_view text, Cache* cach
 }
 
 std::string Llama3Tokenizer::decode(const uint32_t* tokens, size_t count) const {
-    std::string text;
-    for (size_t i = 0; i < count; i++) {
-        if (tokens[i] >= vocab_.token_bytes.size())
-            fail("token %u at position %zu is outside the vocabulary (%zu tokens)", tokens[i], i,
-                 vocab_.token_bytes.size());
-        text += vocab_.token_bytes[tokens[i]];
-    }
-    return text;
+    return decode_tokens(vocab_.token_bytes, tokens, count);
 }

@@ -18,6 +18,16 @@ fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 payload() { tail -c +1025 "$1"; }
 # Bytes 8..11 of a shard header: the token count, as a decimal number.
 header_count() { od -An -t d4 -j 8 -N 4 "$1" | tr -d ' '; }
+# shards_well_formed "MAGIC VERSION" BYTES_PER_TOKEN MAX_TOKENS SHARD...: every header and size agree.
+shards_well_formed() {
+  local magic_version=$1 width=$2 max=$3 f n
+  shift 3
+  for f in "$@"; do
+    n=$(header_count "$f")
+    [ "$(stat -c %s "$f")" -eq $((1024 + width * n)) ] && [ "$n" -le "$max" ] || return 1
+    [ "$(od -An -t d4 -N 8 "$f" | tr -s ' ')" = " $magic_version" ] || return 1
+  done
+}
 
 # --- prerequisites -------------------------------------------------------------------------------
 missing=""
@@ -115,11 +125,7 @@ echo "not text" >"$work/corpus/skip.md"
 "$PREPARE" dataset "$work/corpus" -o "$work/out/ds" --shard-tokens 40000 --val-fraction 0.3 >/dev/null
 "$PREPARE" encode "$work/corpus/a.txt" "$work/corpus/sub/b.txt" -o "$work/ab.bin" >/dev/null
 shards_ok=1
-for f in "$work"/out/ds_*.bin; do
-  n=$(header_count "$f")
-  [ "$(stat -c %s "$f")" -eq $((1024 + 2 * n)) ] && [ "$n" -le 40000 ] || shards_ok=0
-  [ "$(od -An -t d4 -N 8 "$f" | tr -s ' ')" = " 20240520 1" ] || shards_ok=0
-done
+shards_well_formed "20240520 1" 2 40000 "$work"/out/ds_*.bin || shards_ok=0
 [ "$(ls "$work"/out/ds_val_*.bin | wc -l)" -ge 2 ] || shards_ok=0
 for f in "$work"/out/ds_train_*.bin "$work"/out/ds_val_*.bin; do payload "$f"; done >"$work/ds_all"
 if [ $shards_ok = 1 ] && cmp -s "$work/ds_all" <(payload "$work/ab.bin"); then
@@ -188,8 +194,7 @@ else
   fail llama3_stress_text_tokens_equal_llama3_tokenizer_js "$(cmp "$work/llama_stress_ours.bin" "$work/llama_stress_reference.bin" 2>&1 | head -1)"
 fi
 if cmp -s "$work/llama_ours.bin" "$work/llama_reference.bin" &&
-   [ "$(od -An -t d4 -N 8 "$work/llama_ours.bin" | tr -s ' ')" = " 20240801 7" ] &&
-   [ "$(stat -c %s "$work/llama_ours.bin")" -eq $((1024 + 4 * $(header_count "$work/llama_ours.bin"))) ]; then
+   shards_well_formed "20240801 7" 4 2000000 "$work/llama_ours.bin"; then
   pass llama3_corpus_tokens_equal_llama3_tokenizer_js_in_v7_shard
 else
   fail llama3_corpus_tokens_equal_llama3_tokenizer_js_in_v7_shard "$(cmp "$work/llama_ours.bin" "$work/llama_reference.bin" 2>&1 | head -1)"
@@ -206,11 +211,7 @@ done
 "$PREPARE" dataset --tokenizer llama3 "$work/corpus" -o "$work/llama_ds/ds" --shard-tokens 40000 >/dev/null
 "$PREPARE" encode --tokenizer llama3 "$work/corpus/a.txt" "$work/corpus/sub/b.txt" -o "$work/llama_ab.bin" >/dev/null
 llama_shards_ok=1
-for f in "$work"/llama_ds/ds_*.bin; do
-  n=$(header_count "$f")
-  [ "$(stat -c %s "$f")" -eq $((1024 + 4 * n)) ] && [ "$n" -le 40000 ] || llama_shards_ok=0
-  [ "$(od -An -t d4 -N 8 "$f" | tr -s ' ')" = " 20240801 7" ] || llama_shards_ok=0
-done
+shards_well_formed "20240801 7" 4 40000 "$work"/llama_ds/ds_*.bin || llama_shards_ok=0
 for f in "$work"/llama_ds/ds_train_*.bin "$work"/llama_ds/ds_val_*.bin; do payload "$f"; done >"$work/llama_ds_all"
 if [ $llama_shards_ok = 1 ] && cmp -s "$work/llama_ds_all" <(payload "$work/llama_ab.bin") &&
    [ "$(payload "$work/llama_ab.bin" | head -c 4 | od -An -t u4 | tr -d ' ')" = 128000 ]; then
