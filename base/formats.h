@@ -8,6 +8,19 @@ constexpr int FILE_HEADER_BYTES = FILE_HEADER_INTS * 4;
 // Token shard: [0] magic, [1] version, [2] number of tokens; then that many uint16 tokens.
 constexpr int TOKEN_SHARD_MAGIC = 20240520;
 constexpr int TOKEN_SHARD_VERSION = 1;
+// Llama 3 token shard (llm.c's): the same header with its own magic and version; uint32 tokens.
+constexpr int LLAMA3_TOKEN_SHARD_MAGIC = 20240801;
+constexpr int LLAMA3_TOKEN_SHARD_VERSION = 7;
+
+// The version a token shard with this magic must have, and the bytes of each of its tokens;
+// false when the magic is neither token shard's.
+inline bool token_shard_layout(int magic, int* version, int* token_bytes) {
+    if (magic != TOKEN_SHARD_MAGIC && magic != LLAMA3_TOKEN_SHARD_MAGIC) return false;
+    const bool llama3 = magic == LLAMA3_TOKEN_SHARD_MAGIC;
+    *version = llama3 ? LLAMA3_TOKEN_SHARD_VERSION : TOKEN_SHARD_VERSION;
+    *token_bytes = llama3 ? 4 : 2;
+    return true;
+}
 
 // Model weights: [0] magic, [1] version, [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp.
 constexpr int MODEL_FILE_MAGIC = 20240326;
@@ -20,6 +33,10 @@ constexpr int DECODE_TABLE_MAGIC = 20240328;
 constexpr int DECODE_TABLE_VERSION = 2;
 constexpr int GPT2_EOT_TOKEN = 50256;
 constexpr int GPT2_VOCAB_SIZE = 50257;
+// Llama 3's tokenizer: 128,000 ordinary tokens, then 256 special ones.
+constexpr int LLAMA3_BOS_TOKEN = 128000;  // <|begin_of_text|>, before each document
+constexpr int LLAMA3_EOT_TOKEN = 128001;  // <|end_of_text|>
+constexpr int LLAMA3_VOCAB_SIZE = 128256;
 
 // llm.c's multiple-choice eval file (HellaSwag): [0] magic, [1] version, [2] number of examples,
 // [3] the longest example in bytes; then the examples (train/hellaswag.h).
@@ -32,6 +49,7 @@ constexpr int EVAL_FILE_VERSION = 1;
 inline const char* file_kind_of_magic(int magic) {
     switch (magic) {
         case TOKEN_SHARD_MAGIC: return "a token shard";
+        case LLAMA3_TOKEN_SHARD_MAGIC: return "a Llama 3 token shard";
         case MODEL_FILE_MAGIC: return "a model file";
         case DECODE_TABLE_MAGIC: return "a tokenizer decode table";
         case EVAL_FILE_MAGIC: return "an eval file (HellaSwag)";

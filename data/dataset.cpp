@@ -8,6 +8,8 @@
 
 #include "base/errors.h"
 #include "base/formats.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/llama3_tokenizer.h"
 #include "data/parallel_encode.h"
 #include "data/read_file.h"
 #include "data/token_shard.h"
@@ -44,18 +46,20 @@ std::vector<Document> read_documents(const std::vector<std::string>& paths) {
     return documents;
 }
 
-std::vector<uint16_t> encode_with_eot(const Gpt2Tokenizer& tokenizer,
-                                      const std::vector<Document>& documents,
-                                      std::vector<size_t>* document_starts) {
+template <typename Tokenizer>
+std::vector<typename Tokenizer::Token> encode_stream(const Tokenizer& tokenizer,
+                                                     const std::vector<Document>& documents,
+                                                     std::vector<size_t>* document_starts) {
+    using Tokens = std::vector<typename Tokenizer::Token>;
     std::vector<std::string_view> texts;
     for (const Document& document : documents) texts.push_back(document.text);
-    std::vector<std::vector<uint16_t>> tokens = encode_documents(tokenizer, texts);
-    std::vector<uint16_t> stream;
-    for (std::vector<uint16_t>& document_tokens : tokens) {
+    std::vector<Tokens> tokens = encode_documents(tokenizer, texts);
+    Tokens stream;
+    for (Tokens& document_tokens : tokens) {
         if (document_starts) document_starts->push_back(stream.size());
-        stream.push_back(GPT2_EOT_TOKEN);
+        stream.push_back(Tokenizer::DOCUMENT_START);
         stream.insert(stream.end(), document_tokens.begin(), document_tokens.end());
-        std::vector<uint16_t>().swap(document_tokens);
+        Tokens().swap(document_tokens);
     }
     return stream;
 }
@@ -76,7 +80,8 @@ size_t validation_start(const std::vector<size_t>& document_starts, size_t total
 }
 
 // Writes tokens [begin, end) of the stream as PREFIX_SPLIT.bin or numbered shards.
-static void write_split(const std::vector<uint16_t>& stream, size_t begin, size_t end,
+template <typename Token>
+static void write_split(const std::vector<Token>& stream, size_t begin, size_t end,
                         const std::string& prefix, const char* split, size_t shard_tokens,
                         std::vector<std::string>* written) {
     if (shard_tokens == 0) {
@@ -94,12 +99,13 @@ static void write_split(const std::vector<uint16_t>& stream, size_t begin, size_
     }
 }
 
-std::vector<std::string> write_dataset(const Gpt2Tokenizer& tokenizer,
+template <typename Tokenizer>
+std::vector<std::string> write_dataset(const Tokenizer& tokenizer,
                                        const std::vector<Document>& documents,
                                        const std::string& prefix, double val_fraction,
                                        size_t shard_tokens, DatasetSplit* split) {
     std::vector<size_t> document_starts;
-    std::vector<uint16_t> stream = encode_with_eot(tokenizer, documents, &document_starts);
+    auto stream = encode_stream(tokenizer, documents, &document_starts);
     size_t val_begin = validation_start(document_starts, stream.size(), val_fraction);
     if (val_begin == 0 || (val_fraction > 0 && val_begin == stream.size()))
         fail("%s: %zu tokens are too few to split into train and validation", prefix.c_str(),
@@ -120,3 +126,13 @@ std::vector<std::string> write_dataset(const Gpt2Tokenizer& tokenizer,
     write_split(stream, 0, val_begin, prefix, "train", shard_tokens, &written);
     return written;
 }
+
+// The two tokenizers data/prepare offers.
+#define INSTANTIATE_DATASET(Tokenizer)                                                           \
+    template std::vector<Tokenizer::Token> encode_stream(                                       \
+        const Tokenizer&, const std::vector<Document>&, std::vector<size_t>*);                  \
+    template std::vector<std::string> write_dataset(const Tokenizer&, const std::vector<Document>&, \
+                                                    const std::string&, double, size_t,          \
+                                                    DatasetSplit*);
+INSTANTIATE_DATASET(Gpt2Tokenizer)
+INSTANTIATE_DATASET(Llama3Tokenizer)

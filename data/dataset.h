@@ -1,12 +1,13 @@
-// From documents to llm.c token shards: each document becomes EOT (50256) followed by its tokens;
-// the stream of all documents is split into a training part and a validation part at the end, and
-// each part is written as one shard or as numbered shards of a fixed size.
+// From documents to llm.c token shards: each document becomes the tokenizer's document-start token
+// (GPT-2: EOT 50256; Llama 3: <|begin_of_text|> 128000) followed by its tokens; the stream of all
+// documents is split into a training part and a validation part at the end, and each part is
+// written as one shard or as numbered shards of a fixed size, in the tokenizer's shard format
+// (token_shard.h). Tokenizer: Gpt2Tokenizer or Llama3Tokenizer (instantiated in dataset.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
 
 struct Document {
     std::string name;  // where it came from, for messages
@@ -18,10 +19,11 @@ struct Document {
 // unreadable path, a directory without .txt files, or no text at all throws InputError naming it.
 std::vector<Document> read_documents(const std::vector<std::string>& paths);
 
-// All documents' tokens as one stream, EOT before each document (on all cores).
-std::vector<uint16_t> encode_with_eot(const Gpt2Tokenizer& tokenizer,
-                                      const std::vector<Document>& documents,
-                                      std::vector<size_t>* document_starts = nullptr);
+// All documents' tokens as one stream, the document-start token before each (on all cores).
+template <typename Tokenizer>
+std::vector<typename Tokenizer::Token> encode_stream(const Tokenizer& tokenizer,
+                                                     const std::vector<Document>& documents,
+                                                     std::vector<size_t>* document_starts = nullptr);
 
 // Where validation starts in a stream of total_tokens whose documents start at document_starts.
 // Validation is whole documents at the end when that comes within a factor of two of val_fraction
@@ -40,7 +42,8 @@ struct DatasetSplit {
 // Encodes the documents, splits them and writes PREFIX_train.bin and PREFIX_val.bin, or with
 // shard_tokens > 0 PREFIX_train_000000.bin, ... of at most shard_tokens tokens each. No validation
 // file when val_fraction is 0. Returns the paths written; *split (if given) says how it split.
-std::vector<std::string> write_dataset(const Gpt2Tokenizer& tokenizer,
+template <typename Tokenizer>
+std::vector<std::string> write_dataset(const Tokenizer& tokenizer,
                                        const std::vector<Document>& documents,
                                        const std::string& prefix, double val_fraction,
                                        size_t shard_tokens, DatasetSplit* split = nullptr);

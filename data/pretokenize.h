@@ -1,16 +1,22 @@
-// GPT-2's pre-tokenisation: before BPE, text is cut into pieces by one regular expression (contractions,
-// optional space + letters, optional space + digits, optional space + other symbols, runs of
-// whitespace). BPE then works inside each piece, so no token ever crosses a piece boundary.
-// The expression runs on PCRE2 with Unicode properties and JIT compilation.
+// Pre-tokenisation: before BPE, text is cut into pieces by one regular expression. GPT-2's
+// (contractions, optional space + letters, optional space + digits, optional space + other symbols,
+// runs of whitespace) is the default; Llama 3 brings its own (llama3_tokenizer.cpp). BPE then works
+// inside each piece, so no token ever crosses a piece boundary. The expression runs on PCRE2 with
+// Unicode properties and JIT compilation.
 #pragma once
 #include <string_view>
 #include <vector>
 
 typedef struct pcre2_real_code_8 pcre2_code_8;
 
+// The expression of GPT-2's encoder.py.
+extern const char* const GPT2_PATTERN;
+
 class Pretokenizer {
 public:
-    Pretokenizer();  // compiles the expression; throws std::runtime_error if PCRE2 cannot
+    // Compiles the expression (PCRE2 syntax, UTF-8 with Unicode properties); throws
+    // std::runtime_error if PCRE2 cannot.
+    explicit Pretokenizer(const char* pattern = GPT2_PATTERN);
     ~Pretokenizer();
     Pretokenizer(const Pretokenizer&) = delete;
     Pretokenizer& operator=(const Pretokenizer&) = delete;

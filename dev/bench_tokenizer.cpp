@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/errors.h"
+#include "data/gpt2_tokenizer.h"
 #include "data/janeausten.h"
 #include "data/parallel_encode.h"
 #include "data/pinned_vocab.h"

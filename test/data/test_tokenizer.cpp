@@ -11,57 +11,20 @@
 #include "base/errors.h"
 #include "base/formats.h"
 #include "data/dataset.h"
+#include "data/gpt2_tokenizer.h"
 #include "data/janeausten.h"
 #include "data/parallel_encode.h"
 #include "data/pinned_vocab.h"
 #include "data/rdata_reader.h"
 #include "data/read_file.h"
 #include "data/token_shard.h"
+#include "test/data/tokenizer_test_util.h"
 #include "test/test.h"
 #include "train/dataloader.h"
 
 static const Gpt2Tokenizer& tokenizer() {
     static Gpt2Tokenizer instance(load_pinned_gpt2_vocab(DEFAULT_VOCAB_DIR));
     return instance;
-}
-
-static void write_file(const std::string& path, const std::string& bytes) {
-    std::ofstream(path, std::ios::binary) << bytes;
-}
-
-// Runs f and returns the InputError message it throws ("" if it throws none).
-template <typename F>
-static std::string error_of(F f) {
-    try {
-        f();
-    } catch (const InputError& e) {
-        return e.what();
-    }
-    return "";
-}
-
-// Random text built from fragments that stress the tokenizer: random bytes, invalid UTF-8,
-// emoji sequences, CJK, long whitespace runs, contractions, digits, a literal "<|endoftext|>".
-static std::string random_text(std::mt19937& rng, int fragments) {
-    static const std::vector<std::string> pool = {
-        "Hello", " world", "'s", "'ll", " I'm", "  ", "\n\n", "\t", "\r\n", "12345", " 3.14",
-        "\xc0\x80", "\xed\xa0\x80", "\xf5\xff", "\xe4\xb8", "\x80\x80\x80", "\xff",
-        "\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7", "\xf0\x9f\x87\xaf\xf0\x9f\x87\xb5",
-        "\xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97", "\xe3\x81\x93\xe3\x82\x93\xe3\x81\xab\xe3\x81\xa1\xe3\x81\xaf",
-        "e\xcc\x81", "\xc2\xa0", "\xe2\x80\x83", "<|endoftext|>", "!!!", "...", "--", "$%^&*",
-        "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82", " Caf\xc3\xa9"};
-    std::string text;
-    for (int i = 0; i < fragments; i++) {
-        int kind = rng() % 10;
-        if (kind == 0) {
-            for (int k = rng() % 8; k >= 0; k--) text += (char)(rng() & 0xFF);
-        } else if (kind == 1) {
-            text += std::string(1 + rng() % 3000, " \n\t"[rng() % 3]);
-        } else {
-            text += pool[rng() % pool.size()];
-        }
-    }
-    return text;
 }
 
 TEST(decode_of_encode_is_identity_on_arbitrary_bytes) {
