@@ -40,7 +40,8 @@ $(BUILD)/cpu/blas_choice.$(CPU_BLAS):
 	@mkdir -p $(dir $@) && rm -f $(BUILD)/cpu/blas_choice.* && touch $@
 
 CPU_TESTS := $(BUILD)/test/cpu/test_cpu_ops $(BUILD)/test/cpu/test_cpu_model \
-             $(BUILD)/test/cpu/test_gpt_decode $(BUILD)/test/cpu/test_lamb_lars
+             $(BUILD)/test/cpu/test_gpt_decode $(BUILD)/test/cpu/test_lamb_lars \
+             $(BUILD)/test/cpu/test_llama_ops
 TESTS += $(CPU_TESTS)
 $(CPU_TESTS): $(BUILD)/test/cpu/%: $(BUILD)/test/cpu/%.o $(CPU_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
