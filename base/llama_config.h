@@ -128,6 +128,6 @@ inline int llama_final_norm_index(const LlamaConfig& c) {
 inline int llama_lm_head_index(const LlamaConfig& c) { return llama_final_norm_index(c) + 1; }
 
 inline size_t llama_param_count(const LlamaConfig& c) {
-    const LlamaTensor& last = llama_tensors(c).back();
-    return last.offset + last.size();
+    const std::vector<LlamaTensor> tensors = llama_tensors(c);
+    return tensors.back().offset + tensors.back().size();
 }
