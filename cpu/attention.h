@@ -33,6 +33,22 @@ inline void causal_softmax_row(Real* row, int t) {
     for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv_sum;
 }
 
+// Softmax backward in place over the causal rows of a (T × T) block: datt becomes
+// dscore = att ⊙ (datt − rowsum(att ⊙ datt)) · scale, zero beyond the diagonal. Shared with the
+// grouped-query attention (cpu/gqa_attention.h).
+template <typename Real>
+void causal_softmax_backward(Real* datt, const Real* att, int T, Real scale) {
+    for (int t = 0; t < T; t++) {
+        const Real* a_row = att + (size_t)t * T;
+        Real* row = datt + (size_t)t * T;
+        Real att_dot_datt = 0;
+#pragma omp simd reduction(+ : att_dot_datt)
+        for (int t2 = 0; t2 <= t; t2++) att_dot_datt += a_row[t2] * row[t2];
+        for (int t2 = 0; t2 <= t; t2++) row[t2] = a_row[t2] * (row[t2] - att_dot_datt) * scale;
+        for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
+    }
+}
+
 template <typename Real>
 void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int C, int NH) {
     const int hs = C / NH, C3 = 3 * C;
@@ -76,16 +92,7 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
                 const Real* d = dout + (size_t)b * T * C + h * hs;
                 gemm(false, true, T, T, hs, Real(1), d, C, v, C3, Real(0), dscore.data(), T);
                 gemm(true, false, T, hs, T, Real(1), a, T, d, C, Real(1), dv, C3);
-                for (int t = 0; t < T; t++) {
-                    const Real* a_row = a + (size_t)t * T;
-                    Real* row = dscore.data() + (size_t)t * T;
-                    Real att_dot_datt = 0;
-#pragma omp simd reduction(+ : att_dot_datt)
-                    for (int t2 = 0; t2 <= t; t2++) att_dot_datt += a_row[t2] * row[t2];
-                    for (int t2 = 0; t2 <= t; t2++)
-                        row[t2] = a_row[t2] * (row[t2] - att_dot_datt) * scale;
-                    for (int t2 = t + 1; t2 < T; t2++) row[t2] = 0;
-                }
+                causal_softmax_backward(dscore.data(), a, T, scale);
                 gemm(false, false, T, hs, T, Real(1), dscore.data(), T, k, C3, Real(1), dq, C3);
                 gemm(true, false, T, hs, T, Real(1), dscore.data(), T, q, C3, Real(1), dk, C3);
             }

@@ -30,9 +30,11 @@ else
 endif
 
 CPU_OBJS := $(BUILD)/cpu/gemm.o $(BUILD)/cpu/gpt_cpu.o $(BUILD)/cpu/gpt_decode.o
+# The Llama 3 CPU model, beside GPT-2's; linked only where it is used.
+LLAMA_CPU_OBJS := $(BUILD)/cpu/llama_cpu.o
 # errno is never read; without it set by sqrt, the AdamW loop vectorises. The key/value-cache
 # decoder is built the same way, so that its ops compile to the same code as the model's.
-$(BUILD)/cpu/gpt_cpu.o $(BUILD)/cpu/gpt_decode.o: CXXFLAGS += -fno-math-errno
+$(BUILD)/cpu/gpt_cpu.o $(BUILD)/cpu/gpt_decode.o $(LLAMA_CPU_OBJS): CXXFLAGS += -fno-math-errno
 # Only gemm.cpp sees cblas.h. Its object is rebuilt when the choice changes.
 $(BUILD)/cpu/gemm.o: CXXFLAGS += $(CPU_BLAS_FLAGS)
 $(BUILD)/cpu/gemm.o: $(BUILD)/cpu/blas_choice.$(CPU_BLAS)
@@ -40,11 +42,13 @@ $(BUILD)/cpu/blas_choice.$(CPU_BLAS):
 	@mkdir -p $(dir $@) && rm -f $(BUILD)/cpu/blas_choice.* && touch $@
 
 CPU_TESTS := $(BUILD)/test/cpu/test_cpu_ops $(BUILD)/test/cpu/test_cpu_model \
-             $(BUILD)/test/cpu/test_gpt_decode $(BUILD)/test/cpu/test_lamb_lars
+             $(BUILD)/test/cpu/test_gpt_decode $(BUILD)/test/cpu/test_lamb_lars \
+             $(BUILD)/test/cpu/test_llama_ops $(BUILD)/test/cpu/test_llama_model
 TESTS += $(CPU_TESTS)
 $(CPU_TESTS): $(BUILD)/test/cpu/%: $(BUILD)/test/cpu/%.o $(CPU_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS)
+$(BUILD)/test/cpu/test_llama_model: $(LLAMA_CPU_OBJS)
 
 BENCHES += $(BIN)/dev/bin/bench_cpu_step
 $(BIN)/dev/bin/bench_cpu_step: $(BUILD)/dev/bench_cpu_step.o $(CPU_OBJS)

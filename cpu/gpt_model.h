@@ -20,6 +20,7 @@
 #include "base/step_phases.h"
 #include "cpu/adamw.h"
 #include "cpu/attention.h"
+#include "cpu/batch_checks.h"
 #include "cpu/crossentropy.h"
 #include "cpu/encoder.h"
 #include "cpu/gelu.h"
@@ -29,12 +30,6 @@
 #include "cpu/matmul.h"
 #include "cpu/parallel.h"
 #include "cpu/residual.h"
-
-template <typename Real>
-void fill_zero(std::vector<Real>& v, size_t n) {
-#pragma omp parallel for schedule(static) if (worth_parallel(n))
-    for (size_t i = 0; i < n; i++) v[i] = 0;
-}
 
 template <typename Real>
 struct GPTModel {
@@ -111,18 +106,15 @@ struct GPTModel {
 
     // Mean cross-entropy over the B·T positions (NAN without targets); logits are always computed.
     Real forward(const int* tokens, const int* target_tokens, int B_, int T_) {
-        if (B_ < 1 || B_ > max_B || T_ < 1 || T_ > max_T)
-            throw std::invalid_argument("gpt forward: batch " + std::to_string(B_) + "x" +
-                                        std::to_string(T_) + " exceeds the allocated " +
-                                        std::to_string(max_B) + "x" + std::to_string(max_T));
+        check_batch_shape("gpt", B_, T_, max_B, max_T);
         B = B_, T = T_;
         const int N = B * T, C = config.channels, L = config.num_layers, NH = config.num_heads;
         const int V = config.vocab_size, Vp = config.padded_vocab_size;
-        check_tokens(tokens, N, "input");
+        check_token_ids("gpt", tokens, N, config.vocab_size, "input");
         inputs.assign(tokens, tokens + N);
         have_targets = target_tokens != nullptr;
         if (have_targets) {
-            check_tokens(target_tokens, N, "target");
+            check_token_ids("gpt", target_tokens, N, config.vocab_size, "target");
             targets.assign(target_tokens, target_tokens + N);
         }
 
@@ -279,15 +271,5 @@ struct GPTModel {
               &dlnf,     &dqkv,     &dfch,      &dfch_gelu, &dlogits})
             n += v->size();
         return n * sizeof(Real);
-    }
-
-  private:
-    void check_tokens(const int* tokens, int n, const char* what) const {
-        for (int i = 0; i < n; i++)
-            if (tokens[i] < 0 || tokens[i] >= config.vocab_size)
-                throw std::invalid_argument(std::string("gpt forward: ") + what + " token " +
-                                            std::to_string(tokens[i]) + " at position " +
-                                            std::to_string(i) + " is outside the vocabulary [0, " +
-                                            std::to_string(config.vocab_size) + ")");
     }
 };
