@@ -168,7 +168,9 @@ TEST(gpt2_124m_on_8_ranks_sends_fewer_bytes) {
 
 // Training on the built-in text (Jane Austen's novels; the 511 most frequent GPT-2 tokens kept, the rest
 // one token, so that a small model learns in a few hundred steps) on 2 ranks: PowerSGD of rank 4 and
-// int8 end within 2% of the uncompressed run's validation loss; sign's gap is printed.
+// int8 end within 2% of the uncompressed run's validation loss. sign, which has no such bound, is left
+// to dev/grad_compression.sh (its gap on 4 ranks is in dev/RESULTS.md), which saves the suite a
+// quarter of this test's time.
 TEST(compressed_training_reaches_the_uncompressed_loss) {
     const std::string root = tst::make_temp_dir();
     std::string out;
@@ -199,7 +201,7 @@ TEST(compressed_training_reaches_the_uncompressed_loss) {
     const std::string flags = strprintf("-b 4 -d 256 -x %d -l 3e-3 -u 10 -q 0.1 -v %d -m 8 -j %s/val.bin -o ", steps,
                                         steps, root.c_str());
     std::map<std::string, double> final_loss;
-    for (const char* arm : {"none", "powersgd", "int8", "sign"}) {
+    for (const char* arm : {"none", "powersgd", "int8"}) {
         const std::string dir = out_dir();
         run(2, MODEL, root + "/train.bin", flags + dir + " --grad-compression " + arm + " --compression-start 10");
         const std::vector<double> val_losses = logged(dir, "val_loss");
@@ -208,11 +210,11 @@ TEST(compressed_training_reaches_the_uncompressed_loss) {
     }
     const double none = final_loss["none"];
     CHECK_MSG(none < 0.8 * std::log(512.0), "the uncompressed run did not learn: val loss %.3f", none);
-    for (const char* arm : METHODS) {
+    for (const char* arm : {"powersgd", "int8"}) {
         const double gap = (final_loss[arm] - none) / none;
         printf("  %d steps on 2 ranks: %s val loss %.4f, uncompressed %.4f (%+.2f%%)\n", steps, arm, final_loss[arm],
                none, 100 * gap);
-        if (strcmp(arm, "sign") != 0) CHECK_MSG(gap <= 0.02, "%s: %.2f%% above the uncompressed loss", arm, 100 * gap);
+        CHECK_MSG(gap <= 0.02, "%s: %.2f%% above the uncompressed loss", arm, 100 * gap);
     }
 }
 
