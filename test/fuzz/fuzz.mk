@@ -17,7 +17,7 @@ PARSER_SRCS  := $(addprefix base/,decode_table.cpp errors.cpp file_io.cpp gpu_te
                 $(addprefix train/,checkpoint.cpp dataloader.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp \
                   algorithm_table.cpp metrics_log.cpp optimizer_choice.cpp run_folder.cpp safetensors.cpp train_flags.cpp \
                   training_state.cpp) \
-                data/gpt2_vocab.cpp data/read_file.cpp data/token_shard.cpp
+                data/gpt2_vocab.cpp data/llama3_vocab.cpp data/read_file.cpp data/token_shard.cpp
 PARSER_OBJS  := $(patsubst %.cpp,$(FUZZ_OBJ)/%.o,$(PARSER_SRCS))
 
 .PHONY: all corpus-tool

@@ -1,0 +1,2 @@
+const llama_vocab_base64 = "YQpiCmFiCsSgCsSK";
+const llama_merges_binary = "AACAAEA=";
