@@ -29,7 +29,6 @@
 // its slices in warp order into one row of `scratch`, and layernorm_sum_partials_kernel (sums = 1)
 // adds those rows in block order into dweight: bitwise the same every run on a given GPU.
 #pragma once
-#include <algorithm>
 #include <initializer_list>
 
 #include "kernels/common.h"
@@ -310,26 +309,8 @@ inline RmsnormBackwardPlan rmsnorm_backward_plan(int N, int C) {
         else
             plan.kernel = rmsnorm_backward_wide_kernel;
     });
-    int sms = 1, max_shared = 48 * 1024;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const int slice_bytes = C * (int)sizeof(float);
-    plan.warps = std::min(LAYERNORM_BACKWARD_MAX_WARPS, max_shared / slice_bytes);
-    if (plan.warps < 1) {
-        fprintf(stderr, "rmsnorm_backward: C=%d needs %d bytes of shared memory per warp, more than %d\n", C,
-                slice_bytes, max_shared);
-        exit(EXIT_FAILURE);
-    }
-    plan.shared_bytes = plan.warps * slice_bytes;
-    if (plan.shared_bytes > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
-    int blocks_per_sm = 2;  // the emulator has no occupancy calculator; 2 exercises several blocks per "SM"
-#ifdef __CUDACC__
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, plan.kernel, 32 * plan.warps,
-                                                             plan.shared_bytes));
-    blocks_per_sm = std::max(blocks_per_sm, 1);
-#endif
-    plan.blocks = std::max(1, std::min(sms * blocks_per_sm, ceil_div(N, plan.warps)));
+    layernorm_backward_grid("rmsnorm_backward", plan.kernel, device, N, C, plan.warps, plan.shared_bytes,
+                            plan.blocks);
     cached_device = device, cached_N = N, cached_C = C, cached = plan;
     return plan;
 }
