@@ -538,6 +538,32 @@ inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 // of blocks: as many as run at once on the GPU (a persistent grid: each block's partial row covers
 // many rows), never more than the rows need.
 // `sums`: 2 (dweight, dbias) or 3 (and dinput_bias), the C-wide column sums each warp keeps.
+// The grid of a backward kernel that keeps a slice of `slice_floats` fp32 sums per warp in shared
+// memory (this file's, and kernels/rmsnorm.h's): warps per block, shared bytes, and blocks.
+template <typename Kernel>
+inline void layernorm_backward_grid(const char* function, Kernel kernel, int device, int N, int slice_floats,
+                                    int& warps, int& shared_bytes, int& blocks) {
+    int sms = 1, max_shared = 48 * 1024;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    const int slice_bytes = slice_floats * (int)sizeof(float);
+    warps = std::min(LAYERNORM_BACKWARD_MAX_WARPS, max_shared / slice_bytes);
+    if (warps < 1) {
+        fprintf(stderr, "%s: %d bytes of shared memory per warp needed, more than %d\n", function, slice_bytes,
+                max_shared);
+        exit(EXIT_FAILURE);
+    }
+    shared_bytes = warps * slice_bytes;
+    if (shared_bytes > 48 * 1024)  // the device's limit, not this call's: another shape may need more
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
+    int blocks_per_sm = 2;  // the emulator has no occupancy calculator; 2 exercises several blocks per "SM"
+#ifdef __CUDACC__
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, 32 * warps, shared_bytes));
+    blocks_per_sm = std::max(blocks_per_sm, 1);
+#endif
+    blocks = std::max(1, std::min(sms * blocks_per_sm, ceil_div(N, warps)));
+}
+
 struct LayernormBackwardPlan {
     void (*kernel)(floatX*, float*, const floatX*, const floatX*, const floatX*, const float*, const float*,
                    int, int, int);
@@ -561,26 +587,8 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C, int sums = 2)
         else
             plan.kernel = layernorm_backward_wide_kernel;
     });
-    int sms = 1, max_shared = 48 * 1024;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    const int slice_bytes = sums * C * (int)sizeof(float);
-    plan.warps = std::min(LAYERNORM_BACKWARD_MAX_WARPS, max_shared / slice_bytes);
-    if (plan.warps < 1) {
-        fprintf(stderr, "layernorm_backward: C=%d needs %d bytes of shared memory per warp, more than %d\n",
-                C, slice_bytes, max_shared);
-        exit(EXIT_FAILURE);
-    }
-    plan.shared_bytes = plan.warps * slice_bytes;
-    if (plan.shared_bytes > 48 * 1024)  // the device's limit, not this plan's: the other `sums` may need more
-        CUDA_CHECK(cudaFuncSetAttribute(plan.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
-    int blocks_per_sm = 2;  // the emulator has no occupancy calculator; 2 exercises several blocks per "SM"
-#ifdef __CUDACC__
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, plan.kernel, 32 * plan.warps,
-                                                             plan.shared_bytes));
-    blocks_per_sm = std::max(blocks_per_sm, 1);
-#endif
-    plan.blocks = std::max(1, std::min(sms * blocks_per_sm, ceil_div(N, plan.warps)));
+    layernorm_backward_grid("layernorm_backward", plan.kernel, device, N, sums * C, plan.warps, plan.shared_bytes,
+                            plan.blocks);
     cached_device[entry] = device, cached_N[entry] = N, cached_C[entry] = C, cached[entry] = plan;
     return plan;
 }
