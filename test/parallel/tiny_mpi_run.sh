@@ -12,6 +12,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\xa0\x0f\x00\x00'; head -c 1012 /dev/zero
-  for ((i = 0; i < 4000; i++)); do printf "\\x$(printf %02x $(( (i * 37 + i / 7) % 64 )))\\x00"; done
-} >"$work/train.bin"
+python3 -c 'import struct, sys
+n = 4000
+tokens = struct.pack("<%dH" % n, *[(i * 37 + i // 7) % 64 for i in range(n)])
+sys.stdout.buffer.write(struct.pack("<3i", 20240520, 1, n) + bytes(1012) + tokens)' >"$work/train.bin"

@@ -19,9 +19,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # A token shard of its own: 4000 tokens below 64 after a 1024-byte header (magic 20240520, version 1,
 # the count).
-{ printf '\x88\xd8\x34\x01\x01\x00\x00\x00\xa0\x0f\x00\x00'; head -c 1012 /dev/zero
-  for ((i = 0; i < 4000; i++)); do printf "\\x$(printf %02x $(( (i * 37 + i / 7) % 64 )))\\x00"; done
-} >"$work/train.bin"
+python3 -c 'import struct, sys
+n = 4000
+tokens = struct.pack("<%dH" % n, *[(i * 37 + i // 7) % 64 for i in range(n)])
+sys.stdout.buffer.write(struct.pack("<3i", 20240520, 1, n) + bytes(1012) + tokens)' >"$work/train.bin"
 tiny=(-e custom:L2:C32:H2:T32 -i "$work/train.bin" -b 2 -t 32 -x 5 -v 0 -s 0 --seed 7)
 
 for trainer in train_gpt_cpu train_gpt_emu; do
