@@ -15,6 +15,7 @@ failures=0
 # One try of a mesh: the run, its table row, its timeline; sets row, trace, status, ok.
 try_mesh() {
   row="" trace="" status=1 ok=0
+  rm -rf "$out"  # a second try starts a new run, not a continuation of the first
   # shellcheck disable=SC2086 # the mesh's flags are words
   if ! EMU_STREAMS=$queued timeout 300 mpirun --oversubscribe -np 2 "$trainer" -e custom:L2:C32:H2:V64:T16 -i "$work/train.bin" -b 2 \
         -t 16 -d 64 -v 0 -s 0 -x 3 $flags --timers 2 --profile-steps 2:3 -o "$out" >"$out.log" 2>&1; then
