@@ -148,7 +148,11 @@ static int import_hf_llama(const Args& a) {
 }
 
 static int import_hf(const Args& a) {
-    if (hf_model_type(read_hf_config(a.positional[0])) == "llama") return import_hf_llama(a);
+    const std::string type = hf_model_type(read_hf_config(a.positional[0]));
+    if (type == "llama") return import_hf_llama(a);
+    if (!type.empty() && type != "gpt2")
+        fail("%s/config.json: model_type '%s' is neither gpt2 nor llama, the models read here",
+             a.positional[0].c_str(), type.c_str());
     std::string source_dtypes;
     ModelFile model = import_hf_folder(a.positional[0], &source_dtypes);
     if (!a.dtype.empty()) model.type = weight_type(a.dtype);
