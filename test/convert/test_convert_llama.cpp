@@ -13,21 +13,13 @@
 #include "base/llama_descriptor.h"
 #include "base/llama_model_file.h"
 #include "cpu/llama_cpu.h"
+#include "test/convert/convert_util.h"
 #include "test/train/host_test_util.h"
 #include "train/hf_llama.h"
 #include "train/safetensors.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-static std::string bin(const char* program) {
-    const char* dir = getenv("BIN");
-    return std::string(dir && *dir ? dir : ".") + "/" + program;
-}
-
-static int convert(const std::string& args, std::string* out) {
-    return tst::run_command(bin("convert") + " " + args, out);
-}
 
 // Two layers, grouped-query attention (4 query heads over 2 key/value heads), and RoPE scaling with
 // θ and the original length chosen so that over 8 positions one frequency is kept, two blended and
@@ -86,17 +78,24 @@ TEST(llama_export_then_import_is_bitwise) {
     CHECK(read_all(dir + "/to16.bin") == read_all(dir + "/bf16.bin"));
 }
 
-// A folder as transformers writes one for tied embeddings: no lm_head.weight, F16 weights.
-static void write_tied_folder(const std::string& dir, const LlamaConfig& c,
-                              const std::vector<float>& p) {
-    fs::create_directories(dir);
+// The weights as safetensors tensors under transformers' names and shapes; with_head: lm_head too.
+static std::vector<StOutTensor> as_tensors(const LlamaConfig& c, const std::vector<float>& p,
+                                           bool with_head) {
     std::vector<StOutTensor> tensors;
     for (const LlamaTensor& t : llama_tensors(c)) {
-        if (t.name == "lm_head.weight") continue;
+        if (t.name == "lm_head.weight" && !with_head) continue;
         std::vector<uint64_t> shape = {(uint64_t)t.rows};
         if (t.is_matrix()) shape.push_back((uint64_t)t.cols);
         tensors.push_back({t.name, shape, std::vector<float>(p.begin() + t.offset, p.begin() + t.offset + t.size())});
     }
+    return tensors;
+}
+
+// A folder as transformers writes one for tied embeddings: no lm_head.weight, F16 weights.
+static void write_tied_folder(const std::string& dir, const LlamaConfig& c,
+                              const std::vector<float>& p) {
+    fs::create_directories(dir);
+    const std::vector<StOutTensor> tensors = as_tensors(c, p, false);
     write_safetensors(dir + "/model.safetensors", tensors, StDtype::F16, {{"format", "pt"}});
     json config = json::parse(hf_llama_config_json(c, StDtype::F16));
     config["tie_word_embeddings"] = true;
@@ -115,19 +114,6 @@ TEST(llama_tied_folder_imports_with_lm_head_the_embedding) {
     const LlamaTensor& embed = t[llama_embedding_index()];
     const LlamaTensor& head = t[llama_lm_head_index(c)];
     CHECK(memcmp(&m.params[embed.offset], &m.params[head.offset], embed.size() * 4) == 0);
-}
-
-static void convert_fails(const std::string& args, const std::string& output,
-                          const std::vector<std::string>& words) {
-    std::string out;
-    CHECK_MSG(convert(args, &out) == 1, "exit status for %s: %s", args.c_str(), out.c_str());
-    CHECK_MSG(out.rfind("error: ", 0) == 0 && out.find('\n') == out.size() - 1, "%s", out.c_str());
-    for (const std::string& w : words)
-        CHECK_MSG(out.find(w) != std::string::npos, "'%s' lacks '%s'", out.c_str(), w.c_str());
-    CHECK_MSG(!fs::exists(output), "%s was left", output.c_str());
-    for (const auto& e : fs::directory_iterator(fs::path(output).parent_path()))
-        CHECK_MSG(e.path().string().find(".tmp.") == std::string::npos, "%s left",
-                  e.path().string().c_str());
 }
 
 // A copy of the folder `ok` with config.json's key set to value.
@@ -177,11 +163,7 @@ TEST(bad_llama_folders_fail_cleanly) {
     fs::create_directories(dir + "/extra");
     fs::copy(ok + "/config.json", dir + "/extra/config.json");
     std::vector<StOutTensor> tensors = {{"model.layers.0.self_attn.q_norm.weight", {8}, std::vector<float>(8, 1)}};
-    for (const LlamaTensor& t : llama_tensors(c)) {
-        std::vector<uint64_t> shape = {(uint64_t)t.rows};
-        if (t.is_matrix()) shape.push_back((uint64_t)t.cols);
-        tensors.push_back({t.name, shape, std::vector<float>(p.begin() + t.offset, p.begin() + t.offset + t.size())});
-    }
+    for (StOutTensor& t : as_tensors(c, p, true)) tensors.push_back(std::move(t));
     write_safetensors(dir + "/extra/model.safetensors", tensors, StDtype::F32, {});
     convert_fails("import-hf " + dir + "/extra " + out_bin, out_bin, {"unexpected tensor 'model.layers.0.self_attn.q_norm.weight'"});
     // Export into a folder that holds files is refused; to-bf16 of a file that is no model file
