@@ -128,6 +128,14 @@ $(BUILD)/test/convert/test_convert: $(BUILD)/test/convert/test_convert.o $(CPU_O
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
+# Llama 3 (train/hf_llama.h): round trips, tied embeddings, bad folders, and a Python reader's loss
+# (test/convert/llama_reader.py, standard library only; SKIPPED without python3) against the CPU Llama.
+TESTS += $(BUILD)/test/convert/test_convert_llama
+$(BUILD)/test/convert/test_convert_llama: $(BUILD)/test/convert/test_convert_llama.o $(LLAMA_CPU_OBJS) \
+                                          $(CPU_OBJS) $(HOST_OBJS) $(TEST_MAIN) | $(BIN)/convert
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
+
 # A reader in Python's standard library runs the export (fp32, bf16, fp16) against ./generate's loss
 # and greedy tokens; transformers itself loads it, where a python3 has torch and transformers (else
 # SKIPPED). Plain build only: their subject is the folder.

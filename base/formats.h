@@ -26,6 +26,11 @@ inline bool token_shard_layout(int magic, int* version, int* token_bytes) {
 constexpr int MODEL_FILE_MAGIC = 20240326;
 constexpr int MODEL_FILE_VERSION_FP32 = 3;
 constexpr int MODEL_FILE_VERSION_BF16 = 5;
+// Llama 3 model weights (ours: llm.c has no merged Llama 3 model file): the slots are listed in
+// base/llama_model_file.h. The magic differs from 20240803, which llm.c's unmerged Llama 3 draft
+// wrote, so that such a file is refused by its magic rather than misread.
+constexpr int LLAMA3_MODEL_FILE_MAGIC = 20250327;
+constexpr int LLAMA3_MODEL_FILE_VERSION = 1;
 
 // Tokenizer decode table: [0] magic, [1] version, [2] vocab size, [3] EOT id; then per token one
 // uint8 length and that many bytes.
@@ -51,6 +56,7 @@ inline const char* file_kind_of_magic(int magic) {
         case TOKEN_SHARD_MAGIC: return "a token shard";
         case LLAMA3_TOKEN_SHARD_MAGIC: return "a Llama 3 token shard";
         case MODEL_FILE_MAGIC: return "a model file";
+        case LLAMA3_MODEL_FILE_MAGIC: return "a Llama 3 model file";
         case DECODE_TABLE_MAGIC: return "a tokenizer decode table";
         case EVAL_FILE_MAGIC: return "an eval file (HellaSwag)";
         case 0x53545047: return "a training state file";  // "GPTS", little-endian

@@ -26,6 +26,37 @@ float bf16_to_float(uint16_t value) {
     return out;
 }
 
+void write_weights(AtomicFile& file, const float* values, size_t count, WeightType type) {
+    if (type == WeightType::FP32) {
+        file.write(values, count * sizeof(float));
+        return;
+    }
+    std::vector<uint16_t> chunk;
+    const size_t chunk_size = 1 << 20;
+    for (size_t start = 0; start < count; start += chunk_size) {
+        const size_t n = std::min(chunk_size, count - start);
+        chunk.resize(n);
+        for (size_t i = 0; i < n; i++) chunk[i] = float_to_bf16(values[start + i]);
+        file.write(chunk.data(), n * sizeof(uint16_t));
+    }
+}
+
+void read_weights(FileReader& file, uint64_t offset, uint64_t count, WeightType type, float* out) {
+    if (type == WeightType::FP32) {
+        file.read(offset, out, count * 4);
+        return;
+    }
+    // bf16 through a fixed-size buffer, widened as it comes.
+    const uint64_t block = 1 << 16;
+    std::vector<uint16_t> raw(std::min(count, block));
+    for (uint64_t done = 0; done < count;) {
+        const uint64_t n = std::min(block, count - done);
+        file.read(offset + done * 2, raw.data(), n * 2);
+        for (uint64_t i = 0; i < n; i++) out[done + i] = bf16_to_float(raw[i]);
+        done += n;
+    }
+}
+
 // The file's header: magic, version (the weight type), the shape.
 static void model_file_header(const GPTConfig& c, WeightType type, int32_t header[FILE_HEADER_INTS]) {
     std::fill(header, header + FILE_HEADER_INTS, 0);
@@ -62,19 +93,19 @@ void write_model_file(const std::string& path, const GPTConfig& c, const float* 
     const size_t total = param_layout(c).total;
     AtomicFile file(path);
     file.write(header, sizeof header);
-    if (type == WeightType::FP32) {
-        file.write(params, total * sizeof(float));
-    } else {  // rounded to bf16 a chunk at a time
-        std::vector<uint16_t> chunk;
-        const size_t chunk_size = 1 << 20;
-        for (size_t start = 0; start < total; start += chunk_size) {
-            size_t n = std::min(chunk_size, total - start);
-            chunk.resize(n);
-            for (size_t i = 0; i < n; i++) chunk[i] = float_to_bf16(params[start + i]);
-            file.write(chunk.data(), n * sizeof(uint16_t));
-        }
-    }
+    write_weights(file, params, total, type);
     file.commit();
+}
+
+void check_model_file_size(const FileReader& file, uint64_t expected, const std::string& shape) {
+    const uint64_t actual = file.size();
+    const char* path = file.path().c_str();
+    if (actual < expected)
+        fail("%s: truncated tensor data (%llu bytes, the header's %s needs %llu)", path,
+             (unsigned long long)actual, shape.c_str(), (unsigned long long)expected);
+    if (actual > expected)
+        fail("%s: file size %llu does not match its header (%s needs %llu bytes)", path,
+             (unsigned long long)actual, shape.c_str(), (unsigned long long)expected);
 }
 
 // The header's config and weight type, checked, and that the file holds exactly the bytes they imply.
@@ -84,6 +115,8 @@ static void read_checked_header(FileReader& file, GPTConfig* config, WeightType*
         fail("%s: shorter than the %d-byte header", path.c_str(), FILE_HEADER_BYTES);
     int32_t h[FILE_HEADER_INTS];
     file.read(0, h, FILE_HEADER_BYTES);
+    if (h[0] == LLAMA3_MODEL_FILE_MAGIC)
+        fail("%s: is a Llama 3 model file, not a GPT-2 model file", path.c_str());
     if (h[0] != MODEL_FILE_MAGIC) {
         if (const char* kind = file_kind_of_magic(h[0]))
             fail("%s: is %s, not a model file", path.c_str(), kind);
@@ -102,13 +135,7 @@ static void read_checked_header(FileReader& file, GPTConfig* config, WeightType*
     c.padded_vocab_size = h[7];
     validate_config(c, path + " header");
     const uint64_t expected = FILE_HEADER_BYTES + (uint64_t)param_layout(c).total * (*type == WeightType::FP32 ? 4 : 2);
-    const uint64_t actual = file.size();
-    if (actual < expected)
-        fail("%s: truncated tensor data (%llu bytes, the header's %s needs %llu)", path.c_str(),
-             (unsigned long long)actual, describe_config(c).c_str(), (unsigned long long)expected);
-    if (actual > expected)
-        fail("%s: file size %llu does not match its header (%s needs %llu bytes)", path.c_str(),
-             (unsigned long long)actual, describe_config(c).c_str(), (unsigned long long)expected);
+    check_model_file_size(file, expected, describe_config(c));
 }
 
 ModelFileReader::ModelFileReader(const std::string& path) : file_(path) {
@@ -120,19 +147,8 @@ void ModelFileReader::read_values(uint64_t first, uint64_t count, float* out) {
     if (first > total_ || count > total_ - first)
         fail("internal error: weights [%llu, +%llu) of %s, which holds %zu", (unsigned long long)first,
              (unsigned long long)count, file_.path().c_str(), total_);
-    if (type_ == WeightType::FP32) {
-        file_.read(FILE_HEADER_BYTES + first * 4, out, count * 4);
-        return;
-    }
-    // bf16 through a fixed-size buffer, widened as it comes.
-    const uint64_t block = 1 << 16;
-    std::vector<uint16_t> raw(std::min(count, block));
-    for (uint64_t done = 0; done < count;) {
-        const uint64_t n = std::min(block, count - done);
-        file_.read(FILE_HEADER_BYTES + (first + done) * 2, raw.data(), n * 2);
-        for (uint64_t i = 0; i < n; i++) out[done + i] = bf16_to_float(raw[i]);
-        done += n;
-    }
+    read_weights(file_, FILE_HEADER_BYTES + first * (type_ == WeightType::FP32 ? 4 : 2), count,
+                 type_, out);
 }
 
 ModelFile read_model_file(const std::string& path) {

@@ -42,6 +42,15 @@ private:
     size_t total_;
 };
 
+// The weights part of a model file, shared by GPT-2's and Llama 3's (base/llama_model_file.h):
+// count fp32 values written as fp32, or rounded to bf16 a chunk at a time; and read back from
+// byte `offset` of the file, widened to fp32.
+void write_weights(AtomicFile& file, const float* values, size_t count, WeightType type);
+void read_weights(FileReader& file, uint64_t offset, uint64_t count, WeightType type, float* out);
+// That the file holds exactly `expected` bytes, as its header (whose shape reads `shape` in the
+// message) implies; a one-line InputError for a truncated or an overlong file.
+void check_model_file_size(const FileReader& file, uint64_t expected, const std::string& shape);
+
 // fp32 → bf16 with round-to-nearest-even (NaN stays NaN); bf16 → fp32 is exact.
 uint16_t float_to_bf16(float value);
 float bf16_to_float(uint16_t value);

@@ -9,7 +9,7 @@ HOST_LIBS :=
 # The host tests (test/train/): one C++ program per module family.
 HOST_TESTS := $(patsubst %,$(BUILD)/test/train/%,test_model_files test_dataloader test_flags \
                 test_schedule test_checkpoint test_resharding test_run_safety test_algorithm_table \
-                test_hellaswag test_gpu_telemetry test_profiling)
+                test_hellaswag test_gpu_telemetry test_profiling test_llama_files)
 TESTS += $(HOST_TESTS)
 $(HOST_TESTS): $(BUILD)/test/train/%: $(BUILD)/test/train/%.o $(HOST_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)

@@ -17,13 +17,10 @@
 #include "base/errors.h"
 #include "base/file_io.h"
 #include "base/model_descriptor.h"
+#include "train/hf_folder.h"
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-static const char* torch_dtype_name(StDtype dtype) {
-    return dtype == StDtype::BF16 ? "bfloat16" : dtype == StDtype::F16 ? "float16" : "float32";
-}
 
 // End of text: GPT-2's token 50256, or the last token of a smaller vocabulary.
 static int end_of_text(const GPTConfig& c) { return std::min(50256, c.vocab_size - 1); }
@@ -57,30 +54,6 @@ std::string hf_config_json(const GPTConfig& c, StDtype dtype) {
     };
     return config.dump(2) + "\n";
 }
-
-namespace {
-
-int int_field(const json& config, const char* name, const std::string& what, long min, long max) {
-    if (!config.contains(name)) fail("%s: no '%s'", what.c_str(), name);
-    const json& v = config[name];
-    if (!v.is_number_integer() || v.get<long long>() < min || v.get<long long>() > max)
-        fail("%s: %s is %s, not a whole number from %ld to %ld", what.c_str(), name,
-             v.dump().substr(0, 40).c_str(), min, max);
-    return (int)v.get<long long>();
-}
-
-// An optional boolean that must have the given value for this trainer's model.
-void require_bool(const json& config, const char* name, bool needed, const std::string& what,
-                  const char* why) {
-    if (!config.contains(name) || config[name].is_null()) return;
-    if (!config[name].is_boolean())
-        fail("%s: %s is %s, not true or false", what.c_str(), name,
-             config[name].dump().substr(0, 40).c_str());
-    if (config[name].get<bool>() != needed)
-        fail("%s: %s is %s: %s", what.c_str(), name, needed ? "false" : "true", why);
-}
-
-}  // namespace
 
 GPTConfig parse_hf_config(const std::string& text, const std::string& what) {
     const json config = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -174,15 +147,7 @@ static size_t our_offset(const ParamLayout& layout, const HfTensor& t, size_t el
 
 // ---- export ----
 
-namespace {
-
-void write_text(const std::string& path, const std::string& text) {
-    AtomicFile file(path);
-    file.write(text.data(), text.size());
-    file.commit();
-}
-
-void copy_file(const std::string& from, const std::string& to) {
+static void copy_file(const std::string& from, const std::string& to) {
     std::ifstream in(from, std::ios::binary);
     if (!in) fail("%s: cannot be read", from.c_str());
     std::ostringstream bytes;
@@ -190,40 +155,9 @@ void copy_file(const std::string& from, const std::string& to) {
     write_text(to, bytes.str());
 }
 
-// A folder being written; removed unless commit() renamed it to its final name.
-class TempFolder {
-public:
-    explicit TempFolder(const std::string& final_path)
-        : final_(final_path), temp_(final_path + ".tmp." + std::to_string(getpid())) {
-        std::error_code ec;
-        fs::remove_all(temp_, ec);
-        make_directory(temp_);
-    }
-    ~TempFolder() {
-        if (committed_) return;
-        std::error_code ec;
-        fs::remove_all(temp_, ec);
-    }
-    const std::string& path() const { return temp_; }
-    void commit() {
-        std::error_code ec;
-        fs::rename(temp_, final_, ec);
-        if (ec) fail("%s: cannot be created (%s)", final_.c_str(), ec.message().c_str());
-        committed_ = true;
-    }
-
-private:
-    std::string final_, temp_;
-    bool committed_ = false;
-};
-
-}  // namespace
-
 void export_hf_folder(const ModelFile& model, const std::string& dir, StDtype dtype,
                       const HfTokenizerFiles& tokenizer) {
-    std::error_code ec;
-    if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
-        fail("%s: already exists and is not an empty folder (give a new folder)", dir.c_str());
+    check_export_target(dir);
     const GPTConfig& c = model.config;
     const ParamLayout layout = param_layout(c);
     std::vector<StOutTensor> tensors;
@@ -263,53 +197,13 @@ void export_hf_folder(const ModelFile& model, const std::string& dir, StDtype dt
         };
         write_text(tmp + "/tokenizer_config.json", tokenizer_config.dump(2) + "\n");
     }
-    if (fs::exists(dir, ec)) fs::remove(dir, ec);  // the empty folder given
+    remove_empty_target(dir);  // the empty folder given
     folder.commit();
 }
 
 // ---- import ----
 
 namespace {
-
-std::string read_text(const std::string& path) {
-    std::vector<char> bytes(file_size(path));
-    if (!bytes.empty()) read_bytes(path, 0, bytes.data(), bytes.size());
-    return std::string(bytes.begin(), bytes.end());
-}
-
-// The weight files of a folder: model.safetensors, or the shards model.safetensors.index.json lists.
-std::vector<std::string> weight_files(const std::string& dir) {
-    if (path_exists(dir + "/model.safetensors")) return {dir + "/model.safetensors"};
-    const std::string index_path = dir + "/model.safetensors.index.json";
-    if (!path_exists(index_path)) {
-        if (path_exists(dir + "/pytorch_model.bin"))
-            fail("%s: holds pytorch_model.bin but no model.safetensors; only safetensors is read "
-                 "(save with save_pretrained(DIR, safe_serialization=True))", dir.c_str());
-        fail("%s: no model.safetensors (nor model.safetensors.index.json)", dir.c_str());
-    }
-    const json index = json::parse(read_text(index_path), nullptr, false);
-    if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
-        !index["weight_map"].is_object())
-        fail("%s: not a JSON object with a weight_map", index_path.c_str());
-    std::set<std::string> files;
-    for (const auto& item : index["weight_map"].items()) {
-        const json& file = item.value();
-        if (!file.is_string() || file.get<std::string>().empty() ||
-            file.get<std::string>().find('/') != std::string::npos ||
-            file.get<std::string>()[0] == '.')
-            fail("%s: weight_map entry '%s' is not a file name in the folder", index_path.c_str(),
-                 item.key().c_str());
-        files.insert(file.get<std::string>());
-    }
-    if (files.empty()) fail("%s: the weight_map lists no files", index_path.c_str());
-    std::vector<std::string> paths;
-    for (const std::string& f : files) {
-        if (!path_exists(dir + "/" + f))
-            fail("%s: lists %s, which is not in the folder", index_path.c_str(), f.c_str());
-        paths.push_back(dir + "/" + f);
-    }
-    return paths;
-}
 
 // Strips the "transformer." prefix; returns false for the causal-mask buffers, which hold no weights.
 bool weight_name(std::string name, std::string* out) {
@@ -323,13 +217,6 @@ bool weight_name(std::string name, std::string* out) {
         return false;
     *out = name;
     return true;
-}
-
-std::string shape_text(const std::vector<uint64_t>& shape) {
-    std::string s = "(";
-    for (size_t i = 0; i < shape.size(); i++)
-        s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + ")";
 }
 
 // What the weight files have given so far.
@@ -375,15 +262,8 @@ void import_tensor(const std::string& path, const StHeader& header, const StTens
     if (st.shape != shape)
         fail("%s: tensor '%s' has shape %s; config.json's GPT-2 needs %s", path.c_str(),
              st.name.c_str(), shape_text(st.shape).c_str(), shape_text(shape).c_str());
-    if (st.dtype != StDtype::F32 && st.dtype != StDtype::F16 && st.dtype != StDtype::BF16)
-        fail("%s: tensor '%s' is %s; GPT-2 weights must be F32, F16 or BF16",
-             path.c_str(), st.name.c_str(), dtype_name(st.dtype));
+    std::vector<float> values = read_float_tensor(path, header, st, "GPT-2");
     imported->dtypes.insert(dtype_name(st.dtype));
-    const std::vector<uint8_t> bytes = read_tensor_bytes(path, header, st);
-    StTensor local = st;
-    local.end -= local.begin;
-    local.begin = 0;
-    std::vector<float> values = tensor_as_float(local, bytes.data(), path);
     if (head) {
         imported->lm_head = std::move(values);
         imported->lm_head_file = path;
@@ -415,12 +295,8 @@ void check_all_imported(const std::string& dir, const std::vector<HfTensor>& exp
 }  // namespace
 
 ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec))
-        fail("%s: not a folder (a Hugging Face model folder with config.json and "
-             "model.safetensors)", dir.c_str());
+    read_hf_config(dir);  // the folder, its config.json and the JSON checked
     const std::string config_path = dir + "/config.json";
-    if (!path_exists(config_path)) fail("%s: no config.json", dir.c_str());
     ModelFile model;
     model.config = parse_hf_config(read_text(config_path), config_path);
     const ParamLayout layout = param_layout(model.config);
@@ -436,11 +312,6 @@ ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes) {
             import_tensor(path, header, st, wanted, layout, &model, &imported);
     }
     check_all_imported(dir, expected, imported, model, layout);
-    const std::set<std::string>& dtypes = imported.dtypes;
-    model.type = dtypes.size() == 1 && *dtypes.begin() == "BF16" ? WeightType::BF16 : WeightType::FP32;
-    if (source_dtypes) {
-        source_dtypes->clear();
-        for (const std::string& d : dtypes) *source_dtypes += (source_dtypes->empty() ? "" : "+") + d;
-    }
+    model.type = imported_weight_type(imported.dtypes, source_dtypes);
     return model;
 }

@@ -21,16 +21,13 @@
 #include "base/decode_table.h"
 #include "base/model_file.h"
 #include "cpu/gpt_cpu.h"
+#include "test/convert/convert_util.h"
 #include "test/train/host_test_util.h"
 #include "train/hf_gpt2.h"
 #include "train/safetensors.h"
 
 using nlohmann::json;
 
-static std::string bin(const char* program) {
-    const char* dir = getenv("BIN");
-    return std::string(dir && *dir ? dir : ".") + "/" + program;
-}
 
 static GPTConfig small_config(int V = 64, int T = 16) {
     GPTConfig c;
@@ -191,9 +188,6 @@ static double mean_loss(const std::vector<double>& logits, const std::vector<int
     return total / targets.size();
 }
 
-static int convert(const std::string& args, std::string* out) {
-    return tst::run_command(bin("convert") + " " + args, out);
-}
 
 // Our CPU model's logits and loss on tokens → targets, and the exported folder's, side by side.
 static void check_export_matches_our_forward(const GPTConfig& c, const char* dtype, double tol) {
@@ -521,21 +515,6 @@ TEST(malformed_config_json_is_a_one_line_error) {
     bad("scale_attn_weights", "yes", "true or false");
     expect_input_error([] { parse_hf_config("{\"model_type\":", "c"); }, {"not valid JSON"});
     expect_input_error([] { parse_hf_config("[]", "c"); }, {"not a JSON object"});
-}
-
-// ./convert exits 1 with one "error: " line holding every word, and writes nothing at `output`.
-static void convert_fails(const std::string& args, const std::string& output,
-                          const std::vector<std::string>& words) {
-    std::string out;
-    CHECK_MSG(convert(args, &out) == 1, "exit status for %s: %s", args.c_str(), out.c_str());
-    CHECK_MSG(out.rfind("error: ", 0) == 0 && out.find('\n') == out.size() - 1, "%s", out.c_str());
-    for (const std::string& w : words)
-        CHECK_MSG(out.find(w) != std::string::npos, "'%s' lacks '%s'", out.c_str(), w.c_str());
-    if (output.empty()) return;
-    CHECK_MSG(!std::filesystem::exists(output), "%s was left", output.c_str());
-    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(output).parent_path()))
-        CHECK_MSG(e.path().string().find(".tmp.") == std::string::npos, "%s left",
-                  e.path().string().c_str());
 }
 
 TEST(bad_folders_and_arguments_fail_cleanly) {
