@@ -146,49 +146,47 @@ __global__ void __launch_bounds__(kThreads)
     stage_rows(v_s, HS, qkv + attention_qkv_index(b, k0, 2, kv, T, NH, KV, HS), stride, kRows, T - k0, HS);
 
     float dk[kRowsPerWarp][kDims] = {}, dv[kRowsPerWarp][kDims] = {};
-    // Step s: query head kv·group_size + s / tiles, its query tile from k0 + (s % tiles)·kTile (queries
-    // before k0 see none of these keys).
-    const int tiles = ceil_div(T - k0, kTile);
-    for (int step = 0; step < group_size * tiles; step++) {
-        const int h = kv * group_size + step / tiles, q0 = k0 + step % tiles * kTile;
+    for (int h = kv * group_size; h < (kv + 1) * group_size; h++) {  // the group's query heads, in order
         const Tio* q_g = qkv + attention_qkv_index(b, 0, 0, h, T, NH, KV, HS);
         const Tio* do_g = dout + attention_out_index(b, 0, h, T, NH, HS);
         const float* lse_g = lse + attention_lse_index(b, h, 0, T, NH);
         const float* d_g = row_dot + attention_lse_index(b, h, 0, T, NH);
-        __syncthreads();
-        stage_rows(q_s, HS + 1, q_g + q0 * stride, stride, kTile, T - q0, HS);
-        stage_rows(do_s, HS + 1, do_g + q0 * (size_t)C, C, kTile, T - q0, HS);
-        if (threadIdx.x < kTile) {
-            const int q = q0 + threadIdx.x;
-            lse_s[threadIdx.x] = q < T ? lse_g[q] : 0.0f;
-            d_s[threadIdx.x] = q < T ? d_g[q] : 0.0f;
-        }
-        __syncthreads();
-        ATTENTION_UNROLL
-        for (int r = 0; r < kRowsPerWarp; r++) {
-            const int row = warp * kRowsPerWarp + r, key = k0 + row;
-            if (key >= T) continue;  // the same for the whole warp
-            const int q = q0 + lane;
-            float p = 0.0f, ds = 0.0f;
-            if (q < T && q >= key) {
-                p = expf(scale * dot(&q_s[lane * (HS + 1)], &k_s[row * HS], HS) - lse_s[lane]);
-                ds = p * (dot(&do_s[lane * (HS + 1)], &v_s[row * HS], HS) - d_s[lane]);
+        for (int q0 = k0; q0 < T; q0 += kTile) {  // queries before k0 see none of these keys
+            __syncthreads();
+            stage_rows(q_s, HS + 1, q_g + q0 * stride, stride, kTile, T - q0, HS);
+            stage_rows(do_s, HS + 1, do_g + q0 * (size_t)C, C, kTile, T - q0, HS);
+            if (threadIdx.x < kTile) {
+                const int q = q0 + threadIdx.x;
+                lse_s[threadIdx.x] = q < T ? lse_g[q] : 0.0f;
+                d_s[threadIdx.x] = q < T ? d_g[q] : 0.0f;
             }
-            p_s[warp * 32 + lane] = p;
-            ds_s[warp * 32 + lane] = ds;
-            __syncwarp();
-            // Both products in one sweep over the tile (as two add_weighted_rows calls they take more
-            // registers at kDims = 4 and 8).
+            __syncthreads();
             ATTENTION_UNROLL
-            for (int i = 0; i < kDims; i++) {
-                const int d = lane + 32 * i;
-                if (d < HS)
-                    for (int j = 0; j < kTile; j++) {
-                        dv[r][i] = fmaf(p_s[warp * 32 + j], do_s[j * (HS + 1) + d], dv[r][i]);
-                        dk[r][i] = fmaf(ds_s[warp * 32 + j], q_s[j * (HS + 1) + d], dk[r][i]);
-                    }
+            for (int r = 0; r < kRowsPerWarp; r++) {
+                const int row = warp * kRowsPerWarp + r, key = k0 + row;
+                if (key >= T) continue;  // the same for the whole warp
+                const int q = q0 + lane;
+                float p = 0.0f, ds = 0.0f;
+                if (q < T && q >= key) {
+                    p = expf(scale * dot(&q_s[lane * (HS + 1)], &k_s[row * HS], HS) - lse_s[lane]);
+                    ds = p * (dot(&do_s[lane * (HS + 1)], &v_s[row * HS], HS) - d_s[lane]);
+                }
+                p_s[warp * 32 + lane] = p;
+                ds_s[warp * 32 + lane] = ds;
+                __syncwarp();
+                // Both products in one sweep over the tile (as two add_weighted_rows calls they take
+                // more registers at kDims = 4 and 8).
+                ATTENTION_UNROLL
+                for (int i = 0; i < kDims; i++) {
+                    const int d = lane + 32 * i;
+                    if (d < HS)
+                        for (int j = 0; j < kTile; j++) {
+                            dv[r][i] = fmaf(p_s[warp * 32 + j], do_s[j * (HS + 1) + d], dv[r][i]);
+                            dk[r][i] = fmaf(ds_s[warp * 32 + j], q_s[j * (HS + 1) + d], dk[r][i]);
+                        }
+                }
+                __syncwarp();
             }
-            __syncwarp();
         }
     }
     ATTENTION_UNROLL
