@@ -11,6 +11,18 @@
 // h at channels [h·HS, (h+1)·HS) of each; out, dout (B, T, C) floatX; lse (B, NH, T) fp32 (natural
 // log); dqkv (B, T, 3C) floatX, overwritten.
 //
+// Grouped-query attention (Llama 3; cpu/gqa_attention.h): NH query heads share KV key/value heads
+// (NH % KV == 0), query head h reading K and V of head h / (NH/KV). qkv and dqkv are then
+// (B, T, (NH + 2·KV)·HS): each token's NH query heads, then its KV key heads, then its KV value heads
+// (kernels/rope.h's layout); out, dout and lse are as above. dK and dV of a key/value head are the
+// sums over its group's query heads. KV == NH is the case above, bit for bit. Nothing copies K or V:
+// the forward and dQ blocks of a group's query heads read the same K/V tiles (from L2 after the
+// first), and the dK/dV pass has a block per key block of a key/value head that walks its group's
+// query heads one after another, summing in registers (no partials in memory, no atomics); it reads
+// the group's Q, dO, lse and D once per key block as plain attention does, over NH/KV times fewer
+// blocks. The mma and cuda-cores kernels take every KV; the Hopper kernel takes KV == NH only, and
+// grouped shapes go to the mma kernel instead (a forced --attention-kernel hopper refuses them).
+//
 // Per call (bf16, causal), N = B·NH·T²·HS:
 //   forward:  reads qkv (6·B·T·C bytes) and writes out and lse (2·B·T·C + 4·B·NH·T bytes); the K/V
 //             tiles are re-read by every query block, mostly from L2. FLOPs counted as 2·N (the two
@@ -95,13 +107,15 @@ inline bool attention_hopper_runnable() {
     return true;
 #endif
 }
-inline AttentionKernel attention_kernel_for(int HS) {
+// grouped: KV < NH key/value heads, which the Hopper kernel does not take.
+inline AttentionKernel attention_kernel_for(int HS, bool grouped = false) {
     const AttentionKernel chosen = attention_kernel_setting();
-    const bool hopper_ok = (HS == 64 || HS == 128) && attention_hopper_runnable();
+    const bool hopper_ok = (HS == 64 || HS == 128) && !grouped && attention_hopper_runnable();
     const bool mma_ok = attention_uses_tensor_cores(HS);
     const char* refused = nullptr;
     if (chosen == AttentionKernel::Hopper && !hopper_ok)
-        refused = "hopper needs the bf16 build, head size 64 or 128 and an sm_90 GPU (sm_90a code)";
+        refused = grouped ? "hopper does not take grouped-query attention (KV < NH); mma does"
+                          : "hopper needs the bf16 build, head size 64 or 128 and an sm_90 GPU (sm_90a code)";
     if (chosen == AttentionKernel::Mma && !mma_ok) refused = "mma needs the bf16 build and head size 32, 64 or 128";
     if (refused) {
         fprintf(stderr, "attention: --attention-kernel: %s (head size %d)\n", refused, HS);
@@ -114,21 +128,23 @@ inline AttentionKernel attention_kernel_for(int HS) {
     return mma_ok ? AttentionKernel::Mma : AttentionKernel::CudaCores;
 }
 
-inline void attention_check_shape(int B, int T, int NH, int HS) {
-    if (B < 1 || T < 1 || NH < 1 || !attention_supports_head_size(HS) || B > 65535 || NH > 65535) {
-        fprintf(stderr, "attention: unsupported shape B=%d T=%d NH=%d HS=%d (head size 1..%d)\n", B, T, NH,
-                HS, attention_simple::kMaxHeadSize);
+inline void attention_check_shape(int B, int T, int NH, int KV, int HS) {
+    if (B < 1 || T < 1 || NH < 1 || KV < 1 || NH % KV != 0 || !attention_supports_head_size(HS) || B > 65535 ||
+        NH > 65535) {
+        fprintf(stderr,
+                "attention: unsupported shape B=%d T=%d NH=%d KV=%d HS=%d (head size 1..%d, NH a multiple of KV)\n",
+                B, T, NH, KV, HS, attention_simple::kMaxHeadSize);
         exit(1);
     }
 }
 
 // ---- what the trainer calls
 // Causal self-attention forward: out (B,T,C) and lse (B,NH,T) fp32 (natural log of the row sums
-// of exp(scale·q·k)). Nothing of size T×T in global memory.
-inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS,
+// of exp(scale·q·k)). Nothing of size T×T in global memory. KV key/value heads (see the top).
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int KV, int HS,
                               cudaStream_t stream) {
-    attention_check_shape(B, T, NH, HS);
-    const AttentionKernel kernel = attention_kernel_for(HS);
+    attention_check_shape(B, T, NH, KV, HS);
+    const AttentionKernel kernel = attention_kernel_for(HS, KV != NH);
 #ifndef ENABLE_FP32
     if (kernel == AttentionKernel::Hopper) {  // its launches are checked here
         if (HS == 64)
@@ -139,25 +155,31 @@ inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
         return;
     }
     using namespace attention_tc;
-    if (kernel == AttentionKernel::CudaCores) return attention_forward_simple(out, lse, qkv, B, T, NH, HS, stream);
+    if (kernel == AttentionKernel::CudaCores)
+        return attention_forward_simple(out, lse, qkv, B, T, NH, KV, HS, stream);
     if (HS == 32)
-        return attention_forward_tensor_cores<32, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+        return attention_forward_tensor_cores<32, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, KV, stream);
     if (HS == 64)
-        return attention_forward_tensor_cores<64, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+        return attention_forward_tensor_cores<64, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, KV, stream);
     if (HS == 128)
-        return attention_forward_tensor_cores<128, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, stream);
+        return attention_forward_tensor_cores<128, kCpAsyncPipeline>(out, lse, qkv, B, T, NH, KV, stream);
 #endif
     (void)kernel;
-    attention_forward_simple(out, lse, qkv, B, T, NH, HS, stream);
+    attention_forward_simple(out, lse, qkv, B, T, NH, KV, HS, stream);
+}
+// Multi-head attention: as many key/value heads as query heads, qkv (B, T, 3C).
+inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int HS,
+                              cudaStream_t stream) {
+    attention_forward(out, lse, qkv, B, T, NH, NH, HS, stream);
 }
 
-// dqkv (B,T,3C) overwritten with dQ, dK, dV; scratch: attention_backward_scratch_bytes() bytes.
-// Deterministic: every value is summed by one thread in a fixed order.
+// dqkv (B,T,(NH+2·KV)·HS) overwritten with dQ, dK, dV; scratch: attention_backward_scratch_bytes()
+// bytes. Deterministic: every value is summed by one thread in a fixed order.
 inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* out,
-                               const float* lse, const floatX* qkv, int B, int T, int NH, int HS,
+                               const float* lse, const floatX* qkv, int B, int T, int NH, int KV, int HS,
                                cudaStream_t stream) {
-    attention_check_shape(B, T, NH, HS);
-    const AttentionKernel kernel = attention_kernel_for(HS);
+    attention_check_shape(B, T, NH, KV, HS);
+    const AttentionKernel kernel = attention_kernel_for(HS, KV != NH);
 #ifndef ENABLE_FP32
     if (kernel == AttentionKernel::Hopper) {  // its launches are checked here (the last error sticks)
         if (HS == 64)
@@ -169,17 +191,23 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
     }
     using namespace attention_tc;
     if (kernel == AttentionKernel::CudaCores)
-        return attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, HS, stream);
+        return attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KV, HS, stream);
     if (HS == 32)
         return attention_backward_tensor_cores<32, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T,
-                                                                     NH, stream);
+                                                                     NH, KV, stream);
     if (HS == 64)
         return attention_backward_tensor_cores<64, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B, T,
-                                                                     NH, stream);
+                                                                     NH, KV, stream);
     if (HS == 128)
         return attention_backward_tensor_cores<128, kCpAsyncPipeline>(dqkv, scratch, dout, out, lse, qkv, B,
-                                                                      T, NH, stream);
+                                                                      T, NH, KV, stream);
 #endif
     (void)kernel;
-    attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, HS, stream);
+    attention_backward_simple(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KV, HS, stream);
+}
+// Multi-head attention: as many key/value heads as query heads, dqkv (B, T, 3C).
+inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, const floatX* out,
+                               const float* lse, const floatX* qkv, int B, int T, int NH, int HS,
+                               cudaStream_t stream) {
+    attention_backward(dqkv, scratch, dout, out, lse, qkv, B, T, NH, NH, HS, stream);
 }

@@ -13,10 +13,23 @@
 #endif
 
 // ---- where things are, in elements; size_t because B·T·3C passes 2^31 for large runs.
-__host__ __device__ inline size_t attention_qkv_index(int b, int t, int part, int h, int T, int NH, int HS) {
-    const size_t C = (size_t)NH * HS;  // part: 0 q, 1 k, 2 v
-    return ((size_t)b * T + t) * 3 * C + (size_t)part * C + (size_t)h * HS;
+// A token's qkv row holds its NH query heads, then its KV key heads, then its KV value heads (the
+// layout of kernels/rope.h); part 0 q, 1 k, 2 v, and h the head within its part. KV == NH is plain
+// multi-head attention, whose row is (B, T, 3C) with C = NH·HS.
+__host__ __device__ inline size_t attention_qkv_index(int b, int t, int part, int h, int T, int NH, int KV,
+                                                      int HS) {
+    const int head = part == 0 ? h : part == 1 ? NH + h : NH + KV + h;
+    return ((size_t)b * T + t) * ((size_t)(NH + 2 * KV) * HS) + (size_t)head * HS;
 }
+__host__ __device__ inline size_t attention_qkv_index(int b, int t, int part, int h, int T, int NH, int HS) {
+    return attention_qkv_index(b, t, part, h, T, NH, NH, HS);
+}
+// Elements from one token's qkv row to the next.
+__host__ __device__ inline size_t attention_qkv_stride(int NH, int KV, int HS) {
+    return (size_t)(NH + 2 * KV) * HS;
+}
+// The key/value head that query head h reads: NH/KV consecutive query heads share one.
+__host__ __device__ inline int attention_kv_head(int h, int NH, int KV) { return h / (NH / KV); }
 __host__ __device__ inline size_t attention_out_index(int b, int t, int h, int T, int NH, int HS) {
     return ((size_t)b * T + t) * ((size_t)NH * HS) + (size_t)h * HS;
 }

@@ -5,6 +5,12 @@
 // directly; tiles above the diagonal are skipped, and within the diagonal tile each warp skips the
 // 16×16 blocks that lie wholly above its rows. Template parameter kRecipe switches the later ideas
 // off for dev/cuda/attention.cu.
+// Grouped-query attention (KV < NH key/value heads): forward and dQ blocks belong to a query head and
+// read its group's K/V tiles (so each K/V tile is read by NH/KV query heads' blocks, mostly from L2);
+// a dK/dV block owns 64 keys of a key/value head and streams the query tiles of every query head of
+// its group through one pipeline, one head after another, summing into the same registers: the
+// group's sum in a fixed order, no atomics, no partials in memory. Its grid has KV·B·T/64 blocks,
+// each reading NH/KV times the Q, dO, lse and D of plain attention's.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -275,7 +281,7 @@ struct ForwardConfig {
 
 template <int HS, int kRecipe>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH) {
+    forward_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, int KV) {
     using Config = ForwardConfig<HS, kRecipe>;
     using Tile = typename Config::Tile;
     constexpr bool kLdm = Config::kLdmatrix, kAsync = Config::kAsync;
@@ -287,14 +293,15 @@ __global__ void __launch_bounds__(kThreads)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, pair = lane % 4;
     const int q_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int q0 = q_block * kBlockQ, C = NH * HS;
-    const size_t stride = 3 * (size_t)C;
-    const bf16* q_g = qkv + attention_qkv_index(b, 0, 0, h, T, NH, HS);
+    const int q0 = q_block * kBlockQ, C = NH * HS, kv = attention_kv_head(h, NH, KV);
+    const size_t stride = attention_qkv_stride(NH, KV, HS);
+    const bf16* q_g = qkv + attention_qkv_index(b, 0, 0, h, T, NH, KV, HS);
+    const bf16* k_g = qkv + attention_qkv_index(b, 0, 1, kv, T, NH, KV, HS);
+    const bf16* v_g = qkv + attention_qkv_index(b, 0, 2, kv, T, NH, KV, HS);
     const int tiles = q_block + 1;  // key tiles up to the diagonal (kBlockK == kBlockQ)
     CpAsyncQueue copies;
     auto load_kv = [&](int tile, int stage) {
-        load_kv_tiles<Tile, kBlockK, kAsync>(k_tiles, v_tiles, q_g + C, q_g + 2 * C, stride, T, tile, stage,
-                                             copies);
+        load_kv_tiles<Tile, kBlockK, kAsync>(k_tiles, v_tiles, k_g, v_g, stride, T, tile, stage, copies);
     };
 
     // Q and the first K/V tile; then this warp's Q rows stay in registers as A fragments.
@@ -421,9 +428,10 @@ __global__ void __launch_bounds__(kThreads)
                          warp * 16);
 }
 
-// ---- backward, dK and dV: block (key block, head, batch), 64 keys (16 per warp) against query
-// tiles of kBlockQ from the diagonal on. Per tile, with the warp's keys as rows (transposed
-// products, so that every product has its A operand in registers):
+// ---- backward, dK and dV: block (key block, key/value head, batch), 64 keys (16 per warp) against
+// query tiles of kBlockQ from the diagonal on, of each query head of the group in turn. Per tile,
+// with the warp's keys as rows (transposed products, so that every product has its A operand in
+// registers):
 //   Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp(scale·Sᵀ − lse), dSᵀ = Pᵀ ⊙ (dPᵀ − D), dV += Pᵀ·dO, dK += dSᵀ·Q.
 // Shared: K, V [64][HS]; Q, dO [stages][kBlockQ][HS]; lse, D [stages][kBlockQ].
 template <int HS, int kRecipe>
@@ -442,7 +450,7 @@ struct DkDvConfig {
 template <int HS, int kRecipe>
 __global__ void __launch_bounds__(kThreads)
     backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* row_dot,
-                         const bf16* qkv, int T, int NH) {
+                         const bf16* qkv, int T, int NH, int KV) {
     using Config = DkDvConfig<HS, kRecipe>;
     using Tile = typename Config::Tile;
     constexpr bool kLdm = Config::kLdmatrix, kAsync = Config::kAsync;
@@ -456,27 +464,31 @@ __global__ void __launch_bounds__(kThreads)
     float* d_s = lse_s + Config::kStages * kBlockQ;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, pair = lane % 4;
-    const int k0 = blockIdx.x * kBlockK, h = blockIdx.y, b = blockIdx.z, C = NH * HS;
-    const size_t stride = 3 * (size_t)C;
-    const bf16* q_g = qkv + attention_qkv_index(b, 0, 0, h, T, NH, HS);
-    const bf16* do_g = dout + attention_out_index(b, 0, h, T, NH, HS);
-    const float* lse_g = lse + attention_lse_index(b, h, 0, T, NH);
-    const float* d_g = row_dot + attention_lse_index(b, h, 0, T, NH);
-    const int first_tile = k0 / kBlockQ, tiles = ceil_div(T, kBlockQ);  // queries from k0 on
+    const int k0 = blockIdx.x * kBlockK, kv = blockIdx.y, b = blockIdx.z, C = NH * HS;
+    const size_t stride = attention_qkv_stride(NH, KV, HS);
+    // Step s: query head kv·group_size + s / tiles, its query tile first_tile + s % tiles (queries
+    // from k0 on; those before see none of these keys).
+    const int group_size = NH / KV, first_tile = k0 / kBlockQ, tiles = ceil_div(T, kBlockQ) - first_tile;
+    const int steps = group_size * tiles;
     CpAsyncQueue copies;
-    auto load_queries = [&](int tile, int stage) {
-        const int q0 = tile * kBlockQ;
-        load_tile<Tile, kBlockQ, kAsync>(q_tiles + stage * Tile::elements(kBlockQ), q_g + q0 * stride, stride,
-                                         T - q0, copies);
-        load_tile<Tile, kBlockQ, kAsync>(do_tiles + stage * Tile::elements(kBlockQ), do_g + q0 * (size_t)C, C,
-                                         T - q0, copies);
-        load_floats<kBlockQ, kAsync>(lse_s + stage * kBlockQ, lse_g + q0, T - q0, copies);
-        load_floats<kBlockQ, kAsync>(d_s + stage * kBlockQ, d_g + q0, T - q0, copies);
+    auto load_queries = [&](int step, int stage) {
+        const int h = kv * group_size + step / tiles, q0 = (first_tile + step % tiles) * kBlockQ;
+        load_tile<Tile, kBlockQ, kAsync>(q_tiles + stage * Tile::elements(kBlockQ),
+                                         qkv + attention_qkv_index(b, q0, 0, h, T, NH, KV, HS), stride, T - q0,
+                                         copies);
+        load_tile<Tile, kBlockQ, kAsync>(do_tiles + stage * Tile::elements(kBlockQ),
+                                         dout + attention_out_index(b, q0, h, T, NH, HS), C, T - q0, copies);
+        load_floats<kBlockQ, kAsync>(lse_s + stage * kBlockQ, lse + attention_lse_index(b, h, q0, T, NH), T - q0,
+                                     copies);
+        load_floats<kBlockQ, kAsync>(d_s + stage * kBlockQ, row_dot + attention_lse_index(b, h, q0, T, NH),
+                                     T - q0, copies);
     };
 
-    load_tile<Tile, kBlockK, kAsync>(k_tile, q_g + C + k0 * stride, stride, T - k0, copies);
-    load_tile<Tile, kBlockK, kAsync>(v_tile, q_g + 2 * C + k0 * stride, stride, T - k0, copies);
-    load_queries(first_tile, 0);
+    load_tile<Tile, kBlockK, kAsync>(k_tile, qkv + attention_qkv_index(b, k0, 1, kv, T, NH, KV, HS), stride,
+                                     T - k0, copies);
+    load_tile<Tile, kBlockK, kAsync>(v_tile, qkv + attention_qkv_index(b, k0, 2, kv, T, NH, KV, HS), stride,
+                                     T - k0, copies);
+    load_queries(0, 0);
     if constexpr (kAsync) cp_async_wait_all(copies);
     __syncthreads();
     constexpr int kKeyFrags = Config::kKeyFragmentsInRegisters ? HS / 16 : 1;
@@ -491,10 +503,9 @@ __global__ void __launch_bounds__(kThreads)
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * kLog2e;
     float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
 
-    for (int tile = first_tile; tile < tiles; tile++) {
-        const int step = tile - first_tile;
-        next_tile<kAsync>(tile, step, tiles, load_queries, copies);
-        const int stage = step % Config::kStages, q0 = tile * kBlockQ;
+    for (int step = 0; step < steps; step++) {
+        next_tile<kAsync>(step, step, steps, load_queries, copies);
+        const int stage = step % Config::kStages, q0 = (first_tile + step % tiles) * kBlockQ;
         const bf16* q_tile = q_tiles + stage * Tile::elements(kBlockQ);
         const bf16* do_tile = do_tiles + stage * Tile::elements(kBlockQ);
         const float* lse_t = lse_s + stage * kBlockQ;
@@ -553,10 +564,10 @@ __global__ void __launch_bounds__(kThreads)
 
     // The warp's own K and V rows (read only by this warp) stage its dK and dV rows.
     const int row0 = k0 + warp * 16;
-    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 1, h, T, NH, HS), stride, T - row0, dk, scale,
-                         k_tile, warp * 16);
-    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 2, h, T, NH, HS), stride, T - row0, dv, 1.0f,
-                         v_tile, warp * 16);
+    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 1, kv, T, NH, KV, HS), stride, T - row0, dk,
+                         scale, k_tile, warp * 16);
+    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 2, kv, T, NH, KV, HS), stride, T - row0, dv,
+                         1.0f, v_tile, warp * 16);
 }
 
 // ---- backward, dQ: block (query block, head, batch), 64 queries (16 per warp) against key tiles of
@@ -576,7 +587,7 @@ struct DqConfig {
 template <int HS, int kRecipe>
 __global__ void __launch_bounds__(kThreads)
     backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* row_dot, const bf16* qkv,
-                       int T, int NH) {
+                       int T, int NH, int KV) {
     using Config = DqConfig<HS, kRecipe>;
     using Tile = typename Config::Tile;
     constexpr bool kLdm = Config::kLdmatrix, kAsync = Config::kAsync;
@@ -589,14 +600,15 @@ __global__ void __launch_bounds__(kThreads)
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = lane / 4, pair = lane % 4;
     const int q_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int q0 = q_block * kBlockQ, C = NH * HS;
-    const size_t stride = 3 * (size_t)C;
-    const bf16* q_g = qkv + attention_qkv_index(b, 0, 0, h, T, NH, HS);
+    const int q0 = q_block * kBlockQ, C = NH * HS, kv = attention_kv_head(h, NH, KV);
+    const size_t stride = attention_qkv_stride(NH, KV, HS);
+    const bf16* q_g = qkv + attention_qkv_index(b, 0, 0, h, T, NH, KV, HS);
+    const bf16* k_g = qkv + attention_qkv_index(b, 0, 1, kv, T, NH, KV, HS);
+    const bf16* v_g = qkv + attention_qkv_index(b, 0, 2, kv, T, NH, KV, HS);
     const int tiles = (min(q0 + kBlockQ, T) - 1) / kBlockK + 1;  // key tiles up to the last row
     CpAsyncQueue copies;
     auto load_kv = [&](int tile, int stage) {
-        load_kv_tiles<Tile, kBlockK, kAsync>(k_tiles, v_tiles, q_g + C, q_g + 2 * C, stride, T, tile, stage,
-                                             copies);
+        load_kv_tiles<Tile, kBlockK, kAsync>(k_tiles, v_tiles, k_g, v_g, stride, T, tile, stage, copies);
     };
 
     load_tile<Tile, kBlockQ, kAsync>(q_tile, q_g + q0 * stride, stride, T - q0, copies);
@@ -664,30 +676,37 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     const int row0 = q0 + warp * 16;
-    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 0, h, T, NH, HS), stride, T - row0, dq, scale,
-                         q_tile, warp * 16);
+    store_rows<Tile, HS>(dqkv + attention_qkv_index(b, row0, 0, h, T, NH, KV, HS), stride, T - row0, dq,
+                         scale, q_tile, warp * 16);
 }
 
 }  // namespace attention_tc
 
-// ---- the tensor-core path (bf16, HS 32/64/128), kRecipe as attention_tc::Recipe
+// ---- the tensor-core path (bf16, HS 32/64/128), kRecipe as attention_tc::Recipe; KV key/value heads
+// (NH % KV == 0), NH when not given.
 template <int HS, int kRecipe>
 void attention_forward_tensor_cores(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                                    int NH, cudaStream_t stream) {
+                                    int NH, int KV, cudaStream_t stream) {
     using namespace attention_tc;
     using Config = ForwardConfig<HS, kRecipe>;
     static const bool once =
         (attention_allow_shared_bytes(forward_kernel<HS, kRecipe>, Config::shared_bytes()), true);
     (void)once;
     LAUNCH((forward_kernel<HS, kRecipe>), dim3(ceil_div(T, Config::kBlockQ), NH, B), kThreads,
-           Config::shared_bytes(), stream, out, lse, qkv, T, NH);
-        CUDA_CHECK(cudaGetLastError());
+           Config::shared_bytes(), stream, out, lse, qkv, T, NH, KV);
+    CUDA_CHECK(cudaGetLastError());
+}
+template <int HS, int kRecipe>
+void attention_forward_tensor_cores(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
+                                    int NH, cudaStream_t stream) {
+    attention_forward_tensor_cores<HS, kRecipe>(out, lse, qkv, B, T, NH, NH, stream);
 }
 
+// dK/dV blocks per key/value head (each sums its group's query heads), dQ blocks per query head.
 template <int HS, int kRecipe>
 void attention_backward_tensor_cores(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                                      const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv,
-                                     int B, int T, int NH, cudaStream_t stream) {
+                                     int B, int T, int NH, int KV, cudaStream_t stream) {
     using namespace attention_tc;
     using DkDv = DkDvConfig<HS, kRecipe>;
     using Dq = DqConfig<HS, kRecipe>;
@@ -697,10 +716,16 @@ void attention_backward_tensor_cores(__nv_bfloat16* dqkv, void* scratch, const _
     (void)once;
     float* row_dot = static_cast<float*>(scratch);
     attention_row_dot(row_dot, dout, out, B, T, NH, HS, stream);
-    LAUNCH((backward_dkdv_kernel<HS, kRecipe>), dim3(ceil_div(T, DkDv::kBlockK), NH, B), kThreads,
-           DkDv::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH);
-        CUDA_CHECK(cudaGetLastError());
+    LAUNCH((backward_dkdv_kernel<HS, kRecipe>), dim3(ceil_div(T, DkDv::kBlockK), KV, B), kThreads,
+           DkDv::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH, KV);
+    CUDA_CHECK(cudaGetLastError());
     LAUNCH((backward_dq_kernel<HS, kRecipe>), dim3(ceil_div(T, Dq::kBlockQ), NH, B), kThreads,
-           Dq::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH);
-        CUDA_CHECK(cudaGetLastError());
+           Dq::shared_bytes(), stream, dqkv, dout, lse, row_dot, qkv, T, NH, KV);
+    CUDA_CHECK(cudaGetLastError());
+}
+template <int HS, int kRecipe>
+void attention_backward_tensor_cores(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
+                                     const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv,
+                                     int B, int T, int NH, cudaStream_t stream) {
+    attention_backward_tensor_cores<HS, kRecipe>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, NH, stream);
 }

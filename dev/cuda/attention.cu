@@ -22,7 +22,9 @@
 //   last: what kernels/attention.h dispatches to (--attention-kernel NAME forces one: auto, hopper,
 //     mma, cuda-cores)
 // Versions 3-7 exist in the bf16 build only; 6 and 7 run where attention_hopper_runnable() (an sm_90
-// GPU, or the emulator). On a GPU, the last lines weigh the shipped kernel against the Hopper goals
+// GPU, or the emulator). Grouped-query shapes (KV < NH key/value heads, Llama 3's; reference
+// cpu/gqa_attention.h) run versions 2-5 and the shipped one: the naive and Hopper kernels take
+// KV == NH only. On a GPU, the last lines weigh the shipped kernel against the Hopper goals
 // (fwd+bwd >= 300 TFLOP/s at T 1024, >= 350 at T 2048, fwd >= 400 at T 2048; HS 64, causal).
 //
 // Build and run: make dev/bin/cuda_attention && ./dev/bin/cuda_attention [--attention-kernel NAME]
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/gqa_attention.h"
 #include "dev/cuda/bench.h"
 #include "dev/cuda/gemm_ceiling.h"
 #include "kernels/attention.h"
@@ -139,7 +142,7 @@ __global__ void naive_dqkv_kernel(floatX* dqkv, const float* att, const float* d
 
 // ------------------------------------------------------------------------------------------------
 struct Problem {
-    int B = 0, T = 0, NH = 0, HS = 0;
+    int B = 0, T = 0, NH = 0, KV = 0, HS = 0;  // KV key/value heads (NH: multi-head attention)
     size_t qkv_n = 0, out_n = 0, lse_n = 0, att_n = 0;
     std::vector<float> qkv, dout;  // rounded to floatX
     floatX *d_qkv = nullptr, *d_dout = nullptr, *d_out = nullptr, *d_dqkv = nullptr;
@@ -147,10 +150,10 @@ struct Problem {
     void* d_scratch = nullptr;
 };
 
-Problem make_problem(int B, int T, int NH, int HS, bool naive_buffers) {
+Problem make_problem(int B, int T, int NH, int KV, int HS, bool naive_buffers) {
     Problem p;
-    p.B = B, p.T = T, p.NH = NH, p.HS = HS;
-    p.qkv_n = (size_t)B * T * 3 * NH * HS, p.out_n = (size_t)B * T * NH * HS, p.lse_n = (size_t)B * NH * T;
+    p.B = B, p.T = T, p.NH = NH, p.KV = KV, p.HS = HS;
+    p.qkv_n = (size_t)B * T * (NH + 2 * KV) * HS, p.out_n = (size_t)B * T * NH * HS, p.lse_n = (size_t)B * NH * T;
     p.att_n = naive_buffers ? (size_t)B * NH * T * T : 0;
     p.qkv = rounded_random_floats(p.qkv_n, 1, -2.0f, 2.0f);
     p.dout = rounded_random_floats(p.out_n, 2, -1.0f, 1.0f);
@@ -171,14 +174,28 @@ void free_problem(Problem& p) {
 struct Reference {
     std::vector<float> out, lse, dqkv;
 };
+std::vector<float> part_of(const std::vector<float>& qkv, const Problem& p, int part);
+void set_part(std::vector<float>& qkv, const std::vector<float>& x, const Problem& p, int part);
+
 Reference reference(const Problem& p) {
-    const int B = p.B, T = p.T, NH = p.NH, HS = p.HS, C = NH * HS;
+    const int B = p.B, T = p.T, NH = p.NH, KV = p.KV, HS = p.HS, C = NH * HS;
     Reference r;
     r.out.assign(p.out_n, 0.0f);
     r.dqkv.assign(p.qkv_n, 0.0f);
     std::vector<float> att((size_t)B * NH * T * T);
-    attention_forward(r.out.data(), att.data(), p.qkv.data(), B, T, C, NH);
-    attention_backward(r.dqkv.data(), p.dout.data(), p.qkv.data(), att.data(), B, T, C, NH);
+    if (KV == NH) {
+        attention_forward(r.out.data(), att.data(), p.qkv.data(), B, T, C, NH);
+        attention_backward(r.dqkv.data(), p.dout.data(), p.qkv.data(), att.data(), B, T, C, NH);
+    } else {
+        const std::vector<float> q = part_of(p.qkv, p, 0), k = part_of(p.qkv, p, 1), v = part_of(p.qkv, p, 2);
+        std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+        gqa_attention_forward(r.out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, KV, HS);
+        gqa_attention_backward(dq.data(), dk.data(), dv.data(), p.dout.data(), q.data(), k.data(), v.data(),
+                               att.data(), B, T, NH, KV, HS);
+        set_part(r.dqkv, dq, p, 0);
+        set_part(r.dqkv, dk, p, 1);
+        set_part(r.dqkv, dv, p, 2);
+    }
     r.lse.resize(p.lse_n);
     const double scale = 1.0 / std::sqrt((double)HS);
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -186,10 +203,10 @@ Reference reference(const Problem& p) {
         for (int h = 0; h < NH; h++) {
             std::vector<double> s(T);
             for (int t = 0; t < T; t++) {
-                const float* q = &p.qkv[attention_qkv_index(b, t, 0, h, T, NH, HS)];
+                const float* q = &p.qkv[attention_qkv_index(b, t, 0, h, T, NH, KV, HS)];
                 double m = -INFINITY, sum = 0;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = &p.qkv[attention_qkv_index(b, t2, 1, h, T, NH, HS)];
+                    const float* k = &p.qkv[attention_qkv_index(b, t2, 1, h / (NH / KV), T, NH, KV, HS)];
                     double dot = 0;
                     for (int d = 0; d < HS; d++) dot += (double)q[d] * k[d];
                     s[t2] = scale * dot;
@@ -202,22 +219,30 @@ Reference reference(const Problem& p) {
     return r;
 }
 
-// One of q (0), k (1), v (2) out of a (B, T, 3C) tensor.
+// One of q (0), k (1), v (2) out of a (B, T, (NH + 2·KV)·HS) tensor, as (B, T, heads·HS); and back.
 std::vector<float> part_of(const std::vector<float>& qkv, const Problem& p, int part) {
+    const size_t width = (size_t)(part == 0 ? p.NH : p.KV) * p.HS;
     std::vector<float> out;
-    out.reserve(p.out_n);
+    out.reserve((size_t)p.B * p.T * width);
     for (int b = 0; b < p.B; b++)
         for (int t = 0; t < p.T; t++) {
-            const size_t at = attention_qkv_index(b, t, part, 0, p.T, p.NH, p.HS);
-            out.insert(out.end(), qkv.begin() + at, qkv.begin() + at + (size_t)p.NH * p.HS);
+            const size_t at = attention_qkv_index(b, t, part, 0, p.T, p.NH, p.KV, p.HS);
+            out.insert(out.end(), qkv.begin() + at, qkv.begin() + at + width);
         }
     return out;
+}
+void set_part(std::vector<float>& qkv, const std::vector<float>& x, const Problem& p, int part) {
+    const size_t width = (size_t)(part == 0 ? p.NH : p.KV) * p.HS;
+    for (int b = 0; b < p.B; b++)
+        for (int t = 0; t < p.T; t++)
+            std::copy_n(x.begin() + ((size_t)b * p.T + t) * width, width,
+                        qkv.begin() + attention_qkv_index(b, t, part, 0, p.T, p.NH, p.KV, p.HS));
 }
 // ------------------------------------------------------------------------------------------------
 struct Version {
     std::string name;
     std::function<void(Problem&)> forward, backward;
-    std::function<bool(int HS)> runs_here = [](int) { return true; };
+    std::function<bool(int HS, bool grouped)> runs_here = [](int, bool) { return true; };
 };
 
 void naive_forward(Problem& p) {
@@ -243,11 +268,14 @@ template <int kRecipe>
 void tensor_core_forward(Problem& p) {
     switch (p.HS) {
         case 32:
-            return attention_forward_tensor_cores<32, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+            return attention_forward_tensor_cores<32, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV,
+                                                                0);
         case 64:
-            return attention_forward_tensor_cores<64, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+            return attention_forward_tensor_cores<64, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV,
+                                                                0);
         case 128:
-            return attention_forward_tensor_cores<128, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+            return attention_forward_tensor_cores<128, kRecipe>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV,
+                                                                 0);
     }
     fprintf(stderr, "no tensor-core kernel for HS=%d\n", p.HS);
     exit(1);
@@ -257,13 +285,13 @@ void tensor_core_backward(Problem& p) {
     switch (p.HS) {
         case 32:
             return attention_backward_tensor_cores<32, kRecipe>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out,
-                                                                p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+                                                                p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV, 0);
         case 64:
             return attention_backward_tensor_cores<64, kRecipe>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out,
-                                                                p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+                                                                p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV, 0);
         case 128:
             return attention_backward_tensor_cores<128, kRecipe>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out,
-                                                                 p.d_lse, p.d_qkv, p.B, p.T, p.NH, 0);
+                                                                 p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV, 0);
     }
     fprintf(stderr, "no tensor-core kernel for HS=%d\n", p.HS);
     exit(1);
@@ -287,12 +315,12 @@ void hopper_backward(Problem& p) {
 
 std::vector<Version> versions() {
     std::vector<Version> v = {
-        {"1 naive T*T", naive_forward, naive_backward},
+        {"1 naive T*T", naive_forward, naive_backward, [](int, bool grouped) { return !grouped; }},
         {"2 tiled online softmax, fp32 cores",
-         [](Problem& p) { attention_forward_simple(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.HS, 0); },
+         [](Problem& p) { attention_forward_simple(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV, p.HS, 0); },
          [](Problem& p) {
              attention_backward_simple(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
-                                       p.NH, p.HS, 0);
+                                       p.NH, p.KV, p.HS, 0);
          }},
     };
 #ifndef ENABLE_FP32
@@ -302,7 +330,9 @@ std::vector<Version> versions() {
                  tensor_core_backward<kLdmatrixSwizzle>});
     v.push_back({"5 + cp.async pipeline", tensor_core_forward<kCpAsyncPipeline>,
                  tensor_core_backward<kCpAsyncPipeline>});
-    const auto hopper_here = [](int HS) { return (HS == 64 || HS == 128) && attention_hopper_runnable(); };
+    const auto hopper_here = [](int HS, bool grouped) {
+        return (HS == 64 || HS == 128) && !grouped && attention_hopper_runnable();
+    };
     v.push_back(
         {"6 Hopper: TMA ring, warp-specialised wgmma", hopper_forward<false>, hopper_backward, hopper_here});
     v.push_back({"7 + softmax during the next QK^T", hopper_forward<true>, hopper_backward, hopper_here});
@@ -313,10 +343,10 @@ std::vector<Version> versions() {
     const char* shipped = "shipped (kernels/attention.h's choice)";
 #endif
     v.push_back({shipped,
-                 [](Problem& p) { attention_forward(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.HS, 0); },
+                 [](Problem& p) { attention_forward(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV, p.HS, 0); },
                  [](Problem& p) {
                      attention_backward(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
-                                        p.NH, p.HS, 0);
+                                        p.NH, p.KV, p.HS, 0);
                  }});
     return v;
 }
@@ -326,24 +356,27 @@ struct Rates {
     double forward = 0, both = 0;
 };
 
-// Checks every version (or only the Hopper ones and the shipped one) at one shape, then times them on a GPU.
-Rates run(int B, int T, int NH, int HS, bool all_versions, double gemm_tflops) {
+// Checks every version (or only the Hopper ones and the shipped one) at one shape, then times them on a
+// GPU. KV key/value heads; KV == NH is multi-head attention.
+Rates run(int B, int T, int NH, int KV, int HS, bool all_versions, double gemm_tflops) {
     Rates rates;
-    printf("-- B=%d T=%d NH=%d HS=%d\n", B, T, NH, HS);
+    printf("-- B=%d T=%d NH=%d KV=%d HS=%d\n", B, T, NH, KV, HS);
     std::vector<Version> list = versions();
     if (!all_versions)  // the Hopper versions (where built) and the shipped one
         list.erase(std::remove_if(list.begin(), list.end() - 1,
                                   [](const Version& v) { return v.name[0] != '6' && v.name[0] != '7'; }),
                    list.end() - 1);
-    Problem p = make_problem(B, T, NH, HS, all_versions);
+    Problem p = make_problem(B, T, NH, KV, HS, all_versions && KV == NH);
     const Reference ref = reference(p);
     const double forward_flops = 2.0 * 2.0 * B * NH * (double)T * T * HS / 2.0,
                  backward_flops = 2.5 * forward_flops;
-    const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                              " NH=" + std::to_string(NH) + " HS=" + std::to_string(HS) + ")";
+    const std::string shape = " (B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" +
+                              std::to_string(NH) + (KV != NH ? " KV=" + std::to_string(KV) : std::string()) +
+                              " HS=" + std::to_string(HS) + ")";
     for (Version& v : list) {
-        if (!v.runs_here(HS)) {
-            printf("SKIPPED %s%s (needs HS 64/128 and an sm_90 GPU)\n", v.name.c_str(), shape.c_str());
+        if (!v.runs_here(HS, KV != NH)) {
+            printf("SKIPPED %s%s (%s)\n", v.name.c_str(), shape.c_str(),
+                   KV != NH ? "KV == NH only" : "needs HS 64/128 and an sm_90 GPU");
             continue;
         }
         poison(p.d_out, p.out_n);
@@ -396,11 +429,12 @@ int main(int argc, char** argv) {
         print_device_header();
         gemm_tflops = measure_bf16_gemm_tflops();
         printf("bf16 GEMM rate (cuBLASLt, 8192^3): %.1f TFLOP/s\n", gemm_tflops);
-        const Rates t1024 = run(8, 1024, 12, 64, true, gemm_tflops);         // GPT-2 124M: B·NH 96
-        const Rates t1024_wide = run(16, 1024, 12, 64, false, gemm_tflops);  // B·NH 192
-        run(8, 1024, 24, 32, false, gemm_tflops);  // head size 32 (the quickstart model's)
-        run(8, 1024, 8, 128, false, gemm_tflops);  // head size 128 (large GPT-3 configurations)
-        const Rates t2048 = run(8, 2048, 12, 64, false, gemm_tflops);  // longer sequences, B·NH 96
+        const Rates t1024 = run(8, 1024, 12, 12, 64, true, gemm_tflops);         // GPT-2 124M: B·NH 96
+        const Rates t1024_wide = run(16, 1024, 12, 12, 64, false, gemm_tflops);  // B·NH 192
+        run(8, 1024, 24, 24, 32, false, gemm_tflops);  // head size 32 (the quickstart model's)
+        run(8, 1024, 8, 8, 128, false, gemm_tflops);   // head size 128 (large GPT-3 configurations)
+        const Rates t2048 = run(8, 2048, 12, 12, 64, false, gemm_tflops);  // longer sequences, B·NH 96
+        run(4, 1024, 32, 8, 128, false, gemm_tflops);  // Llama 3 8B's heads: 32 query, 8 key/value
         const bool hopper = attention_kernel_for(64) == AttentionKernel::Hopper;
         printf("shipped kernel at HS 64: %s\n",
                hopper ? "hopper" : "not hopper (the goals are the Hopper kernels'; these figures are not)");
@@ -409,9 +443,11 @@ int main(int argc, char** argv) {
         report_goal("fwd+bwd T=2048 B*NH=96", t2048.both, 350);
         report_goal("fwd     T=2048 B*NH=96", t2048.forward, 400);
     } else {
-        run(2, 80, 2, 64, true, gemm_tflops);  // two query blocks, the second partial
-        run(2, 130, 2, 32, true, gemm_tflops);
-        run(1, 100, 2, 128, true, gemm_tflops);
+        run(2, 80, 2, 2, 64, true, gemm_tflops);  // two query blocks, the second partial
+        run(2, 130, 2, 2, 32, true, gemm_tflops);
+        run(1, 100, 2, 2, 128, true, gemm_tflops);
+        run(1, 80, 4, 2, 64, true, gemm_tflops);  // grouped-query: two query heads per key/value head
+        run(1, 45, 3, 1, 32, true, gemm_tflops);  // one key/value head for three query heads
     }
     return bench_exit_status();
 }

@@ -2,7 +2,10 @@
 // the fp32 CPU reference (cpu/attention.h) and, at T <= 128, against a naive T×T attention in
 // double precision written here; fresh random inputs, outputs poisoned first; head sizes 32, 64,
 // 128 (tensor cores in the bf16 build) and 80 (the CUDA-core path); T = 1, 37, 64, 257; B = 2..4;
-// NH = 5 and 12. Two runs must give identical bits, backward included.
+// NH = 5 and 12. Two runs must give identical bits, backward included. Grouped-query attention
+// (KV < NH key/value heads, qkv (B, T, (NH + 2·KV)·HS)) against cpu/gqa_attention.h and the naive
+// attention: NH = 4 with KV = 2, NH = 3 with KV = 1, at each head size, odd T.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/gqa_attention.h"
 #include "kernels/attention.h"
 #include "test/kernels/kernel_test.h"
 
@@ -18,8 +22,11 @@ namespace {
 
 struct Shape {
     int B, T, NH, HS;
+    int KV = 0;  // key/value heads; 0: as many as query heads, through the multi-head calls
+    int kv() const { return KV ? KV : NH; }
+    int heads(int part) const { return part == 0 ? NH : kv(); }  // of q (0), k (1), v (2)
     int C() const { return NH * HS; }
-    size_t qkv_size() const { return (size_t)B * T * 3 * C(); }
+    size_t qkv_size() const { return (size_t)B * T * (NH + 2 * kv()) * HS; }
     size_t out_size() const { return (size_t)B * T * C(); }
     size_t lse_size() const { return (size_t)B * NH * T; }
 };
@@ -35,9 +42,15 @@ Results run_kernels(const Shape& s, const floatX* d_qkv, const floatX* d_dout) {
     floatX* d_dqkv = device_poisoned<floatX>(s.qkv_size());
     const size_t scratch_bytes = attention_backward_scratch_bytes(s.B, s.T, s.NH, s.HS);
     void* d_scratch = device_poisoned<unsigned char>(scratch_bytes);
-    attention_forward(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.HS, 0);
-    CUDA_CHECK(cudaGetLastError());
-    attention_backward(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.HS, 0);
+    if (s.KV == 0) {
+        attention_forward(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.HS, 0);
+        CUDA_CHECK(cudaGetLastError());
+        attention_backward(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.HS, 0);
+    } else {
+        attention_forward(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.KV, s.HS, 0);
+        CUDA_CHECK(cudaGetLastError());
+        attention_backward(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.KV, s.HS, 0);
+    }
     CUDA_CHECK(cudaGetLastError());
     Results r{host_floats_of(d_out, s.out_size()), host_copy_of(d_lse, s.lse_size()),
               host_floats_of(d_dqkv, s.qkv_size())};
@@ -48,25 +61,57 @@ Results run_kernels(const Shape& s, const floatX* d_qkv, const floatX* d_dout) {
     return r;
 }
 
-// The CPU reference: cpu/attention.h for out and the gradients, and lse in double.
+// Part `part` (0 q, 1 k, 2 v) of a tensor laid out as qkv, as (B, T, heads·HS); and back.
+std::vector<float> qkv_part(const std::vector<float>& qkv, const Shape& s, int part) {
+    const size_t width = (size_t)s.heads(part) * s.HS;
+    std::vector<float> x;
+    x.reserve((size_t)s.B * s.T * width);
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++) {
+            const size_t at = attention_qkv_index(b, t, part, 0, s.T, s.NH, s.kv(), s.HS);
+            x.insert(x.end(), qkv.begin() + at, qkv.begin() + at + width);
+        }
+    return x;
+}
+void set_qkv_part(std::vector<float>& qkv, const std::vector<float>& x, const Shape& s, int part) {
+    const size_t width = (size_t)s.heads(part) * s.HS;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++)
+            std::copy_n(x.begin() + ((size_t)b * s.T + t) * width, width,
+                        qkv.begin() + attention_qkv_index(b, t, part, 0, s.T, s.NH, s.kv(), s.HS));
+}
+
+// The CPU reference: cpu/attention.h (cpu/gqa_attention.h for KV < NH) for out and the gradients,
+// and lse in double.
 Results cpu_reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
-    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS, C = s.C();
+    const int B = s.B, T = s.T, NH = s.NH, KV = s.kv(), HS = s.HS, C = s.C();
     Results r;
     r.out.assign(s.out_size(), 0.0f);
     r.dqkv.assign(s.qkv_size(), 0.0f);  // the reference adds into it
     std::vector<float> att((size_t)B * NH * T * T);
-    attention_forward(r.out.data(), att.data(), qkv.data(), B, T, C, NH);
-    attention_backward(r.dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    if (s.KV == 0) {
+        attention_forward(r.out.data(), att.data(), qkv.data(), B, T, C, NH);
+        attention_backward(r.dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    } else {
+        const std::vector<float> q = qkv_part(qkv, s, 0), k = qkv_part(qkv, s, 1), v = qkv_part(qkv, s, 2);
+        std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+        gqa_attention_forward(r.out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, KV, HS);
+        gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                               att.data(), B, T, NH, KV, HS);
+        set_qkv_part(r.dqkv, dq, s, 0);
+        set_qkv_part(r.dqkv, dk, s, 1);
+        set_qkv_part(r.dqkv, dv, s, 2);
+    }
     r.lse.resize(s.lse_size());
     const double scale = 1.0 / std::sqrt((double)HS);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float* q = &qkv[attention_qkv_index(b, t, 0, h, T, NH, HS)];
+                const float* q = &qkv[attention_qkv_index(b, t, 0, h, T, NH, KV, HS)];
                 std::vector<double> scores(t + 1);
                 double max_score = -INFINITY, sum = 0;
                 for (int j = 0; j <= t; j++) {
-                    const float* k = &qkv[attention_qkv_index(b, j, 1, h, T, NH, HS)];
+                    const float* k = &qkv[attention_qkv_index(b, j, 1, kv_head_of(h, NH, KV), T, NH, KV, HS)];
                     double dot = 0;
                     for (int d = 0; d < HS; d++) dot += (double)q[d] * k[d];
                     scores[j] = scale * dot;
@@ -78,19 +123,20 @@ Results cpu_reference(const Shape& s, const std::vector<float>& qkv, const std::
     return r;
 }
 
-// A naive T×T attention in double, straight from the formulas (no shared code with the others).
+// A naive T×T attention in double, straight from the formulas (no shared code with the others); the
+// lambdas' h is the query head, whose key/value head they look up.
 Results naive_reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
-    const int B = s.B, T = s.T, NH = s.NH, HS = s.HS;
+    const int B = s.B, T = s.T, NH = s.NH, KV = s.kv(), HS = s.HS, group = NH / KV;
     const double scale = 1.0 / std::sqrt((double)HS);
     std::vector<double> out(s.out_size(), 0.0), lse(s.lse_size(), 0.0), dqkv(s.qkv_size(), 0.0);
     auto Q = [&](int b, int t, int h, int d) {
-        return (double)qkv[attention_qkv_index(b, t, 0, h, T, NH, HS) + d];
+        return (double)qkv[attention_qkv_index(b, t, 0, h, T, NH, KV, HS) + d];
     };
     auto K = [&](int b, int t, int h, int d) {
-        return (double)qkv[attention_qkv_index(b, t, 1, h, T, NH, HS) + d];
+        return (double)qkv[attention_qkv_index(b, t, 1, h / group, T, NH, KV, HS) + d];
     };
     auto V = [&](int b, int t, int h, int d) {
-        return (double)qkv[attention_qkv_index(b, t, 2, h, T, NH, HS) + d];
+        return (double)qkv[attention_qkv_index(b, t, 2, h / group, T, NH, KV, HS) + d];
     };
     auto dO = [&](int b, int t, int h, int d) {
         return (double)dout[attention_out_index(b, t, h, T, NH, HS) + d];
@@ -129,9 +175,9 @@ Results naive_reference(const Shape& s, const std::vector<float>& qkv, const std
             for (int i = 0; i < T; i++)
                 for (int j = 0; j <= i; j++) {
                     const double p = P[(size_t)i * T + j], ds = dS[(size_t)i * T + j];
-                    double* dq = &dqkv[attention_qkv_index(b, i, 0, h, T, NH, HS)];
-                    double* dk = &dqkv[attention_qkv_index(b, j, 1, h, T, NH, HS)];
-                    double* dv = &dqkv[attention_qkv_index(b, j, 2, h, T, NH, HS)];
+                    double* dq = &dqkv[attention_qkv_index(b, i, 0, h, T, NH, KV, HS)];
+                    double* dk = &dqkv[attention_qkv_index(b, j, 1, h / group, T, NH, KV, HS)];
+                    double* dv = &dqkv[attention_qkv_index(b, j, 2, h / group, T, NH, KV, HS)];
                     for (int d = 0; d < HS; d++) {
                         dq[d] += scale * ds * K(b, j, h, d);
                         dk[d] += scale * ds * Q(b, i, h, d);
@@ -146,24 +192,16 @@ Results naive_reference(const Shape& s, const std::vector<float>& qkv, const std
 void check_against(const Results& got, const Results& ref, const char* reference, const Shape& s) {
     char what[160];
     auto name = [&](const char* tensor) {
-        snprintf(what, sizeof what, "%s vs %s (B=%d T=%d NH=%d HS=%d)", tensor, reference, s.B, s.T, s.NH,
-                 s.HS);
+        snprintf(what, sizeof what, "%s vs %s (B=%d T=%d NH=%d KV=%d HS=%d)", tensor, reference, s.B, s.T, s.NH,
+                 s.kv(), s.HS);
         return what;
     };
     CHECK_CLOSE(got.out, ref.out, KERNEL_TOLERANCE, name("out"));
     CHECK_CLOSE(got.lse, ref.lse, KERNEL_TOLERANCE, name("lse"));
     // dq, dk and dv separately: each must be right on its own.
-    for (int part = 0; part < 3; part++) {
-        std::vector<float> g, r;
-        for (int b = 0; b < s.B; b++)
-            for (int t = 0; t < s.T; t++)
-                for (int h = 0; h < s.NH; h++) {
-                    const size_t at = attention_qkv_index(b, t, part, h, s.T, s.NH, s.HS);
-                    g.insert(g.end(), got.dqkv.begin() + at, got.dqkv.begin() + at + s.HS);
-                    r.insert(r.end(), ref.dqkv.begin() + at, ref.dqkv.begin() + at + s.HS);
-                }
-        CHECK_CLOSE(g, r, KERNEL_TOLERANCE, name(part == 0 ? "dq" : part == 1 ? "dk" : "dv"));
-    }
+    for (int part = 0; part < 3; part++)
+        CHECK_CLOSE(qkv_part(got.dqkv, s, part), qkv_part(ref.dqkv, s, part), KERNEL_TOLERANCE,
+                    name(part == 0 ? "dq" : part == 1 ? "dk" : "dv"));
 }
 
 // Forward and backward at one shape against the references; optionally a second run for bits.
@@ -205,6 +243,28 @@ TEST(attention_hs128) {
 }
 // A head size off the tensor-core list (GPT-3 2.7B has 80): the CUDA-core path.
 TEST(attention_hs80_general_path) { check_shape({2, 37, 5, 80}, 401, /*check_determinism=*/true); }
+
+// Grouped-query attention (Llama 3): {B, T, NH, HS, KV}. T = 67 gives each dK/dV block of the first
+// key block two query tiles (three at HS 128) per query head, so the pipeline crosses from one query
+// head of the group to the next mid-stream; T = 37 and 19 one partial tile.
+TEST(attention_gqa_hs32) {
+    check_shape({2, 67, 4, 32, 2}, 501, /*check_determinism=*/true);
+    check_shape({1, 37, 3, 32, 1}, 502);
+}
+TEST(attention_gqa_hs64) {
+    check_shape({1, 67, 3, 64, 1}, 601, /*check_determinism=*/true);
+    check_shape({2, 37, 4, 64, 2}, 602);
+}
+TEST(attention_gqa_hs128) {
+    check_shape({1, 67, 4, 128, 2}, 701);
+    check_shape({1, 37, 3, 128, 1}, 702, /*check_determinism=*/true);
+}
+TEST(attention_gqa_hs80_general_path) { check_shape({1, 19, 4, 80, 2}, 801, /*check_determinism=*/true); }
+// Grouped shapes never go to the Hopper kernel (it takes KV == NH only).
+TEST(attention_gqa_dispatch) {
+    CHECK(attention_kernel_for(64, /*grouped=*/true) != AttentionKernel::Hopper);
+    CHECK(attention_kernel_for(128, /*grouped=*/true) != AttentionKernel::Hopper);
+}
 
 TEST(attention_head_sizes_and_scratch) {
     CHECK(attention_supports_head_size(32) && attention_supports_head_size(64) &&
