@@ -10,13 +10,17 @@ SAN      ?= 0
 BUILD    := build
 BIN      := .
 OPT      := -O3 -march=native
-CXXFLAGS := -std=c++17 -g -Wall -Wextra -fopenmp -I. $(OPT) -MMD -MP
+# Debug information: none in the fast build (make DEBUG_INFO=-g for a debugger); line tables only
+# (-g1) in the sanitized one, which is what its reports need. Full -g made objects take 1.5 to 1.7
+# times as long to compile, and twice as long under the sanitizers.
+DEBUG_INFO ?=
+CXXFLAGS = -std=c++17 $(DEBUG_INFO) -Wall -Wextra -fopenmp -I. $(OPT) -MMD -MP
 LDFLAGS  := -fopenmp
 ifeq ($(SAN),1)
   # Sanitized build: objects and programs go elsewhere so the fast build is untouched.
   BUILD    := build-san
   BIN      := build-san/bin
-  OPT      := -O1 -march=native
+  DEBUG_INFO := -g1
   SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
   CXXFLAGS += $(SANFLAGS)
   LDFLAGS  += $(SANFLAGS)

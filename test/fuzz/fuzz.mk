@@ -7,7 +7,7 @@ FUZZ_CXX  ?= clang++
 FUZZ_DIR  := build-fuzz
 FUZZ_OBJ  := $(FUZZ_DIR)/obj
 FUZZ_SAN  := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_FLAGS := -std=c++17 -g -O1 -I. $(FUZZ_SAN) -MMD -MP
+FUZZ_FLAGS := -std=c++17 -g1 -O1 -I. $(FUZZ_SAN) -MMD -MP
 
 FUZZ_TARGETS := $(patsubst test/fuzz/fuzz_%.cpp,$(FUZZ_DIR)/fuzz_%,$(wildcard test/fuzz/fuzz_*.cpp))
 # The parsers and what they call (a target that needs another file fails to link, naming it).
