@@ -127,7 +127,11 @@ inline int llama_final_norm_index(const LlamaConfig& c) {
 }
 inline int llama_lm_head_index(const LlamaConfig& c) { return llama_final_norm_index(c) + 1; }
 
+// The parameters' total, counted from the shape (without building the tensor list, which a corrupt
+// header's layer count could make huge): the embedding and lm_head (V·C each), the final norm (C),
+// and per layer two norms (2C), q and o (2·C·H·hs), k and v (2·C·KV·hs) and the MLP (3·C·F).
 inline size_t llama_param_count(const LlamaConfig& c) {
-    const std::vector<LlamaTensor> tensors = llama_tensors(c);
-    return tensors.back().offset + tensors.back().size();
+    const size_t C = (size_t)c.channels, hs = (size_t)c.head_size();
+    const size_t layer = 2 * C + 2 * C * c.num_heads * hs + 2 * C * c.num_kv_heads * hs + 3 * C * c.ffn_channels;
+    return 2 * (size_t)c.vocab_size * C + C + (size_t)c.num_layers * layer;
 }
