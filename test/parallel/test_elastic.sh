@@ -42,10 +42,10 @@ timeout 600 bash scripts/supervise.sh --ranks 2:4 --regrow-after 7 --wait 1 --la
 supervisor=$!
 logged() { grep -o '"step": *[0-9]*, *"loss"' "$out/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*' | head -1; }
 wait_for_step() {  # until the run has logged step $1 (or the supervisor ended)
-  for _ in $(seq 1 1500); do
+  for _ in $(seq 1 7500); do
     [ "$(logged)" -ge "$1" ] 2>/dev/null && return 0
     kill -0 $supervisor 2>/dev/null || return 1
-    sleep 0.1
+    sleep 0.02
   done
   return 1
 }
@@ -65,7 +65,10 @@ killed=()
 for failure in 1 2 3; do
   case $failure in
     1) draw 4; at=$((2 + drawn)); ranks=4 ;;
-    2) draw 2; at=$(( $(logged) + 2 + drawn )); ranks=3 ;;
+    # (2 or 3 past a checkpoint step (-n 4), so that the newest snapshot is newer than the newest
+    # checkpoint and the restart needs the snapshot; within 6 steps of the restart, before regrowing)
+    2) draw 2; at=$(( $(logged) + 2 )); while [ $((at % 4)) -lt 2 ]; do at=$((at + 1)); done
+       [ $((at % 4)) = 2 ] && at=$((at + drawn)); ranks=3 ;;
     3) at=$(( ($(logged) + 5) / 4 * 4 )); ranks=2 ;;  # a checkpoint step (-n 4), 2 or more steps on
   esac
   wait_for_step "$at" || break
@@ -129,7 +132,7 @@ while read -r last resumed; do
 done < <(paste <(grep 'after a failure' "$out/launches.log" | grep -o 'after step [0-9]*' | awk '{print $3}') \
                <(grep -o 'resumed from step [0-9]*' "$work/elastic.log" | awk '{print $4}' | head -3))
 neighbour=$(grep -o 'snapshot: step [0-9]* brought from node memory.*' "$work/elastic.log" | grep -v ' 0 of them' | head -1)
-[ -n "$neighbour" ] || fail "lost_snapshot_recovered_from_the_next_rank" "no recovery used a neighbour's copy"
+[ -n "$neighbour" ] || fail "lost_snapshot_recovered_from_the_next_rank" "no recovery used a neighbour's copy (seed $seed; kills: ${killed[*]})"
 partial=$(find "$out" -name '*.tmp.*' | wc -l)
 [ "$partial" -eq 0 ] || fail "no_partial_files" "$partial temporary files in the run folder"
 [ ! -e "$snapshots" ] || fail "snapshots_removed_at_the_end" "$(find "$snapshots" | head -3)"
