@@ -107,7 +107,8 @@ case "$sequence" in
   *) fail "$name" "launches on ranks: $sequence (expected 4 3 2 ... 4)" ;;
 esac
 grep -q 'regrowing after 7 steps' "$out/launches.log" || fail "$name" "no regrowing launch in launches.log"
-[ "$(grep -c 'after a failure' "$out/launches.log")" -eq 3 ] || fail "$name" "launches.log does not name 3 failures"
+[ "$(grep -c 'after a failure' "$out/launches.log")" -eq 3 ] ||
+  fail "$name" "launches.log does not name 3 failures (seed $seed; kills: ${killed[*]}; $(tr '\n' '|' <"$out/launches.log"))"
 
 # The losses, step by step, against the uninterrupted run; the tokens of every step.
 python3 - "$work/straight/metrics.jsonl" "$out/metrics.jsonl" <<'EOF' || ok=0
