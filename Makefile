@@ -67,9 +67,10 @@ TEST_MAIN := $(BUILD)/test/test_main.o
 include $(wildcard base/build.mk parallel/build.mk train/build.mk data/build.mk cpu/build.mk \
                    emu/build.mk emu/stand_ins.mk kernels/build.mk test/build.mk)
 
-# The CPU reference trainer: shared host code + the fp32 CPU model.
+# The CPU reference trainer: shared host code + the fp32 CPU models (GPT-2 and Llama 3).
+CPU_TRAINER_OBJS := $(BUILD)/cpu/cpu_train_model.o $(BUILD)/cpu/llama_train_model.o $(CPU_OBJS) $(LLAMA_CPU_OBJS)
 PROGRAMS += $(BIN)/train_gpt_cpu
-$(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
+$(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(CPU_TRAINER_OBJS) $(HOST_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
@@ -140,6 +141,14 @@ $(BUILD)/test/convert/test_convert_llama: $(BUILD)/test/convert/test_convert_lla
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
 
+# The CPU trainer training Llama 3 (test/train/test_train_llama.cpp): against a loop written in the test
+# over the CPU Llama model, bitwise resumes, samples, bad input; and the CUDA trainer's refusal.
+TESTS += $(BUILD)/test/train/test_train_llama
+$(BUILD)/test/train/test_train_llama: $(BUILD)/test/train/test_train_llama.o $(LLAMA_CPU_OBJS) $(CPU_OBJS) \
+                                      $(HOST_OBJS) $(TEST_MAIN) | $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
+
 # A reader in Python's standard library runs the export (fp32, bf16, fp16) against ./generate's loss
 # and greedy tokens; transformers itself loads it, where a python3 has torch and transformers (else
 # SKIPPED). Plain build only: their subject is the folder.
@@ -159,7 +168,7 @@ $(BIN)/dev/bin/bench_generate: $(BUILD)/dev/bench_generate.o $(CPU_OBJS) $(HOST_
 # for the tests. Both link the CPU model too: train_gpt falls back to it when there is no device.
 # Every parallelism (parallel/comm/, PARALLEL_OBJS): ranks over MPI, and NCCL (the real one under
 # nvcc, the stand-in over MPI in the emulated build).
-TRAINER_HOST_OBJS := $(BUILD)/cpu/cpu_train_model.o $(CPU_OBJS) $(HOST_OBJS)
+TRAINER_HOST_OBJS := $(CPU_TRAINER_OBJS) $(HOST_OBJS)
 $(PARALLEL_OBJS): CXXFLAGS += $(MPI_CXXFLAGS) $(STAND_INS_CXXFLAGS)
 # The GPU model (gpu/*.cu), built three ways: by nvcc (GPU_MODEL_CUDA_OBJS), and through the emulator
 # in bf16 and fp32 (GPU_MODEL_EMU_OBJS, GPU_MODEL_EMU_FP32_OBJS); the trainer, its tests and the

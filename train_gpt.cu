@@ -40,6 +40,19 @@ static TrainOptions gpu_defaults() {
     return o;
 }
 
+// The GPU model is GPT-2's; a Llama 3 model trains on the CPU model so far (train_gpt_cpu, or
+// train_gpt on a machine without a CUDA device).
+static const GPTConfig& gpt2_only(const ModelConfig& config) {
+    if (!is_gpt2(config))
+        fail("-e (--model): %s: the CUDA trainer trains GPT-2 models; Llama 3 trains on the CPU trainer "
+             "(train_gpt_cpu) for now", describe_model(config).c_str());
+    return config.gpt;
+}
+static ModelMemory plan_gpt2_gpu_memory(const ModelConfig& config, const TrainOptions& opt, int num_ranks,
+                                        bool communicates) {
+    return plan_gpu_memory(gpt2_only(config), opt, num_ranks, communicates);
+}
+
 // Ranks from the MPI launcher (one without), one GPU per rank on each node, an NCCL communicator when
 // there are several; then the shared training loop. Without a CUDA device a single rank trains on the
 // CPU instead.
@@ -64,7 +77,7 @@ int main(int argc, char** argv) {
             spec.defaults = cpu_trainer_defaults();
             spec.create_model = create_cpu_train_model;
             spec.host_memory_needed = cpu_train_model_memory;
-            spec.plan_memory = plan_gpu_memory;  // --dry-run still plans a GPU run (--device-memory)
+            spec.plan_memory = plan_gpt2_gpu_memory;  // --dry-run still plans a GPU run (--device-memory)
             return run_training(argc, argv, spec);
         }
         CUDA_CHECK(cudaSetDevice(ranks ? ranks->local_rank % devices : 0));
@@ -79,15 +92,15 @@ int main(int argc, char** argv) {
         return 1;
     }
     spec.defaults = gpu_defaults();
-    spec.create_model = [world](const GPTConfig& config, const TrainOptions& opt) {
-        return std::unique_ptr<TrainModel>(new GPUModel(config, opt, world));
+    spec.create_model = [world](const ModelConfig& config, const TrainOptions& opt) {
+        return std::unique_ptr<TrainModel>(new GPUModel(gpt2_only(config), opt, world));
     };
     spec.model_parallel = true;
     spec.report_ignored_flags = [world](const TrainOptions& opt) {
         if (opt.zero_stage && !world.nccl)
             printf("note: -z (ZeRO) shards across ranks; with one rank it has no effect\n");
     };
-    spec.plan_memory = plan_gpu_memory;
+    spec.plan_memory = plan_gpt2_gpu_memory;
     spec.device_memory = [] {
         size_t free_bytes = 0, total_bytes = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     spec.defaults = cpu_trainer_defaults();
     spec.create_model = create_cpu_train_model;
     spec.host_memory_needed = cpu_train_model_memory;
-    spec.plan_memory = [](const GPTConfig& config, const TrainOptions& opt, int, bool) {
+    spec.plan_memory = [](const ModelConfig& config, const TrainOptions& opt, int, bool) {
         return cpu_train_model_memory(config, opt);
     };
     spec.device_memory = [] { return (double)available_host_memory().bytes; };

@@ -86,6 +86,12 @@ LlamaConfig header_config(const int32_t* h, const std::string& path) {
 
 }  // namespace
 
+std::vector<char> llama_model_file_image(const LlamaConfig& config, const float* params, WeightType type) {
+    int32_t header[FILE_HEADER_INTS];
+    llama_header(config, type, header);
+    return model_file_bytes(header, params, llama_param_count(config), type);
+}
+
 void write_llama_model_file(const std::string& path, const LlamaConfig& config, const float* params,
                             WeightType type) {
     validate_llama_config(config, path);
@@ -97,19 +103,24 @@ void write_llama_model_file(const std::string& path, const LlamaConfig& config, 
     file.commit();
 }
 
-LlamaModelFile read_llama_model_file(const std::string& path) {
-    FileReader file(path);
+LlamaConfig read_llama_model_header(FileReader& file, WeightType* type) {
+    const std::string& path = file.path();
     if (file.size() < (uint64_t)FILE_HEADER_BYTES)
         fail("%s: shorter than the %d-byte header", path.c_str(), FILE_HEADER_BYTES);
     int32_t h[FILE_HEADER_INTS];
     file.read(0, h, FILE_HEADER_BYTES);
+    *type = check_kind(h, path);
+    const LlamaConfig config = header_config(h, path);
+    check_model_file_size(file, FILE_HEADER_BYTES + llama_param_count(config) * h[WEIGHT_BYTES],
+                          describe_llama_config(config));
+    return config;
+}
+
+LlamaModelFile read_llama_model_file(const std::string& path) {
+    FileReader file(path);
     LlamaModelFile model;
-    model.type = check_kind(h, path);
-    model.config = header_config(h, path);
-    const uint64_t count = llama_param_count(model.config);
-    check_model_file_size(file, FILE_HEADER_BYTES + count * h[WEIGHT_BYTES],
-                          describe_llama_config(model.config));
-    model.params.resize(count);
-    read_weights(file, FILE_HEADER_BYTES, count, model.type, model.params.data());
+    model.config = read_llama_model_header(file, &model.type);
+    model.params.resize(llama_param_count(model.config));
+    read_weights(file, FILE_HEADER_BYTES, model.params.size(), model.type, model.params.data());
     return model;
 }

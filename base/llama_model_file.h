@@ -30,4 +30,9 @@ struct LlamaModelFile {
 
 void write_llama_model_file(const std::string& path, const LlamaConfig& config, const float* params,
                             WeightType type);
+// The bytes write_llama_model_file writes, for a writer that writes them later or elsewhere.
+std::vector<char> llama_model_file_image(const LlamaConfig& config, const float* params, WeightType type);
 LlamaModelFile read_llama_model_file(const std::string& path);
+// The header of an open file, checked as read_llama_model_file checks it (the file's size too); the
+// weights follow at byte FILE_HEADER_BYTES.
+LlamaConfig read_llama_model_header(FileReader& file, WeightType* type);

@@ -70,20 +70,24 @@ static void model_file_header(const GPTConfig& c, WeightType type, int32_t heade
     header[7] = c.padded_vocab_size;
 }
 
+std::vector<char> model_file_bytes(const int32_t header[FILE_HEADER_INTS], const float* params, size_t count,
+                                   WeightType type) {
+    const size_t value_bytes = type == WeightType::FP32 ? sizeof(float) : sizeof(uint16_t);
+    std::vector<char> image(FILE_HEADER_BYTES + count * value_bytes);
+    memcpy(image.data(), header, FILE_HEADER_BYTES);
+    if (type == WeightType::FP32) {
+        memcpy(image.data() + FILE_HEADER_BYTES, params, count * sizeof(float));
+    } else {
+        uint16_t* values = (uint16_t*)(image.data() + FILE_HEADER_BYTES);
+        for (size_t i = 0; i < count; i++) values[i] = float_to_bf16(params[i]);
+    }
+    return image;
+}
+
 std::vector<char> model_file_image(const GPTConfig& c, const float* params, WeightType type) {
     int32_t header[FILE_HEADER_INTS];
     model_file_header(c, type, header);
-    const size_t total = param_layout(c).total;
-    const size_t value_bytes = type == WeightType::FP32 ? sizeof(float) : sizeof(uint16_t);
-    std::vector<char> image(sizeof header + total * value_bytes);
-    memcpy(image.data(), header, sizeof header);
-    if (type == WeightType::FP32) {
-        memcpy(image.data() + sizeof header, params, total * sizeof(float));
-    } else {
-        uint16_t* values = (uint16_t*)(image.data() + sizeof header);
-        for (size_t i = 0; i < total; i++) values[i] = float_to_bf16(params[i]);
-    }
-    return image;
+    return model_file_bytes(header, params, param_layout(c).total, type);
 }
 
 void write_model_file(const std::string& path, const GPTConfig& c, const float* params,
@@ -109,7 +113,8 @@ void check_model_file_size(const FileReader& file, uint64_t expected, const std:
 }
 
 // The header's config and weight type, checked, and that the file holds exactly the bytes they imply.
-static void read_checked_header(FileReader& file, GPTConfig* config, WeightType* type) {
+GPTConfig read_model_file_header(FileReader& file, WeightType* type) {
+    GPTConfig c;
     const std::string& path = file.path();
     if (file.size() < (uint64_t)FILE_HEADER_BYTES)
         fail("%s: shorter than the %d-byte header", path.c_str(), FILE_HEADER_BYTES);
@@ -126,7 +131,6 @@ static void read_checked_header(FileReader& file, GPTConfig* config, WeightType*
         fail("%s: unsupported model file version %d (expected %d for fp32 or %d for bf16)",
              path.c_str(), h[1], MODEL_FILE_VERSION_FP32, MODEL_FILE_VERSION_BF16);
     *type = h[1] == MODEL_FILE_VERSION_FP32 ? WeightType::FP32 : WeightType::BF16;
-    GPTConfig& c = *config;
     c.max_seq_len = h[2];
     c.vocab_size = h[3];
     c.num_layers = h[4];
@@ -136,10 +140,11 @@ static void read_checked_header(FileReader& file, GPTConfig* config, WeightType*
     validate_config(c, path + " header");
     const uint64_t expected = FILE_HEADER_BYTES + (uint64_t)param_layout(c).total * (*type == WeightType::FP32 ? 4 : 2);
     check_model_file_size(file, expected, describe_config(c));
+    return c;
 }
 
 ModelFileReader::ModelFileReader(const std::string& path) : file_(path) {
-    read_checked_header(file_, &config_, &type_);
+    config_ = read_model_file_header(file_, &type_);
     total_ = param_layout(config_).total;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/file_io.h"
+#include "base/formats.h"
 #include "base/gpt_config.h"
 
 enum class WeightType { FP32, BF16 };
@@ -23,6 +24,9 @@ void write_model_file(const std::string& path, const GPTConfig& config, const fl
 // The bytes write_model_file writes, for a writer that writes them later or elsewhere.
 std::vector<char> model_file_image(const GPTConfig& config, const float* params, WeightType type);
 ModelFile read_model_file(const std::string& path);
+// The header of an open file, checked as read_model_file checks it (the file's size too); the weights
+// follow at byte FILE_HEADER_BYTES.
+GPTConfig read_model_file_header(FileReader& file, WeightType* type);
 
 // A model file opened for reading slices of its weights (train/resharding.h): the header and the size
 // checked as read_model_file checks them, the weights read piece by piece on demand.
@@ -49,6 +53,9 @@ void write_weights(AtomicFile& file, const float* values, size_t count, WeightTy
 void read_weights(FileReader& file, uint64_t offset, uint64_t count, WeightType type, float* out);
 // That the file holds exactly `expected` bytes, as its header (whose shape reads `shape` in the
 // message) implies; a one-line InputError for a truncated or an overlong file.
+// A whole file's bytes: the header, then count weights as write_weights writes them.
+std::vector<char> model_file_bytes(const int32_t header[FILE_HEADER_INTS], const float* params, size_t count,
+                                   WeightType type);
 void check_model_file_size(const FileReader& file, uint64_t expected, const std::string& shape);
 
 // fp32 → bf16 with round-to-nearest-even (NaN stays NaN); bf16 → fp32 is exact.

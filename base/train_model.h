@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "base/compression_state.h"
-#include "base/gpt_config.h"
 #include "base/gpu_telemetry.h"
+#include "base/model_config.h"
 #include "base/model_file.h"
 #include "base/model_part.h"
 #include "base/optimizer_settings.h"
@@ -103,7 +103,8 @@ class TrainModel {
 public:
     virtual ~TrainModel() = default;
 
-    virtual const GPTConfig& config() const = 0;
+    // The family and shape (base/model_config.h).
+    virtual const ModelConfig& model_config() const = 0;
     // One line for the start-up report: where it runs and in what precision.
     virtual std::string description() const = 0;
     // Dense peak FLOP/s of the device in the training precision, for MFU; 0 when unknown.
@@ -206,8 +207,8 @@ public:
         return t;
     }
 
-    // Parameters and optimizer state in: fp32 vectors of the whole model (param_layout(config).total,
-    // ParamLayout order); a model spread over ranks keeps its own part of them.
+    // Parameters and optimizer state in: fp32 vectors of the whole model (parameter_count(config),
+    // the family's buffer order); a model spread over ranks keeps its own part of them.
     virtual WeightType working_weight_type() const = 0;
     virtual void set_working_weights(const std::vector<float>& weights) = 0;  // also the master copy
     virtual void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
@@ -222,18 +223,18 @@ public:
     // of all ranks cover the model exactly once. Every rank calls working_weights_part at the same
     // point (under ZeRO-3 or a model split across ranks it gathers collectively).
     virtual ModelPart working_weights_part() {
-        return {whole_model_ranges(param_layout(config()).total), working_weights()};
+        return {whole_model_ranges(parameter_count(model_config())), working_weights()};
     }
     virtual OptimizerPart optimizer_part() = 0;
     // In, where a resumed run reads only what each rank keeps (train/resharding.h): where this rank
     // keeps each element of the working weights and of the optimizer state (base/model_part.h), and
     // those arrays, filled from the checkpoint, to take. The master weights come with the optimizer
-    // state here. These defaults keep the whole model in ParamLayout order.
+    // state here. These defaults keep the whole model in buffer order.
     virtual Placement working_weights_placement() const {
-        return whole_model_placement(param_layout(config()).total);
+        return whole_model_placement(parameter_count(model_config()));
     }
     virtual Placement optimizer_state_placement() const {
-        return whole_model_placement(param_layout(config()).total);
+        return whole_model_placement(parameter_count(model_config()));
     }
     virtual void set_placed_working_weights(const std::vector<float>& placed) { set_working_weights(placed); }
     virtual void set_placed_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,

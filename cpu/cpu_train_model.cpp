@@ -8,6 +8,7 @@
 #include "cpu/gemm.h"
 #include "cpu/gpt_cpu.h"
 #include "cpu/gpt_decode.h"
+#include "cpu/llama_train_model.h"
 
 TrainOptions cpu_trainer_defaults() {
     TrainOptions o;
@@ -43,7 +44,7 @@ bool keeps_one_moment(const TrainOptions& opt) { return opt.optimizer == "lars";
 class CpuTrainModel : public TrainModel {
 public:
     CpuTrainModel(const GPTConfig& config, int B, int T, bool one_moment)
-        : model_(gpt_cpu_create(config, B, T)), one_moment_(one_moment) {
+        : model_(gpt_cpu_create(config, B, T)), model_config_(gpt2_model(config)), one_moment_(one_moment) {
         if (one_moment_) std::vector<float>().swap(gpt_cpu_adam_v(model_));
     }
     ~CpuTrainModel() override {
@@ -51,7 +52,8 @@ public:
         if (decoder_) gpt_decoder_free(decoder_);
     }
 
-    const GPTConfig& config() const override { return gpt_cpu_config(model_); }
+    const GPTConfig& config() const { return gpt_cpu_config(model_); }
+    const ModelConfig& model_config() const override { return model_config_; }
     std::string description() const override {
         return std::string("CPU, fp32 (reference model); GEMM: ") + gemm_backend();
     }
@@ -125,20 +127,23 @@ public:
 
 private:
     GPTCpu* model_;
+    const ModelConfig model_config_;
     const bool one_moment_;
     GPTDecoder* decoder_ = nullptr;  // created by the first decode_reset
 };
 
 }  // namespace
 
-std::unique_ptr<TrainModel> create_cpu_train_model(const GPTConfig& config, const TrainOptions& opt) {
+std::unique_ptr<TrainModel> create_cpu_train_model(const ModelConfig& config, const TrainOptions& opt) {
+    if (is_llama3(config)) return create_llama_cpu_train_model(config.llama, opt);
     try {
-        return std::make_unique<CpuTrainModel>(config, opt.batch_size, opt.seq_len, keeps_one_moment(opt));
+        return std::make_unique<CpuTrainModel>(config.gpt, opt.batch_size, opt.seq_len, keeps_one_moment(opt));
     } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
 }
 
-ModelMemory cpu_train_model_memory(const GPTConfig& config, const TrainOptions& opt) {
-    GPTCpuMemory needed = gpt_cpu_memory_needed(config, opt.batch_size, opt.seq_len);
+ModelMemory cpu_train_model_memory(const ModelConfig& config, const TrainOptions& opt) {
+    if (is_llama3(config)) return llama_cpu_train_model_memory(config.llama, opt);
+    GPTCpuMemory needed = gpt_cpu_memory_needed(config.gpt, opt.batch_size, opt.seq_len);
     if (keeps_one_moment(opt)) needed.optimizer_state /= 2;
     return model_memory(needed);
 }

@@ -1,5 +1,5 @@
-// The fp32 CPU reference model (cpu/gpt_cpu.h) behind the training loop's model interface
-// (base/train_model.h), and the defaults of a CPU run. Used by train_gpt_cpu, and by train_gpt when
+// The fp32 CPU reference models (GPT-2: cpu/gpt_cpu.h; Llama 3: cpu/llama_train_model.h) behind
+// the training loop's model interface (base/train_model.h), and the defaults of a CPU run. Used by train_gpt_cpu, and by train_gpt when
 // it finds no CUDA device (or was built without nvcc).
 #pragma once
 #include <memory>
@@ -12,7 +12,7 @@
 TrainOptions cpu_trainer_defaults();
 
 // Throws InputError for an impossible shape.
-std::unique_ptr<TrainModel> create_cpu_train_model(const GPTConfig& config, const TrainOptions& opt);
+std::unique_ptr<TrainModel> create_cpu_train_model(const ModelConfig& config, const TrainOptions& opt);
 
 // What create_cpu_train_model will allocate, computed before it does (for the memory check).
-ModelMemory cpu_train_model_memory(const GPTConfig& config, const TrainOptions& opt);
+ModelMemory cpu_train_model_memory(const ModelConfig& config, const TrainOptions& opt);

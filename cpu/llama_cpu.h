@@ -31,6 +31,16 @@ void llama_cpu_zero_grad(LlamaCpu* model);
 void llama_cpu_backward(LlamaCpu* model, float loss_scale);
 
 double llama_cpu_grad_norm(const LlamaCpu* model);  // global L2 norm of all gradients
-// One AdamW step (step counts from 1), weight decay on the matrices only. Throws
-// std::invalid_argument for the other optimizers, which the Llama model does not offer yet.
+std::vector<float>& llama_cpu_adam_m(LlamaCpu* model);  // the optimizer's moments (LARS: m only)
+std::vector<float>& llama_cpu_adam_v(LlamaCpu* model);
+// One step of settings.kind's optimizer (AdamW, LAMB or LARS; step counts from 1), weight decay on
+// the matrices only, LAMB's and LARS's trust ratios per tensor.
 void llama_cpu_update(LlamaCpu* model, const OptimizerSettings& settings, int step);
+
+// Bytes the model holds: parameters, gradients, optimizer moments (m and v), and everything sized by
+// the batch; of a model, or of one not yet made.
+struct LlamaCpuMemory {
+    size_t parameters, gradients, optimizer_state, activations;
+};
+LlamaCpuMemory llama_cpu_memory(const LlamaCpu* model);
+LlamaCpuMemory llama_cpu_memory_needed(const LlamaConfig& config, int B, int T);

@@ -17,11 +17,14 @@
 #include <vector>
 
 #include "base/llama_config.h"
+#include "base/optimizer_settings.h"
 #include "cpu/adamw.h"
 #include "cpu/batch_checks.h"
 #include "cpu/crossentropy.h"
 #include "cpu/encoder.h"
 #include "cpu/gqa_attention.h"
+#include "cpu/lamb.h"
+#include "cpu/lars.h"
 #include "cpu/matmul.h"
 #include "cpu/parallel.h"
 #include "cpu/residual.h"
@@ -236,5 +239,31 @@ struct LlamaModel {
             adamw_update(params.data() + t.offset, adam_m.data() + t.offset, adam_v.data() + t.offset,
                          grads.data() + t.offset, t.size(), lr, beta1, beta2, eps,
                          t.is_matrix() ? weight_decay : Real(0), grad_scale, step);
+    }
+    // LAMB and LARS per tensor (cpu/lamb.h, cpu/lars.h): weight decay on the matrices; under
+    // --layer-adaptation matrices the norms' trust ratio scales the matrices' updates only.
+    void lamb_step(const OptimizerSettings& s, int step) {
+        for (const LlamaTensor& t : tensors)
+            lamb_update(params.data() + t.offset, adam_m.data() + t.offset, adam_v.data() + t.offset,
+                        grads.data() + t.offset, t.size(), Real(s.learning_rate), Real(s.beta1), Real(s.beta2),
+                        Real(s.eps), t.is_matrix() ? Real(s.weight_decay) : Real(0), Real(s.grad_scale), step,
+                        t.is_matrix() || s.layer_adaptation == LayerAdaptation::ALL);
+    }
+    void lars_step(const OptimizerSettings& s) {
+        for (const LlamaTensor& t : tensors)
+            lars_update(params.data() + t.offset, adam_m.data() + t.offset, grads.data() + t.offset, t.size(),
+                        Real(s.learning_rate), Real(s.momentum), Real(s.trust_coefficient),
+                        t.is_matrix() ? Real(s.weight_decay) : Real(0), Real(s.grad_scale),
+                        t.is_matrix() || s.layer_adaptation == LayerAdaptation::ALL);
+    }
+
+    // Bytes of everything sized by the batch (what allocate_activations holds).
+    size_t activation_bytes() const {
+        size_t n = 0;
+        for (const auto* b : {&residual, &attn_in, &attn_rstd, &q, &k, &v, &att, &atty, &mid, &mlp_in, &mlp_rstd,
+                              &gate, &up, &h, &final_in, &final_rstd, &logits, &logsumexp, &losses, &branch,
+                              &dresidual, &dnorm, &datty, &dq_rot, &dq, &dk_rot, &dk, &dv, &mlp_scratch, &dlogits})
+            n += b->size();
+        return n * sizeof(Real);
     }
 };

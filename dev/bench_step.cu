@@ -215,7 +215,7 @@ WholeStep time_whole_steps(const BenchOptions& o, const GPTConfig& c, double gem
     w.median_ms = median_of(ms);
     const double tokens = (double)o.B * o.T;
     w.tokens_per_s = tokens / (w.median_ms * 1e-3);
-    const double tflops = training_flops_per_token(c, o.T) * tokens / (w.median_ms * 1e-3) / 1e12;
+    const double tflops = training_flops_per_token(gpt2_model(c), o.T) * tokens / (w.median_ms * 1e-3) / 1e12;
     printf("    median step %.2f ms (min %.2f, max %.2f): %.0f tok/s, %.1f TFLOP/s\n", w.median_ms,
            *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), w.tokens_per_s,
            tflops);

@@ -20,7 +20,7 @@ static GradCompression grad_compression(const TrainOptions& opt) {
 }
 
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
-    : config_(config), world_(world),
+    : config_(config), model_config_(gpt2_model(config)), world_(world),
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
                       planned_node_ranks(opt, world.ranks))),
       comms_(split_mesh_communicators(world.nccl, mesh_, zero_sharding(opt, world.nccl != nullptr).weights,

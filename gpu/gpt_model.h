@@ -51,7 +51,8 @@ public:
     GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
     ~GPUModel() override;
 
-    const GPTConfig& config() const override { return config_; }
+    const GPTConfig& config() const { return config_; }
+    const ModelConfig& model_config() const override { return model_config_; }
     std::string description() const override;
     double peak_flops() const override { return peak_flops_; }
     GpuTelemetry device_telemetry() override { return read_cuda_device_telemetry(device_); }
@@ -252,6 +253,7 @@ private:
     void allocate(const TrainOptions& opt, int num_ranks);
 
     GPTConfig config_;
+    ModelConfig model_config_;  // config_ as the training loop sees it (GPT-2)
     WorldRanks world_;
     Mesh mesh_;                       // this rank's place among the ranks (-tp, -pp, data)
     MeshCommunicators comms_;         // its groups' NCCL communicators

@@ -1,5 +1,5 @@
 // A base for the tests' fake models that only evaluate: every training method of TrainModel is a
-// no-op, so a fake defines just config(), description(), forward() and logits_at().
+// no-op, so a fake defines just model_config(), description(), forward() and logits_at().
 #pragma once
 #include "base/train_model.h"
 

@@ -133,7 +133,7 @@ static double completion_loss(TrainModel& model, const std::vector<uint16_t>& co
 
 EvalResult evaluate_multiple_choice(TrainModel& model, const std::vector<EvalExample>& examples,
                                     int T, int rank, int num_ranks) {
-    std::vector<float> logits(model.config().vocab_size);
+    std::vector<float> logits(model_vocab_size(model.model_config()));
     EvalResult result;
     for (size_t i = (size_t)rank; i < examples.size(); i += (size_t)num_ranks) {
         const EvalExample& e = examples[i];
@@ -149,8 +149,13 @@ EvalResult evaluate_multiple_choice(TrainModel& model, const std::vector<EvalExa
     return result;
 }
 
-HellaSwagEval::HellaSwagEval(const TrainOptions& opt, int vocab_size) {
+HellaSwagEval::HellaSwagEval(const TrainOptions& opt, int vocab_size, bool gpt2_tokens) {
     if (!opt.hellaswag) return;
+    if (!gpt2_tokens) {
+        note_ = "note: -h 1: HellaSwag is skipped: llm.c's eval file holds GPT-2 tokens, and this model reads "
+                "Llama 3's";
+        return;
+    }
     if (opt.val_every == 0) {
         note_ = "note: -h 1: HellaSwag is skipped: it runs with each validation, and -v 0 turns "
                 "validation off";

@@ -50,7 +50,9 @@ std::string describe_eval_result(const EvalResult& result);
 // The trainer's -h: loaded at start when -h 1 and the file exists, run whenever validation runs.
 class HellaSwagEval {
 public:
-    HellaSwagEval(const TrainOptions& opt, int vocab_size);  // throws InputError naming the flag
+    // Throws InputError naming the flag. gpt2_tokens: whether the model reads GPT-2's tokens, which
+    // llm.c's eval file holds (else the evaluation is skipped, with a note).
+    HellaSwagEval(const TrainOptions& opt, int vocab_size, bool gpt2_tokens = true);
     bool active() const { return !examples_.empty(); }
     // The start-up report's line: what runs, or why -h 1 is skipped ("" without -h 1).
     const std::string& note() const { return note_; }

@@ -57,9 +57,9 @@ AvailableMemory available_host_memory() {
     return available;
 }
 
-uint64_t loop_host_bytes(const GPTConfig& config, const TrainOptions& opt, bool resuming,
+uint64_t loop_host_bytes(const ModelConfig& config, const TrainOptions& opt, bool resuming,
                          bool from_model_file) {
-    const uint64_t weights = (uint64_t)param_layout(config).total * sizeof(float);
+    const uint64_t weights = (uint64_t)parameter_count(config) * sizeof(float);
     const uint64_t later = std::max(resuming ? 0 : weights,               // initial weights
                                     opt.output_dir.empty() ? 0 : 4 * weights);  // checkpoints
     const uint64_t held = resuming ? 4 * weights : from_model_file ? weights : 0;
@@ -68,7 +68,7 @@ uint64_t loop_host_bytes(const GPTConfig& config, const TrainOptions& opt, bool 
 
 static double gib(uint64_t bytes) { return bytes / 1073741824.0; }
 
-void check_host_memory(const ModelMemory& model, const GPTConfig& config, const TrainOptions& opt,
+void check_host_memory(const ModelMemory& model, const ModelConfig& config, const TrainOptions& opt,
                        bool resuming, bool from_model_file) {
     const AvailableMemory available = available_host_memory();
     const uint64_t state = model.parameters + model.gradients + model.master_weights +

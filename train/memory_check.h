@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "base/gpt_config.h"
+#include "base/model_config.h"
 #include "base/train_model.h"
 #include "train/train_flags.h"
 
@@ -21,14 +21,21 @@ AvailableMemory available_host_memory();
 // while they are copied in, and at each checkpoint (with -o) a copy of the weights, master weights
 // and AdamW moments, minus what it already holds when the model is created (the model file, a
 // resumed state), which it frees before then.
-uint64_t loop_host_bytes(const GPTConfig& config, const TrainOptions& opt, bool resuming,
+uint64_t loop_host_bytes(const ModelConfig& config, const TrainOptions& opt, bool resuming,
                          bool from_model_file);
+inline uint64_t loop_host_bytes(const GPTConfig& config, const TrainOptions& opt, bool resuming, bool from_model_file) {
+    return loop_host_bytes(gpt2_model(config), opt, resuming, from_model_file);
+}
 
 // Fails with one line (the need, split into its parts, what is available, and what to lower) when
 // `model` (the model's host memory, zero for a GPU model) plus loop_host_bytes() exceeds what is
 // available.
-void check_host_memory(const ModelMemory& model, const GPTConfig& config, const TrainOptions& opt,
+void check_host_memory(const ModelMemory& model, const ModelConfig& config, const TrainOptions& opt,
                        bool resuming, bool from_model_file);
+inline void check_host_memory(const ModelMemory& model, const GPTConfig& config, const TrainOptions& opt,
+                              bool resuming, bool from_model_file) {
+    check_host_memory(model, gpt2_model(config), opt, resuming, from_model_file);
+}
 
 // This process's resident memory now (VmRSS) and at its peak (VmHWM), from /proc/self/status; 0
 // where unknown. reset_peak_resident() starts the peak afresh from now (false where the kernel does

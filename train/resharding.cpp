@@ -6,12 +6,12 @@
 
 #include "base/errors.h"
 #include "base/model_descriptor.h"
-#include "base/model_file.h"
+#include "base/model_files.h"
 #include "train/checkpoint.h"
 
 CheckpointState::CheckpointState(const std::string& dir, long long step, TrainingStateFile first) {
     const int saved_ranks = first.state().shape.num_ranks;
-    Coverage coverage(param_layout(first.state().shape.config).total);
+    Coverage coverage(parameter_count(first.state().shape.config));
     files_.push_back(std::move(first));
     for (int r = 1; r < saved_ranks; r++) files_.push_back(open_training_state(checkpoint_state_path(dir, step, r)));
     for (int r = 0; r < saved_ranks; r++) {
@@ -57,12 +57,12 @@ void CheckpointState::read_placed(const Placement& placement, std::vector<float>
     }
 }
 
-std::vector<float> read_placed_weights(ModelFileReader& file, const GPTConfig& config,
+std::vector<float> read_placed_weights(ModelWeightsReader& file, const ModelConfig& config,
                                        const Placement& placement, ReshardingCounts* counts) {
-    const GPTConfig& c = file.config();
-    if (!same_shape(c, config))
-        fail("%s: holds a model %s, the run's is %s", file.path().c_str(), describe_config(c).c_str(),
-             describe_config(config).c_str());
+    const ModelConfig& c = file.config();
+    if (!same_model(c, config))
+        fail("%s: holds a model %s, the run's is %s", file.path().c_str(), describe_model(c).c_str(),
+             describe_model(config).c_str());
     check_fits(placement);
     std::vector<float> placed(placement.size, 0.0f);
     counts->bytes_held = std::max<uint64_t>(counts->bytes_held, placement.size * sizeof(float));

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "base/gpt_config.h"
-#include "base/model_file.h"
+#include "base/model_config.h"
+#include "base/model_files.h"
 #include "base/model_part.h"
 #include "base/ranks.h"
 #include "train/training_state.h"
@@ -56,5 +56,5 @@ private:
 };
 
 // The working weights of the placement's elements from a model file, checked to hold `config`'s shape.
-std::vector<float> read_placed_weights(ModelFileReader& file, const GPTConfig& config,
+std::vector<float> read_placed_weights(ModelWeightsReader& file, const ModelConfig& config,
                                        const Placement& placement, ReshardingCounts* counts);

@@ -207,7 +207,7 @@ std::vector<FlagValue> read_run_settings(const std::string& path) {
 }
 
 RunRecord make_run_record(int argc, char** argv, const TrainOptions& opt, int max_steps,
-                          const GPTConfig& config, const std::vector<std::string>& train_files,
+                          const ModelConfig& config, const std::vector<std::string>& train_files,
                           const std::vector<std::string>& val_files, int num_ranks,
                           long long resumed_from_step) {
     RunRecord r;
@@ -216,8 +216,8 @@ RunRecord make_run_record(int argc, char** argv, const TrainOptions& opt, int ma
     r.commit = repository_commit();
     r.num_ranks = num_ranks;
     r.resumed_from_step = resumed_from_step;
-    r.model_config = describe_config(config);
-    r.parameters = param_layout(config).total;
+    r.model_config = describe_model(config);
+    r.parameters = parameter_count(config);
     for (const std::string& f : train_files)
         r.train_files.push_back(std::filesystem::absolute(f).lexically_normal().string());
     for (const std::string& f : val_files)

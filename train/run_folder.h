@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "base/gpt_config.h"
+#include "base/model_config.h"
 #include "train/train_flags.h"
 
 // What a folder holds from earlier runs.
@@ -33,13 +33,13 @@ struct RunRecord {
     std::string commit;                    // repository_commit()
     int num_ranks = 1;
     long long resumed_from_step = 0;       // 0 for a fresh run
-    std::string model_config;              // describe_config()
+    std::string model_config;              // describe_model()
     size_t parameters = 0;
     std::vector<std::string> train_files, val_files;
     std::vector<FlagValue> settings;       // every flag, with -x and -d resolved
 };
 RunRecord make_run_record(int argc, char** argv, const TrainOptions& opt, int max_steps,
-                          const GPTConfig& config, const std::vector<std::string>& train_files,
+                          const ModelConfig& config, const std::vector<std::string>& train_files,
                           const std::vector<std::string>& val_files, int num_ranks,
                           long long resumed_from_step);
 std::string run_record_path(const std::string& dir);

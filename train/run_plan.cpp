@@ -68,7 +68,7 @@ static void print_fits_verdict(double need, double device, const std::string& wh
                margin.c_str());
 }
 
-int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTConfig& config,
+int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const ModelConfig& config,
                    int num_ranks, bool main_rank) {
     if (!spec.plan_memory) fail("--dry-run: this trainer cannot plan its memory");
     // A run of several ranks, or one started by an MPI launcher, communicates (and shards per -z).
@@ -77,7 +77,7 @@ int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTCo
     if (!main_rank) return 0;
     const double GiB = 1024.0 * 1024.0 * 1024.0;
     printf("model: %s (%s), %zu parameters\n", model_source_text(opt, false, 0).c_str(),
-           describe_config(config).c_str(), param_layout(config).total);
+           describe_model(config).c_str(), parameter_count(config));
     const int micro_steps = grad_accum_steps(opt, num_ranks);
     const Mesh mesh = make_mesh(num_ranks, 0, opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks);
     const std::string shape = mesh.tensor > 1 || mesh.pipeline > 1 ? " as " + mesh.shape() : "";

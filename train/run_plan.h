@@ -3,7 +3,7 @@
 // and any device size (--device-memory) and exits: "how many GPUs, and which -z, for this model at
 // this batch?" answered in a second, from a laptop if need be.
 #pragma once
-#include "base/gpt_config.h"
+#include "base/model_config.h"
 #include "base/train_model.h"
 #include "train/train_flags.h"
 #include "train/train_loop.h"
@@ -30,5 +30,5 @@ int planned_ranks(const TrainOptions& opt, const RankGroup& ranks);
 // --dry-run: prints the model, the ranks and ZeRO stage, the per-rank memory, the network traffic
 // per step and whether it fits the device (its free memory, or --device-memory), from rank 0 only.
 // Needs spec.plan_memory. Returns the exit status (0).
-int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const GPTConfig& config,
+int print_run_plan(const TrainerSpec& spec, const TrainOptions& opt, const ModelConfig& config,
                    int num_ranks, bool main_rank);

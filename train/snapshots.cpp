@@ -27,14 +27,14 @@ std::vector<FileImage> checkpoint_files(const std::string& dir, const Checkpoint
     std::vector<FileImage> files;
     if (part.rank == 0)
         files.push_back({checkpoint_model_path(dir, part.step),
-                         model_file_image(part.config, part.weights.data(), part.weight_type)});
+                         any_model_file_image(part.config, part.weights.data(), part.weight_type)});
     files.push_back({checkpoint_state_path(dir, part.step, part.rank), training_state_image(part.state)});
     return files;
 }
 
 void write_checkpoint_files(const std::string& dir, const CheckpointPart& part) {
     if (part.rank == 0)
-        write_model_file(checkpoint_model_path(dir, part.step), part.config, part.weights.data(), part.weight_type);
+        write_any_model_file(checkpoint_model_path(dir, part.step), part.config, part.weights.data(), part.weight_type);
     write_training_state(checkpoint_state_path(dir, part.step, part.rank), part.state);
 }
 

@@ -27,7 +27,7 @@
 #include "base/train_options.h"
 #include "train/background_writer.h"
 #include "train/training_state.h"
-#include "base/model_file.h"
+#include "base/model_files.h"
 
 // Where this run's snapshots go ("" without an output folder).
 std::string snapshot_root(const TrainOptions& opt);
@@ -37,7 +37,7 @@ std::string snapshot_root(const TrainOptions& opt);
 struct CheckpointPart {
     long long step = 0;
     int rank = 0, num_ranks = 1;
-    GPTConfig config;
+    ModelConfig config;
     WeightType weight_type = WeightType::FP32;
     std::vector<float> weights;  // empty except on rank 0
     TrainingState state;

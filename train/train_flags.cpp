@@ -336,7 +336,7 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
 }
 
 // -tp, -sp, -pp, --shard-ranks, --pp-schedule and --grad-reduce against the ranks and the model's shape.
-static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ranks) {
+static void check_model_parallel(TrainOptions* o, const ModelConfig& model, int num_ranks) {
     const int tp = o->tensor_parallel, pp = o->pipeline_parallel;
     if (num_ranks % (tp * pp) != 0)
         fail("-tp (--tensor-parallel) %d x -pp (--pipeline-parallel) %d = %d does not divide the %d "
@@ -351,14 +351,18 @@ static void check_model_parallel(TrainOptions* o, const GPTConfig& c, int num_ra
         fail("--pp-schedule: unknown schedule '%s' (1f1b, gpipe)", o->pp_schedule.c_str());
     if (o->grad_reduce != "fp32" && o->grad_reduce != "bf16")
         fail("--grad-reduce: unknown precision '%s' (fp32, bf16)", o->grad_reduce.c_str());
-    if (pp > c.num_layers)
+    if (pp > model_layers(model))
         fail("-pp (--pipeline-parallel): %d stages for %d layers; each stage needs a layer", pp,
-             c.num_layers);
+             model_layers(model));
     if (tp == 1) return;
-    if (c.num_heads % tp != 0)
+    if (is_llama3(model) && model.llama.num_kv_heads % tp != 0)
+        fail("-tp (--tensor-parallel): %d does not divide the model's %d key/value heads", tp,
+             model.llama.num_kv_heads);
+    const GPTConfig& c = model.gpt;
+    if (is_gpt2(model) && c.num_heads % tp != 0)
         fail("-tp (--tensor-parallel): %d does not divide the model's %d attention heads", tp,
              c.num_heads);
-    if (c.channels % tp != 0 || c.channels / tp % 8 != 0)
+    if (is_gpt2(model) && (c.channels % tp != 0 || c.channels / tp % 8 != 0))
         fail("-tp (--tensor-parallel): %d splits the %d channels into slices that are not multiples of 8",
              tp, c.channels);
     if (o->sequence_parallel == 1 && o->seq_len % tp != 0)
@@ -427,10 +431,10 @@ static void check_profile_steps(const TrainOptions& o) {
     if (!o.timers) fail("--profile-steps: the timeline needs the timers: use --timers 1 or 2");
 }
 
-void validate_train_options(TrainOptions* o, const GPTConfig& config, int num_ranks) {
-    if (o->seq_len > config.max_seq_len)
+void validate_train_options(TrainOptions* o, const ModelConfig& config, int num_ranks) {
+    if (o->seq_len > model_max_seq_len(config))
         fail("-t (--seq-len): %d exceeds the model's maximum sequence length %d", o->seq_len,
-             config.max_seq_len);
+             model_max_seq_len(config));
     check_model_parallel(o, config, num_ranks);
     const int data = data_ranks(*o, num_ranks);
     const long long per_micro_step = (long long)o->batch_size * o->seq_len * data;

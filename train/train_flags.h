@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "base/gpt_config.h"
+#include "base/model_config.h"
 #include "base/train_options.h"
 
 
@@ -32,7 +32,10 @@ std::string train_flags_help(const char* program, const TrainOptions& defaults);
 // Checks combinations once the model is known and fills in derived values (total_batch = B·T·data
 // ranks when -1; sequence_parallel when -1). Throws InputError naming the flags, e.g. "-d 1000 is not
 // a multiple of B·T·data ranks = 256", or "-tp 3 does not divide the 4 heads".
-void validate_train_options(TrainOptions* options, const GPTConfig& config, int num_ranks);
+void validate_train_options(TrainOptions* options, const ModelConfig& config, int num_ranks);
+inline void validate_train_options(TrainOptions* options, const GPTConfig& config, int num_ranks) {
+    validate_train_options(options, gpt2_model(config), num_ranks);
+}
 // --profile-steps A:B as its first and last step; false when not given (InputError when malformed).
 bool profile_step_range(const TrainOptions& options, int* first, int* last);
 

@@ -14,9 +14,10 @@
 #include "base/decode_table.h"
 #include "base/errors.h"
 #include "base/file_io.h"
-#include "base/gpt_init.h"
+#include "base/llama_descriptor.h"
 #include "base/model_descriptor.h"
-#include "base/model_file.h"
+#include "base/model_files.h"
+#include "base/model_init.h"
 #include "base/model_part.h"
 #include "base/rng.h"
 #include "parallel/plan/compression_cost.h"
@@ -43,9 +44,9 @@
 
 constexpr double GRAD_CLIP = 1.0;  // global gradient-norm clipping threshold
 
-double training_flops_per_token(const GPTConfig& c, int T) {
-    const double params = (double)param_layout(c).total;
-    return 6.0 * params + 6.0 * c.num_layers * c.channels * (double)T;
+double training_flops_per_token(const ModelConfig& c, int T) {
+    const double params = (double)parameter_count(c);
+    return 6.0 * params + 6.0 * model_layers(c) * model_attention_width(c) * (double)T;
 }
 
 // "ETA 1h02m" / "ETA 3m20s".
@@ -79,9 +80,9 @@ static double validation_loss(TrainModel& model, DataLoader& val, int batches, i
 // position (a window of the last T tokens), and prints them through the decode table (if `print`).
 static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, int count, int T,
                          bool print) {
-    const GPTConfig& c = model.config();
-    std::vector<int> tokens = {table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1};
-    std::vector<float> logits(c.vocab_size);
+    const int V = model_vocab_size(model.model_config());
+    std::vector<int> tokens = {table.eot_token < V ? table.eot_token : V - 1};
+    std::vector<float> logits(V);
     std::string text;
     // Through the model's key/value cache where it has one; the same tokens either way.
     CachedSampler cached(T, [&] { model.decode_reset(T); },
@@ -95,7 +96,7 @@ static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, 
             model.forward(tokens.data() + start, nullptr, 1, length);
             model.logits_at(length - 1, logits.data());
         }
-        int next = sample_token(logits.data(), c.vocab_size, rng.uniform());
+        int next = sample_token(logits.data(), V, rng.uniform());
         tokens.push_back(next);
         text += table.decode(next);
     }
@@ -105,10 +106,10 @@ static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, 
 // A data loader over this rank's slices (the ranks of one data-parallel replica read the same ones);
 // an error in its shards also names the flag.
 static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::string& pattern, int B,
-                                               int T, const GPTConfig& config, bool shuffle,
+                                               int T, const ModelConfig& config, bool shuffle,
                                                uint64_t seed, const Mesh& mesh) {
     try {
-        return std::make_unique<DataLoader>(pattern, B, T, mesh.data_rank, mesh.data, config.vocab_size,
+        return std::make_unique<DataLoader>(pattern, B, T, mesh.data_rank, mesh.data, model_vocab_size(config),
                                             shuffle, seed);
     } catch (const InputError& e) { fail("%s: %s", flag, e.what()); }
 }
@@ -119,13 +120,13 @@ static std::unique_ptr<DataLoader> open_loader(const char* flag, const std::stri
 static CheckpointPart take_checkpoint_part(TrainModel& model, const TrainingState& state, RankGroup& ranks) {
     CheckpointPart p;
     p.step = state.step, p.rank = ranks.rank, p.num_ranks = ranks.num_ranks;
-    p.config = model.config(), p.weight_type = model.working_weight_type();
+    p.config = model.model_config(), p.weight_type = model.working_weight_type();
     p.state = state;
     OptimizerPart part = model.optimizer_part();
     p.state.ranges = std::move(part.ranges);
     p.state.params = std::move(part.master), p.state.adam_m = std::move(part.m), p.state.adam_v = std::move(part.v);
     p.state.compression = model.compression_state();
-    p.weights = assemble_on_rank0(model.working_weights_part(), param_layout(model.config()).total, ranks);
+    p.weights = assemble_on_rank0(model.working_weights_part(), parameter_count(model.model_config()), ranks);
     return p;
 }
 
@@ -171,7 +172,7 @@ struct Run {
     const bool main_rank;
     TrainOptions opt;
     DataChoice data_choice;
-    GPTConfig config;
+    ModelConfig config;  // the family and its shape
     Mesh mesh;
     int B = 0, T = 0, accum_steps = 1, max_steps = 0, last_step = 0;
     OptimizerSettings optimizer{0.0f};  // every step's, but its learning rate and clipping factor
@@ -271,23 +272,26 @@ static void start_snapshot(Run& run, const CheckpointPart& part) {
     run.snapshot_pending = step;
 }
 
-// The model's shape, from -e's descriptor or the model file (whose weights it returns too).
-static GPTConfig model_shape(const TrainOptions& opt, ModelFile* model_file) {
-    const bool from_descriptor = is_model_descriptor(opt.model);
-    if (from_descriptor) {
-        try {
-            return config_from_descriptor(opt.model);
-        } catch (const InputError& e) { fail("-e (--model): %s", e.what()); }
-    }
+// The model's family and shape, from -e's descriptor (GPT-2's or Llama 3's) or the model file (whose
+// weights it returns too).
+static ModelConfig model_shape(const TrainOptions& opt, AnyModelFile* model_file) {
+    try {
+        if (is_llama_descriptor(opt.model)) return llama3_model(llama_config_from_descriptor(opt.model));
+        if (is_model_descriptor(opt.model)) return gpt2_model(config_from_descriptor(opt.model));
+    } catch (const InputError& e) { fail("-e (--model): %s", e.what()); }
     if (!path_exists(opt.model))
         fail("-e (--model): '%s' is neither a model descriptor nor an existing file", opt.model.c_str());
-    *model_file = with_flag("-e (--model)", [&] { return read_model_file(opt.model); });
+    *model_file = with_flag("-e (--model)", [&] { return read_any_model_file(opt.model); });
     return model_file->config;
 }
 
 // The data loaders, checked to be the same files on every rank, and the number of steps.
 static void open_data(Run& run) {
     const TrainOptions& opt = run.opt;
+    if (is_llama3(run.config) && opt.train_data.find("janeausten_llama3_train.bin") != std::string::npos &&
+        !path_exists(opt.train_data))
+        fail("-i (--train-data): %s: the built-in dataset in Llama 3 tokens is not there yet; data/prepare janeausten "
+             "--tokenizer llama3 builds it", opt.train_data.c_str());
     run.train_loader = open_loader("-i (--train-data)", opt.train_data, run.B, run.T, run.config, opt.shuffle,
                                    opt.seed, run.mesh);
     if (opt.val_every > 0 && !opt.val_data.empty())
@@ -308,7 +312,7 @@ static void open_data(Run& run) {
 // model; the slices it keeps are read once the model exists (resume_model). Returns false when there
 // is nothing to resume from.
 struct Resumed {
-    std::unique_ptr<ModelFileReader> weights;  // the checkpoint's model file, its header checked
+    std::unique_ptr<ModelWeightsReader> weights;  // the checkpoint's model file, its header checked
     std::unique_ptr<CheckpointState> state;    // its state files, checked to cover the model
 };
 static bool read_resume_point(Run& run, Resumed* resumed) {
@@ -320,7 +324,7 @@ static bool read_resume_point(Run& run, Resumed* resumed) {
     TrainingStateFile first = open_training_state(path);
     check_same_run(first.state().shape, run.state.shape, path);
     check_same_optimizer(first.state().optimizer, run.state.optimizer, path);
-    resumed->weights = std::make_unique<ModelFileReader>(checkpoint_model_path(opt.output_dir, checkpoints.back()));
+    resumed->weights = std::make_unique<ModelWeightsReader>(checkpoint_model_path(opt.output_dir, checkpoints.back()));
     resumed->state = std::make_unique<CheckpointState>(opt.output_dir, checkpoints.back(), std::move(first));
     const TrainingState& saved = resumed->state->first();
     run.train_loader->set_position(
@@ -367,17 +371,17 @@ static void resume_model(Run& run, Resumed& resumed) {
     const uint64_t peak = peak_resident_bytes();
     counts.resident_growth = peak > resident_before ? peak - resident_before : 0;
     resumed = Resumed();
-    run.resume_report = resharding_report(gather_counts(counts, run.ranks), param_layout(run.config).total);
+    run.resume_report = resharding_report(gather_counts(counts, run.ranks), parameter_count(run.config));
 }
 
 // The model, with its weights: the checkpoint's, the model file's, or fresh ones from the descriptor.
-static void create_model(Run& run, ModelFile& model_file, Resumed& resumed) {
+static void create_model(Run& run, AnyModelFile& model_file, Resumed& resumed) {
     run.model = run.spec.create_model(run.config, run.opt);
     if (run.resuming) {
         resume_model(run, resumed);
     } else if (model_file.params.empty()) {
-        std::vector<float> weights(param_layout(run.config).total);
-        gpt_init_params(run.config, run.opt.seed, weights.data());
+        std::vector<float> weights(parameter_count(run.config));
+        init_model_params(run.config, run.opt.seed, weights.data());
         run.model->set_working_weights(weights);
     } else {
         run.model->set_working_weights(model_file.params);
@@ -440,6 +444,24 @@ static void share_algorithms(Run& run, int step) {
                "those products there\n", rejected_anywhere);
 }
 
+// The trainer's defaults for the model's family: a Llama 3 model reads Llama 3 tokens, so where -i, -j
+// and --tokenizer were left at their defaults it reads the built-in dataset's Llama 3 shards and
+// decodes samples with Llama 3's table (data/prepare janeausten --tokenizer llama3 writes them).
+static TrainOptions family_defaults(TrainOptions defaults, const ModelConfig& config, TrainOptions* opt) {
+    if (!is_llama3(config)) return defaults;
+    struct Default {
+        std::string TrainOptions::*field;
+        const char* llama3;
+    };
+    for (const Default d : {Default{&TrainOptions::train_data, "data/janeausten/janeausten_llama3_train.bin"},
+                            Default{&TrainOptions::val_data, "data/janeausten/janeausten_llama3_val.bin"},
+                            Default{&TrainOptions::tokenizer, "data/llama3_tokenizer.bin"}}) {
+        if (opt->*d.field == defaults.*d.field) opt->*d.field = d.llama3;
+        defaults.*d.field = d.llama3;
+    }
+    return defaults;
+}
+
 // Everything before the first step: flags, model shape, data, resume point, all checked before
 // anything is written; then the model, the output folder and the metrics log. Returns false when the
 // run ends here (--help, --dry-run), with *status set.
@@ -451,10 +473,9 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return false;
     run.ranks.check_same(command_line_fingerprint(argc, argv), "the command line");
     install_interrupt_handlers(run.main_rank);
-    run.data_choice = choose_data_paths(&opt, spec.defaults);
-
-    ModelFile model_file;
+    AnyModelFile model_file;
     run.config = model_shape(opt, &model_file);
+    run.data_choice = choose_data_paths(&opt, family_defaults(spec.defaults, run.config, &opt));
     const int planned = planned_ranks(opt, run.ranks);
     if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
         fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");
@@ -488,7 +509,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     if (opt.snapshot_every > 0) run.snapshot_root = snapshot_root(opt);
     check_host_memory(spec.host_memory_needed ? spec.host_memory_needed(run.config, opt) : ModelMemory(),
                       run.config, opt, run.resuming, !model_file.params.empty());
-    run.hellaswag.reset(new HellaSwagEval(opt, run.config.vocab_size));
+    run.hellaswag.reset(new HellaSwagEval(opt, model_vocab_size(run.config), is_gpt2(run.config)));
     create_model(run, model_file, resumed);
     load_algorithms(run);
     prepare_sampling(run);
@@ -528,9 +549,9 @@ static void print_checkpoint_plan(const Run& run) {
     const TrainOptions& opt = run.opt;
     if (opt.output_dir.empty()) return;
     const double MiB = 1048576.0;
-    const double model_file = param_layout(run.config).total *
+    const double model_file = parameter_count(run.config) *
                               (run.model->working_weight_type() == WeightType::FP32 ? 4.0 : 2.0) / MiB;
-    const double state_part = 12.0 * param_layout(run.config).total / run.ranks.num_ranks / MiB;  // about
+    const double state_part = 12.0 * parameter_count(run.config) / run.ranks.num_ranks / MiB;  // about
     printf("checkpoints: %s, %s; host memory while one is written: about %.1f MiB on rank 0, %.1f MiB on the "
            "others\n",
            opt.checkpoint_every > 0 ? strprintf("every %d steps", opt.checkpoint_every).c_str() : "at the end",
@@ -549,7 +570,7 @@ static void print_report(const Run& run) {
     const TrainOptions& opt = run.opt;
     const Mesh& mesh = run.mesh;
     printf("model: %s (%s), %zu parameters\n", model_source_text(opt, run.resuming, run.state.step).c_str(),
-           describe_config(run.config).c_str(), param_layout(run.config).total);
+           describe_model(run.config).c_str(), parameter_count(run.config));
     printf("compute: %s\n", run.model->description().c_str());
     if (run.ranks.num_ranks > 1) printf("ranks: %s\n", run.ranks.description().c_str());
     if (mesh.tensor > 1 || mesh.pipeline > 1)

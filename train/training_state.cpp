@@ -7,6 +7,7 @@
 
 #include "base/errors.h"
 #include "base/file_io.h"
+#include "base/llama_descriptor.h"
 #include "base/model_descriptor.h"
 #include "parallel/plan/compression_cost.h"
 
@@ -26,6 +27,9 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t hash) {
 // The fixed-size start of the payload as a list of byte ranges, in file order, shared by writer and
 // reader. Version 1 ended it with a `sharded` flag (always 0 in the files read here) where version 2
 // has the mesh and the optimizer (a field that was reserved, and written as 0, before LAMB and LARS).
+// Version 4 adds the model's family after them, with Llama 3's own shape (zeros for GPT-2). The six
+// shape slots before them are GPT-2's config (maxT, V, Vp, L, NH, C); a Llama 3 state holds maxT,
+// V, V, L, H, C there.
 struct Piece {
     void* data;
     size_t bytes;
@@ -33,10 +37,53 @@ struct Piece {
 struct MeshFields {
     int32_t data_ranks, tensor_parallel, pipeline_parallel, optimizer;
 };
-static std::vector<Piece> fixed_pieces(TrainingState& s, uint32_t version, MeshFields* mesh,
-                                       int64_t* v1_sharded) {
+struct FamilyFields {
+    int32_t family, kv_heads, ffn_channels, scaling_on, scaling_original_max, unused;
+    double rope_theta, rmsnorm_eps, scaling_factor, scaling_low_freq, scaling_high_freq;
+};
+static_assert(sizeof(FamilyFields) == 64, "saved byte for byte");
+
+// The shape slots and the family fields of a config, and the config of read ones.
+static GPTConfig shape_slots(const ModelConfig& m) {
+    if (is_gpt2(m)) return m.gpt;
+    const LlamaConfig& c = m.llama;
+    GPTConfig slots;
+    slots.max_seq_len = c.max_seq_len, slots.vocab_size = c.vocab_size, slots.padded_vocab_size = c.vocab_size;
+    slots.num_layers = c.num_layers, slots.num_heads = c.num_heads, slots.channels = c.channels;
+    return slots;
+}
+static FamilyFields family_fields(const ModelConfig& m) {
+    FamilyFields f = {};
+    if (is_gpt2(m)) return f;
+    const LlamaConfig& c = m.llama;
+    f.family = (int32_t)ModelFamily::LLAMA3;
+    f.kv_heads = c.num_kv_heads, f.ffn_channels = c.ffn_channels;
+    f.scaling_on = c.rope_scaling.enabled ? 1 : 0, f.scaling_original_max = c.rope_scaling.original_max_position;
+    f.rope_theta = c.rope_theta, f.rmsnorm_eps = c.rmsnorm_eps;
+    f.scaling_factor = c.rope_scaling.factor, f.scaling_low_freq = c.rope_scaling.low_freq_factor;
+    f.scaling_high_freq = c.rope_scaling.high_freq_factor;
+    return f;
+}
+static ModelConfig model_of_fields(const GPTConfig& slots, const FamilyFields& f, const std::string& path) {
+    if (f.family == (int32_t)ModelFamily::GPT2) return gpt2_model(slots);
+    if (f.family != (int32_t)ModelFamily::LLAMA3 || (f.scaling_on != 0 && f.scaling_on != 1))
+        fail("%s: unknown model family %d (0 GPT-2, 1 Llama 3) or RoPE scaling flag %d", path.c_str(), f.family,
+             f.scaling_on);
+    LlamaConfig c;
+    c.max_seq_len = slots.max_seq_len, c.vocab_size = slots.vocab_size, c.num_layers = slots.num_layers;
+    c.num_heads = slots.num_heads, c.channels = slots.channels;
+    c.num_kv_heads = f.kv_heads, c.ffn_channels = f.ffn_channels;
+    c.rope_theta = f.rope_theta, c.rmsnorm_eps = f.rmsnorm_eps;
+    c.rope_scaling.enabled = f.scaling_on == 1, c.rope_scaling.original_max_position = f.scaling_original_max;
+    c.rope_scaling.factor = f.scaling_factor, c.rope_scaling.low_freq_factor = f.scaling_low_freq;
+    c.rope_scaling.high_freq_factor = f.scaling_high_freq;
+    return llama3_model(c);
+}
+
+static std::vector<Piece> fixed_pieces(TrainingState& s, uint32_t version, GPTConfig* slots, MeshFields* mesh,
+                                       FamilyFields* family, int64_t* v1_sharded) {
     RunShape& r = s.shape;
-    GPTConfig& c = r.config;
+    GPTConfig& c = *slots;
     std::vector<Piece> pieces = {{&c.max_seq_len, 4},
                                  {&c.vocab_size, 4},
                                  {&c.padded_vocab_size, 4},
@@ -61,21 +108,26 @@ static std::vector<Piece> fixed_pieces(TrainingState& s, uint32_t version, MeshF
         pieces.push_back({v1_sharded, 8});
     else
         pieces.push_back({mesh, sizeof *mesh});
+    if (version >= 4) pieces.push_back({family, sizeof *family});
     return pieces;
 }
 static size_t fixed_bytes(uint32_t version) {
     TrainingState probe;
+    GPTConfig slots;
     MeshFields mesh;
+    FamilyFields family;
     int64_t sharded;
     size_t n = 0;
-    for (const Piece& p : fixed_pieces(probe, version, &mesh, &sharded)) n += p.bytes;
+    for (const Piece& p : fixed_pieces(probe, version, &slots, &mesh, &family, &sharded)) n += p.bytes;
     return n;
 }
 
 // The file's bytes as pieces (pointers into the state and into `scratch`, which holds the small
 // fields): the 32-byte header first, then the payload.
 struct StateScratch {
+    GPTConfig slots;
     MeshFields mesh;
+    FamilyFields family;
     uint64_t range_count, compression_count, lengths[3], payload_bytes, checksum;
     int32_t compression_fields[2];
     uint32_t version[2];
@@ -86,12 +138,14 @@ static std::vector<Piece> state_file_pieces(const TrainingState& state, StateScr
         s.params.size() != s.adam_v.size())
         fail("internal error: a training state's ranges list %zu elements, its arrays hold %zu, %zu, %zu",
              ranges_size(s.ranges), s.params.size(), s.adam_m.size(), s.adam_v.size());
+    k->slots = shape_slots(s.shape.config);
+    k->family = family_fields(s.shape.config);
     k->mesh = {s.data_ranks, s.tensor_parallel, s.pipeline_parallel, (int32_t)s.optimizer};
     k->range_count = s.ranges.size();
     k->compression_fields[0] = s.compression.method, k->compression_fields[1] = s.compression.data_ranks;
     k->compression_count = s.compression.values.size();
     k->lengths[0] = s.params.size(), k->lengths[1] = s.adam_m.size(), k->lengths[2] = s.adam_v.size();
-    std::vector<Piece> payload = fixed_pieces(s, TRAINING_STATE_VERSION, &k->mesh, nullptr);
+    std::vector<Piece> payload = fixed_pieces(s, TRAINING_STATE_VERSION, &k->slots, &k->mesh, &k->family, nullptr);
     payload.push_back({&k->range_count, sizeof k->range_count});
     payload.push_back({s.ranges.data(), s.ranges.size() * sizeof(LayoutRange)});
     payload.push_back({k->compression_fields, sizeof k->compression_fields});
@@ -192,9 +246,12 @@ static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t l
                                  uint64_t* compression_at, uint64_t* compression_count) {
     const std::string& path = in.file.path();
     TrainingState s;
+    GPTConfig slots;
     MeshFields mesh = {0, 0, 0, 0};
+    FamilyFields family = {};  // GPT-2's before version 4
     int64_t v1_sharded = 0;
-    for (const Piece& p : fixed_pieces(s, version, &mesh, &v1_sharded)) in.read(p.data, p.bytes);
+    for (const Piece& p : fixed_pieces(s, version, &slots, &mesh, &family, &v1_sharded)) in.read(p.data, p.bytes);
+    s.shape.config = model_of_fields(slots, family, path);
     if (version == 1) {
         if (v1_sharded != 0)
             fail("%s: a ZeRO shard in the version 1 format, which this build cannot put back together; "
@@ -242,7 +299,10 @@ static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t l
 // The run's fields: a valid config, a plausible shape, rank, step and mesh, outlier windows in
 // range, and three arrays of one length.
 static void check_run_fields(const TrainingState& s, const uint64_t lengths[3], const std::string& path) {
-    validate_config(s.shape.config, path + " config");
+    if (is_llama3(s.shape.config))
+        validate_llama_config(s.shape.config.llama, path + " config");
+    else
+        validate_config(s.shape.config.gpt, path + " config");
     const RunShape& r = s.shape;
     if (r.batch_size <= 0 || r.seq_len <= 0 || r.total_batch <= 0 || r.num_ranks <= 0 ||
         s.rank < 0 || s.rank >= r.num_ranks || s.step < 0 || s.data_ranks <= 0 ||
@@ -264,11 +324,11 @@ static void check_run_fields(const TrainingState& s, const uint64_t lengths[3], 
 // The ranges: a version 1 state holds the whole model (its ranges are set here); each range lies
 // inside the model, and together they list exactly the `values` parameters the state holds.
 static void check_ranges(TrainingState& s, uint64_t values, uint32_t version, const std::string& path) {
-    const size_t total = param_layout(s.shape.config).total;
+    const size_t total = parameter_count(s.shape.config);
     if (version == 1) {
         if (values != total)
             fail("%s: holds %llu parameters, its config (%s) has %zu", path.c_str(), (unsigned long long)values,
-                 describe_config(s.shape.config).c_str(), total);
+                 describe_model(s.shape.config).c_str(), total);
         s.ranges = whole_model_ranges(total);
     }
     uint64_t listed = 0;  // stops growing past the array's length, so it cannot wrap around
@@ -323,10 +383,10 @@ TrainingState read_training_state(const std::string& path) {
 }
 
 void check_same_run(const RunShape& saved, const RunShape& now, const std::string& path) {
-    const GPTConfig &a = saved.config, &b = now.config;
-    if (!same_shape(a, b))
+    const ModelConfig &a = saved.config, &b = now.config;
+    if (!same_model(a, b))
         fail("%s: saved model %s differs from this run's %s", path.c_str(),
-             describe_config(a).c_str(), describe_config(b).c_str());
+             describe_model(a).c_str(), describe_model(b).c_str());
     // Not compared: -d (a different total batch only changes the accumulation; train/run_folder.cpp
     // asks for --accept-changes) and the number of ranks (the run re-shards on resume).
     struct Field {

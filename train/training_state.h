@@ -16,6 +16,11 @@
 //           2 int8, 3 sign), the data ranks it was made for (i32), its layout fingerprint (u64), a u64
 //           count and that many fp32 values (the error-feedback residuals and PowerSGD's Q factors,
 //           count 0 without compression).
+//           Version 4 adds, after the mesh and the optimizer, the model's family (i32: 0 GPT-2,
+//           1 Llama 3) and Llama 3's own shape (i32 key/value heads, MLP width, RoPE scaling on,
+//           its original_max_position, one unused; f64 RoPE θ, RMSNorm ε, the scaling's factor,
+//           low_freq_factor, high_freq_factor; all zero for GPT-2); a Llama 3 state's six config slots
+//           hold maxT, V, V, L, H, C. Earlier versions are GPT-2's.
 // The files of all ranks of a checkpoint cover the model exactly once (base/model_part.h), so a run
 // on any mesh and ZeRO stage reassembles them without knowing how they were cut. Version 1 files
 // (whole-model state without ranges) are read too, as AdamW's, and version 2 files as without compression.
@@ -30,7 +35,7 @@
 
 #include "base/compression_state.h"
 #include "base/file_io.h"
-#include "base/gpt_config.h"
+#include "base/model_config.h"
 #include "base/model_part.h"
 #include "base/optimizer_settings.h"
 #include "base/outlier_detector.h"
@@ -38,7 +43,7 @@
 
 // What must be the same for a resumed run to be a continuation.
 struct RunShape {
-    GPTConfig config;
+    ModelConfig config;
     int32_t batch_size = 0;   // B
     int32_t seq_len = 0;      // T
     int64_t total_batch = 0;  // tokens per step (-d)
@@ -63,7 +68,7 @@ struct TrainingState {
     std::vector<float> adam_m, adam_v;
 };
 
-constexpr uint32_t TRAINING_STATE_VERSION = 3;
+constexpr uint32_t TRAINING_STATE_VERSION = 4;
 
 void write_training_state(const std::string& path, const TrainingState& state);
 // The bytes write_training_state writes, for a writer that writes them later or elsewhere.

@@ -251,17 +251,76 @@ TEST(api_adamw_learns_a_repeated_sequence) {
     }
     CHECK_MSG(std::fabs(first - std::log(11.0f)) < 0.1f, "initial loss %.3f, not near ln(11)", first);
     CHECK_MSG(loss < 0.05f, "loss after 300 steps: %.4f", loss);
-    OptimizerSettings lamb = adamw;
-    lamb.kind = OptimizerKind::LAMB;
-    bool refused = false;
-    try {
-        llama_cpu_update(model, lamb, 1);
-    } catch (const std::invalid_argument&) {
-        refused = true;
-    }
-    CHECK(refused);
     llama_cpu_free(model);
 }
+
+// LAMB and LARS take each tensor's own norms (model.layers.1.mlp.up_proj.weight is one tensor): one
+// step of each against the definitions in double, written here, per tensor of llama_tensors; weight
+// decay on the matrices, and under --layer-adaptation matrices no trust ratio for the norms' weights.
+static void check_layer_adaptive_step(OptimizerKind kind, LayerAdaptation adaptation) {
+    const LlamaConfig c = odd_config();
+    const int B = 1, T = 5;
+    LlamaCpu* model = llama_cpu_create(c, B, T);
+    std::mt19937 rng(46);
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    for (float& p : llama_cpu_params(model)) p = normal(rng);
+    for (float& m : llama_cpu_adam_m(model)) m = 0.01f * normal(rng);
+    for (float& v : llama_cpu_adam_v(model)) v = 0.01f * std::fabs(normal(rng));
+    std::vector<int> in(B * T), tg(B * T);
+    for (int i = 0; i < B * T; i++) in[i] = (3 * i + 1) % c.vocab_size, tg[i] = (5 * i + 2) % c.vocab_size;
+    llama_cpu_zero_grad(model);
+    llama_cpu_forward(model, in.data(), tg.data(), B, T);
+    llama_cpu_backward(model, 1.0f);
+    const std::vector<float> p0 = llama_cpu_params(model), m0 = llama_cpu_adam_m(model),
+                             v0 = llama_cpu_adam_v(model), g = llama_cpu_grads(model);
+    OptimizerSettings s;
+    s.kind = kind, s.layer_adaptation = adaptation;
+    s.learning_rate = 0.01f, s.weight_decay = 0.1f, s.grad_scale = 0.7f;
+    s.beta1 = 0.9f, s.beta2 = 0.999f, s.eps = 1e-6f, s.momentum = 0.9f, s.trust_coefficient = 0.001f;
+    const int step = 3;
+    llama_cpu_update(model, s, step);
+    double worst = 0;
+    for (const LlamaTensor& t : llama_tensors(c)) {
+        const size_t n = t.size(), o = t.offset;
+        const double wd = t.is_matrix() ? s.weight_decay : 0.0;
+        const bool adapt = t.is_matrix() || adaptation == LayerAdaptation::ALL;
+        std::vector<double> u(n);
+        double pp = 0, uu = 0;
+        for (size_t i = 0; i < n; i++) {
+            const double gi = (double)s.grad_scale * g[o + i], p = p0[o + i];
+            if (kind == OptimizerKind::LAMB) {
+                const double m = s.beta1 * (double)m0[o + i] + (1 - (double)s.beta1) * gi;
+                const double v = s.beta2 * (double)v0[o + i] + (1 - (double)s.beta2) * gi * gi;
+                u[i] = (m / (1 - std::pow((double)s.beta1, step))) /
+                           (std::sqrt(v / (1 - std::pow((double)s.beta2, step))) + s.eps) + wd * p;
+            } else {
+                u[i] = gi + wd * p;
+            }
+            pp += p * p, uu += u[i] * u[i];
+        }
+        const bool norms = pp > 0 && uu > 0;  // else the ratio is 1 (LARS's ℓ too)
+        const double ratio = norms ? std::sqrt(pp) / std::sqrt(uu) : 1.0;
+        for (size_t i = 0; i < n; i++) {
+            double expected;
+            if (kind == OptimizerKind::LAMB) {
+                expected = p0[o + i] - s.learning_rate * (adapt ? ratio : 1.0) * u[i];
+            } else {  // LARS: b = μ·b + ℓ·g', ℓ = η·‖p‖/‖g'‖
+                const double local = adapt && norms ? s.trust_coefficient * ratio : 1.0;
+                expected = p0[o + i] - s.learning_rate * (s.momentum * (double)m0[o + i] + local * u[i]);
+            }
+            const double got = llama_cpu_params(model)[o + i];
+            worst = std::max(worst, std::fabs(got - expected) / (std::fabs(expected) + 1e-3));
+        }
+    }
+    // fp32 arithmetic against double over tensors of up to a few hundred values
+    CHECK_MSG(worst < 2e-5, "%s: worst relative error %.3g", optimizer_name(kind), worst);
+    llama_cpu_free(model);
+}
+
+TEST(api_lamb_step_per_tensor) { check_layer_adaptive_step(OptimizerKind::LAMB, LayerAdaptation::ALL); }
+TEST(api_lamb_step_matrices_only) { check_layer_adaptive_step(OptimizerKind::LAMB, LayerAdaptation::MATRICES); }
+TEST(api_lars_step_per_tensor) { check_layer_adaptive_step(OptimizerKind::LARS, LayerAdaptation::ALL); }
+TEST(api_lars_step_matrices_only) { check_layer_adaptive_step(OptimizerKind::LARS, LayerAdaptation::MATRICES); }
 
 TEST(api_rejects_misuse) {
     const LlamaConfig c = small_gqa_config();

@@ -14,8 +14,9 @@ class CheckingModel : public EvalOnlyModel {
 public:
     explicit CheckingModel(int max_T) {
         config_.vocab_size = 64, config_.padded_vocab_size = 128, config_.max_seq_len = max_T;
+        model_ = gpt2_model(config_);
     }
-    const GPTConfig& config() const override { return config_; }
+    const ModelConfig& model_config() const override { return model_; }
     std::string description() const override { return "checking fake"; }
     float forward(const int* inputs, const int* targets, int B, int T) override {
         if (B != 1 || T < 1 || T > config_.max_seq_len || targets) {
@@ -38,6 +39,7 @@ public:
 
 private:
     GPTConfig config_;
+    ModelConfig model_;
     std::vector<int> row_;
 };
 

@@ -98,10 +98,10 @@ static void model_seeds() {
 
 static void state_seeds() {
     TrainingState s;
-    s.shape.config = tiny_config();
+    s.shape.config = gpt2_model(tiny_config());
     s.shape.batch_size = 1, s.shape.seq_len = 2, s.shape.total_batch = 2;
     s.step = 3;
-    s.params = some_values(param_layout(s.shape.config).total);
+    s.params = some_values(parameter_count(s.shape.config));
     s.adam_m = s.adam_v = s.params;
     s.ranges = whole_model_ranges(s.params.size());
     const Bytes valid = written([&](auto& path) { write_training_state(path, s); });

@@ -12,9 +12,14 @@
 #include "train/metrics_log.h"
 #include "train/training_state.h"
 
+// The compression section of a state without compression (version 3 on), and version 4's model
+// family block after the mesh (6 i32 and 5 f64).
+constexpr size_t EMPTY_COMPRESSION_BYTES = 4 + 4 + 8 + 8;
+constexpr size_t FAMILY_BYTES = 64;
+
 static TrainingState sample_state() {
     TrainingState s;
-    s.shape.config = config_from_descriptor("custom:L2:C32:H2:V300:T16");
+    s.shape.config = gpt2_model(config_from_descriptor("custom:L2:C32:H2:V300:T16"));
     s.shape.batch_size = 2;
     s.shape.seq_len = 8;
     s.shape.total_batch = 32;
@@ -27,7 +32,7 @@ static TrainingState sample_state() {
     s.sample_rng_state = 0x0123456789ABCDEFull;
     for (int i = 0; i < 130; i++) s.loss_detector.update(i * 0.5);
     for (int i = 0; i < 7; i++) s.norm_detector.update(i);
-    const size_t n = param_layout(s.shape.config).total;
+    const size_t n = parameter_count(s.shape.config);
     s.ranges = whole_model_ranges(n);
     Rng rng(5);
     for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) {
@@ -58,6 +63,42 @@ TEST(training_state_round_trip) {
     CHECK(read_all(dir + "/state.bin") == read_all(dir + "/again.bin"));
 }
 
+// A Llama 3 run's state (version 4's family block): its whole shape, RoPE scaling included, comes back;
+// a GPT-2 run of the same slots, or another RoPE scaling, is another model; a family number past the
+// known ones is refused.
+TEST(training_state_keeps_a_llama_shape) {
+    const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
+    TrainingState s = sample_state();
+    LlamaConfig c;
+    c.num_layers = 2, c.channels = 16, c.num_heads = 4, c.num_kv_heads = 2, c.ffn_channels = 40;
+    c.vocab_size = 77, c.max_seq_len = 32, c.rope_theta = 1234.5, c.rmsnorm_eps = 1e-6;
+    c.rope_scaling.enabled = true, c.rope_scaling.factor = 4, c.rope_scaling.original_max_position = 24;
+    s.shape.config = llama3_model(c);
+    const size_t n = parameter_count(s.shape.config);
+    s.ranges = whole_model_ranges(n);
+    for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) v->assign(n, 0.25f);
+    write_training_state(path, s);
+    const TrainingState r = read_training_state(path);
+    CHECK(is_llama3(r.shape.config) && same_model(r.shape.config, s.shape.config));
+    CHECK(r.shape.config.llama.rope_scaling.factor == 4 && r.shape.config.llama.rmsnorm_eps == 1e-6);
+    check_same_run(r.shape, s.shape, path);
+    RunShape other = s.shape;
+    other.config.llama.rope_scaling.original_max_position = 8192;
+    expect_input_error([&] { check_same_run(r.shape, other, path); }, {"saved model Llama 3", "differs"});
+    other = s.shape;
+    other.config = gpt2_model(config_from_descriptor("custom:L2:C16:H4:V77:T32"));
+    expect_input_error([&] { check_same_run(r.shape, other, path); }, {"saved model Llama 3", "GPT-2"});
+    // The family number (the block's first field, after the mesh) set to 2, the checksum redone.
+    std::vector<unsigned char> bytes = read_all(path);
+    const size_t family_at = bytes.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - FAMILY_BYTES;
+    const int32_t unknown = 2;
+    memcpy(&bytes[family_at], &unknown, 4);
+    const uint64_t checksum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    memcpy(&bytes[24], &checksum, 8);
+    write_all(path, bytes);
+    expect_input_error([&] { read_training_state(path); }, {path, "unknown model family 2"});
+}
+
 // A part of the state (what one rank of a split model writes): its ranges come back as written, and
 // ranges that leave the model or do not match the arrays are refused.
 TEST(training_state_part_keeps_its_ranges) {
@@ -71,7 +112,7 @@ TEST(training_state_part_keeps_its_ranges) {
     CHECK(r.ranges.size() == 2 && r.ranges[0].offset == 10 && r.ranges[0].length == 5 &&
           r.ranges[1].offset == 100 && r.ranges[1].length == 20);
     CHECK(r.data_ranks == 1 && r.tensor_parallel == 2 && r.pipeline_parallel == 2 && r.params == s.params);
-    s.ranges = {{param_layout(s.shape.config).total - 4, 25}};
+    s.ranges = {{parameter_count(s.shape.config) - 4, 25}};
     write_training_state(path, s);
     expect_input_error([&] { read_training_state(path); }, {path, "lies outside the model"});
     s.ranges = {{10, 24}};
@@ -83,7 +124,7 @@ TEST(training_state_part_keeps_its_ranges) {
 
 // The empty compression section of a version 3 file (method, data ranks, layout, count): 24 bytes
 // between the ranges and the three arrays' lengths.
-constexpr size_t EMPTY_COMPRESSION_BYTES = 4 + 4 + 8 + 8;
+
 
 // The version 1 format (a whole-model state, before the ranges) is still read: the file is rebuilt
 // here from a version 3 one by the old layout (a zero `sharded` flag where the mesh is, no ranges, no
@@ -95,10 +136,11 @@ TEST(version1_training_state_is_read) {
     std::vector<unsigned char> v3 = read_all(path);
     const size_t n = s.params.size();
     // mesh, range count, one range, compression section
-    const size_t mesh_at = v3.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - 16;
+    const size_t mesh_at = v3.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - FAMILY_BYTES - 16;
     std::vector<unsigned char> v1(v3.begin(), v3.begin() + mesh_at);
-    v1.insert(v1.end(), 8, 0);                                                                  // sharded = 0
-    v1.insert(v1.end(), v3.begin() + mesh_at + 16 + 8 + 16 + EMPTY_COMPRESSION_BYTES, v3.end());  // lengths, arrays
+    v1.insert(v1.end(), 8, 0);  // sharded = 0
+    v1.insert(v1.end(), v3.begin() + mesh_at + 16 + FAMILY_BYTES + 8 + 16 + EMPTY_COMPRESSION_BYTES,
+              v3.end());  // lengths, arrays
     const uint32_t version = 1;
     const uint64_t payload = v1.size() - 32, checksum = fnv1a64(&v1[32], payload, FNV_OFFSET);
     memcpy(&v1[8], &version, 4), memcpy(&v1[16], &payload, 8), memcpy(&v1[24], &checksum, 8);
@@ -135,10 +177,12 @@ TEST(training_state_keeps_the_compression_state) {
     TrainingStateFile file = open_training_state(path);  // the values read on demand only
     CHECK(file.state().compression.values.empty() && file.read_compression().values == s.compression.values);
 
-    // Version 2: the section left out, the version field 2.
+    // Version 2: the section and the family block left out, the version field 2.
     const size_t n = s.params.size();
     const size_t section_at = without.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES;
-    std::vector<unsigned char> v2(without.begin(), without.begin() + section_at);
+    const size_t family_at = section_at - 16 - 8 - FAMILY_BYTES;  // before the range count and one range
+    std::vector<unsigned char> v2(without.begin(), without.begin() + family_at);
+    v2.insert(v2.end(), without.begin() + family_at + FAMILY_BYTES, without.begin() + section_at);
     v2.insert(v2.end(), without.begin() + section_at + EMPTY_COMPRESSION_BYTES, without.end());
     const uint32_t version = 2;
     const uint64_t payload = v2.size() - 32, checksum = fnv1a64(&v2[32], payload, FNV_OFFSET);
@@ -213,7 +257,7 @@ TEST(training_state_with_fields_out_of_range_is_refused) {
     // The three lengths sit just before the arrays; make the first two huge, keeping their sum.
     write_training_state(path, sample_state());
     std::vector<unsigned char> bytes = read_all(path);
-    const size_t n = param_layout(sample_state().shape.config).total;
+    const size_t n = parameter_count(sample_state().shape.config);
     const size_t lengths_at = bytes.size() - 3 * n * 4 - 3 * 8;
     uint64_t lengths[3];
     memcpy(lengths, &bytes[lengths_at], sizeof lengths);
@@ -235,7 +279,7 @@ TEST(training_state_names_its_optimizer) {
     write_training_state(path, s);
     const std::vector<unsigned char> adamw = read_all(path);
     const size_t n = s.params.size();
-    const size_t optimizer_at = adamw.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - 16 + 12;
+    const size_t optimizer_at = adamw.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - FAMILY_BYTES - 16 + 12;
     int32_t field = -1;
     memcpy(&field, &adamw[optimizer_at], 4);
     CHECK(field == 0 && read_training_state(path).optimizer == OptimizerKind::ADAMW);
@@ -270,7 +314,7 @@ TEST(resume_rejects_a_different_run) {
     expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); },
                        {"st.bin", "-b (batch size) = 2", "4"});
     other = s.shape;
-    other.config.num_layers = 3;
+    other.config.gpt.num_layers = 3;
     expect_input_error([&] { check_same_run(s.shape, other, "st.bin"); }, {"st.bin", "L=2", "L=3"});
     // Another -d (only the accumulation changes; run.json's check asks for --accept-changes) and
     // another number of ranks (the optimizer state is re-sharded) continue the same run.

@@ -15,9 +15,10 @@ class BigramModel : public EvalOnlyModel {
 public:
     explicit BigramModel(bool collective = false) : collective_(collective) {
         config_.vocab_size = 64, config_.padded_vocab_size = 128;
+        model_ = gpt2_model(config_);
     }
     bool forward_is_collective() const override { return collective_; }
-    const GPTConfig& config() const override { return config_; }
+    const ModelConfig& model_config() const override { return model_; }
     std::string description() const override { return "bigram fake"; }
     float forward(const int* inputs, const int*, int B, int T) override {
         row_.assign(inputs, inputs + B * T);
@@ -30,6 +31,7 @@ public:
 
 private:
     GPTConfig config_;
+    ModelConfig model_;
     std::vector<int> row_;
     bool collective_;
 };

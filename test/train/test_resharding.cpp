@@ -24,7 +24,7 @@ const char* MODEL = "custom:L2:C64:H2:V256:T32";
 // Rank `rank` of `ranks` holding `ranges` of the model, with values that name their element and array.
 TrainingState state_part(int rank, int ranks, const std::vector<LayoutRange>& ranges) {
     TrainingState s;
-    s.shape.config = config_from_descriptor(MODEL);
+    s.shape.config = gpt2_model(config_from_descriptor(MODEL));
     s.shape.batch_size = 2, s.shape.seq_len = 8, s.shape.total_batch = 16 * ranks;
     s.shape.num_ranks = ranks, s.data_ranks = ranks;
     s.rank = rank, s.step = 7;
@@ -134,16 +134,16 @@ TEST(model_file_slices_are_the_whole_reads) {
     for (WeightType type : {WeightType::FP32, WeightType::BF16}) {
         write_model_file(path, config, weights.data(), type);
         const ModelFile whole = read_model_file(path);
-        ModelFileReader file(path);
+        ModelWeightsReader file(path);
         const Placement placement = random_placement(n, 4);
         ReshardingCounts counts;
-        const std::vector<float> placed = read_placed_weights(file, config, placement, &counts);
+        const std::vector<float> placed = read_placed_weights(file, gpt2_model(config), placement, &counts);
         CHECK(placed == place(placement, whole.params));
         CHECK(counts.bytes_held == 4 * placement.size);
     }
-    ModelFileReader file(path);
+    ModelWeightsReader file(path);
     ReshardingCounts counts;
-    expect_input_error([&] { read_placed_weights(file, config_from_descriptor("custom:L3:C64:H2:V256:T32"),
+    expect_input_error([&] { read_placed_weights(file, gpt2_model(config_from_descriptor("custom:L3:C64:H2:V256:T32")),
                                                  whole_model_placement(n), &counts); },
                        {path, "holds a model"});
 }

@@ -274,7 +274,7 @@ TEST(output_folder_of_another_run_is_refused) {
     const std::string record(bytes.begin(), bytes.end());
     for (const char* key : {"\"commit\"", "\"command\"", "\"--max-steps\": \"4\"",
                             "\"--batch-size\": \"2\"", "\"train_files\"", "train.bin\"",
-                            "\"model_config\": \"L=2 H=2 C=64 V=64"})
+                            "\"model_config\": \"GPT-2 L=2 H=2 C=64 V=64"})
         CHECK_MSG(has(record, key), "run.json lacks %s:\n%s", key, record.c_str());
     // The same command again (llm.c's habit, and the quickstart's re-run) changes nothing there.
     const std::vector<unsigned char> metrics = read_all(metrics_log_path(out));
