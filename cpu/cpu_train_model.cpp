@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "base/errors.h"
+#include "cpu/fp32_train_model.h"
 #include "cpu/gemm.h"
 #include "cpu/gpt_cpu.h"
 #include "cpu/gpt_decode.h"
@@ -38,14 +39,11 @@ ModelMemory model_memory(const GPTCpuMemory& cpu) {
     return mem;
 }
 
-// Whether a run's optimizer keeps one moment (LARS: its momentum buffer, in adam_m) instead of two.
-bool keeps_one_moment(const TrainOptions& opt) { return opt.optimizer == "lars"; }
-
-class CpuTrainModel : public TrainModel {
+class CpuTrainModel : public Fp32TrainModel {
 public:
     CpuTrainModel(const GPTConfig& config, int B, int T, bool one_moment)
-        : model_(gpt_cpu_create(config, B, T)), model_config_(gpt2_model(config)), one_moment_(one_moment) {
-        if (one_moment_) std::vector<float>().swap(gpt_cpu_adam_v(model_));
+        : Fp32TrainModel(one_moment), model_(gpt_cpu_create(config, B, T)), model_config_(gpt2_model(config)) {
+        drop_second_moment();
     }
     ~CpuTrainModel() override {
         gpt_cpu_free(model_);
@@ -85,24 +83,6 @@ public:
         gpt_cpu_update(model_, settings, step);
     }
 
-    // The fp32 parameters are both the working and the master weights.
-    WeightType working_weight_type() const override { return WeightType::FP32; }
-    void set_working_weights(const std::vector<float>& weights) override {
-        gpt_cpu_params(model_) = weights;
-    }
-    std::vector<float> working_weights() override { return gpt_cpu_params(model_); }
-    void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
-                             const std::vector<float>& v) override {
-        gpt_cpu_params(model_) = master;
-        gpt_cpu_adam_m(model_) = m;
-        if (!one_moment_) gpt_cpu_adam_v(model_) = v;  // LARS: v is zeros in the state file
-    }
-    OptimizerPart optimizer_part() override {
-        const size_t n = gpt_cpu_params(model_).size();
-        return {whole_model_ranges(n), gpt_cpu_params(model_), gpt_cpu_adam_m(model_),
-                one_moment_ ? std::vector<float>(n, 0.0f) : gpt_cpu_adam_v(model_)};
-    }
-
     ModelMemory memory() const override { return model_memory(gpt_cpu_memory(model_)); }
 
     // Samples run through the key/value-cache decoder (cpu/gpt_decode.h) on the current weights.
@@ -125,10 +105,14 @@ public:
         } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
     }
 
+protected:
+    std::vector<float>& params() override { return gpt_cpu_params(model_); }
+    std::vector<float>& moment_m() override { return gpt_cpu_adam_m(model_); }
+    std::vector<float>& moment_v() override { return gpt_cpu_adam_v(model_); }
+
 private:
     GPTCpu* model_;
     const ModelConfig model_config_;
-    const bool one_moment_;
     GPTDecoder* decoder_ = nullptr;  // created by the first decode_reset
 };
 

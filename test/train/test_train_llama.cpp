@@ -6,7 +6,7 @@
 //     constant rate, weight decay on the matrices, global-norm clipping at 1): what the loop adds
 //     (data order, schedule, clipping, the model file in and out) is checked against that;
 //   - 8 steps straight and 4 + resume + 4 end in byte-identical checkpoints (the state file holds
-//     the Llama shape), with LAMB too;
+//     the Llama shape), with LAMB and LARS too;
 //   - samples print through a decode table, starting from its document-start token;
 //   - bad input: a shape that cannot be built, a checkpoint of another family, tokens outside the
 //     vocabulary, the CUDA trainer asked for a Llama model: one error line, nothing written.
@@ -136,6 +136,7 @@ static void check_resume_is_bitwise(const std::string& optimizer) {
 }
 TEST(llama_resume_is_bitwise_adamw) { check_resume_is_bitwise("adamw"); }
 TEST(llama_resume_is_bitwise_lamb) { check_resume_is_bitwise("lamb"); }
+TEST(llama_resume_is_bitwise_lars) { check_resume_is_bitwise("lars"); }
 
 TEST(llama_samples_print_from_the_decode_table) {
     const std::string dir = llama_data_dir();
