@@ -116,6 +116,19 @@ else
   fail decode_table_command_matches_janeausten_table "differs"
 fi
 
+# The built-in dataset in Llama 3 tokens (what a Llama 3 run reads by default): the novels encoded
+# with --tokenizer llama3, split as GPT-2's, and Llama 3's decode table beside it.
+"$PREPARE" janeausten --tokenizer llama3 >"$work/janeausten_llama3.log" 2>&1
+"$PREPARE" encode --tokenizer llama3 "$work"/novels/*.txt -o "$work/llama_novels.bin" >/dev/null
+"$PREPARE" decode-table --tokenizer llama3 -o "$work/llama_novels_table.bin" >/dev/null
+ltrain=data/janeausten/janeausten_llama3_train.bin lval=data/janeausten/janeausten_llama3_val.bin
+if [ -f $ltrain ] && [ -f $lval ] && cmp -s data/llama3_tokenizer.bin "$work/llama_novels_table.bin" &&
+   { payload $ltrain; payload $lval; } | cmp -s - <(payload "$work/llama_novels.bin"); then
+  pass janeausten_llama3_shards_are_the_novels_in_llama3_tokens
+else
+  fail janeausten_llama3_shards_are_the_novels_in_llama3_tokens "$(tail -1 "$work/janeausten_llama3.log")"
+fi
+
 # --- the dataset command: numbered shards of a fixed size, exact headers and sizes -----------------
 mkdir -p "$work/corpus/sub"
 cp "$work/novels/5_northanger_abbey.txt" "$work/corpus/a.txt"
