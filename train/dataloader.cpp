@@ -113,18 +113,19 @@ void DataLoader::load_shard(int shard) {
     const std::string& path = files_[shard];
     int token_bytes = 0;
     int64_t n = checked_token_count(path, &token_bytes);
-    tokens_.resize(n);
+    // Held at the shard's own width: a GPT-2 shard of 100M tokens takes 200 MB, not 400.
+    narrow_tokens_.clear(), wide_tokens_.clear();
     if (token_bytes == 4) {
-        read_bytes(path, FILE_HEADER_BYTES, tokens_.data(), n * sizeof(uint32_t));
+        wide_tokens_.resize(n);
+        read_bytes(path, FILE_HEADER_BYTES, wide_tokens_.data(), n * sizeof(uint32_t));
     } else {
-        std::vector<uint16_t> narrow(n);
-        read_bytes(path, FILE_HEADER_BYTES, narrow.data(), n * sizeof(uint16_t));
-        std::copy(narrow.begin(), narrow.end(), tokens_.begin());
+        narrow_tokens_.resize(n);
+        read_bytes(path, FILE_HEADER_BYTES, narrow_tokens_.data(), n * sizeof(uint16_t));
     }
     for (int64_t i = 0; i < n; i++)
-        if (tokens_[i] >= (uint32_t)vocab_size_)
+        if (token(i) >= (uint32_t)vocab_size_)
             fail("%s: token %u at index %lld is outside the vocabulary of %d", path.c_str(),
-                 tokens_[i], (long long)i, vocab_size_);
+                 token(i), (long long)i, vocab_size_);
     loaded_shard_ = shard;
 }
 
@@ -134,8 +135,8 @@ void DataLoader::next_batch(int* inputs, int* targets) {
     const int64_t chunk = chunk_at(shard, position_.epoch, position_.chunk_step);
     const int64_t start = (chunk * num_ranks_ + rank_) * (int64_t)B_ * T_;
     for (int64_t i = 0; i < (int64_t)B_ * T_; i++) {
-        inputs[i] = tokens_[start + i];
-        targets[i] = tokens_[start + i + 1];
+        inputs[i] = (int)token(start + i);
+        targets[i] = (int)token(start + i + 1);
     }
     // Advance: next chunk, else next shard, else next epoch.
     if (++position_.chunk_step == num_chunks_[shard]) {

@@ -50,7 +50,10 @@ private:
     std::vector<std::string> files_;
     std::vector<int64_t> num_chunks_;  // per file
     int loaded_shard_ = -1;
-    std::vector<uint32_t> tokens_;              // the loaded shard's tokens
+    // The loaded shard's tokens: GPT-2's uint16 or Llama 3's uint32 (the other vector is empty).
+    std::vector<uint16_t> narrow_tokens_;
+    std::vector<uint32_t> wide_tokens_;
+    uint32_t token(int64_t i) const { return wide_tokens_.empty() ? narrow_tokens_[i] : wide_tokens_[i]; }
     mutable std::vector<int64_t> chunk_order_;  // cached chunk order of (epoch, shard)
     mutable int64_t chunk_order_epoch_ = -1, chunk_order_shard_ = -1;
     LoaderPosition position_;
