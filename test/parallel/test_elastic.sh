@@ -14,7 +14,9 @@
 #     the next launch resumed from);
 #   - the launches and their reasons in launches.log; no partial (temporary) file left in the run
 #     folder, no snapshot left in memory.
-# Then the supervisor's one-line errors for impossible --ranks and -d.
+# Then --elastic-batch scale; the supervisor's choices through stand-in launchers (lost hosts left out,
+# a rank lost during a regrow stop counted as a failure); its one-line errors for impossible --ranks
+# and -d.
 set -u
 trainer="${BIN:-.}/train_gpt_emu_fp32"
 name=elastic_run_shrinks_and_regrows_and_matches_the_uninterrupted_run
@@ -187,6 +189,37 @@ if [ "$launched" = "4 ranks on: node01 node02 node03 |2 ranks on: node01 node03 
 else
   fail "supervisor_leaves_out_lost_hosts_and_rank_counts_that_cannot_keep_the_batch" "launches: $launched"
   sed 's/^/   | /' "$work/fake.log"
+fi
+
+# A rank lost while the job stops to regrow is a failure, not a clean stop. The stand-in launcher's
+# first launch (3 ranks) fails; its second (2 ranks) logs steps until the STOP file comes, then loses a
+# rank before the checkpoint of its last step is written; its third (2 ranks again) stops cleanly, with
+# that checkpoint; its fourth, regrown to 3 ranks, finishes the run.
+cat >"$work/stopper.sh" <<'LAUNCHER'
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+mkdir -p "$out" && echo >>"$out.launches"
+launch=$(wc -l <"$out.launches")
+lost() { echo "mpirun noticed that process rank $1 with PID 0 on node node01 exited on signal 9 (Killed)."; exit 137; }
+logs_until_stop() {  # logs steps $1..$2, then waits for the supervisor's STOP file
+  for ((s = $1; s <= $2; s++)); do echo "{\"step\": $s, \"loss\": 1.0}" >>"$out/metrics.jsonl"; done
+  for _ in $(seq 1 100); do [ -e "$out/STOP" ] && return; sleep 0.1; done
+  exit 2
+}
+case $launch in
+  1) lost 2 ;;
+  2) logs_until_stop 1 4; lost 1 ;;
+  3) logs_until_stop 5 8; touch "$out/DONE_00000008"; exit 143 ;;
+  4) touch "$out/DONE_00000010" ;;
+esac
+LAUNCHER
+bash scripts/supervise.sh --ranks 2:3 --regrow-after 3 --wait 0 --launcher "bash $work/stopper.sh" -- \
+  "$trainer" -o "$work/stopped" -x 10 -y 1 -b 2 -t 16 -d 192 >"$work/stopped.log" 2>&1
+launched=$(sed -n 's/.* on \([0-9]*\) ranks, [^;]*; \([a-z]*\).*/\1 \2/p' "$work/stopped/launches.log" | tr '\n' '|')
+if [ "$launched" = "3 start|2 after|2 after|3 regrowing|" ] && [ -e "$work/stopped/DONE_00000010" ]; then
+  echo "PASS supervisor_counts_a_rank_lost_during_a_regrow_stop_as_a_failure ($launched)"
+else
+  fail "supervisor_counts_a_rank_lost_during_a_regrow_stop_as_a_failure" "launches (ranks, reason): $launched"
+  sed 's/^/   | /' "$work/stopped.log"
 fi
 
 # The supervisor's refusals, one line each.
