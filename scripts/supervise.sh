@@ -18,12 +18,13 @@
 # hosts of the lost ranks left out (of --hostfile's list for mpirun, by {exclude} for srun), never
 # fewer than MIN. After --regrow-after steps (default 50) on fewer than MAX ranks it stops the job
 # cleanly (a STOP file in the output folder: every rank finishes the step and a checkpoint is written)
-# and launches it again on MAX ranks, every host back in. The global batch stays -d tokens: the
-# trainer's accumulation adapts to the ranks, and a rank count that cannot keep -d (B·T·ranks must
-# divide it) is passed over for the next smaller one that can. --elastic-batch scale keeps the
-# micro-steps instead: -d becomes B·T·ranks·(its micro-steps on MAX ranks) and the peak learning rate
-# follows the batch by the linear rule (--lr-scaling linear --base-batch <-d on MAX>). Every launch and
-# its reason go to launches.log in the output folder, and to this script's output.
+# and launches it again on MAX ranks, every host back in; a rank lost before that checkpoint is
+# complete makes the stop a failure like any other. The global batch stays -d tokens: the trainer's
+# accumulation adapts to the ranks, and a rank count that cannot keep -d (B·T·ranks must divide it) is
+# passed over for the next smaller one that can. --elastic-batch scale keeps the micro-steps instead:
+# -d becomes B·T·ranks·(its micro-steps on MAX ranks) and the peak learning rate follows the batch by
+# the linear rule (--lr-scaling linear --base-batch <-d on MAX>). Every launch and its reason go to
+# launches.log in the output folder, and to this script's output.
 set -u
 max_restarts=10 wait_s=5
 ranks_range="" regrow_after=50 hostfile="" elastic_batch=keep launcher="mpirun -np {n}"
@@ -214,6 +215,12 @@ while true; do
     [ -z "$ranks_range" ] && echo "supervise.sh: run done ($done_marker) after $restarts restart(s)"
     rm -f "$launch_hostfile" "$launch_output"
     exit 0
+  fi
+  # A regrow stop ends with the checkpoint of the step the run stopped at. Without it, a rank died
+  # before the stop was done (killed after the STOP file was written, or while writing that
+  # checkpoint): that is a failure, counted and handled as any other, not a clean stop.
+  if [ $regrowing = 1 ] && [ ! -e "$out_dir/$(printf 'DONE_%08d' "$(last_logged_step)")" ]; then
+    regrowing=0
   fi
   if [ $status -eq 1 ] && [ $regrowing = 0 ]; then
     echo "supervise.sh: the trainer refused its input (exit status 1); not restarting" >&2

@@ -15,7 +15,7 @@ BackgroundWriter::~BackgroundWriter() {
     if (!error_.empty()) fprintf(stderr, "error: %s\n", error_.c_str());
 }
 
-void BackgroundWriter::start(std::vector<FileImage> files, std::vector<std::string> remove_after) {
+void BackgroundWriter::start(std::vector<FileImage> files, std::vector<std::string> remove_first) {
     auto shared = std::make_shared<std::vector<FileImage>>(std::move(files));
     run(
         [shared]() {
@@ -25,20 +25,20 @@ void BackgroundWriter::start(std::vector<FileImage> files, std::vector<std::stri
                 file.commit();
             }
         },
-        std::move(remove_after));
+        std::move(remove_first));
 }
 
 void BackgroundWriter::start(std::function<void()> write_files) { run(std::move(write_files), {}); }
 
-void BackgroundWriter::run(std::function<void()> write_files, std::vector<std::string> remove_after) {
+void BackgroundWriter::run(std::function<void()> write_files, std::vector<std::string> remove_first) {
     wait();
     done_ = false;
-    thread_ = std::thread([this, write_files = std::move(write_files), remove_after = std::move(remove_after)]() {
+    thread_ = std::thread([this, write_files = std::move(write_files), remove_first = std::move(remove_first)]() {
         const auto start = std::chrono::steady_clock::now();
         try {
-            write_files();
             std::error_code ignored;  // a folder already gone is no error
-            for (const std::string& path : remove_after) std::filesystem::remove_all(path, ignored);
+            for (const std::string& path : remove_first) std::filesystem::remove_all(path, ignored);
+            write_files();
         } catch (const InputError& e) {
             error_ = e.what();
         }

@@ -24,9 +24,10 @@ public:
     BackgroundWriter(const BackgroundWriter&) = delete;
     BackgroundWriter& operator=(const BackgroundWriter&) = delete;
 
-    // Writes `files` in the background (in order), after waiting for the previous batch; then removes
-    // the files and folders `remove_after` names (older snapshots the new one replaces).
-    void start(std::vector<FileImage> files, std::vector<std::string> remove_after = {});
+    // After waiting for the previous batch: in the background, removes the files and folders
+    // `remove_first` names (older snapshots no longer needed, so that they free their memory before
+    // the new one takes it), then writes `files` (in order).
+    void start(std::vector<FileImage> files, std::vector<std::string> remove_first = {});
     // The same with a job that writes its files itself (a checkpoint's files, serialised, checksummed
     // and written piece by piece on the writer's thread, off the training thread).
     void start(std::function<void()> write_files);
@@ -38,7 +39,7 @@ public:
     double last_write_ms() const { return last_write_ms_; }
 
 private:
-    void run(std::function<void()> write_files, std::vector<std::string> remove_after);
+    void run(std::function<void()> write_files, std::vector<std::string> remove_first);
     std::thread thread_;
     std::atomic<bool> done_{true};
     std::string error_;

@@ -108,10 +108,14 @@ SnapshotWrite prepare_snapshot(const std::string& root, const CheckpointPart& mi
     std::error_code error;
     fs::create_directories(dir, error);
     if (error) fail("--snapshot-every: cannot create %s (%s)", dir.c_str(), error.message().c_str());
-    // Older snapshots but the newest: it stays until this one is written.
-    const std::vector<std::pair<long long, std::string>> older = snapshot_folders(held_by_path(root, ranks.rank));
-    for (size_t i = 0; i + 1 < older.size(); i++)
-        if (older[i].first != mine.step) write.remove.push_back(older[i].second);
+    // The older snapshots but the newest, removed before this one is written. The newest is complete
+    // on every rank (the loop waited for all of them before it logged this step) and stays until
+    // this one is: a failure meanwhile resumes from it, losing one step, not all since the last
+    // checkpoint. (This step's folder, just created, is not an older one.)
+    std::vector<std::pair<long long, std::string>> older;
+    for (const auto& folder : snapshot_folders(held_by_path(root, ranks.rank)))
+        if (folder.first != mine.step) older.push_back(folder);
+    for (size_t i = 0; i + 1 < older.size(); i++) write.remove.push_back(older[i].second);
     write.files = checkpoint_files(dir, mine);
     if (ranks.num_ranks > 1)  // the previous rank's part, kept here too
         for (FileImage& f : files_from_bytes(ranks.pass_to_next_rank(files_bytes(write.files)), dir))

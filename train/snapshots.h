@@ -48,7 +48,8 @@ std::vector<FileImage> checkpoint_files(const std::string& dir, const Checkpoint
 void write_checkpoint_files(const std::string& dir, const CheckpointPart& part);
 
 // Passes this rank's part to the next rank (a collective) and returns the files to write for the
-// snapshot (its own part and the previous rank's copy) and the older snapshot folders to remove.
+// snapshot (its own part and the previous rank's copy) and the older snapshot folders to remove
+// first. Call it once the snapshot before is complete on every rank: that one is kept.
 struct SnapshotWrite {
     std::vector<FileImage> files;
     std::vector<std::string> remove;

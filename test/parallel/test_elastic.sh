@@ -11,10 +11,13 @@
 #   - every step's loss within 1e-5 relative (the same tokens in every step: -d stays 384 tokens, the
 #     accumulation 3, 4 or 6 micro-steps; only the order of the additions differs);
 #   - each failure lost at most one logged step (the newest step logged before it, against the step
-#     the next launch resumed from);
+#     the next launch resumed from; each kill comes as its step is logged, when that step's snapshot
+#     may still be being written and the one before must still be there);
 #   - the launches and their reasons in launches.log; no partial (temporary) file left in the run
 #     folder, no snapshot left in memory.
-# Then the supervisor's one-line errors for impossible --ranks and -d.
+# Then --elastic-batch scale; the supervisor's choices through stand-in launchers (lost hosts left out,
+# a rank lost during a regrow stop counted as a failure); its one-line errors for impossible --ranks
+# and -d.
 set -u
 trainer="${BIN:-.}/train_gpt_emu_fp32"
 name=elastic_run_shrinks_and_regrows_and_matches_the_uninterrupted_run
@@ -40,20 +43,60 @@ out="$work/elastic"
 timeout 600 bash scripts/supervise.sh --ranks 2:4 --regrow-after 7 --wait 1 --launcher "mpirun --oversubscribe -np {n}" -- \
   "$trainer" "${flags[@]}" --snapshot-every 1 --snapshot-dir "$snapshots" -o "$out" >"$work/elastic.log" 2>&1 &
 supervisor=$!
-logged() { grep -o '"step": *[0-9]*, *"loss"' "$out/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*' | head -1; }
-wait_for_step() {  # until the run has logged step $1 (or the supervisor ended)
-  for _ in $(seq 1 7500); do
-    [ "$(logged)" -ge "$1" ] 2>/dev/null && return 0
-    kill -0 $supervisor 2>/dev/null || return 1
-    sleep 0.02
-  done
-  return 1
-}
-rank_pid() {  # the trainer process of world rank $1 in the current launch
-  local pid
-  for pid in $(pgrep -f "^$trainer -e custom:L1:C32:H2:V64:T16.*$out"); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" && { echo "$pid"; return; }
-  done
+# kill_at STEP RANK: SIGKILLs world rank RANK of the current launch as soon as the run has logged STEP,
+# waits until every rank of that launch has exited, and prints the killed process and the step logged
+# when it was killed. Status 1 if the supervisor ended first, 2 if the rank had no process at STEP.
+# One Python process does it all: it finds the rank before the step comes, then reads metrics.jsonl
+# every 10 ms, so the kill follows the step within milliseconds. (A shell loop forking grep and pgrep
+# at every look lagged 0.3 to 1 s on 2 busy cores, 2 to 4 steps of this model: more than a launch on
+# fewer ranks has before its regrow stop, and the kill fell into the stop or the next launch.)
+kill_at() {
+  python3 - "$out" "$1" "$2" "$trainer" "$supervisor" <<'EOF'
+import os, re, signal, sys, time
+out, step, rank, trainer, supervisor = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+def ranks():  # {pid: its environment} of the trainer processes writing to `out`
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            if argv[0] == trainer.encode() and out.encode() in argv:
+                found[int(pid)] = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            pass  # exited meanwhile
+    return found
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+def logged():  # the newest step in metrics.jsonl (whole lines: the file is rewritten on resume)
+    try:
+        text = open(f"{out}/metrics.jsonl", "rb").read()
+    except FileNotFoundError:
+        return 0
+    steps = re.findall(rb'"step": *(\d+), *"loss"', text[:text.rfind(b"\n") + 1])
+    return int(steps[-1]) if steps else 0
+victim = None
+for look in range(15000):  # 150 s
+    if victim is None and look % 10 == 0:
+        victim = next((p for p, env in ranks().items() if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env), None)
+    if logged() >= step:
+        if victim is None or not alive(victim):
+            sys.exit(2)
+        os.kill(victim, signal.SIGKILL)
+        seen = logged()
+        for _ in range(1000):  # the other ranks end with it (mpirun ends the job)
+            if not ranks():
+                break
+            time.sleep(0.01)
+        print(victim, seen)
+        sys.exit(0)
+    if not alive(supervisor):
+        sys.exit(1)
+    time.sleep(0.01)
+sys.exit(1)
+EOF
 }
 launches() { grep -c ' launch ' "$out/launches.log" 2>/dev/null || echo 0; }
 seed=${ELASTIC_SEED:-$(date +%s)}  # printed with the outcome: ELASTIC_SEED=N repeats a run's choices
@@ -61,26 +104,34 @@ RANDOM=$seed
 draw() { drawn=$(( (RANDOM * 32768 + RANDOM) % $1 )); }  # 0..$1-1 (bash's low bits alone repeat)
 killed=()
 # 1: a random rank of 4 at a random step; 2: a rank of 3, its snapshot deleted before the restart;
-# 3: a rank of 2, just after the checkpoint of step 12 began.
+# 3: a rank of 2, just after a checkpoint began. Kills 2 and 3 count from the step the launch
+# restarted after (launches.log's "after step N"): the supervisor stops that launch to regrow once
+# the run has logged step N + 7, so each kill comes 2 to 5 steps after N.
 for failure in 1 2 3; do
-  case $failure in
-    1) draw 4; at=$((2 + drawn)); ranks=4 ;;
-    # (2 or 3 past a checkpoint step (-n 4), so that the newest snapshot is newer than the newest
-    # checkpoint and the restart needs the snapshot; within 6 steps of the restart, before regrowing)
-    2) draw 2; at=$(( $(logged) + 2 )); while [ $((at % 4)) -lt 2 ]; do at=$((at + 1)); done
-       [ $((at % 4)) = 2 ] && at=$((at + drawn)); ranks=3 ;;
-    3) at=$(( ($(logged) + 5) / 4 * 4 )); ranks=2 ;;  # a checkpoint step (-n 4), 2 or more steps on
-  esac
-  wait_for_step "$at" || break
-  draw $ranks; victim=$drawn
-  pid=$(rank_pid $victim)
-  [ -n "$pid" ] || { fail "$name" "no process of rank $victim at step $at"; break; }
-  before=$(launches)
-  kill -KILL "$pid"
-  killed+=("rank $victim of $ranks at step $(logged),")
-  if [ $failure != 1 ]; then  # (before the restart: the supervisor waits 1 s)
-    for _ in $(seq 1 200); do pgrep -f "^$trainer .*$out" >/dev/null || break; sleep 0.05; done
+  ranks=$((5 - failure))
+  if [ $failure != 1 ]; then
+    launch=$(tail -1 "$out/launches.log")
+    [[ "$launch" == *" on $ranks ranks, "*"after a failure"* ]] ||
+      { fail "$name" "before kill $failure, the newest launch is not on $ranks ranks after a failure: $launch"; break; }
+    from=$(echo "$launch" | grep -o 'after step [0-9]*$' | grep -o '[0-9]*')
   fi
+  case $failure in
+    1) draw 4; at=$((2 + drawn)) ;;
+    # (2 or 3 past a checkpoint step (-n 4), so that the newest snapshot is newer than the newest
+    # checkpoint and the restart needs the snapshot)
+    2) draw 2; at=$((from + 2)); while [ $((at % 4)) -lt 2 ]; do at=$((at + 1)); done
+       [ $((at % 4)) = 2 ] && at=$((at + drawn)) ;;
+    3) at=$(( (from + 5) / 4 * 4 )) ;;  # a checkpoint step (-n 4)
+  esac
+  draw $ranks; victim=$drawn
+  result=$(kill_at "$at" $victim)
+  case $? in
+    1) break ;;  # the supervisor ended: the checks below say how
+    2) fail "$name" "no process of rank $victim at step $at"; break ;;
+  esac
+  read -r pid seen <<<"$result"
+  killed+=("rank $victim of $ranks at step $seen,")
+  # (the launch's ranks have all exited; the supervisor restarts 1 s after)
   if [ $failure = 2 ]; then  # the node's memory is gone with it: its own snapshot folder
     rm -rf "$snapshots/held_by_$(printf %05d $victim)"
   fi
@@ -90,12 +141,18 @@ for failure in 1 2 3; do
     head -c 100 /dev/zero >"$state.tmp.$pid"
     rm -f "$state"
   fi
-  for _ in $(seq 1 400); do [ "$(launches)" -gt "$before" ] && break; sleep 0.05; done
+  # (failure N's restart is launch N + 1)
+  for _ in $(seq 1 400); do [ "$(launches)" -gt $failure ] && break; sleep 0.05; done
 done
 wait $supervisor
 status=$?
+details() {  # what it takes to repeat and diagnose a failed run
+  echo "   seed $seed (ELASTIC_SEED=$seed repeats its choices); kills: ${killed[*]:-none}; launches.log:"
+  sed 's/^/   | /' "$out/launches.log"
+}
 if [ $status -ne 0 ] || [ ! -e "$out/DONE_$(printf %08d $steps)" ]; then
-  echo "FAIL $name: supervisor status $status (seed $seed; kills: ${killed[*]:-none})"
+  echo "FAIL $name: supervisor status $status"
+  details
   tail -15 "$work/elastic.log" | sed 's/^/   | /'
   exit 1
 fi
@@ -108,7 +165,7 @@ case "$sequence" in
 esac
 grep -q 'regrowing after 7 steps' "$out/launches.log" || fail "$name" "no regrowing launch in launches.log"
 [ "$(grep -c 'after a failure' "$out/launches.log")" -eq 3 ] ||
-  fail "$name" "launches.log does not name 3 failures (seed $seed; kills: ${killed[*]}; $(tr '\n' '|' <"$out/launches.log"))"
+  fail "$name" "launches.log does not name 3 failures"
 
 # The losses, step by step, against the uninterrupted run; the tokens of every step.
 python3 - "$work/straight/metrics.jsonl" "$out/metrics.jsonl" <<'EOF' || ok=0
@@ -133,12 +190,15 @@ while read -r last resumed; do
 done < <(paste <(grep 'after a failure' "$out/launches.log" | grep -o 'after step [0-9]*' | awk '{print $3}') \
                <(grep -o 'resumed from step [0-9]*' "$work/elastic.log" | awk '{print $4}' | head -3))
 neighbour=$(grep -o 'snapshot: step [0-9]* brought from node memory.*' "$work/elastic.log" | grep -v ' 0 of them' | head -1)
-[ -n "$neighbour" ] || fail "lost_snapshot_recovered_from_the_next_rank" "no recovery used a neighbour's copy (seed $seed; kills: ${killed[*]})"
+[ -n "$neighbour" ] || fail "lost_snapshot_recovered_from_the_next_rank" "no recovery used a neighbour's copy"
 partial=$(find "$out" -name '*.tmp.*' | wc -l)
 [ "$partial" -eq 0 ] || fail "no_partial_files" "$partial temporary files in the run folder"
 [ ! -e "$snapshots" ] || fail "snapshots_removed_at_the_end" "$(find "$snapshots" | head -3)"
-[ $ok = 1 ] && [ $lost_ok = 1 ] &&
+if [ $ok = 1 ] && [ $lost_ok = 1 ]; then
   echo "PASS $name (seed $seed; kills: ${killed[*]} the last one's checkpoint left half written; launches on $sequence ranks; ${neighbour:0:60}...)"
+else
+  details
+fi
 
 # --elastic-batch scale: on 2 ranks of 3 the batch is 2/3 of -d (the same 2 micro-steps) and so is the
 # peak learning rate; back on 3 ranks both are whole again.
@@ -149,7 +209,7 @@ timeout 300 bash scripts/supervise.sh --ranks 2:3 --regrow-after 4 --wait 0 --el
   >"$work/scaled.log" 2>&1 &
 supervisor=$!
 out="$scaled"
-wait_for_step 6 && pid=$(rank_pid 1) && [ -n "$pid" ] && kill -KILL "$pid"
+kill_at 6 1 >/dev/null
 wait $supervisor
 status=$?
 if [ $status -ne 0 ] || ! grep -q 'launch 2 on 2 ranks, -d 128 tokens (2 micro-steps), peak learning rate x 2/3' "$scaled/launches.log" ||
@@ -187,6 +247,37 @@ if [ "$launched" = "4 ranks on: node01 node02 node03 |2 ranks on: node01 node03 
 else
   fail "supervisor_leaves_out_lost_hosts_and_rank_counts_that_cannot_keep_the_batch" "launches: $launched"
   sed 's/^/   | /' "$work/fake.log"
+fi
+
+# A rank lost while the job stops to regrow is a failure, not a clean stop. The stand-in launcher's
+# first launch (3 ranks) fails; its second (2 ranks) logs steps until the STOP file comes, then loses a
+# rank before the checkpoint of its last step is written; its third (2 ranks again) stops cleanly, with
+# that checkpoint; its fourth, regrown to 3 ranks, finishes the run.
+cat >"$work/stopper.sh" <<'LAUNCHER'
+while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+mkdir -p "$out" && echo >>"$out.launches"
+launch=$(wc -l <"$out.launches")
+lost() { echo "mpirun noticed that process rank $1 with PID 0 on node node01 exited on signal 9 (Killed)."; exit 137; }
+logs_until_stop() {  # logs steps $1..$2, then waits for the supervisor's STOP file
+  for ((s = $1; s <= $2; s++)); do echo "{\"step\": $s, \"loss\": 1.0}" >>"$out/metrics.jsonl"; done
+  for _ in $(seq 1 100); do [ -e "$out/STOP" ] && return; sleep 0.1; done
+  exit 2
+}
+case $launch in
+  1) lost 2 ;;
+  2) logs_until_stop 1 4; lost 1 ;;
+  3) logs_until_stop 5 8; touch "$out/DONE_00000008"; exit 143 ;;
+  4) touch "$out/DONE_00000010" ;;
+esac
+LAUNCHER
+bash scripts/supervise.sh --ranks 2:3 --regrow-after 3 --wait 0 --launcher "bash $work/stopper.sh" -- \
+  "$trainer" -o "$work/stopped" -x 10 -y 1 -b 2 -t 16 -d 192 >"$work/stopped.log" 2>&1
+launched=$(sed -n 's/.* on \([0-9]*\) ranks, [^;]*; \([a-z]*\).*/\1 \2/p' "$work/stopped/launches.log" | tr '\n' '|')
+if [ "$launched" = "3 start|2 after|2 after|3 regrowing|" ] && [ -e "$work/stopped/DONE_00000010" ]; then
+  echo "PASS supervisor_counts_a_rank_lost_during_a_regrow_stop_as_a_failure ($launched)"
+else
+  fail "supervisor_counts_a_rank_lost_during_a_regrow_stop_as_a_failure" "launches (ranks, reason): $launched"
+  sed 's/^/   | /' "$work/stopped.log"
 fi
 
 # The supervisor's refusals, one line each.
