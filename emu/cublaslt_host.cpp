@@ -331,9 +331,10 @@ constexpr uint64_t kSplitKAlgorithm = 2;
 constexpr int kCandidates = 3;
 
 // EMU_CUBLASLT_FASTEST=F0,F1,... (environment): in the process of MPI rank r, candidate F_r (the last
-// one listed for higher ranks) is the fastest: every product by another candidate first waits 2 ms, so
+// one listed for higher ranks) is the fastest: every product by another candidate first waits 20 ms, so
 // that a caller timing the candidates (kernels/matmul.h) sees a winner, and ranks may see different
-// ones. With it set, each process also counts the products each candidate computed and prints the
+// ones. 20 ms is far above what a tiny product's own time varies by on a loaded 2-core machine (2 ms
+// was not: a busy moment there could make another candidate look fastest). With it set, each process also counts the products each candidate computed and prints the
 // counts at exit, one line on stderr:
 //   cuBLASLt stand-in: rank 1 products by candidate: 0: 412, 1: 96, 2: 24
 // Unset (the default): every candidate takes the same time and nothing is printed.
@@ -362,7 +363,7 @@ struct CandidateSpeeds {
     void run(uint64_t candidate) {
         if (fastest < 0 || candidate >= (uint64_t)kCandidates) return;
         products[candidate]++;
-        if ((int)candidate != fastest) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if ((int)candidate != fastest) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
 };
 CandidateSpeeds& candidate_speeds() {
