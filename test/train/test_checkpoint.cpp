@@ -1,6 +1,9 @@
 // Tests of the training-state file (round trip, corruption detected, run-shape check), of which
-// checkpoints in an output folder count as complete, of pruning, and of the metrics log lines.
+// checkpoints in an output folder count as complete, of pruning, of the background writer's queue,
+// and of the metrics log lines.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +11,7 @@
 #include "base/model_descriptor.h"
 #include "base/rng.h"
 #include "test/train/host_test_util.h"
+#include "train/background_writer.h"
 #include "train/checkpoint.h"
 #include "train/metrics_log.h"
 #include "train/training_state.h"
@@ -352,6 +356,41 @@ TEST(only_complete_checkpoints_count_and_pruning_keeps_the_newest) {
     CHECK(path_exists(checkpoint_model_path(dir, 50)));  // incomplete newer ones are left alone
     prune_checkpoints(dir, 0, 2);                        // 0 keeps everything
     CHECK(complete_checkpoints(dir, 2).size() == 2);
+}
+
+// The writer runs its jobs in order, one at a time (a DONE marker queued behind a checkpoint's files
+// is written after them); a failed job drops those behind it and its error comes from wait(); the
+// destructor runs what is still queued.
+TEST(background_writer_runs_jobs_in_order_and_stops_at_an_error) {
+    const std::string dir = tst::make_temp_dir();
+    std::vector<int> order;
+    std::atomic<bool> go{false};
+    {
+        BackgroundWriter writer;
+        CHECK(writer.finished());
+        writer.queue([&] {
+            while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            order.push_back(1);
+        });
+        writer.queue({{dir + "/a.bin", {'a', 'b'}}});
+        writer.queue([&] { order.push_back(path_exists(dir + "/a.bin") ? 2 : -2); });
+        CHECK(!writer.finished());  // the first job waits for `go`
+        go = true;
+        writer.wait();
+        CHECK(writer.finished() && order == (std::vector<int>{1, 2}));
+
+        writer.queue([] { fail("disk full"); });
+        writer.queue([&] { order.push_back(3); });  // dropped: behind a failed job
+        expect_input_error([&] { writer.wait(); }, {"disk full"});
+        writer.wait();  // the error was reported once
+        CHECK(order == (std::vector<int>{1, 2}));
+
+        writer.queue([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            order.push_back(4);
+        });
+    }  // the destructor runs the last job
+    CHECK(order == (std::vector<int>{1, 2, 4}));
 }
 
 TEST(metrics_log_lines) {
