@@ -71,11 +71,16 @@ for failure in 1 2 3; do
        [ $((at % 4)) = 2 ] && at=$((at + drawn)); ranks=3 ;;
     3) at=$(( ($(logged) + 5) / 4 * 4 )); ranks=2 ;;  # a checkpoint step (-n 4), 2 or more steps on
   esac
-  wait_for_step "$at" || break
+  # The victim's process is found before its step comes, so that the kill follows the step's line at
+  # once: looking it up took some 0.3 s, two or three steps of the 2-rank run, and the third kill
+  # could land after the clean stop that regrows the run at step 14.
   draw $ranks; victim=$drawn
-  pid=$(rank_pid $victim)
-  [ -n "$pid" ] || { fail "$name" "no process of rank $victim at step $at"; break; }
+  pid=""
+  for _ in $(seq 1 400); do pid=$(rank_pid $victim); [ -n "$pid" ] && break; sleep 0.05; done
   before=$(launches)
+  wait_for_step "$at" || break
+  kill -0 "$pid" 2>/dev/null || pid=$(rank_pid $victim)  # (that of an earlier launch, gone since)
+  [ -n "$pid" ] || { fail "$name" "no process of rank $victim at step $at"; break; }
   kill -KILL "$pid"
   killed+=("rank $victim of $ranks at step $(logged),")
   if [ $failure != 1 ]; then  # (before the restart: the supervisor waits 1 s)
