@@ -11,48 +11,82 @@
 
 BackgroundWriter::~BackgroundWriter() {
     if (!thread_.joinable()) return;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ending_ = true;
+    }
+    changed_.notify_all();
     thread_.join();
     if (!error_.empty()) fprintf(stderr, "error: %s\n", error_.c_str());
 }
 
-void BackgroundWriter::start(std::vector<FileImage> files, std::vector<std::string> remove_first) {
+void BackgroundWriter::queue(std::vector<FileImage> files, std::vector<std::string> remove_first) {
     auto shared = std::make_shared<std::vector<FileImage>>(std::move(files));
-    run(
-        [shared]() {
-            for (const FileImage& f : *shared) {
-                AtomicFile file(f.path);
-                file.write(f.bytes.data(), f.bytes.size());
-                file.commit();
-            }
-        },
-        std::move(remove_first));
-}
-
-void BackgroundWriter::start(std::function<void()> write_files) { run(std::move(write_files), {}); }
-
-void BackgroundWriter::run(std::function<void()> write_files, std::vector<std::string> remove_first) {
-    wait();
-    done_ = false;
-    thread_ = std::thread([this, write_files = std::move(write_files), remove_first = std::move(remove_first)]() {
-        const auto start = std::chrono::steady_clock::now();
-        try {
-            std::error_code ignored;  // a folder already gone is no error
-            for (const std::string& path : remove_first) std::filesystem::remove_all(path, ignored);
-            write_files();
-        } catch (const InputError& e) {
-            error_ = e.what();
+    queue([shared, remove_first = std::move(remove_first)]() {
+        std::error_code ignored;  // a folder already gone is no error
+        for (const std::string& path : remove_first) std::filesystem::remove_all(path, ignored);
+        for (const FileImage& f : *shared) {
+            AtomicFile file(f.path);
+            file.write(f.bytes.data(), f.bytes.size());
+            file.commit();
         }
-        last_write_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        done_ = true;
     });
 }
 
+void BackgroundWriter::queue(std::function<void()> job) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        jobs_.push_back(std::move(job));
+    }
+    changed_.notify_all();
+    if (!thread_.joinable()) thread_ = std::thread([this] { run_jobs(); });
+}
+
+bool BackgroundWriter::finished() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return jobs_.empty() && !running_;
+}
+
 void BackgroundWriter::wait() {
-    if (!thread_.joinable()) return;
-    thread_.join();
-    if (!error_.empty()) {
-        const std::string error = error_;
-        error_.clear();
-        fail("%s", error.c_str());
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return jobs_.empty() && !running_; });
+    if (error_.empty()) return;
+    const std::string error = error_;
+    error_.clear();
+    lock.unlock();
+    fail("%s", error.c_str());
+}
+
+double BackgroundWriter::last_job_ms() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_job_ms_;
+}
+
+void BackgroundWriter::run_jobs() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        changed_.wait(lock, [this] { return !jobs_.empty() || ending_; });
+        if (jobs_.empty()) return;  // ending, and nothing left to write
+        std::function<void()> job = std::move(jobs_.front());
+        jobs_.pop_front();
+        running_ = true;
+        lock.unlock();
+        const auto start = std::chrono::steady_clock::now();
+        std::string error;
+        try {
+            job();
+        } catch (const InputError& e) {
+            error = e.what();
+        }
+        job = nullptr;  // what it held (a checkpoint's host copy) is freed here, off the training thread
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        lock.lock();
+        running_ = false;
+        last_job_ms_ = ms;
+        if (!error.empty()) {
+            if (error_.empty()) error_ = error;
+            jobs_.clear();  // nothing queued behind a failed write may go on as if it had succeeded
+        }
+        changed_.notify_all();
     }
 }

@@ -1,13 +1,17 @@
 // Files written by a thread while training goes on. A checkpoint's (or snapshot's) bytes are taken in
-// host memory at a step boundary (FileImage); a BackgroundWriter then writes them to their paths, each
-// through AtomicFile (temporary name, fsync, rename: a file exists whole or not at all), while the next
-// steps run. One batch at a time: starting a batch first waits for the one before, so a checkpoint
-// that comes before the previous one is written waits for it. A write that fails (a full disk) is
-// reported by the next wait() or start() on the training thread, as the one-line error it would have
-// been there.
+// host memory at a step boundary; a BackgroundWriter then writes them, each file through AtomicFile
+// (temporary name, fsync, rename: a file exists whole or not at all), while the next steps run.
+// The writer runs jobs one after another, in the order they were queued, on one thread of its own:
+// so a checkpoint's DONE marker, queued once its files are written, goes to disk before the files of
+// the checkpoint queued after it, and the training thread never waits for the marker's fsync. When
+// to wait is the caller's choice (finished, wait). A job that fails (a full disk) drops the jobs
+// queued behind it, and its error is reported by the next wait() on the training thread, as the
+// one-line error it would have been there.
 #pragma once
-#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,28 +24,33 @@ struct FileImage {
 class BackgroundWriter {
 public:
     BackgroundWriter() = default;
-    ~BackgroundWriter();  // waits for the batch being written (an error then is printed, not thrown)
+    ~BackgroundWriter();  // runs the jobs queued, then ends the thread (an error is printed, not thrown)
     BackgroundWriter(const BackgroundWriter&) = delete;
     BackgroundWriter& operator=(const BackgroundWriter&) = delete;
 
-    // After waiting for the previous batch: in the background, removes the files and folders
-    // `remove_first` names (older snapshots no longer needed, so that they free their memory before
-    // the new one takes it), then writes `files` (in order).
-    void start(std::vector<FileImage> files, std::vector<std::string> remove_first = {});
-    // The same with a job that writes its files itself (a checkpoint's files, serialised, checksummed
-    // and written piece by piece on the writer's thread, off the training thread).
-    void start(std::function<void()> write_files);
-    // Whether the last batch is completely written (true when there was none). Does not wait.
-    bool finished() const { return !thread_.joinable() || done_.load(); }
-    // Waits for the last batch; throws its write error as an InputError.
+    // Queues a job that removes the files and folders `remove_first` names (older snapshots no longer
+    // needed, so that they free their memory before the new one takes it), then writes `files` (in
+    // order).
+    void queue(std::vector<FileImage> files, std::vector<std::string> remove_first = {});
+    // Queues a job that writes its files itself (a checkpoint's files, serialised, checksummed and
+    // written piece by piece on the writer's thread, off the training thread), or any other work on
+    // the files, such as a DONE marker.
+    void queue(std::function<void()> job);
+    // Whether every job queued so far has run (true when there was none). Does not wait.
+    bool finished();
+    // Waits until every job queued so far has run; throws the first error as an InputError.
     void wait();
-    // The time the last finished batch took to write, in ms.
-    double last_write_ms() const { return last_write_ms_; }
+    // The time the last job that ran took, in ms.
+    double last_job_ms();
 
 private:
-    void run(std::function<void()> write_files, std::vector<std::string> remove_first);
-    std::thread thread_;
-    std::atomic<bool> done_{true};
-    std::string error_;
-    double last_write_ms_ = 0;
+    void run_jobs();  // the thread: runs jobs as they come until the writer is destroyed
+    std::mutex mutex_;
+    std::condition_variable changed_;  // a job queued or done, or the end
+    std::deque<std::function<void()>> jobs_;
+    bool running_ = false;  // a job taken from the queue is running
+    bool ending_ = false;   // the destructor asks the thread to end once the queue is empty
+    std::string error_;     // the first failed job's, until wait() reports it
+    double last_job_ms_ = 0;
+    std::thread thread_;  // started by the first job
 };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -41,6 +42,10 @@
 #include "train/snapshots.h"
 #include "train/step_profile.h"
 #include "train/training_state.h"
+
+#ifdef __GLIBC__
+#include <malloc.h>  // mallopt (reuse_freed_memory)
+#endif
 
 constexpr double GRAD_CLIP = 1.0;  // global gradient-norm clipping threshold
 
@@ -126,7 +131,13 @@ static CheckpointPart take_checkpoint_part(TrainModel& model, const TrainingStat
     p.state.ranges = std::move(part.ranges);
     p.state.params = std::move(part.master), p.state.adam_m = std::move(part.m), p.state.adam_v = std::move(part.v);
     p.state.compression = model.compression_state();
-    p.weights = assemble_on_rank0(model.working_weights_part(), parameter_count(model.model_config()), ranks);
+    ModelPart weights = model.working_weights_part();
+    const size_t total = parameter_count(model.model_config());
+    // One rank holding the whole model in order (one range) has the model file's weights as they are:
+    // assembling them would copy them four times more, at the step boundary.
+    const bool whole = ranks.num_ranks == 1 && weights.ranges.size() == 1 && weights.ranges[0].offset == 0 &&
+                       weights.ranges[0].length == total && weights.values.size() == total;
+    p.weights = whole ? std::move(weights.values) : assemble_on_rank0(weights, total, ranks);
     return p;
 }
 
@@ -211,10 +222,26 @@ struct Run {
 
 // ---- checkpoints and snapshots, taken at a step boundary and written in the background ----
 
-// The checkpoint being written is done once every rank has written its files: rank 0 then marks it
-// done (train/checkpoint.h), prunes the older ones and announces it. `wait`: until then; otherwise only
-// where every rank has already finished (asked at every step boundary while one is pending: a
-// collective, which every rank reaches with the same checkpoint pending).
+// Rank 0's part of a checkpoint whose files every rank has written: its DONE marker (only now, when
+// they are all durable), the pruning of older ones and the announcement. A job on rank 0's writer,
+// queued behind those files and ahead of the next checkpoint's, so that the loop does not wait for
+// the marker's fsync or the removals; `cost`, where not empty, is printed after the announcement.
+static std::function<void()> checkpoint_done_job(const Run& run, long long step, std::string cost) {
+    const TrainOptions& opt = run.opt;
+    return [dir = opt.output_dir, keep = opt.checkpoints_keep, ranks = run.ranks.num_ranks,
+            major = opt.major_checkpoint_every, step, cost = std::move(cost)]() {
+        mark_checkpoint_done(dir, step);
+        prune_checkpoints(dir, keep, ranks, major);
+        announce_checkpoint(dir, step, ranks);
+        if (!cost.empty()) printf("%s\n", cost.c_str());
+        fflush(stdout);
+    };
+}
+
+// The checkpoint being written is done once every rank has written its files: rank 0 then queues its
+// marking done (checkpoint_done_job). `wait`: until then; otherwise only where every rank has already
+// finished (asked at every step boundary while one is pending: a collective, which every rank reaches
+// with the same checkpoint pending).
 static void finish_checkpoint(Run& run, bool wait) {
     if (run.checkpoint_pending == 0) return;
     if (wait) run.checkpoint_writer.wait();
@@ -223,26 +250,31 @@ static void finish_checkpoint(Run& run, bool wait) {
     const long long step = run.checkpoint_pending;
     run.checkpoint_pending = 0;
     if (!run.main_rank) return;
-    const TrainOptions& opt = run.opt;
-    mark_checkpoint_done(opt.output_dir, step);
-    prune_checkpoints(opt.output_dir, opt.checkpoints_keep, run.ranks.num_ranks, opt.major_checkpoint_every);
-    announce_checkpoint(opt.output_dir, step, run.ranks.num_ranks);
-    if (!run.checkpoint_cost_told && opt.checkpoint_async) {
+    std::string cost;
+    if (!run.checkpoint_cost_told && run.opt.checkpoint_async) {
         run.checkpoint_cost_told = true;
-        printf("checkpoint cost: %.1f ms of the loop at the step boundary (the host copy), %.1f ms written in the "
-               "background; about %.1f MiB of files on rank 0\n",
-               run.checkpoint_boundary_ms, run.checkpoint_writer.last_write_ms(), run.checkpoint_bytes / 1048576.0);
+        cost = strprintf("checkpoint cost: %.1f ms of the loop at the step boundary (the host copy), %.1f ms written "
+                         "in the background; about %.1f MiB of files on rank 0",
+                         run.checkpoint_boundary_ms, run.checkpoint_writer.last_job_ms(),
+                         run.checkpoint_bytes / 1048576.0);
     }
+    run.checkpoint_writer.queue(checkpoint_done_job(run, step, std::move(cost)));
+}
+
+// Waits until the checkpoint being written is complete: its DONE marker written and announced.
+static void wait_for_checkpoint_done(Run& run) {
+    finish_checkpoint(run, true);
+    run.checkpoint_writer.wait();
 }
 
 static void start_checkpoint(Run& run, CheckpointPart part) {
-    finish_checkpoint(run, true);  // one at a time
+    finish_checkpoint(run, true);  // one at a time: the one before has its files written on every rank
     run.checkpoint_pending = part.step;
     run.checkpoint_bytes = 4 * (part.weights.size() + 3 * part.state.params.size());
     // The files (serialised, checksummed, rounded to bf16) are made and written on the writer's thread.
     auto shared = std::make_shared<CheckpointPart>(std::move(part));
-    run.checkpoint_writer.start([shared, dir = run.opt.output_dir]() { write_checkpoint_files(dir, *shared); });
-    if (!run.opt.checkpoint_async) finish_checkpoint(run, true);
+    run.checkpoint_writer.queue([shared, dir = run.opt.output_dir]() { write_checkpoint_files(dir, *shared); });
+    if (!run.opt.checkpoint_async) wait_for_checkpoint_done(run);
 }
 
 // Waits until the snapshot being written is complete on every rank: the loop does so before it logs
@@ -256,7 +288,7 @@ static void finish_snapshot(Run& run) {
         printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy%s), %.1f ms written in the "
                "background; %.1f MiB of node memory on rank 0%s, in %s\n",
                run.snapshot_boundary_ms, run.ranks.num_ranks > 1 ? " and the ring exchange" : "",
-               run.snapshot_writer.last_write_ms(), run.snapshot_bytes / 1048576.0,
+               run.snapshot_writer.last_job_ms(), run.snapshot_bytes / 1048576.0,
                run.ranks.num_ranks > 1 ? strprintf(" (its part and rank %d's copy)", run.ranks.num_ranks - 1).c_str() : "",
                run.snapshot_root.c_str());
     }
@@ -268,7 +300,7 @@ static void start_snapshot(Run& run, const CheckpointPart& part) {
     const long long step = part.step;
     SnapshotWrite write = prepare_snapshot(run.snapshot_root, part, run.ranks);
     run.snapshot_bytes = write.bytes;
-    run.snapshot_writer.start(std::move(write.files), std::move(write.remove));
+    run.snapshot_writer.queue(std::move(write.files), std::move(write.remove));
     run.snapshot_pending = step;
 }
 
@@ -752,7 +784,7 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
         if (checkpoint_due) {
             run.checkpoint_boundary_ms = taken_ms;
             start_checkpoint(run, std::move(part));
-            if (ending) finish_checkpoint(run, true);  // the run ends with its checkpoint written
+            if (ending) wait_for_checkpoint_done(run);  // the run ends with its checkpoint written
         }
         run.clock.checkpoint.add(ms_since(save_start));
         run.profile->checkpoint_written(step, save_start_us, ms_since(save_start));
@@ -764,7 +796,23 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     return stopping;
 }
 
+// A checkpoint's (or snapshot's) host copy is taken into fresh vectors at each step boundary (the
+// model's optimizer_part, the gathered weights). glibc serves allocations that large with a fresh
+// mmap and unmaps them when they are freed, so every copy first touches every page of its memory
+// again: on a virtual machine, where a page fault costs some 10 us, that was 45 ms of a 100 ms step
+// with a checkpoint after every step (dev/RESULTS.md), more than the copying. So allocations of up to
+// 32 MiB (the most glibc allows) come from the heap, and the heap keeps up to 1 GiB of freed memory
+// instead of handing it back: the next copy reuses pages already mapped. Larger arrays (more than 8M
+// parameters on a rank) are still mapped afresh.
+static void reuse_freed_memory() {
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 static int train(int argc, char** argv, const TrainerSpec& spec) {
+    reuse_freed_memory();
     RankGroup single_rank;
     Run run(spec, spec.ranks ? *spec.ranks : single_rank);
     int status = 0;

@@ -9,6 +9,7 @@
 #include "base/file_io.h"
 #include "base/llama_descriptor.h"
 #include "base/model_descriptor.h"
+#include "base/xxhash64.h"
 #include "parallel/plan/compression_cost.h"
 
 static_assert(std::is_trivially_copyable<OutlierDetector>::value, "saved byte for byte");
@@ -22,6 +23,31 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t hash) {
     const unsigned char* p = (const unsigned char*)data;
     for (size_t i = 0; i < bytes; i++) hash = (hash ^ p[i]) * 0x100000001B3ull;
     return hash;
+}
+
+// The payload's checksum by its version's rule (FNV-1a 64 up to version 4, XXH64 from 5), as the
+// payload goes by in pieces.
+class PayloadChecksum {
+public:
+    explicit PayloadChecksum(uint32_t version) : fnv_(version <= 4) {}
+    void add(const void* data, size_t bytes) {
+        if (fnv_)
+            fnv_hash_ = fnv1a64(data, bytes, fnv_hash_);
+        else
+            xxh_.update(data, bytes);
+    }
+    uint64_t value() const { return fnv_ ? fnv_hash_ : xxh_.digest(); }
+
+private:
+    bool fnv_;
+    uint64_t fnv_hash_ = FNV_OFFSET;
+    Xxh64 xxh_;
+};
+
+uint64_t training_state_checksum(uint32_t version, const void* payload, size_t bytes) {
+    PayloadChecksum checksum(version);
+    checksum.add(payload, bytes);
+    return checksum.value();
 }
 
 // The fixed-size start of the payload as a list of byte ranges, in file order, shared by writer and
@@ -156,11 +182,13 @@ static std::vector<Piece> state_file_pieces(const TrainingState& state, StateScr
     payload.push_back({s.params.data(), s.params.size() * 4});
     payload.push_back({s.adam_m.data(), s.adam_m.size() * 4});
     payload.push_back({s.adam_v.data(), s.adam_v.size() * 4});
-    k->payload_bytes = 0, k->checksum = FNV_OFFSET;
+    k->payload_bytes = 0;
+    PayloadChecksum checksum(TRAINING_STATE_VERSION);
     for (const Piece& p : payload) {
         k->payload_bytes += p.bytes;
-        k->checksum = fnv1a64(p.data, p.bytes, k->checksum);
+        checksum.add(p.data, p.bytes);
     }
+    k->checksum = checksum.value();
     k->version[0] = TRAINING_STATE_VERSION, k->version[1] = 0;
     std::vector<Piece> pieces = {{(void*)STATE_MAGIC, 8}, {k->version, 8}, {&k->payload_bytes, 8}, {&k->checksum, 8}};
     pieces.insert(pieces.end(), payload.begin(), payload.end());
@@ -187,16 +215,16 @@ void write_training_state(const std::string& path, const TrainingState& state) {
 
 // The payload's checksum, streamed through a buffer of at most CHECKSUM_BLOCK bytes.
 constexpr uint64_t CHECKSUM_BLOCK = 1 << 20;
-static uint64_t payload_checksum(FileReader& file, uint64_t payload_bytes) {
+static uint64_t payload_checksum(FileReader& file, uint32_t version, uint64_t payload_bytes) {
     std::vector<unsigned char> block(std::min(payload_bytes, CHECKSUM_BLOCK));
-    uint64_t hash = FNV_OFFSET;
+    PayloadChecksum checksum(version);
     for (uint64_t done = 0; done < payload_bytes;) {
         const size_t n = (size_t)std::min<uint64_t>(block.size(), payload_bytes - done);
         file.read(STATE_HEADER_BYTES + done, block.data(), n);
-        hash = fnv1a64(block.data(), n, hash);
+        checksum.add(block.data(), n);
         done += n;
     }
-    return hash;
+    return checksum.value();
 }
 
 // Checks the header and the payload it announces: magic, version, size and checksum in that order;
@@ -217,7 +245,7 @@ static void check_header_and_checksum(FileReader& file, uint32_t* version, uint6
              TRAINING_STATE_VERSION);
     if (*payload_bytes != size - STATE_HEADER_BYTES || *payload_bytes < fixed_bytes(*version))
         fail("%s: size %llu does not match its header (truncated?)", path.c_str(), (unsigned long long)size);
-    if (payload_checksum(file, *payload_bytes) != checksum)
+    if (payload_checksum(file, *version, *payload_bytes) != checksum)
         fail("%s: checksum mismatch (the file is corrupted)", path.c_str());
 }
 

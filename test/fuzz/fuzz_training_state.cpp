@@ -1,8 +1,9 @@
 // Fuzz target: training-state files (state_NNNNNNNN_RRRRR.bin) through read_training_state. The
 // checksum would stop almost every mutation at the header, so each input is read twice: as it is,
-// and with the header's payload size and checksum made to match its payload, which takes the
-// mutations on to the fields behind them. What a resumed run does first with the loaded outlier
-// windows (-sl, -sg), adding a value, is done too, and a slice of the arrays is read alone.
+// and with the header's payload size and checksum made to match its payload (by the rule of the
+// version it names), which takes the mutations on to the fields behind them. What a resumed run does
+// first with the loaded outlier windows (-sl, -sg), adding a value, is done too, and a slice of the
+// arrays is read alone.
 #include <cstring>
 #include <vector>
 
@@ -26,7 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < HEADER_BYTES) return 0;
     std::vector<uint8_t> fixed(data, data + size);
     const uint64_t payload_bytes = size - HEADER_BYTES;
-    const uint64_t checksum = fnv1a64(fixed.data() + HEADER_BYTES, payload_bytes, FNV_OFFSET);
+    uint32_t version;
+    memcpy(&version, fixed.data() + 8, 4);
+    const uint64_t checksum = training_state_checksum(version, fixed.data() + HEADER_BYTES, payload_bytes);
     memcpy(fixed.data() + 16, &payload_bytes, 8);
     memcpy(fixed.data() + 24, &checksum, 8);
     const std::string fixed_path = write_scratch("state_fixed.bin", fixed.data(), fixed.size());

@@ -112,9 +112,9 @@ static void state_seeds() {
     s.compression.values = some_values(24);
     put("training_state", "valid_compressed.bin", written([&](auto& path) { write_training_state(path, s); }));
     s.shape.num_ranks = 1, s.rank = 0, s.data_ranks = 1, s.compression = CompressionState();
-    // One rank's part of a split model: rank 1 of 2 tensor ranks, two ranges. (valid_v1.bin and
-    // valid_v2.bin, whole-model states in the version 1 and 2 formats, were written by the earlier
-    // writers and are kept.)
+    // One rank's part of a split model: rank 1 of 2 tensor ranks, two ranges. (valid_v1.bin,
+    // valid_v2.bin and valid_v3*.bin, states in the version 1 to 3 formats, the last ones with
+    // FNV-1a's checksum, were written by the earlier writers and are kept.)
     s.shape.num_ranks = 2, s.rank = 1, s.tensor_parallel = 2;
     s.ranges = {{4, 6}, {20, 10}};
     s.params.resize(16), s.adam_m.resize(16), s.adam_v.resize(16);

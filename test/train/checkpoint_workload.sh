@@ -12,3 +12,23 @@ tokens = struct.pack("<%dH" % n, *[(i * 37 + i // 7 + i // 101) % 512 for i in r
 sys.stdout.buffer.write(header + tokens)' >"$work/train.bin"
 export OMP_WAIT_POLICY=passive
 flags=(-e custom:L2:C128:H4:V512:T64 -i "$work/train.bin" -b 64 -t 64 -v 0 -s 0 -l 1e-3)
+
+# step_ms FIRST TRAINER ARGS...: runs the trainer and prints its wall time per step in ms (0 if it
+# failed), timed between the step lines of step FIRST and of the last step as they arrive: start-up,
+# the first steps' warm-up and the run's final checkpoint are left out; the checkpoints taken at the
+# steps in between, and whatever the writer thread takes from the training threads, are in.
+step_ms() {
+  python3 - "$@" <<'PY'
+import re, subprocess, sys, time
+first, command = int(sys.argv[1]), sys.argv[2:]
+seen = {}  # step -> when its line arrived
+with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT, text=True) as run:
+    for line in run.stdout:
+        match = re.match(r"step (\d+)/\d+ ", line)
+        if match: seen[int(match.group(1))] = time.monotonic()
+last = max(seen, default=0)
+ok = run.returncode == 0 and first in seen and last > first
+print("%.1f" % ((seen[last] - seen[first]) * 1000 / (last - first)) if ok else 0)
+PY
+}

@@ -1,13 +1,18 @@
 // Tests of the training-state file (round trip, corruption detected, run-shape check), of which
-// checkpoints in an output folder count as complete, of pruning, and of the metrics log lines.
+// checkpoints in an output folder count as complete, of pruning, of the background writer's queue,
+// and of the metrics log lines.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "base/file_io.h"
 #include "base/model_descriptor.h"
 #include "base/rng.h"
+#include "base/xxhash64.h"
 #include "test/train/host_test_util.h"
+#include "train/background_writer.h"
 #include "train/checkpoint.h"
 #include "train/metrics_log.h"
 #include "train/training_state.h"
@@ -93,7 +98,7 @@ TEST(training_state_keeps_a_llama_shape) {
     const size_t family_at = bytes.size() - 3 * n * 4 - 3 * 8 - EMPTY_COMPRESSION_BYTES - 16 - 8 - FAMILY_BYTES;
     const int32_t unknown = 2;
     memcpy(&bytes[family_at], &unknown, 4);
-    const uint64_t checksum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    const uint64_t checksum = training_state_checksum(TRAINING_STATE_VERSION, &bytes[32], bytes.size() - 32);
     memcpy(&bytes[24], &checksum, 8);
     write_all(path, bytes);
     expect_input_error([&] { read_training_state(path); }, {path, "unknown model family 2"});
@@ -127,8 +132,8 @@ TEST(training_state_part_keeps_its_ranges) {
 
 
 // The version 1 format (a whole-model state, before the ranges) is still read: the file is rebuilt
-// here from a version 3 one by the old layout (a zero `sharded` flag where the mesh is, no ranges, no
-// compression section).
+// here from one of the current version by the old layout (a zero `sharded` flag where the mesh is, no
+// ranges, no compression section, FNV-1a's checksum).
 TEST(version1_training_state_is_read) {
     const std::string dir = tst::make_temp_dir(), path = dir + "/state.bin";
     const TrainingState s = sample_state();
@@ -142,14 +147,14 @@ TEST(version1_training_state_is_read) {
     v1.insert(v1.end(), v3.begin() + mesh_at + 16 + FAMILY_BYTES + 8 + 16 + EMPTY_COMPRESSION_BYTES,
               v3.end());  // lengths, arrays
     const uint32_t version = 1;
-    const uint64_t payload = v1.size() - 32, checksum = fnv1a64(&v1[32], payload, FNV_OFFSET);
+    const uint64_t payload = v1.size() - 32, checksum = training_state_checksum(version, &v1[32], payload);
     memcpy(&v1[8], &version, 4), memcpy(&v1[16], &payload, 8), memcpy(&v1[24], &checksum, 8);
     write_all(path, v1);
     const TrainingState r = read_training_state(path);
     CHECK(r.step == s.step && r.params == s.params && r.adam_v == s.adam_v && r.data_ranks == 1);
     CHECK(r.ranges.size() == 1 && r.ranges[0].offset == 0 && r.ranges[0].length == n);
     v1[mesh_at] = 1;  // a version 1 ZeRO shard: refused with what to do
-    const uint64_t resum = fnv1a64(&v1[32], payload, FNV_OFFSET);
+    const uint64_t resum = training_state_checksum(version, &v1[32], payload);
     memcpy(&v1[24], &resum, 8);
     write_all(path, v1);
     expect_input_error([&] { read_training_state(path); }, {path, "version 1", "build that wrote it"});
@@ -185,7 +190,7 @@ TEST(training_state_keeps_the_compression_state) {
     v2.insert(v2.end(), without.begin() + family_at + FAMILY_BYTES, without.begin() + section_at);
     v2.insert(v2.end(), without.begin() + section_at + EMPTY_COMPRESSION_BYTES, without.end());
     const uint32_t version = 2;
-    const uint64_t payload = v2.size() - 32, checksum = fnv1a64(&v2[32], payload, FNV_OFFSET);
+    const uint64_t payload = v2.size() - 32, checksum = training_state_checksum(version, &v2[32], payload);
     memcpy(&v2[8], &version, 4), memcpy(&v2[16], &payload, 8), memcpy(&v2[24], &checksum, 8);
     write_all(path, v2);
     r = read_training_state(path);
@@ -203,10 +208,49 @@ TEST(training_state_keeps_the_compression_state) {
     std::vector<unsigned char> bytes = read_all(path);
     const uint64_t huge = 1ull << 60;
     memcpy(&bytes[section_at + 16], &huge, 8);
-    const uint64_t resum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    const uint64_t resum = training_state_checksum(TRAINING_STATE_VERSION, &bytes[32], bytes.size() - 32);
     memcpy(&bytes[24], &resum, 8);
     write_all(path, bytes);
     expect_input_error([&] { read_training_state(path); }, {path, "compression values do not fit"});
+}
+
+// XXH64 against values of the reference implementation (libxxhash 0.8.1, seed 0), whole and fed in
+// uneven pieces.
+TEST(xxhash64_matches_the_reference) {
+    const std::string fox = "The quick brown fox jumps over the lazy dog";
+    CHECK(xxhash64("", 0) == 0xEF46DB3751D8E999ull);
+    CHECK(xxhash64("abc", 3) == 0x44BC2CF5AD770999ull);
+    CHECK(xxhash64(fox.data(), fox.size()) == 0x0B242D361FDA71BCull);
+    std::vector<unsigned char> bytes(65537);
+    for (size_t i = 0; i < bytes.size(); i++) bytes[i] = (unsigned char)(i * 131 + 7);
+    CHECK(xxhash64(bytes.data(), 1000) == 0x0BF0BDBCC82EB373ull);
+    CHECK(xxhash64(bytes.data(), bytes.size()) == 0x66B3D0BD2AA2ACFAull);
+    Xxh64 pieces;
+    for (size_t at = 0, n = 1; at < bytes.size(); at += n, n = n * 3 % 37 + 1)
+        pieces.update(&bytes[at], std::min(n, bytes.size() - at));
+    CHECK(pieces.digest() == 0x66B3D0BD2AA2ACFAull);
+}
+
+// Version 5 changed only the checksum (XXH64 for FNV-1a 64): a version 4 file, the same payload with
+// FNV-1a's checksum, is still read, and each version's checksum is checked by its own rule.
+TEST(version4_training_state_is_read) {
+    const std::string path = tst::make_temp_dir() + "/state.bin";
+    const TrainingState s = sample_state();
+    write_training_state(path, s);
+    std::vector<unsigned char> bytes = read_all(path);
+    const uint32_t version = 4;
+    const uint64_t fnv = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    uint64_t written;
+    memcpy(&written, &bytes[24], 8);
+    CHECK(written == xxhash64(&bytes[32], bytes.size() - 32) && written != fnv);
+    memcpy(&bytes[8], &version, 4);
+    write_all(path, bytes);  // version 4 with XXH64's checksum
+    expect_input_error([&] { read_training_state(path); }, {path, "checksum mismatch"});
+    memcpy(&bytes[24], &fnv, 8);
+    write_all(path, bytes);
+    const TrainingState r = read_training_state(path);
+    CHECK(r.step == s.step && r.params == s.params && r.adam_m == s.adam_m && r.adam_v == s.adam_v);
+    CHECK(r.loss_detector.count == s.loss_detector.count && r.ranges.size() == 1);
 }
 
 TEST(corrupted_training_state_is_a_clear_error) {
@@ -264,7 +308,7 @@ TEST(training_state_with_fields_out_of_range_is_refused) {
     CHECK(lengths[0] == n && lengths[1] == n && lengths[2] == n);
     lengths[0] += 1ull << 63, lengths[1] += 1ull << 63;
     memcpy(&bytes[lengths_at], lengths, sizeof lengths);
-    const uint64_t checksum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    const uint64_t checksum = training_state_checksum(TRAINING_STATE_VERSION, &bytes[32], bytes.size() - 32);
     memcpy(&bytes[24], &checksum, 8);
     write_all(path, bytes);
     expect_input_error([&] { read_training_state(path); }, {path, "array lengths do not match"});
@@ -298,7 +342,7 @@ TEST(training_state_names_its_optimizer) {
     std::vector<unsigned char> bytes = adamw;
     field = 3;
     memcpy(&bytes[optimizer_at], &field, 4);
-    const uint64_t checksum = fnv1a64(&bytes[32], bytes.size() - 32, FNV_OFFSET);
+    const uint64_t checksum = training_state_checksum(TRAINING_STATE_VERSION, &bytes[32], bytes.size() - 32);
     memcpy(&bytes[24], &checksum, 8);
     write_all(path, bytes);
     expect_input_error([&] { read_training_state(path); }, {path, "unknown optimizer 3"});
@@ -352,6 +396,41 @@ TEST(only_complete_checkpoints_count_and_pruning_keeps_the_newest) {
     CHECK(path_exists(checkpoint_model_path(dir, 50)));  // incomplete newer ones are left alone
     prune_checkpoints(dir, 0, 2);                        // 0 keeps everything
     CHECK(complete_checkpoints(dir, 2).size() == 2);
+}
+
+// The writer runs its jobs in order, one at a time (a DONE marker queued behind a checkpoint's files
+// is written after them); a failed job drops those behind it and its error comes from wait(); the
+// destructor runs what is still queued.
+TEST(background_writer_runs_jobs_in_order_and_stops_at_an_error) {
+    const std::string dir = tst::make_temp_dir();
+    std::vector<int> order;
+    std::atomic<bool> go{false};
+    {
+        BackgroundWriter writer;
+        CHECK(writer.finished());
+        writer.queue([&] {
+            while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            order.push_back(1);
+        });
+        writer.queue({{dir + "/a.bin", {'a', 'b'}}});
+        writer.queue([&] { order.push_back(path_exists(dir + "/a.bin") ? 2 : -2); });
+        CHECK(!writer.finished());  // the first job waits for `go`
+        go = true;
+        writer.wait();
+        CHECK(writer.finished() && order == (std::vector<int>{1, 2}));
+
+        writer.queue([] { fail("disk full"); });
+        writer.queue([&] { order.push_back(3); });  // dropped: behind a failed job
+        expect_input_error([&] { writer.wait(); }, {"disk full"});
+        writer.wait();  // the error was reported once
+        CHECK(order == (std::vector<int>{1, 2}));
+
+        writer.queue([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            order.push_back(4);
+        });
+    }  // the destructor runs the last job
+    CHECK(order == (std::vector<int>{1, 2, 4}));
 }
 
 TEST(metrics_log_lines) {
