@@ -286,11 +286,12 @@ static void finish_snapshot(Run& run) {
     if (run.main_rank && !run.snapshot_cost_told) {
         run.snapshot_cost_told = true;
         printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy%s), %.1f ms written in the "
-               "background; %.1f MiB of node memory on rank 0%s, in %s\n",
+               "background; %.1f MiB of node memory a snapshot on rank 0%s, up to %.1f MiB while the next is "
+               "written beside the newest, in %s\n",
                run.snapshot_boundary_ms, run.ranks.num_ranks > 1 ? " and the ring exchange" : "",
                run.snapshot_writer.last_job_ms(), run.snapshot_bytes / 1048576.0,
                run.ranks.num_ranks > 1 ? strprintf(" (its part and rank %d's copy)", run.ranks.num_ranks - 1).c_str() : "",
-               run.snapshot_root.c_str());
+               2 * run.snapshot_bytes / 1048576.0, run.snapshot_root.c_str());
     }
     run.snapshot_pending = 0;
 }
@@ -591,8 +592,8 @@ static void print_checkpoint_plan(const Run& run) {
            state_part);
     const int copies = run.ranks.num_ranks > 1 ? 2 : 1;  // its own part, and the previous rank's
     if (opt.snapshot_every > 0)
-        printf("snapshots: every %d steps in %s (node memory)%s: about %.1f MiB per rank, %.1f MiB with the model "
-               "file (rank 0%s)\n",
+        printf("snapshots: every %d steps in %s (node memory)%s: about %.1f MiB a snapshot per rank, %.1f MiB with "
+               "the model file (rank 0%s); two at a time while the next is written beside the newest\n",
                opt.snapshot_every, run.snapshot_root.c_str(), copies > 1 ? ", with a copy on the next rank" : "",
                copies * state_part, copies * state_part + model_file, copies > 1 ? " and rank 1" : "");
 }
