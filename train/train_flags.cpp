@@ -305,16 +305,14 @@ std::vector<FlagValue> train_flag_values(const TrainOptions& options) {
     return values;
 }
 
-FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* options) {
-    const TrainOptions defaults = *options;
-    const std::vector<Flag> flags = flag_table(*options);
+// Walks argv's flags in order: calls visit(flag, value) for each; returns false at --help (or a bare
+// -h last), before visiting the rest.
+template <typename Visit>
+static bool walk_flags(int argc, const char* const* argv, const std::vector<Flag>& flags, Visit&& visit) {
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
         // llm.c's -h takes a value (HellaSwag); a bare -h as the last argument asks for help.
-        if (arg == "--help" || (arg == "-h" && i + 1 == argc)) {
-            fputs(train_flags_help(argv[0], defaults).c_str(), stdout);
-            return FlagsResult::HELP_SHOWN;
-        }
+        if (arg == "--help" || (arg == "-h" && i + 1 == argc)) return false;
         std::string value;
         bool inline_value = false;
         if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
@@ -330,9 +328,28 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
             if (i + 1 >= argc) fail("%s: missing value", flag_name(*flag).c_str());
             value = argv[++i];
         }
-        set_value(*flag, value);
+        visit(*flag, value);
     }
-    return FlagsResult::RUN;
+    return true;
+}
+
+FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* options) {
+    const TrainOptions defaults = *options;
+    if (walk_flags(argc, argv, flag_table(*options), [](const Flag& flag, const std::string& value) {
+            set_value(flag, value);
+        }))
+        return FlagsResult::RUN;
+    fputs(train_flags_help(argv[0], defaults).c_str(), stdout);
+    return FlagsResult::HELP_SHOWN;
+}
+
+bool train_flag_given(int argc, const char* const* argv, const std::string& long_name) {
+    TrainOptions scratch;
+    bool given = false;
+    walk_flags(argc, argv, flag_table(scratch), [&](const Flag& flag, const std::string&) {
+        given = given || long_name == flag.long_name;
+    });
+    return given;
 }
 
 // -tp, -sp, -pp, --shard-ranks, --pp-schedule and --grad-reduce against the ranks and the model's shape.

@@ -17,6 +17,9 @@ enum class FlagsResult { RUN, HELP_SHOWN };
 // HELP_SHOWN for -h/--help; throws InputError for anything invalid in a single flag.
 FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* options);
 
+// Whether argv gives the flag whose long name is `long_name` ("--train-data"), by either of its names.
+bool train_flag_given(int argc, const char* const* argv, const std::string& long_name);
+
 // Every flag's value in *options, in the help's order: for the run's record (run.json) and for
 // comparing a resumed run's settings with the saved ones.
 struct FlagValue {

@@ -480,16 +480,19 @@ static void share_algorithms(Run& run, int step) {
 // The trainer's defaults for the model's family: a Llama 3 model reads Llama 3 tokens, so where -i, -j
 // and --tokenizer were left at their defaults it reads the built-in dataset's Llama 3 shards and
 // decodes samples with Llama 3's table (data/prepare janeausten --tokenizer llama3 writes them).
-static TrainOptions family_defaults(TrainOptions defaults, const ModelConfig& config, TrainOptions* opt) {
+static TrainOptions family_defaults(TrainOptions defaults, const ModelConfig& config, TrainOptions* opt, int argc,
+                                    char** argv) {
     if (!is_llama3(config)) return defaults;
     struct Default {
         std::string TrainOptions::*field;
+        const char* flag;
         const char* llama3;
     };
-    for (const Default d : {Default{&TrainOptions::train_data, "data/janeausten/janeausten_llama3_train.bin"},
-                            Default{&TrainOptions::val_data, "data/janeausten/janeausten_llama3_val.bin"},
-                            Default{&TrainOptions::tokenizer, "data/llama3_tokenizer.bin"}}) {
-        if (opt->*d.field == defaults.*d.field) opt->*d.field = d.llama3;
+    for (const Default d :
+         {Default{&TrainOptions::train_data, "--train-data", "data/janeausten/janeausten_llama3_train.bin"},
+          Default{&TrainOptions::val_data, "--val-data", "data/janeausten/janeausten_llama3_val.bin"},
+          Default{&TrainOptions::tokenizer, "--tokenizer", "data/llama3_tokenizer.bin"}}) {
+        if (!train_flag_given(argc, argv, d.flag)) opt->*d.field = d.llama3;  // (a path given is kept)
         defaults.*d.field = d.llama3;
     }
     return defaults;
@@ -508,7 +511,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     install_interrupt_handlers(run.main_rank);
     AnyModelFile model_file;
     run.config = model_shape(opt, &model_file);
-    run.data_choice = choose_data_paths(&opt, family_defaults(spec.defaults, run.config, &opt));
+    run.data_choice = choose_data_paths(&opt, family_defaults(spec.defaults, run.config, &opt, argc, argv));
     const int planned = planned_ranks(opt, run.ranks);
     if ((opt.tensor_parallel > 1 || opt.pipeline_parallel > 1) && !spec.model_parallel)
         fail("-tp and -pp split the model across GPUs: they need the CUDA trainer (train_gpt)");

@@ -149,6 +149,25 @@ TEST(llama_samples_print_from_the_decode_table) {
     CHECK_MSG(at != std::string::npos && out.find('\n', at) - at == 8 + 8, "%s", out.c_str());
 }
 
+// A Llama 3 run reads the built-in dataset's Llama 3 shards where -i and -j are left out, and the
+// files it is given otherwise, even where they are the paths GPT-2's defaults name.
+TEST(llama_reads_the_data_it_is_given_and_its_own_defaults_otherwise) {
+    const std::string dir = llama_data_dir();
+    CHECK(tst::run_command("mkdir -p " + dir + "/data/janeausten && cp " + dir + "/train.bin " + dir +
+                           "/data/janeausten/janeausten_train.bin && cp " + dir + "/val.bin " + dir +
+                           "/data/janeausten/janeausten_val.bin") == 0);
+    std::string trainer_path;
+    CHECK(tst::run_command("realpath " + trainer(), &trainer_path) == 0);
+    trainer_path = trainer_path.substr(0, trainer_path.find('\n'));
+    const std::string in_dir = "cd " + dir + " && " + trainer_path + " -e " + SHAPE + " -b 2 -t 16 -x 1 -v 0 -s 0";
+    std::string out;
+    int rc = tst::run_command(in_dir + " -i data/janeausten/janeausten_train.bin -j data/janeausten/janeausten_val.bin",
+                              &out);
+    CHECK_MSG(rc == 0 && out.find("step 1/1") != std::string::npos, "exit %d: %s", rc, out.c_str());
+    rc = tst::run_command(in_dir, &out);
+    CHECK_MSG(rc != 0 && out.find("janeausten_llama3_train.bin") != std::string::npos, "exit %d: %s", rc, out.c_str());
+}
+
 TEST(llama_bad_input_fails_cleanly) {
     const std::string dir = llama_data_dir();
     const std::string data = " -i " + dir + "/train.bin -j " + dir + "/val.bin -b 2 -t 16 -x 2 -v 0 -s 0 -o " + dir + "/run";
