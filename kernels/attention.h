@@ -20,17 +20,19 @@
 // first), and the dK/dV pass has a block per key block of a key/value head that walks its group's
 // query heads one after another, summing in registers (no partials in memory, no atomics); it reads
 // the group's Q, dO, lse and D once per key block as plain attention does, over NH/KV times fewer
-// blocks. The mma and cuda-cores kernels take every KV; the Hopper kernel takes KV == NH only, and
-// grouped shapes go to the mma kernel instead (a forced --attention-kernel hopper refuses them).
+// blocks. All three implementations below take every KV.
 //
-// Per call (bf16, causal), N = B·NH·T²·HS:
-//   forward:  reads qkv (6·B·T·C bytes) and writes out and lse (2·B·T·C + 4·B·NH·T bytes); the K/V
-//             tiles are re-read by every query block, mostly from L2. FLOPs counted as 2·N (the two
-//             causal products, 2·2·N/2); the tensor cores run ~2.2·N with tile granularity.
-//   backward: reads qkv, out, dout, lse, writes dqkv and D (scratch, 4·B·NH·T bytes). FLOPs counted
-//             as 2.5 × forward = 5·N; executed ~7·N: a dK/dV pass over key blocks (S, dP, dV, dK)
-//             and a separate dQ pass over query blocks (S, dP, dQ), which keeps every sum in one
-//             block and the result bitwise deterministic (no float atomics).
+// Per call (bf16, causal), N = B·NH·T²·HS, W = (NH + 2·KV)·HS the width of a token's qkv row (3C
+// for multi-head attention):
+//   forward:  reads qkv (2·B·T·W bytes, 6·B·T·C at KV == NH) and writes out and lse (2·B·T·C +
+//             4·B·NH·T bytes); the K/V tiles are re-read by every query block of the group's query
+//             heads, mostly from L2. FLOPs counted as 2·N (the two causal products, 2·2·N/2); the
+//             tensor cores run ~2.2·N with tile granularity. N counts query heads: GQA does as many
+//             FLOPs as multi-head attention with NH heads, and moves fewer K/V bytes.
+//   backward: reads qkv, out, dout, lse, writes dqkv (2·B·T·W bytes) and D (scratch, 4·B·NH·T
+//             bytes). FLOPs counted as 2.5 × forward = 5·N; executed ~7·N: a dK/dV pass over key
+//             blocks (S, dP, dV, dK) and a separate dQ pass over query blocks (S, dP, dQ), which
+//             keeps every sum in one block and the result bitwise deterministic (no float atomics).
 //
 // Three implementations, each in a header of its own; the functions here pick one per call:
 //   - kernels/attention_hopper.h (bf16 build, HS = 64, 128, sm_90a): warp-specialised, a producer
@@ -107,15 +109,15 @@ inline bool attention_hopper_runnable() {
     return true;
 #endif
 }
-// grouped: KV < NH key/value heads, which the Hopper kernel does not take.
-inline AttentionKernel attention_kernel_for(int HS, bool grouped = false) {
+// Every kernel takes grouped-query shapes (KV < NH key/value heads): the choice depends on the head
+// size and the device only.
+inline AttentionKernel attention_kernel_for(int HS) {
     const AttentionKernel chosen = attention_kernel_setting();
-    const bool hopper_ok = (HS == 64 || HS == 128) && !grouped && attention_hopper_runnable();
+    const bool hopper_ok = (HS == 64 || HS == 128) && attention_hopper_runnable();
     const bool mma_ok = attention_uses_tensor_cores(HS);
     const char* refused = nullptr;
     if (chosen == AttentionKernel::Hopper && !hopper_ok)
-        refused = grouped ? "hopper does not take grouped-query attention (KV < NH); mma does"
-                          : "hopper needs the bf16 build, head size 64 or 128 and an sm_90 GPU (sm_90a code)";
+        refused = "hopper needs the bf16 build, head size 64 or 128 and an sm_90 GPU (sm_90a code)";
     if (chosen == AttentionKernel::Mma && !mma_ok) refused = "mma needs the bf16 build and head size 32, 64 or 128";
     if (refused) {
         fprintf(stderr, "attention: --attention-kernel: %s (head size %d)\n", refused, HS);
@@ -144,13 +146,13 @@ inline void attention_check_shape(int B, int T, int NH, int KV, int HS) {
 inline void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int NH, int KV, int HS,
                               cudaStream_t stream) {
     attention_check_shape(B, T, NH, KV, HS);
-    const AttentionKernel kernel = attention_kernel_for(HS, KV != NH);
+    const AttentionKernel kernel = attention_kernel_for(HS);
 #ifndef ENABLE_FP32
     if (kernel == AttentionKernel::Hopper) {  // its launches are checked here
         if (HS == 64)
-            attention_forward_hopper<64>(out, lse, qkv, B, T, NH, stream);
+            attention_forward_hopper<64>(out, lse, qkv, B, T, NH, KV, stream);
         else
-            attention_forward_hopper<128>(out, lse, qkv, B, T, NH, stream);
+            attention_forward_hopper<128>(out, lse, qkv, B, T, NH, KV, stream);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
@@ -179,13 +181,13 @@ inline void attention_backward(floatX* dqkv, void* scratch, const floatX* dout, 
                                const float* lse, const floatX* qkv, int B, int T, int NH, int KV, int HS,
                                cudaStream_t stream) {
     attention_check_shape(B, T, NH, KV, HS);
-    const AttentionKernel kernel = attention_kernel_for(HS, KV != NH);
+    const AttentionKernel kernel = attention_kernel_for(HS);
 #ifndef ENABLE_FP32
     if (kernel == AttentionKernel::Hopper) {  // its launches are checked here (the last error sticks)
         if (HS == 64)
-            attention_backward_hopper<64>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
+            attention_backward_hopper<64>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KV, stream);
         else
-            attention_backward_hopper<128>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, stream);
+            attention_backward_hopper<128>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KV, stream);
         CUDA_CHECK(cudaGetLastError());
         return;
     }

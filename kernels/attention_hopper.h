@@ -1,13 +1,17 @@
 // Causal self-attention on Hopper (sm_90a): warp-specialised, TMA-fed, wgmma flash attention,
 // forward and backward. Same op and layouts as kernels/attention.h documents:
 //   S = scale · Q·Kᵀ (causal), P = softmax_rows(S), out = P·V, lse = log Σ_j exp(S[i][j]) (natural log)
-// qkv (B, T, 3C) bf16, out (B, T, C) bf16, lse (B, NH, T) fp32; head size HS = 64 or 128; any T.
+// qkv (B, T, W) bf16 with W = (NH + 2·KV)·HS: NH query heads, then KV key heads, then KV value heads
+// (NH % KV == 0; KV == NH: multi-head attention, W = 3C), query head h reading key/value head
+// g = h / (NH/KV); out (B, T, C) bf16 with C = NH·HS, lse (B, NH, T) fp32; head size HS = 64 or 128;
+// any T. Every TMA load addresses one (W, T, B) view of qkv: Q of head h at column h·HS, K of head g
+// at (NH + g)·HS, V at (NH + KV + g)·HS.
 //
-// Per call, N = B·NH·T²·HS: reads qkv once per query block for K/V (6·B·T·C bytes from DRAM, the
-// rest from L2), writes out and lse (2·B·T·C + 4·B·NH·T bytes); FLOPs counted 2·N (tensor cores run
-// ~2·N + a diagonal tile per 64 rows).
+// Per call, N = B·NH·T²·HS: reads qkv (2·B·T·W bytes from DRAM; the K/V tiles again for every query
+// block of the group's NH/KV query heads, from L2), writes out and lse (2·B·T·C + 4·B·NH·T bytes);
+// FLOPs counted 2·N (tensor cores run ~2·N + a diagonal tile per 64 rows).
 //
-// Forward: the block (query block of 128 rows, head, batch) is three warpgroups:
+// Forward: the block (query block of 128 rows, query head, batch) is three warpgroups:
 //   - producer (warpgroup 0): one thread issues TMA loads (kernels/tma.h) of Q once and of K and V
 //     tiles (64 keys) into a ring of kStages shared-memory stages, each stage guarded by mbarriers
 //     (kernels/mbarrier.h): k_full / v_full (expect_tx by the producer, completed by the TMA bytes)
@@ -27,8 +31,9 @@
 //
 // ptxas (nvcc 13.0, sm_90a, -O3): no spills in any kernel here. Registers at entry: forward<64>,
 // forward<128> and backward<64> 168 (then 24 producer / 240 consumer); backward<128> (one consumer,
-// no setmaxnreg) 248 for the key-row pass, 177 for the query-row pass. No wait is added by ptxas
-// (no C7517/C7510 notes). Check: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v.
+// no setmaxnreg) 243 for the key-row pass (it walks the group's query heads), 178 for the query-row
+// pass. No wait is added by ptxas (no C7517/C7510 notes). Check: nvcc -O3
+// -gencode=arch=compute_90a,code=sm_90a -Xptxas -v.
 //
 // Shared memory (1024-byte aligned; tiles as 128-byte-swizzled panels of 64 columns, what TMA
 // writes and the wgmma descriptors read): Q [2 consumers][HS/64 panels][64 rows][64],
@@ -81,7 +86,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // cores work during it (a second set of S accumulators, 32 registers).
 template <int HS, bool kOverlapSoftmax>
 __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
-    forward_kernel(bf16* out, float* lse, const __grid_constant__ CUtensorMap qkv_map, int T, int NH) {
+    forward_kernel(bf16* out, float* lse, const __grid_constant__ CUtensorMap qkv_map, int T, int NH, int KV) {
     using Tr = ForwardTraits<HS>;
     DYNAMIC_SHARED(unsigned char, raw);
     unsigned char* smem = align_shared<unsigned char>(raw, 1024);
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
     uint64_t* kv_empty = v_full + Tr::kStages;
 
     const int q_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // longest blocks first
-    const int q0 = q_block * Tr::kBlockQ, C = NH * HS;
+    const int q0 = q_block * Tr::kBlockQ;
     const int last_row = min(q0 + Tr::kBlockQ, T) - 1;
     const int tiles = last_row / Tr::kBlockK + 1;  // key tiles up to the diagonal
     // Read through a shuffle so the compiler knows it is uniform across the warp: wgmma in code it
@@ -118,7 +123,10 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
         warpgroup_release_registers<Tr::kProducerRegisters>();
         if (threadIdx.x != 0) return;
         tma_prefetch_map(&qkv_map);
-        // Coordinates in the (3C, T, B) view: column part·C + h·HS + 64·panel, row t, batch b.
+        // Coordinates in the ((NH + 2·KV)·HS, T, B) view: column head·HS + 64·panel, row t, batch b,
+        // with head h for Q, NH + g for K and NH + KV + g for V (g: the key/value head of h's group).
+        const int g = attention_kv_head(h, NH, KV);
+        const int k_column = (NH + g) * HS, v_column = (NH + KV + g) * HS;
         mbarrier_arrive_expect_tx(q_full, Tr::kQBytes);
         for (int c = 0; c < Tr::kConsumers; c++)
             for (int p = 0; p < Tr::kPanels; p++)
@@ -129,11 +137,11 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
             if (j >= Tr::kStages) mbarrier_wait(&kv_empty[s], (j / Tr::kStages - 1) & 1);  // stage used up
             mbarrier_arrive_expect_tx(&k_full[s], Tr::kTileBytes);
             for (int p = 0; p < Tr::kPanels; p++)
-                tma_load_3d(k_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, C + h * HS + 64 * p,
+                tma_load_3d(k_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, k_column + 64 * p,
                             j * Tr::kBlockK, b, &k_full[s]);
             mbarrier_arrive_expect_tx(&v_full[s], Tr::kTileBytes);
             for (int p = 0; p < Tr::kPanels; p++)
-                tma_load_3d(v_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, 2 * C + h * HS + 64 * p,
+                tma_load_3d(v_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, v_column + 64 * p,
                             j * Tr::kBlockK, b, &v_full[s]);
         }
         return;
@@ -278,10 +286,12 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
     }
 }
 
-// The (3C, T, B) view of qkv that every TMA load addresses: boxes of 64 columns × 64 rows, 128B swizzle.
-inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int C) {
-    const uint64_t dims[3] = {(uint64_t)3 * C, (uint64_t)T, (uint64_t)B};
-    const uint64_t strides[3] = {2, (uint64_t)3 * C * 2, (uint64_t)T * 3 * C * 2};
+// The (W, T, B) view of qkv that every TMA load addresses, W = (NH + 2·KV)·HS a token's row (3C
+// for multi-head attention): boxes of 64 columns × 64 rows, 128B swizzle.
+inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int NH, int KV, int HS) {
+    const uint64_t W = attention_qkv_stride(NH, KV, HS);
+    const uint64_t dims[3] = {W, (uint64_t)T, (uint64_t)B};
+    const uint64_t strides[3] = {2, W * 2, (uint64_t)T * W * 2};
     const uint32_t box[3] = {64, 64, 1};
     make_tensor_map(map, qkv, 3, 2, dims, strides, box, TmaSwizzle::B128);
 }
@@ -298,9 +308,18 @@ inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int C)
 //     dV += Pᵀ·dO,  dK += dSᵀ·Q  (dK scaled at the end)
 //   dQ pass (rows = queries, columns = keys):
 //     R1 = Q, C1 = K, R2 = dO, C2 = V:  P = exp(scale·X − lse[q]), dS = P ⊙ (Y − D[q]), dQ += dS·K
-// D = Σ dO·out per query (attention_row_dot, in the scratch). Per call: reads qkv, dout, lse, D
-// (dK/dV pass: Q and dO once per key block; dQ pass: K and V once per query block), writes dqkv
-// (6·B·T·C bytes); FLOPs executed ~ (4 + 3)·N with N = B·NH·T²·HS (causal half of 2·(2+2+3) GEMMs).
+// D = Σ dO·out per query head (attention_row_dot, in the scratch).
+// Grouped-query attention: the dK/dV pass has a block per key block of each key/value head (grid
+// T/kBlockRows × KV × B). Its row tiles (K, V) load once; its column steps run over the group's
+// NH/KV query heads one after another, each over its query tiles from the diagonal on, as one
+// flattened sequence through the ring (producer and consumers count the same steps), with that
+// head's Q, dO, lse and D; dK and dV sum in the same registers across the group and are written
+// once, in a fixed order (deterministic, no atomics). The dQ pass has a block per query block of
+// each query head (T/kBlockRows × NH × B), reading its group's K and V tiles. KV == NH: one head per
+// group, the same steps and bits as multi-head attention.
+// Per call: reads qkv, dout, lse, D (dK/dV pass: the group's Q and dO once per key block; dQ pass: K
+// and V once per query block), writes dqkv (2·B·T·W bytes); FLOPs executed ~ (4 + 3)·N with
+// N = B·NH·T²·HS (causal half of 2·(2+2+3) GEMMs).
 template <int HS>
 struct BackwardTraits {
     static_assert(HS == 64 || HS == 128, "head sizes 64 and 128");
@@ -330,7 +349,7 @@ struct TileSource {
 template <int HS, bool kKeyRows>
 __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     backward_kernel(bf16* dqkv, const float* lse, const float* row_dot, const __grid_constant__ CUtensorMap qkv_map,
-                    const __grid_constant__ CUtensorMap dout_map, int T, int NH) {
+                    const __grid_constant__ CUtensorMap dout_map, int T, int NH, int KV) {
     using Tr = BackwardTraits<HS>;
     DYNAMIC_SHARED(unsigned char, raw);
     unsigned char* smem = align_shared<unsigned char>(raw, 1024);
@@ -343,14 +362,23 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     uint64_t* c2_full = c1_full + Tr::kStages;
     uint64_t* c_empty = c2_full + Tr::kStages;
 
-    const int row_block = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int r0 = row_block * Tr::kBlockRows, C = NH * HS;
+    // blockIdx.y: the key/value head (key rows) or the query head (query rows).
+    const int row_block = gridDim.x - 1 - blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+    const int r0 = row_block * Tr::kBlockRows;
     const int col_tiles_total = ceil_div(T, Tr::kBlockCols);
     // Column tiles this block visits: from the diagonal on (key rows) or up to it (query rows).
     const int first_tile = kKeyRows ? r0 / Tr::kBlockCols : 0;
     const int end_tile = kKeyRows ? col_tiles_total : (min(r0 + Tr::kBlockRows, T) - 1) / Tr::kBlockCols + 1;
-    const TileSource q{0, h * HS}, k{0, C + h * HS}, v{0, 2 * C + h * HS}, dout{1, h * HS};
-    const TileSource r1 = kKeyRows ? k : q, r2 = kKeyRows ? v : dout, c1 = kKeyRows ? q : k, c2 = kKeyRows ? dout : v;
+    // Key rows walk the query heads of their group, NH/KV of them, one after another, each over the
+    // column tiles first_tile..end_tile-1: one flattened sequence of steps through the stage ring,
+    // the same for the producer and the consumers. Query rows: their own head's tiles.
+    const int group = NH / KV, kv = kKeyRows ? head : attention_kv_head(head, NH, KV);
+    const int first_head = kKeyRows ? kv * group : head;
+    const int steps = (end_tile - first_tile) * (kKeyRows ? group : 1);
+    // Columns in the qkv view: query head h at h·HS, key head kv at (NH + kv)·HS, value head at
+    // (NH + KV + kv)·HS; dO of query head h at h·HS of the dout view.
+    const TileSource k{0, (NH + kv) * HS}, v{0, (NH + KV + kv) * HS};
+    const TileSource r1 = kKeyRows ? k : TileSource{0, head * HS}, r2 = kKeyRows ? v : TileSource{1, head * HS};
     const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
 
     if (threadIdx.x == 0) {
@@ -379,13 +407,15 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
             load(row_tiles + (2 * c + 0) * Tr::kTileBytes, r1, r0 + 64 * c, rows_full);
             load(row_tiles + (2 * c + 1) * Tr::kTileBytes, r2, r0 + 64 * c, rows_full);
         }
-        for (int j = first_tile; j < end_tile; j++) {
-            const int n = j - first_tile, s = n % Tr::kStages;
+        for (int n = 0, j = first_tile, h = first_head; n < steps; n++) {
+            const int s = n % Tr::kStages;
             if (n >= Tr::kStages) mbarrier_wait(&c_empty[s], (n / Tr::kStages - 1) & 1);
+            const TileSource c1 = kKeyRows ? TileSource{0, h * HS} : k, c2 = kKeyRows ? TileSource{1, h * HS} : v;
             mbarrier_arrive_expect_tx(&c1_full[s], Tr::kTileBytes);
             load(c1_tiles + s * Tr::kTileBytes, c1, j * Tr::kBlockCols, &c1_full[s]);
             mbarrier_arrive_expect_tx(&c2_full[s], Tr::kTileBytes);
             load(c2_tiles + s * Tr::kTileBytes, c2, j * Tr::kBlockCols, &c2_full[s]);
+            if (++j == end_tile) j = first_tile, h++;  // the group's next query head
         }
         return;
     }
@@ -398,9 +428,7 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     const unsigned char* r1_tile = row_tiles + (2 * consumer + 0) * Tr::kTileBytes;
     const unsigned char* r2_tile = row_tiles + (2 * consumer + 1) * Tr::kTileBytes;
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * kLog2e;
-    const float* lse_bh = lse + attention_lse_index(b, h, 0, T, NH);
-    const float* dot_bh = row_dot + attention_lse_index(b, h, 0, T, NH);
-    float acc1[HS / 2], acc2[HS / 2];  // key rows: dV, dK; query rows: dQ (acc2 unused)
+    float acc1[HS / 2], acc2[HS / 2];  // key rows: dV, dK, summed over the group; query rows: dQ (acc2 unused)
     ATTENTION_UNROLL
     for (int r = 0; r < HS / 2; r++) acc1[r] = acc2[r] = 0.0f;
     // Query rows: the thread's two rows' lse (log2 units) and D, fixed for the whole pass.
@@ -408,13 +436,19 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     if (!kKeyRows) {
         for (int x = 0; x < 2; x++) {
             const int t = row_base + wgmma_d_element(thread, 2 * x).row;
-            if (t < T) row_lse[x] = lse_bh[t] * kLog2e, row_d[x] = dot_bh[t];
+            if (t < T) {
+                const size_t at = attention_lse_index(b, head, t, T, NH);
+                row_lse[x] = lse[at] * kLog2e, row_d[x] = row_dot[at];
+            }
         }
     }
 
     mbarrier_wait(rows_full, 0);
-    for (int j = first_tile; j < end_tile; j++) {
-        const int n = j - first_tile, s = n % Tr::kStages;
+    for (int n = 0, j = first_tile, h = first_head; n < steps; n++) {
+        const int s = n % Tr::kStages;
+        // Key rows: the lse and D of this step's query head h (per query, read in the loop below).
+        const float* lse_bh = lse + attention_lse_index(b, h, 0, T, NH);
+        const float* dot_bh = row_dot + attention_lse_index(b, h, 0, T, NH);
         const uint32_t parity = (n / Tr::kStages) & 1;
         const int col0 = j * Tr::kBlockCols;
         const bool compute = active_rows && (kKeyRows ? col0 + Tr::kBlockCols - 1 >= row_base
@@ -483,21 +517,22 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
         }
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&c_empty[s]);
+        if (++j == end_tile) j = first_tile, h++;
     }
 
-    // Write: key rows dK (scaled) and dV; query rows dQ (scaled).
+    // Write, once: key rows dK (scaled) and dV of key/value head kv; query rows dQ (scaled).
     ATTENTION_UNROLL
     for (int r = 0; r < HS / 2; r += 2) {
         const WgmmaIndex e = wgmma_d_element(thread, r);
         const int t = row_base + e.row;
         if (t >= T) continue;
         if (kKeyRows) {
-            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 1, h, T, NH, HS) + e.col) =
+            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 1, kv, T, NH, KV, HS) + e.col) =
                 __floats2bfloat162_rn(acc2[r] * scale, acc2[r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 2, h, T, NH, HS) + e.col) =
+            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 2, kv, T, NH, KV, HS) + e.col) =
                 __floats2bfloat162_rn(acc1[r], acc1[r + 1]);
         } else {
-            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 0, h, T, NH, HS) + e.col) =
+            *reinterpret_cast<__nv_bfloat162*>(dqkv + attention_qkv_index(b, t, 0, head, T, NH, KV, HS) + e.col) =
                 __floats2bfloat162_rn(acc1[r] * scale, acc1[r + 1] * scale);
         }
     }
@@ -513,11 +548,12 @@ inline void make_dout_map(CUtensorMap* map, const bf16* dout, int B, int T, int 
 
 }  // namespace attention_hopper
 
-// dqkv (B,T,3C) overwritten; scratch: attention_backward_scratch_bytes() bytes (D).
+// dqkv (B, T, (NH + 2·KV)·HS) overwritten; scratch: attention_backward_scratch_bytes() bytes (D).
+// KV key/value heads (NH % KV == 0; KV == NH: multi-head attention, dqkv (B, T, 3C)).
 template <int HS>
 void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv, int B, int T,
-                               int NH, cudaStream_t stream) {
+                               int NH, int KV, cudaStream_t stream) {
     using namespace attention_hopper;
     using Tr = BackwardTraits<HS>;
     static const bool once = (attention_allow_shared_bytes(backward_kernel<HS, true>, Tr::shared_bytes()),
@@ -526,26 +562,27 @@ void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bf
     float* row_dot = static_cast<float*>(scratch);
     attention_row_dot(row_dot, dout, out, B, T, NH, HS, stream);
     CUtensorMap qkv_map, dout_map;
-    make_qkv_map(&qkv_map, qkv, B, T, NH * HS);
+    make_qkv_map(&qkv_map, qkv, B, T, NH, KV, HS);
     make_dout_map(&dout_map, dout, B, T, NH * HS);
-    const dim3 grid(ceil_div(T, Tr::kBlockRows), NH, B);
-    LAUNCH((backward_kernel<HS, true>), grid, Tr::kThreads, Tr::shared_bytes(), stream, dqkv, lse, row_dot, qkv_map,
-           dout_map, T, NH);
-    LAUNCH((backward_kernel<HS, false>), grid, Tr::kThreads, Tr::shared_bytes(), stream, dqkv, lse, row_dot, qkv_map,
-           dout_map, T, NH);
+    // dK/dV: a block per key block of each key/value head; dQ: a block per query block of each query head.
+    LAUNCH((backward_kernel<HS, true>), dim3(ceil_div(T, Tr::kBlockRows), KV, B), Tr::kThreads, Tr::shared_bytes(),
+           stream, dqkv, lse, row_dot, qkv_map, dout_map, T, NH, KV);
+    LAUNCH((backward_kernel<HS, false>), dim3(ceil_div(T, Tr::kBlockRows), NH, B), Tr::kThreads, Tr::shared_bytes(),
+           stream, dqkv, lse, row_dot, qkv_map, dout_map, T, NH, KV);
 }
 
 // kOverlapSoftmax true: the same kernel with the softmax/MMA overlap (dev/cuda/attention.cu's ladder).
+// KV key/value heads (NH % KV == 0; KV == NH: multi-head attention, qkv (B, T, 3C)).
 template <int HS, bool kOverlapSoftmax = false>
 void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
-                              cudaStream_t stream) {
+                              int KV, cudaStream_t stream) {
     using namespace attention_hopper;
     using Tr = ForwardTraits<HS>;
     static const bool once =
         (attention_allow_shared_bytes(forward_kernel<HS, kOverlapSoftmax>, Tr::shared_bytes()), true);
     (void)once;
     CUtensorMap map;
-    make_qkv_map(&map, qkv, B, T, NH * HS);
+    make_qkv_map(&map, qkv, B, T, NH, KV, HS);
     LAUNCH((forward_kernel<HS, kOverlapSoftmax>), dim3(ceil_div(T, Tr::kBlockQ), NH, B), Tr::kThreads,
-           Tr::shared_bytes(), stream, out, lse, map, T, NH);
+           Tr::shared_bytes(), stream, out, lse, map, T, NH, KV);
 }

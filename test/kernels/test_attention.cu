@@ -13,9 +13,8 @@
 #include <unistd.h>
 #include <vector>
 
-#include "cpu/attention.h"
-#include "cpu/gqa_attention.h"
 #include "kernels/attention.h"
+#include "test/kernels/attention_reference.h"
 #include "test/kernels/kernel_test.h"
 
 namespace {
@@ -24,7 +23,6 @@ struct Shape {
     int B, T, NH, HS;
     int KV = 0;  // key/value heads; 0: as many as query heads, through the multi-head calls
     int kv() const { return KV ? KV : NH; }
-    int heads(int part) const { return part == 0 ? NH : kv(); }  // of q (0), k (1), v (2)
     int C() const { return NH * HS; }
     size_t qkv_size() const { return (size_t)B * T * (NH + 2 * kv()) * HS; }
     size_t out_size() const { return (size_t)B * T * C(); }
@@ -32,9 +30,7 @@ struct Shape {
 };
 
 // What the kernels produce, copied back as floats.
-struct Results {
-    std::vector<float> out, lse, dqkv;
-};
+using Results = AttentionTensors;
 
 Results run_kernels(const Shape& s, const floatX* d_qkv, const floatX* d_dout) {
     floatX* d_out = device_poisoned<floatX>(s.out_size());
@@ -61,66 +57,15 @@ Results run_kernels(const Shape& s, const floatX* d_qkv, const floatX* d_dout) {
     return r;
 }
 
-// Part `part` (0 q, 1 k, 2 v) of a tensor laid out as qkv, as (B, T, heads·HS); and back.
+// Part `part` (0 q, 1 k, 2 v) of a tensor laid out as qkv, as (B, T, heads·HS).
 std::vector<float> qkv_part(const std::vector<float>& qkv, const Shape& s, int part) {
-    const size_t width = (size_t)s.heads(part) * s.HS;
-    std::vector<float> x;
-    x.reserve((size_t)s.B * s.T * width);
-    for (int b = 0; b < s.B; b++)
-        for (int t = 0; t < s.T; t++) {
-            const size_t at = attention_qkv_index(b, t, part, 0, s.T, s.NH, s.kv(), s.HS);
-            x.insert(x.end(), qkv.begin() + at, qkv.begin() + at + width);
-        }
-    return x;
-}
-void set_qkv_part(std::vector<float>& qkv, const std::vector<float>& x, const Shape& s, int part) {
-    const size_t width = (size_t)s.heads(part) * s.HS;
-    for (int b = 0; b < s.B; b++)
-        for (int t = 0; t < s.T; t++)
-            std::copy_n(x.begin() + ((size_t)b * s.T + t) * width, width,
-                        qkv.begin() + attention_qkv_index(b, t, part, 0, s.T, s.NH, s.kv(), s.HS));
+    return attention_qkv_part(qkv, s.B, s.T, s.NH, s.kv(), s.HS, part);
 }
 
-// The CPU reference: cpu/attention.h (cpu/gqa_attention.h for KV < NH) for out and the gradients,
-// and lse in double.
+// The CPU reference (test/kernels/attention_reference.h): cpu/attention.h (cpu/gqa_attention.h for
+// KV < NH) for out and the gradients, and lse in double.
 Results cpu_reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
-    const int B = s.B, T = s.T, NH = s.NH, KV = s.kv(), HS = s.HS, C = s.C();
-    Results r;
-    r.out.assign(s.out_size(), 0.0f);
-    r.dqkv.assign(s.qkv_size(), 0.0f);  // the reference adds into it
-    std::vector<float> att((size_t)B * NH * T * T);
-    if (s.KV == 0) {
-        attention_forward(r.out.data(), att.data(), qkv.data(), B, T, C, NH);
-        attention_backward(r.dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-    } else {
-        const std::vector<float> q = qkv_part(qkv, s, 0), k = qkv_part(qkv, s, 1), v = qkv_part(qkv, s, 2);
-        std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-        gqa_attention_forward(r.out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, KV, HS);
-        gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
-                               att.data(), B, T, NH, KV, HS);
-        set_qkv_part(r.dqkv, dq, s, 0);
-        set_qkv_part(r.dqkv, dk, s, 1);
-        set_qkv_part(r.dqkv, dv, s, 2);
-    }
-    r.lse.resize(s.lse_size());
-    const double scale = 1.0 / std::sqrt((double)HS);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const float* q = &qkv[attention_qkv_index(b, t, 0, h, T, NH, KV, HS)];
-                std::vector<double> scores(t + 1);
-                double max_score = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
-                    const float* k = &qkv[attention_qkv_index(b, j, 1, kv_head_of(h, NH, KV), T, NH, KV, HS)];
-                    double dot = 0;
-                    for (int d = 0; d < HS; d++) dot += (double)q[d] * k[d];
-                    scores[j] = scale * dot;
-                    max_score = std::max(max_score, scores[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += std::exp(scores[j] - max_score);
-                r.lse[attention_lse_index(b, h, t, T, NH)] = (float)(max_score + std::log(sum));
-            }
-    return r;
+    return attention_cpu_reference(qkv, &dout, s.B, s.T, s.NH, s.kv(), s.HS);
 }
 
 // A naive T×T attention in double, straight from the formulas (no shared code with the others); the
@@ -260,10 +205,15 @@ TEST(attention_gqa_hs128) {
     check_shape({1, 37, 3, 128, 1}, 702, /*check_determinism=*/true);
 }
 TEST(attention_gqa_hs80_general_path) { check_shape({1, 19, 4, 80, 2}, 801, /*check_determinism=*/true); }
-// Grouped shapes never go to the Hopper kernel (it takes KV == NH only).
-TEST(attention_gqa_dispatch) {
-    CHECK(attention_kernel_for(64, /*grouped=*/true) != AttentionKernel::Hopper);
-    CHECK(attention_kernel_for(128, /*grouped=*/true) != AttentionKernel::Hopper);
+// Grouped shapes go where their head size goes: a forced --attention-kernel hopper takes them
+// (where the Hopper kernel runs: the bf16 build under the emulator or on an sm_90 GPU), through
+// attention_forward and attention_backward, against the references.
+TEST(attention_gqa_forced_hopper) {
+    if (!attention_hopper_runnable()) SKIP("the Hopper kernel needs the bf16 build and an sm_90 GPU");
+    set_attention_kernel("hopper");
+    CHECK(attention_kernel_for(64) == AttentionKernel::Hopper && attention_kernel_for(128) == AttentionKernel::Hopper);
+    check_shape({2, 67, 4, 64, 2}, 901, /*check_determinism=*/true);
+    set_attention_kernel("auto");
 }
 
 TEST(attention_head_sizes_and_scratch) {

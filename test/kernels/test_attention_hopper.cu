@@ -1,38 +1,66 @@
 // kernels/attention_hopper.h: the Hopper (TMA + mbarrier + wgmma, warp-specialised) attention
 // forward and backward against the fp32 CPU reference (cpu/attention.h) and lse in double, at odd shapes
 // (T = 37, 50, 1000; HS = 64 and 128; NH = 3), fresh random inputs, outputs poisoned first; two runs,
-// and the forward with and without its softmax/MMA overlap, must give identical bits. bf16 build only
-// (the kernels are bf16); on a GPU, sm_90 only.
-#include <cmath>
+// and the forward with and without its softmax/MMA overlap, must give identical bits. Grouped-query
+// attention (KV < NH key/value heads, qkv (B, T, (NH + 2·KV)·HS)): out, lse and dqkv against
+// cpu/gqa_attention.h and against the mma kernel (kernels/attention_tensor_cores.h), two runs
+// identical, at NH = 4 on KV = 2 and 1 and NH = 8 on KV = 2, T past one tile and not a multiple of
+// it. bf16 build only (the kernels are bf16); on a GPU, sm_90 only.
 #include <cstdint>
+#include <string>
 #include <vector>
 
-#include "cpu/attention.h"
 #include "kernels/attention_hopper.h"
+#include "kernels/attention_tensor_cores.h"
+#include "test/kernels/attention_reference.h"
 #include "test/kernels/kernel_test.h"
 
 namespace {
 
 struct Shape {
     int B, T, NH, HS;
+    int KV = 0;  // key/value heads; 0: as many as query heads
+    int kv() const { return KV ? KV : NH; }
     int C() const { return NH * HS; }
-    size_t qkv_size() const { return (size_t)B * T * 3 * C(); }
+    size_t qkv_size() const { return (size_t)B * T * (NH + 2 * kv()) * HS; }
     size_t out_size() const { return (size_t)B * T * C(); }
     size_t lse_size() const { return (size_t)B * NH * T; }
 };
 
 #ifndef ENABLE_FP32
+// "B=.. T=.. NH=.. [KV=..] HS=.."
+std::string shape_name(const Shape& s) {
+    char name[96];
+    if (s.kv() == s.NH)
+        snprintf(name, sizeof name, "B=%d T=%d NH=%d HS=%d", s.B, s.T, s.NH, s.HS);
+    else
+        snprintf(name, sizeof name, "B=%d T=%d NH=%d KV=%d HS=%d", s.B, s.T, s.NH, s.kv(), s.HS);
+    return name;
+}
+
+// Part `part` (0 q, 1 k, 2 v) of a tensor laid out as qkv, as (B, T, heads·HS).
+std::vector<float> qkv_part(const std::vector<float>& qkv, const Shape& s, int part) {
+    return attention_qkv_part(qkv, s.B, s.T, s.NH, s.kv(), s.HS, part);
+}
+
+// The CPU reference (test/kernels/attention_reference.h): out and (given dout) dqkv from
+// cpu/attention.h, or cpu/gqa_attention.h for grouped shapes; lse in double.
+using Reference = AttentionTensors;
+Reference cpu_reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>* dout) {
+    return attention_cpu_reference(qkv, dout, s.B, s.T, s.NH, s.kv(), s.HS);
+}
+
 void run_backward(const Shape& s, const floatX* d_qkv, const floatX* d_dout, std::vector<float>& dqkv) {
     floatX* d_out = device_poisoned<floatX>(s.out_size());
     float* d_lse = device_poisoned<float>(s.lse_size());
     floatX* d_dqkv = device_poisoned<floatX>(s.qkv_size());
     void* d_scratch = device_poisoned<unsigned char>(attention_backward_scratch_bytes(s.B, s.T, s.NH, s.HS));
     if (s.HS == 64) {
-        attention_forward_hopper<64>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
-        attention_backward_hopper<64>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
+        attention_forward_hopper<64>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
+        attention_backward_hopper<64>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
     } else {
-        attention_forward_hopper<128>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
-        attention_backward_hopper<128>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
+        attention_forward_hopper<128>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
+        attention_backward_hopper<128>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
     }
     CUDA_CHECK(cudaGetLastError());
     dqkv = host_floats_of(d_dqkv, s.qkv_size());
@@ -42,7 +70,7 @@ void run_backward(const Shape& s, const floatX* d_qkv, const floatX* d_dout, std
     CUDA_CHECK(cudaFree(d_scratch));
 }
 
-// dq, dk, dv against cpu/attention.h's backward (att from its forward); two runs identical bits.
+// dq, dk and dv, each against the CPU reference's backward; two runs identical bits.
 void check_backward(const Shape& s, unsigned seed) {
     const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), seed, -2.0f, 2.0f));
     const std::vector<float> dout = round_to_floatX(random_floats(s.out_size(), seed + 1));
@@ -53,24 +81,15 @@ void check_backward(const Shape& s, unsigned seed) {
     run_backward(s, d_qkv, d_dout, again);
     CUDA_CHECK(cudaFree(d_qkv));
     CUDA_CHECK(cudaFree(d_dout));
-    std::vector<float> ref_out(s.out_size()), att((size_t)s.B * s.NH * s.T * s.T), ref(s.qkv_size(), 0.0f);
-    attention_forward(ref_out.data(), att.data(), qkv.data(), s.B, s.T, s.C(), s.NH);
-    attention_backward(ref.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C(), s.NH);
-    const int C = s.C();
+    const Reference ref = cpu_reference(s, qkv, &dout);
     for (int part = 0; part < 3; part++) {
-        std::vector<float> g, r;
-        for (size_t row = 0; row < (size_t)s.B * s.T; row++)
-            for (int c = 0; c < C; c++) {
-                g.push_back(got[row * 3 * C + part * C + c]);
-                r.push_back(ref[row * 3 * C + part * C + c]);
-            }
-        char what[96];
-        snprintf(what, sizeof what, "B=%d T=%d NH=%d HS=%d %s", s.B, s.T, s.NH, s.HS, part == 0 ? "dq" : part == 1 ? "dk" : "dv");
-        CHECK_CLOSE(g, r, KERNEL_TOLERANCE, what);
-        printf("  hopper backward %s: rel err %.2e\n", what, tst::rel_l2_error(g.data(), r.data(), r.size()));
+        const std::vector<float> g = qkv_part(got, s, part), r = qkv_part(ref.dqkv, s, part);
+        const std::string what = shape_name(s) + (part == 0 ? " dq" : part == 1 ? " dk" : " dv");
+        CHECK_CLOSE(g, r, KERNEL_TOLERANCE, what.c_str());
+        printf("  hopper backward %s: rel err %.2e\n", what.c_str(), tst::rel_l2_error(g.data(), r.data(), r.size()));
     }
-    CHECK_MSG(bitwise_equal(got.data(), again.data(), got.size() * sizeof(float)), "two backward runs differ (T=%d HS=%d)",
-              s.T, s.HS);
+    CHECK_MSG(bitwise_equal(got.data(), again.data(), got.size() * sizeof(float)), "two backward runs differ (%s)",
+              shape_name(s).c_str());
 }
 
 // overlap false: the kernel without the softmax/MMA overlap (the same arithmetic, another schedule).
@@ -78,10 +97,11 @@ void run_forward(const Shape& s, const floatX* d_qkv, std::vector<float>& out, s
                  bool overlap = true) {
     floatX* d_out = device_poisoned<floatX>(s.out_size());
     float* d_lse = device_poisoned<float>(s.lse_size());
-    if (s.HS == 64 && overlap) attention_forward_hopper<64, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
-    if (s.HS == 64 && !overlap) attention_forward_hopper<64, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
-    if (s.HS == 128 && overlap) attention_forward_hopper<128, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
-    if (s.HS == 128 && !overlap) attention_forward_hopper<128, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, 0);
+    const int KV = s.kv();
+    if (s.HS == 64 && overlap) attention_forward_hopper<64, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
+    if (s.HS == 64 && !overlap) attention_forward_hopper<64, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
+    if (s.HS == 128 && overlap) attention_forward_hopper<128, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
+    if (s.HS == 128 && !overlap) attention_forward_hopper<128, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
     CUDA_CHECK(cudaGetLastError());
     out = host_floats_of(d_out, s.out_size());
     lse = host_copy_of(d_lse, s.lse_size());
@@ -98,40 +118,93 @@ void check_forward(const Shape& s, unsigned seed) {
     run_forward(s, d_qkv, out3, lse3, false);
     CUDA_CHECK(cudaFree(d_qkv));
 
-    std::vector<float> ref_out(s.out_size()), att((size_t)s.B * s.NH * s.T * s.T);
-    attention_forward(ref_out.data(), att.data(), qkv.data(), s.B, s.T, s.C(), s.NH);
-    std::vector<float> ref_lse(s.lse_size());
-    const double scale = 1.0 / std::sqrt((double)s.HS);
-    for (int b = 0; b < s.B; b++)
-        for (int h = 0; h < s.NH; h++)
-            for (int t = 0; t < s.T; t++) {
-                const float* q = &qkv[attention_qkv_index(b, t, 0, h, s.T, s.NH, s.HS)];
-                std::vector<double> sc(t + 1);
-                double m = -INFINITY, sum = 0;
-                for (int j = 0; j <= t; j++) {
-                    const float* k = &qkv[attention_qkv_index(b, j, 1, h, s.T, s.NH, s.HS)];
-                    double dot = 0;
-                    for (int d = 0; d < s.HS; d++) dot += (double)q[d] * k[d];
-                    sc[j] = scale * dot;
-                    m = std::max(m, sc[j]);
-                }
-                for (int j = 0; j <= t; j++) sum += std::exp(sc[j] - m);
-                ref_lse[attention_lse_index(b, h, t, s.T, s.NH)] = (float)(m + std::log(sum));
-            }
-    char what[96];
-    snprintf(what, sizeof what, "B=%d T=%d NH=%d HS=%d out", s.B, s.T, s.NH, s.HS);
-    CHECK_CLOSE(out, ref_out, KERNEL_TOLERANCE, what);
-    const double err = tst::rel_l2_error(out.data(), ref_out.data(), ref_out.size());
-    snprintf(what, sizeof what, "B=%d T=%d NH=%d HS=%d lse", s.B, s.T, s.NH, s.HS);
-    CHECK_CLOSE(lse, ref_lse, 1e-4, what);
-    printf("  hopper forward B=%d T=%d NH=%d HS=%d: out rel err %.2e, lse rel err %.2e\n", s.B, s.T, s.NH, s.HS, err,
-           tst::rel_l2_error(lse.data(), ref_lse.data(), ref_lse.size()));
+    const Reference ref = cpu_reference(s, qkv, nullptr);
+    const std::string name = shape_name(s);
+    CHECK_CLOSE(out, ref.out, KERNEL_TOLERANCE, (name + " out").c_str());
+    CHECK_CLOSE(lse, ref.lse, 1e-4, (name + " lse").c_str());
+    printf("  hopper forward %s: out rel err %.2e, lse rel err %.2e\n", name.c_str(),
+           tst::rel_l2_error(out.data(), ref.out.data(), ref.out.size()),
+           tst::rel_l2_error(lse.data(), ref.lse.data(), ref.lse.size()));
     CHECK_MSG(bitwise_equal(out.data(), out2.data(), out.size() * sizeof(float)) &&
                   bitwise_equal(lse.data(), lse2.data(), lse.size() * sizeof(float)),
-              "two runs differ (B=%d T=%d HS=%d)", s.B, s.T, s.HS);
+              "two runs differ (%s)", name.c_str());
     CHECK_MSG(bitwise_equal(out.data(), out3.data(), out.size() * sizeof(float)) &&
                   bitwise_equal(lse.data(), lse3.data(), lse.size() * sizeof(float)),
-              "with and without the softmax/MMA overlap differ (B=%d T=%d HS=%d)", s.B, s.T, s.HS);
+              "with and without the softmax/MMA overlap differ (%s)", name.c_str());
+}
+
+// The mma kernel (kernels/attention_tensor_cores.h, the shipped recipe) on the same inputs: out, lse
+// and dqkv (its backward from its own out and lse).
+Reference run_mma(const Shape& s, const floatX* d_qkv, const floatX* d_dout) {
+    using namespace attention_tc;
+    floatX* d_out = device_poisoned<floatX>(s.out_size());
+    float* d_lse = device_poisoned<float>(s.lse_size());
+    floatX* d_dqkv = device_poisoned<floatX>(s.qkv_size());
+    void* d_scratch = device_poisoned<unsigned char>(attention_backward_scratch_bytes(s.B, s.T, s.NH, s.HS));
+    if (s.HS == 64) {
+        attention_forward_tensor_cores<64, kCpAsyncPipeline>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
+        attention_backward_tensor_cores<64, kCpAsyncPipeline>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B,
+                                                              s.T, s.NH, s.kv(), 0);
+    } else {
+        attention_forward_tensor_cores<128, kCpAsyncPipeline>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
+        attention_backward_tensor_cores<128, kCpAsyncPipeline>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B,
+                                                               s.T, s.NH, s.kv(), 0);
+    }
+    CUDA_CHECK(cudaGetLastError());
+    Reference r{host_floats_of(d_out, s.out_size()), host_copy_of(d_lse, s.lse_size()),
+                host_floats_of(d_dqkv, s.qkv_size())};
+    CUDA_CHECK(cudaFree(d_out));
+    CUDA_CHECK(cudaFree(d_lse));
+    CUDA_CHECK(cudaFree(d_dqkv));
+    CUDA_CHECK(cudaFree(d_scratch));
+    return r;
+}
+
+// A grouped-query shape, forward and backward: out, lse and dq, dk, dv (from its own forward's out
+// and lse) against cpu/gqa_attention.h and against the mma kernel; a second run gives the same bits,
+// and the forward with the softmax/MMA overlap too.
+void check_grouped(const Shape& s, unsigned seed) {
+    const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), seed, -2.0f, 2.0f));
+    const std::vector<float> dout = round_to_floatX(random_floats(s.out_size(), seed + 1));
+    floatX* d_qkv = device_floatX(qkv);
+    floatX* d_dout = device_floatX(dout);
+    Reference got, again, overlap;
+    run_forward(s, d_qkv, got.out, got.lse, /*overlap=*/false);
+    run_forward(s, d_qkv, again.out, again.lse, /*overlap=*/false);
+    run_forward(s, d_qkv, overlap.out, overlap.lse, /*overlap=*/true);
+    run_backward(s, d_qkv, d_dout, got.dqkv);
+    run_backward(s, d_qkv, d_dout, again.dqkv);
+    const Reference mma = run_mma(s, d_qkv, d_dout);
+    CUDA_CHECK(cudaFree(d_qkv));
+    CUDA_CHECK(cudaFree(d_dout));
+    const Reference cpu = cpu_reference(s, qkv, &dout);
+    const std::string name = shape_name(s);
+    const struct {
+        const char* name;
+        const Reference& ref;
+    } refs[] = {{"CPU", cpu}, {"mma", mma}};
+    for (const auto& r : refs) {
+        CHECK_CLOSE(got.out, r.ref.out, KERNEL_TOLERANCE, (name + " out vs " + r.name).c_str());
+        CHECK_CLOSE(got.lse, r.ref.lse, 1e-4, (name + " lse vs " + r.name).c_str());
+        printf("  hopper %s vs %s: out %.2e, lse %.2e", name.c_str(), r.name,
+               tst::rel_l2_error(got.out.data(), r.ref.out.data(), r.ref.out.size()),
+               tst::rel_l2_error(got.lse.data(), r.ref.lse.data(), r.ref.lse.size()));
+        for (int part = 0; part < 3; part++) {
+            const std::vector<float> g = qkv_part(got.dqkv, s, part), x = qkv_part(r.ref.dqkv, s, part);
+            const char* tensor = part == 0 ? "dq" : part == 1 ? "dk" : "dv";
+            CHECK_CLOSE(g, x, KERNEL_TOLERANCE, (name + " " + tensor + " vs " + r.name).c_str());
+            printf(", %s %.2e", tensor, tst::rel_l2_error(g.data(), x.data(), x.size()));
+        }
+        printf("\n");
+    }
+    CHECK_MSG(bitwise_equal(got.out.data(), again.out.data(), got.out.size() * sizeof(float)) &&
+                  bitwise_equal(got.lse.data(), again.lse.data(), got.lse.size() * sizeof(float)),
+              "two forward runs differ (%s)", name.c_str());
+    CHECK_MSG(bitwise_equal(got.out.data(), overlap.out.data(), got.out.size() * sizeof(float)) &&
+                  bitwise_equal(got.lse.data(), overlap.lse.data(), got.lse.size() * sizeof(float)),
+              "with and without the softmax/MMA overlap differ (%s)", name.c_str());
+    CHECK_MSG(bitwise_equal(got.dqkv.data(), again.dqkv.data(), got.dqkv.size() * sizeof(float)),
+              "two backward runs differ (%s)", name.c_str());
 }
 #endif
 
@@ -181,12 +254,32 @@ TEST(hopper_backward_long_sequence) {
 #endif
 }
 
+// Grouped-query attention, {B, T, NH, HS, KV}. T = 67 and 130 give the first dK/dV block two or
+// three query tiles per query head (HS 64: 128 keys a block; HS 128: 64), so its ring crosses from
+// one query head of the group to the next mid-stream; T = 37 one partial tile.
+TEST(hopper_gqa_hs64) {
+    skip_unless_runnable();
+#ifndef ENABLE_FP32
+    check_grouped({2, 67, 4, 64, 2}, 41);
+    check_grouped({1, 130, 8, 64, 2}, 42);
+#endif
+}
+
+TEST(hopper_gqa_hs128) {
+    skip_unless_runnable();
+#ifndef ENABLE_FP32
+    check_grouped({2, 37, 4, 128, 1}, 43);
+    check_grouped({1, 130, 8, 128, 2}, 44);
+#endif
+}
+
 #if !defined(__CUDACC__) && !defined(ENABLE_FP32)
 // Emulator only: every barrier phase's threads in a shuffled order (what EMU_SHUFFLE does) must
 // give the same bits as thread order — a missing wait, fence or arrival would show as a difference,
-// a NaN or a reported deadlock. (run_backward runs the forward first.)
+// a NaN or a reported deadlock. (run_backward runs the forward first.) The grouped shape's dK/dV
+// blocks walk two query heads of three tiles each through one ring.
 TEST(hopper_shuffled_thread_order_gives_the_same_bits) {
-    for (const Shape& s : {Shape{1, 200, 3, 64}, Shape{1, 130, 2, 128}}) {
+    for (const Shape& s : {Shape{1, 200, 3, 64}, Shape{1, 130, 2, 128}, Shape{1, 130, 4, 64, 2}}) {
         const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), 31, -2.0f, 2.0f));
         const std::vector<float> dout = round_to_floatX(random_floats(s.out_size(), 32));
         floatX* d_qkv = device_floatX(qkv);
@@ -201,10 +294,10 @@ TEST(hopper_shuffled_thread_order_gives_the_same_bits) {
         const char* env = getenv("EMU_SHUFFLE");  // back to the process's setting
         emu::set_shuffle_seed(env ? strtoull(env, nullptr, 10) : 0);
         CHECK_MSG(bitwise_equal(plain.data(), shuffled.data(), plain.size() * sizeof(float)),
-                  "HS=%d: shuffled thread order changed the gradients", s.HS);
+                  "%s: shuffled thread order changed the gradients", shape_name(s).c_str());
         CHECK_MSG(bitwise_equal(out.data(), shuffled_out.data(), out.size() * sizeof(float)) &&
                       bitwise_equal(lse.data(), shuffled_lse.data(), lse.size() * sizeof(float)),
-                  "HS=%d: shuffled thread order changed the forward", s.HS);
+                  "%s: shuffled thread order changed the forward", shape_name(s).c_str());
         CUDA_CHECK(cudaFree(d_qkv));
         CUDA_CHECK(cudaFree(d_dout));
     }
