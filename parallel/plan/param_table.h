@@ -37,8 +37,9 @@ enum class TensorSplit {
 enum class ParamGroup { POSITIONS, VOCABULARY, LAYER, FINAL_NORM };
 
 struct ParamSpec {
-    int id;             // the family's tensor number, as segments name it (GPT-2: ParamTensor;
-                        // Llama 3: LlamaLayerTensor for a layer's, LlamaOuterTensor for the others)
+    int id;             // the family's tensor number, 0 .. tensors − 1, as segments name it (GPT-2:
+                        // ParamTensor; Llama 3: LlamaLayerTensor for a layer's, LlamaOuterTensor
+                        // for the others)
     std::string name;   // for messages
     ParamGroup group;   // LAYER: one copy per layer
     size_t offset;      // where it starts in the file layout (layer 0's copy for a per-layer tensor)
