@@ -33,7 +33,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       buckets_(make_param_buckets(config, mesh_.shard, model_slice(mesh_, stage_))),
       params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.shard_rank(), shard_groups(mesh_),
               fp32_gradient_reduction(opt), grad_compression(opt), opt.powersgd_rank),
-      optimizer_(params_, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt), &config),
+      optimizer_(params_, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt)),
       graphs_(uses_cuda_graphs(opt, mesh_, params_.sharding())),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),

@@ -95,7 +95,7 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     ParameterStore params(make_param_buckets(config, mesh.shard, model_slice(mesh, stage)),
                           zero_sharding(opt, communicates), 0, shard_groups(mesh), fp32_gradient_reduction(opt),
                           communicates ? compression : GradCompression::NONE, opt.powersgd_rank);
-    Optimizer optimizer(params, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt), &config);
+    Optimizer optimizer(params, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt));
     params.request_memory(&arena);
     optimizer.request_memory(&arena);
     StepBuffers buffers;

@@ -45,12 +45,15 @@ void Optimizer::start(cudaStream_t stream, ncclComm_t everyone, bool everyone_wi
 #endif
         return;
     }
-    // The update's table: every run this rank owns, in one launch (kernels/adamw.h).
+    // The update's table: every run this rank owns, in one launch (kernels/adamw.h); the family's table
+    // says which tensors are decayed.
+    const ParamTable& tensors = params_.buckets().table;
     std::vector<AdamWRun> runs;
     for (const OwnedRun& run : params_.owned())
         runs.push_back({params_.weights_of(run), master_ ? master_ + run.state_offset : nullptr,
                         adam_m_ + run.state_offset, adam_v_ + run.state_offset, params_.reduced_gradients_of(run),
-                        run.length, run.key_offset, is_weight_matrix(run.tensor), params_.reduced_gradients_fp32_of(run)});
+                        run.length, run.key_offset, tensors.spec(run.tensor).decayed,
+                        params_.reduced_gradients_fp32_of(run)});
     plan_ = adamw_multi_tensor_plan_in(table_, (int)std::max<size_t>(1, params_.owned().size()), runs.data(),
                                        (int)runs.size());
 }
@@ -62,7 +65,7 @@ std::vector<LayerAdaptiveRun> Optimizer::layer_adaptive_runs() const {
     std::vector<LayerAdaptiveRun> runs;
     for (const OwnedRun& run : params_.owned()) {
         const ParamSegment& segment = params_.buckets().segments[run.segment];
-        const bool matrix = is_weight_matrix(run.tensor);
+        const bool matrix = params_.buckets().table.spec(run.tensor).decayed;
         LayerAdaptiveRun r;
         r.tensor = {params_.weights_of(run),
                     master_ ? master_ + run.state_offset : nullptr,
@@ -73,7 +76,7 @@ std::vector<LayerAdaptiveRun> Optimizer::layer_adaptive_runs() const {
                     run.key_offset,
                     matrix,
                     params_.reduced_gradients_fp32_of(run)};
-        r.slot = model_tensor_index(config_, run.tensor, segment.layer);
+        r.slot = params_.buckets().table.tensor_index(run.tensor, segment.layer);
         r.adapt = matrix || adaptation_ == LayerAdaptation::ALL;
         r.counted = writes && segment.written;
         runs.push_back(r);

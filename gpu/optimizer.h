@@ -13,16 +13,15 @@
 //          copies without ZeRO, other sharding groups' shards) are left out of the sums, exactly the
 //          elements a rank leaves out of its checkpoint's state. LAMB keeps m and v, LARS its momentum
 //          buffer in m and no v (4 bytes per parameter less).
-// Tensors are numbered as base/model_tensors.h lists them (each layer's slice of a per-layer array is
-// its own tensor), the same on every rank.
+// Tensors are numbered as the family's parameter table numbers them (ParamTable::tensor_index; each
+// layer's copy of a per-layer tensor is its own tensor; GPT-2: base/model_tensors.h's list), the same
+// on every rank.
 #pragma once
 #include <vector>
 
 #include <nccl.h>
 
-#include "base/gpt_config.h"
 #include "base/model_part.h"
-#include "base/model_tensors.h"
 #include "base/train_model.h"
 #include "kernels/adamw.h"
 #include "kernels/device_arena.h"
@@ -33,11 +32,12 @@
 class Optimizer {
 public:
     // fp32_master: keep fp32 master weights beside the working ones (bf16 storage, unless -w 0); kind
-    // and adaptation: --optimizer and --layer-adaptation; config: the model (its tensors).
+    // and adaptation: --optimizer and --layer-adaptation. The model's tensors are the parameter
+    // buckets' table (parallel/plan/param_table.h).
     Optimizer(ParameterStore& params, bool fp32_master, OptimizerKind kind = OptimizerKind::ADAMW,
-              LayerAdaptation adaptation = LayerAdaptation::ALL, const GPTConfig* config = nullptr)
+              LayerAdaptation adaptation = LayerAdaptation::ALL)
         : params_(params), use_master_(fp32_master), kind_(kind), adaptation_(adaptation),
-          tensors_(config ? model_tensor_count(*config) : 0), config_(config ? *config : GPTConfig{}) {}
+          tensors_(params.buckets().table.tensor_count()) {}
     Optimizer(const Optimizer&) = delete;
     Optimizer& operator=(const Optimizer&) = delete;
 
@@ -85,7 +85,6 @@ private:
     OptimizerKind kind_;
     LayerAdaptation adaptation_;
     int tensors_;  // the model's tensors (LAMB, LARS: one pair of sums each)
-    GPTConfig config_;
     ncclComm_t everyone_ = nullptr;
     bool everyone_within_node_ = true;
     SentBytes bytes_sent_;

@@ -15,6 +15,14 @@ $(BUILD)/test/parallel/test_pipeline_schedule: $(BUILD)/test/parallel/test_pipel
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@
 
+# The families' parameter tables and each rank's device layout built from them
+# (parallel/plan/param_table.h, param_buckets.h), host code only.
+TESTS += $(BUILD)/test/parallel/test_param_buckets
+$(BUILD)/test/parallel/test_param_buckets: $(BUILD)/test/parallel/test_param_buckets.o $(PLAN_OBJS) \
+                                           $(BASE_OBJS) $(TEST_MAIN)
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $^ -o $@
+
 # The bytes a data rank sends under each gradient compression method (parallel/plan/compression_cost.h,
 # header only).
 TESTS += $(BUILD)/test/parallel/test_compression_cost

@@ -285,7 +285,7 @@ private:
                 const ParamSegment& s = buckets_.segments[i];
                 const size_t offset = s.device_offset - bucket.offset;
                 // A weight matrix (whole rows of it) as rows × cols; anything else is sent whole.
-                const size_t cols = matrix_row_length(s.tensor, buckets_.channels);
+                const size_t cols = buckets_.table.spec(s.tensor).matrix_row_length();
                 const TensorShape shape = {cols && s.length % cols == 0 ? s.length / cols : 1, cols ? cols : s.length};
                 if (powersgd_compresses(shape, r_)) {
                     m.compressed.push_back({offset, (int)shape.rows, (int)shape.cols, m.p_length, q_total_});

@@ -575,11 +575,12 @@ private:
         return (bucket - buckets_.layer_bucket(buckets_.first_layer())) % 2;
     }
     // The buckets as the forward uses them: the embeddings, the layers, the final LayerNorm; on a later
-    // pipeline stage the tied embedding (the classifier's) last.
+    // pipeline stage the tied embedding (the classifier's) last. (A family without position
+    // embeddings has no position bucket on its first stage either: the stage says which it is.)
     std::vector<int> buckets_in_forward_order() const {
         std::vector<int> order;
         const int vocabulary = buckets_.vocabulary_bucket();
-        const bool classifier_only = vocabulary >= 0 && buckets_.position_bucket() < 0;
+        const bool classifier_only = vocabulary >= 0 && !buckets_.slice.first_stage;
         for (int b = 0; b < (int)buckets_.buckets.size(); b++)
             if (!(classifier_only && b == vocabulary)) order.push_back(b);
         if (classifier_only) order.push_back(vocabulary);

@@ -1,6 +1,8 @@
 // Parameter buckets, tensor-parallel slices and ZeRO shards (see param_buckets.h).
 #include "parallel/plan/param_buckets.h"
 
+#include "base/errors.h"
+
 constexpr size_t BUCKET_ALIGN = 128;  // elements: 256 bytes of bf16
 
 namespace {
@@ -14,7 +16,7 @@ public:
 
     void begin() { bucket_ = {b_->total, 0, (int)b_->segments.size(), 0, 0, 0}, at_ = b_->total, copies_ = true; }
     // A tensor piece that is `length / row_length` rows of row_length elements, row_stride apart, in
-    // ParamLayout order; merged into the previous segment where it continues it in both orders.
+    // the file layout; merged into the previous segment where it continues it in both orders.
     void add(int tensor, int layer, size_t layout_offset, size_t length, size_t row_length, size_t row_stride,
              size_t key_offset, bool written) {
         if (row_stride == row_length) row_length = row_stride = length;  // contiguous after all
@@ -54,62 +56,90 @@ private:
     bool copies_ = true;  // every segment so far is a copy
 };
 
+// Adds tensor rank t's part of tensor s of layer l (0 outside the layers) to the bucket being built
+// (the splits: param_table.h); a copy is neither written to checkpoints nor counted in the norm.
+void add_rank_part(BucketBuilder* bucket, const ParamSpec& s, size_t l, const ModelSlice& slice, bool copy) {
+    const size_t t = slice.tensor_rank, T = slice.tensor_ranks, rows = s.rows, cols = s.row_length;
+    const size_t base = s.offset + l * s.layer_stride;  // where the tensor of layer l starts in the file layout
+    switch (s.split) {
+        case TensorSplit::REPLICATED:  // tensor rank 0 writes it
+            bucket->add_contiguous(s.id, l, base, s.size(), t == 0 && !copy);
+            break;
+        case TensorSplit::HEADS:
+        case TensorSplit::COLUMN: {  // this rank's rows of each block
+            const size_t blocks = s.split == TensorSplit::HEADS ? s.blocks : 1, R = rows / blocks;
+            for (size_t block = 0; block < blocks; block++)
+                bucket->add_contiguous(s.id, l, base + (block * R + t * R / T) * cols, R / T * cols, !copy);
+            break;
+        }
+        case TensorSplit::ROW:  // this rank's columns of every row; its key counter: the rank's block of the tensor
+            bucket->add(s.id, l, base + t * cols / T, rows * cols / T, cols / T, cols, base + t * rows * cols / T,
+                        !copy);
+            break;
+        case TensorSplit::VOCABULARY: {  // the last slices may reach past the rows the model has
+            const size_t Vs = vocab_slice_rows(rows, T), first = std::min(rows, t * Vs);
+            const size_t n = std::min(rows, first + Vs) - first;
+            bucket->add_contiguous(s.id, l, base + first * cols, n * cols, !copy);
+            bucket->add_gap((Vs - n) * cols);
+            break;
+        }
+    }
+}
+
+// Whether tensor parallelism over T ranks can cut tensor s as its split says.
+bool splits_evenly(const ParamSpec& s, size_t T) {
+    switch (s.split) {
+        case TensorSplit::HEADS: return s.rows % (s.blocks * s.head_rows * T) == 0;  // whole heads per rank
+        case TensorSplit::COLUMN: return s.rows % T == 0;
+        case TensorSplit::ROW: return s.row_length % T == 0;
+        default: return true;
+    }
+}
+
 }  // namespace
 
-ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks, ModelSlice slice) {
-    if (slice.end_layer < 0) slice.end_layer = c.num_layers;
+ParamBuckets make_param_buckets(const ParamTable& table, int num_ranks, ModelSlice slice) {
+    if (slice.end_layer < 0) slice.end_layer = table.num_layers;
     ParamBuckets b;
-    b.num_ranks = num_ranks, b.slice = slice;
-    const ParamLayout layout = param_layout(c);
-    b.layout_total = layout.total, b.channels = c.channels;
-    const size_t L = c.num_layers, C = c.channels, Vp = c.padded_vocab_size, maxT = c.max_seq_len;
-    const size_t t = slice.tensor_rank, T = slice.tensor_ranks;
-    const bool replicas_written = t == 0;  // tensor rank 0 writes the replicated tensors
-    // Where tensor `tensor` of layer l starts in ParamLayout order.
-    auto base = [&](int tensor, size_t l) { return layout.offset[tensor] + l * (layout.size[tensor] / L); };
+    b.num_ranks = num_ranks, b.slice = slice, b.table = table;
+    b.layout_total = table.layout_total, b.channels = table.channels;
+    for (const ParamSpec& s : table.tensors) {
+        if (splits_evenly(s, slice.tensor_ranks)) continue;
+        const std::string heads = s.split == TensorSplit::HEADS ? strprintf(", heads of %zu rows", s.head_rows) : "";
+        fail("%d tensor-parallel ranks cannot split %s (%zu x %zu%s) evenly", slice.tensor_ranks, s.name.c_str(),
+             s.rows, s.row_length, heads.c_str());
+    }
     BucketBuilder bucket(&b);
-
-    if (slice.first_stage) {
+    // One bucket of the tensors of `group` (of layer l), where the table has any; returns its index.
+    auto add_bucket = [&](ParamGroup group, size_t l, bool copy) {
+        size_t sequence_summed = 0;
         bucket.begin();
-        bucket.add_contiguous(WPE, 0, layout.offset[WPE], maxT * C, replicas_written);
-        bucket.end(0);
-    }
-    if (slice.first_stage || slice.last_stage) {
-        // Vocabulary rows [t·Vs, (t+1)·Vs): the last slices may reach past Vp, rows the model does not
-        // have. On a last stage that is not also the first, the classifier's copy.
-        const size_t Vs = vocab_slice_rows(Vp, T), first = std::min(Vp, t * Vs);
-        const size_t rows = std::min(Vp, first + Vs) - first;
-        bucket.begin();
-        bucket.add_contiguous(WTE, 0, layout.offset[WTE] + first * C, rows * C, slice.first_stage);
-        bucket.add_gap((Vs - rows) * C);
-        bucket.end(0);
-    }
+        for (const ParamSpec& s : table.tensors) {
+            if (s.group != group) continue;
+            add_rank_part(&bucket, s, l, slice, copy);
+            if (s.sequence_summed) sequence_summed += s.size();
+        }
+        bucket.end(sequence_summed);
+        return (int)b.buckets.size() - 1;
+    };
+    auto has = [&](ParamGroup group) {
+        for (const ParamSpec& s : table.tensors)
+            if (s.group == group) return true;
+        return false;
+    };
+    if (slice.first_stage && has(ParamGroup::POSITIONS))
+        b.position_bucket_ = add_bucket(ParamGroup::POSITIONS, 0, false);
+    // On a last stage that is not also the first, a tied classifier's copy of the vocabulary.
+    if (slice.first_stage || (slice.last_stage && table.tied_classifier))
+        b.vocabulary_bucket_ = add_bucket(ParamGroup::VOCABULARY, 0, !slice.first_stage);
     b.first_layer_bucket_ = (int)b.buckets.size();
-    for (size_t l = slice.first_layer; l < (size_t)slice.end_layer; l++) {
-        bucket.begin();
-        for (int tensor : {LN1W, LN1B, LN2W, LN2B}) bucket.add_contiguous(tensor, l, base(tensor, l), C, replicas_written);
-        for (int tensor : {ATTPROJB, FCPROJB}) bucket.add_contiguous(tensor, l, base(tensor, l), C, replicas_written);
-        // Column-parallel: this rank's rows of the query, key and value thirds; of fc.
-        for (size_t third = 0; third < 3; third++)
-            bucket.add_contiguous(QKVW, l, base(QKVW, l) + (third * C + t * C / T) * C, C / T * C, true);
-        for (size_t third = 0; third < 3; third++)
-            bucket.add_contiguous(QKVB, l, base(QKVB, l) + third * C + t * C / T, C / T, true);
-        // Row-parallel: this rank's columns of every row (its key counter: the rank's block of the layer's tensor).
-        bucket.add(ATTPROJW, l, base(ATTPROJW, l) + t * C / T, C * C / T, C / T, C, base(ATTPROJW, l) + t * C * C / T,
-                   true);
-        bucket.add_contiguous(FCW, l, base(FCW, l) + t * 4 * C / T * C, 4 * C / T * C, true);
-        bucket.add_contiguous(FCB, l, base(FCB, l) + t * 4 * C / T, 4 * C / T, true);
-        bucket.add(FCPROJW, l, base(FCPROJW, l) + t * 4 * C / T, C * 4 * C / T, 4 * C / T, 4 * C,
-                   base(FCPROJW, l) + t * C * 4 * C / T, true);
-        bucket.end(4 * C);  // the LayerNorms' weights and biases
-    }
-    if (slice.last_stage) {
-        bucket.begin();
-        bucket.add_contiguous(LNFW, 0, layout.offset[LNFW], C, replicas_written);
-        bucket.add_contiguous(LNFB, 0, layout.offset[LNFB], C, replicas_written);
-        bucket.end(2 * C);
-    }
+    for (size_t l = slice.first_layer; l < (size_t)slice.end_layer; l++) add_bucket(ParamGroup::LAYER, l, false);
+    if (slice.last_stage) b.final_norm_bucket_ = add_bucket(ParamGroup::FINAL_NORM, 0, false);
     return b;
+}
+
+ParamBuckets make_param_buckets(const GPTConfig& c, int num_ranks, ModelSlice slice) {
+    return make_param_buckets(gpt2_param_table(c), num_ranks, slice);
 }
 
 size_t ParamBuckets::device_offset(int tensor, int layer) const {
@@ -120,10 +150,12 @@ size_t ParamBuckets::device_offset(int tensor, int layer) const {
 }
 
 int ParamBuckets::bucket_of(int tensor, int layer) const {
-    if (tensor == WPE) return position_bucket();
-    if (tensor == WTE) return vocabulary_bucket();
-    if (tensor == LNFW || tensor == LNFB) return final_norm_bucket();
-    return layer_bucket(layer);
+    switch (table.spec(tensor).group) {
+        case ParamGroup::POSITIONS: return position_bucket();
+        case ParamGroup::VOCABULARY: return vocabulary_bucket();
+        case ParamGroup::FINAL_NORM: return final_norm_bucket();
+        default: return layer_bucket(layer);
+    }
 }
 
 size_t ParamBuckets::shard_size() const {
