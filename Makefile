@@ -50,7 +50,7 @@ PROGRAMS :=
 TESTS    :=
 BENCHES  :=
 
-.PHONY: all test test-san bench clean
+.PHONY: all test test-san tests bench clean
 all:
 
 # Generic rule: every .cpp compiles to $(BUILD)/<same path>.o
@@ -359,6 +359,9 @@ test: $(PROGRAMS) $(TESTS)
 
 test-san:
 	$(MAKE) SAN=1 test
+
+# builds everything `make test` runs, without running it
+tests: $(PROGRAMS) $(TESTS)
 
 bench: $(BENCHES)
 
