@@ -24,13 +24,20 @@ int classifier_rows(const TensorParallel& tp, int B, int T, int Vp) {
 }
 void set_classifier_chunk_bytes(size_t bytes) { classifier_chunk_bytes = bytes; }
 
-void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
-                                 const TrainOptions& opt, const TensorParallel& tp, const PipelineStage& stage) {
+LayerWidths gpt2_layer_widths(const GPTConfig& config) {
     const size_t C = config.channels, NH = config.num_heads;
-    const size_t Vp = config.padded_vocab_size, HS = C / NH, T_ranks = tp.size();
+    return {C, 3 * C, C, NH, C / NH, 4 * C, 4 * C};
+}
+
+void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerWidths& widths, int padded_vocab,
+                          const TrainOptions& opt, const TensorParallel& tp, const PipelineStage& stage) {
+    const size_t C = widths.channels, NH = widths.heads;
+    const size_t Vp = padded_vocab, HS = widths.head_size, T_ranks = tp.size();
     const int B = opt.batch_size, T = opt.seq_len;
     const size_t N = (size_t)B * T, Nl = tp.local_positions((int)N);
-    const size_t Ct = C / T_ranks, NHt = NH / T_ranks, Vs = tp.vocab_slice((int)Vp);
+    const size_t NHt = NH / T_ranks, Vs = tp.vocab_slice((int)Vp);
+    const size_t QKVt = widths.qkv / T_ranks, ATTt = widths.attention / T_ranks;
+    const size_t Ht = widths.hidden / T_ranks, At = widths.activated / T_ranks;
     const size_t K = stage.slots, slices = (size_t)stage.layers() * K;
     const size_t ln_slices = opt.recompute >= 2 ? 1 : slices, gelu_slices = opt.recompute >= 1 ? 1 : slices;
     Activations& a = buffers->act;
@@ -41,15 +48,15 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTCon
     request(&a.ln1, ln_slices * Nl * C);
     request(&a.ln1_mean, slices * Nl);
     request(&a.ln1_rstd, slices * Nl);
-    request(&a.qkv, slices * N * 3 * Ct);
-    request(&a.atty, slices * N * Ct);
+    request(&a.qkv, slices * N * QKVt);
+    request(&a.atty, slices * N * ATTt);
     request(&a.att_lse, slices * N * NHt);
     request(&a.residual2, slices * Nl * C);
     request(&a.ln2, ln_slices * Nl * C);
     request(&a.ln2_mean, slices * Nl);
     request(&a.ln2_rstd, slices * Nl);
-    request(&a.fch, slices * N * 4 * Ct);
-    request(&a.fch_gelu, gelu_slices * N * 4 * Ct);
+    request(&a.fch, slices * N * Ht);
+    request(&a.fch_gelu, gelu_slices * N * At);
     request(&a.residual3, slices * Nl * C);
     if (stage.last) {
         request(&a.lnf, Nl * C);
@@ -63,9 +70,9 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTCon
     request(&a.dresidual[0], Nl * C);
     if (!(stage.first && stage.last)) request(&a.dresidual[1], Nl * C);
     request(&a.dln, Nl * C);
-    request(&a.datty, N * Ct);
-    request(&a.dqkv, N * 3 * Ct);
-    request(&a.dfch, N * 4 * Ct);
+    request(&a.datty, N * ATTt);
+    request(&a.dqkv, N * QKVt);
+    request(&a.dfch, N * Ht);
     if (tp.sequence_parallel()) {
         request(&a.whole, N * C);
         request(&a.whole_ln, N * C);
@@ -81,7 +88,7 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTCon
     request(&buffers->targets, N);
     const size_t scratch_bytes = std::max(
         {encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes((int)Nl, (int)C),
-         matmul_backward_scratch_bytes((int)N, 4 * (int)C), matmul_backward_scratch_bytes((int)N, (int)Vp),
+         matmul_backward_scratch_bytes((int)N, (int)std::max(widths.hidden, widths.qkv)), matmul_backward_scratch_bytes((int)N, (int)Vp),
          attention_backward_scratch_bytes(B, T, (int)NHt, (int)HS), global_norm_scratch_bytes()});
     request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
     request(&buffers->control, 1);

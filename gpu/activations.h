@@ -65,6 +65,19 @@ struct Activations {
     floatX* logits_row;
 };
 
+// The widths per position of a layer's activations in the whole model (a tensor rank holds 1/T of each
+// but the residual stream's, `channels`): the family's layer shapes, which size the buffers.
+struct LayerWidths {
+    size_t channels;   // C: the residual stream, the norms, the branches' outputs
+    size_t qkv;        // the fused query, key and value projection (GPT-2: 3C)
+    size_t attention;  // the attention's output (all query heads)
+    size_t heads;      // query heads (each position keeps a log-sum-exp per head)
+    size_t head_size;
+    size_t hidden;     // the MLP's first product (GPT-2: 4C)
+    size_t activated;  // the MLP's activation output, the last product's input (GPT-2: 4C)
+};
+LayerWidths gpt2_layer_widths(const GPTConfig& config);
+
 // The rows of logits the classifier holds at once (see activations.cu).
 int classifier_rows(const TensorParallel& tp, int B, int T, int Vp);
 // For tests: chunks of at most this many bytes from now on (models made later use it).
@@ -81,8 +94,7 @@ struct StepBuffers {
 };
 // Requests them in the arena, for micro-batches of up to opt.batch_size × opt.seq_len tokens on a rank
 // of a tensor group of `tp` ranks and of pipeline stage `stage` (see struct Activations for what -r,
-// Requests them in the arena, for micro-batches of up to opt.batch_size × opt.seq_len tokens on a rank
-// of a tensor group of `tp` ranks and of pipeline stage `stage` (see struct Activations for what -r,
 // -tp, -sp and -pp change).
-void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const GPTConfig& config,
+// Layers of `widths`, a padded vocabulary of Vp.
+void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerWidths& widths, int Vp,
                           const TrainOptions& opt, const TensorParallel& tp, const PipelineStage& stage);

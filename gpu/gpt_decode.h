@@ -1,6 +1,6 @@
 // Incremental decoding on the GPU with a key/value cache: the GPU twin of cpu/gpt_decode.h, for the
 // CUDA trainer's samples. Each new token runs GPT-2's forward pass for one position, with the same
-// kernels as the training forward (gpu/gpt_layers.cu), its keys and values appended to per-layer caches:
+// kernels as the training forward (gpu/gpt2_layers.cu), its keys and values appended to per-layer caches:
 //   x = wte[token] + wpe[pos]
 //   each layer: qkv = qkv(ln1(x)); K[pos], V[pos] = k, v; x += attproj(attention of q over K, V[0..pos])
 //               x += fcproj(gelu(fc(ln2(x))))

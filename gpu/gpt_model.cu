@@ -1,6 +1,7 @@
 // GPUModel (gpt_model.h): construction (where this rank sits, what it keeps, the device arena), the
 // description, weights and optimizer state in and out.
 #include "gpu/gpt_model.h"
+#include "gpu/gpt2_layers.h"
 #include "gpu/matmul_table_text.h"
 
 #include <algorithm>
@@ -38,7 +39,10 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
       classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config.padded_vocab_size)),
-      recompute_(opt.recompute), seed_(opt.seed), compression_start_(opt.compression_start) {
+      recompute_(opt.recompute), seed_(opt.seed), compression_start_(opt.compression_start),
+      widths_(gpt2_layer_widths(config)),
+      context_{buckets_, params_, tp_, stage_, buf_, widths_, stream_, B_, T_, max_N_, max_Nl_, recompute_,
+               classifier_rows_, pinned_tokens_, encoder_host_scratch_, encoder_host_bytes_} {
     const int C = config.channels, NH = config.num_heads;
     const int Vp = config.padded_vocab_size, HS = C / NH;
     if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
@@ -57,6 +61,7 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
                                           : "CUDA graphs off (ZeRO-2/3 run without them)";
     read_device(opt);
     allocate(opt, world.num_ranks());
+    layers_ = std::make_unique<GPT2Layers>(config_, context_);
     // Every collective and every wait for one tells the phase timers (they record nothing while off).
     params_.set_hook(&timer_), tp_.set_hook(&timer_), pipeline_.set_hook(&timer_), optimizer_.set_hook(&timer_);
 }
@@ -90,7 +95,7 @@ void GPUModel::read_device(const TrainOptions& opt) {
 void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     params_.request_memory(&arena_);
     optimizer_.request_memory(&arena_);
-    request_step_buffers(&arena_, &buf_, config_, opt, tp_, stage_);
+    request_step_buffers(&arena_, &buf_, widths_, config_.padded_vocab_size, opt, tp_, stage_);
     memory_ = arena_.memory();
     const SentBytes optimizer_bytes =
         optimizer_.planned_bytes(comms_.data ? mesh_.size() : 1, world_within_one_node(mesh_));

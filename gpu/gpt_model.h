@@ -1,15 +1,19 @@
-// GPUModel: GPT-2 on an NVIDIA GPU, the model behind the shared training loop's interface
-// (base/train_model.h), on one rank of a data × pipeline × tensor mesh. Read in this order:
-//   gpt_layers.cu  the layer maths, top to bottom in llm.c's order: each line a kernel, or a tensor-
-//                  parallel linear layer or gather (parallel/comm/tensor_parallel.h)
-//   gpt_passes.cu  the forward and backward pass of this rank's pipeline stage: the layers in turn,
-//                  each layer's weights gathered and released and its gradients reduced (ZeRO,
-//                  parallel/comm/parameter_store.h) around the maths
-//   gpt_step.cu    a step: the micro-batches' tokens to the device, the micro-steps or the pipeline
-//                  schedule's actions with their transfers (parallel/comm/pipeline_parallel.h), the
-//                  gradients finished, the norm, AdamW (optimizer.h), one host synchronisation
-//   gpt_model.cu   construction: where the rank sits, what it keeps, the device arena; weights and
-//                  optimizer state in and out
+// GPUModel: a decoder-only transformer on an NVIDIA GPU, the model behind the shared training loop's
+// interface (base/train_model.h), on one rank of a data × pipeline × tensor mesh. The model is a
+// family-neutral core (passes, step, ZeRO, pipeline, optimizer, CUDA graphs, memory) driving one
+// family's layer maths through ModelLayers. Read in this order:
+//   model_layers.h  what the core asks of a family's layers, and the LayerContext it hands them:
+//                   where the weights, gradients and activations are, the stream, the tensor group
+//   gpt2_layers.cu  GPT-2's layer maths, top to bottom in llm.c's order: each line a kernel, or a
+//                   tensor-parallel linear layer or gather (parallel/comm/tensor_parallel.h)
+//   gpt_passes.cu   the forward and backward pass of this rank's pipeline stage: the layers in turn,
+//                   each layer's weights gathered and released and its gradients reduced (ZeRO,
+//                   parallel/comm/parameter_store.h) around the maths
+//   gpt_step.cu     a step: the micro-batches' tokens to the device, the micro-steps or the pipeline
+//                   schedule's actions with their transfers (parallel/comm/pipeline_parallel.h), the
+//                   gradients finished, the norm, AdamW (optimizer.h), one host synchronisation
+//   gpt_model.cu    construction: where the rank sits, what it keeps, the device arena; weights and
+//                   optimizer state in and out
 //   activations.h, placement.h, memory_plan.h   its buffers, its place among the ranks, its plan
 #pragma once
 #include <nccl.h>
@@ -27,6 +31,7 @@
 #include "gpu/cuda_graphs.h"
 #include "gpu/device_info.h"
 #include "gpu/gpt_decode.h"
+#include "gpu/model_layers.h"
 #include "gpu/optimizer.h"
 #include "gpu/placement.h"
 #include "gpu/step_timer.h"
@@ -39,12 +44,6 @@
 #include "parallel/plan/mesh.h"
 #include "parallel/plan/param_buckets.h"
 #include "parallel/plan/traffic.h"
-
-// The parameter tensors of one layer (this rank's slices), where they are now: its weights or its
-// gradients.
-struct LayerTensors {
-    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-};
 
 class GPUModel : public TrainModel {
 public:
@@ -131,37 +130,11 @@ private:
     floatX* gradient(int t, int l = 0) const {
         return params_.gradients(buckets_.bucket_of(t, l)) + buckets_.offset_in_bucket(t, l);
     }
-    LayerTensors layer_weights(int l) const;
-    LayerTensors layer_gradients(int l) const;
-
-    // ---- activations: layer l's slices (a layer of this stage) of every per-layer activation of
-    // the micro-batch in `slot` (slice 0 of those -r does not keep per layer)
-    struct LayerActivations {
-        const floatX* x;  // the layer's input: the stage's input, or the previous layer's residual3
-        floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
-        float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
-    };
-    LayerActivations layer_activations(int l, int slot) const;
     // The stage's input and output activations of the micro-batch in `slot`, and the gradient of the
     // residual stream a backward pass works in (two, taken in turns by micro-batches, with a pipeline).
-    floatX* stage_input(int slot) const { return act_.encoded + (size_t)slot * max_Nl_ * config_.channels; }
-    const floatX* stage_output(int slot) const { return layer_activations(stage_.end_layer - 1, slot).residual3; }
+    floatX* stage_input(int slot) const { return context_.stage_input(slot); }
+    const floatX* stage_output(int slot) const { return context_.stage_output(slot); }
     int residual_gradient_turn(int micro_batch) const { return pipeline_.stages() > 1 ? micro_batch % 2 : 0; }
-
-    // ---- the layer maths (gpt_layers.cu)
-    void embed(int slot);
-    void first_layer_norm(int slot);
-    void attention_forward_branch(int l, int slot);
-    void mlp_forward_branch(int l, int slot);
-    void residual_and_next_norm(int l, int slot);
-    void classifier_logits(int slot);
-    void classifier(int slot, bool training, float loss_scale, int micro_steps);
-    void final_norm_backward(int slot, floatX* dresidual);
-    void recompute(int l, int slot);
-    void mlp_backward_branch(int l, int slot, floatX* dresidual);
-    void attention_backward_branch(int l, int slot, floatX* dresidual);
-    void input_norm_backward(int l, int slot, floatX* dresidual);
-    void embed_backward(int micro_batch, const floatX* dresidual);
 
     // ---- the passes of this rank's stage (gpt_passes.cu): the maths with the parameters'
     // collectives around it
@@ -175,14 +148,6 @@ private:
     // backward depends on the tokens on the host (so it runs outside a micro-step's CUDA graph).
     void backward_layers(int slot, int micro_batch, bool last_micro_step);
     void backward_embeddings(int micro_batch, bool last_micro_step);
-    // Whether the residual projections' bias gradients are summed by the LayerNorm backward that
-    // finishes the residual gradient they are column sums of (gpt_layers.cu): where this rank holds
-    // every position; fcproj's of layer l where that LayerNorm (the next layer's ln1, or lnf) is on
-    // this stage too.
-    bool norms_sum_projection_biases() const { return tp_.local_positions(B_ * T_) == B_ * T_; }
-    bool fcproj_bias_in_norm(int l) const {
-        return norms_sum_projection_biases() && (l + 1 < stage_.end_layer || stage_.last);
-    }
     // Reduces the gradients of `bucket` across the data ranks; under sequence parallelism the
     // LayerNorm parameters' gradients are summed over the tensor group first.
     void reduce_gradients(int bucket, bool last_micro_step);
@@ -293,6 +258,7 @@ private:
 
     StepBuffers buf_;
     Activations& act_ = buf_.act;
+    LayerWidths widths_;              // the family's activation widths
 
     // Pinned host memory (cudaMallocHost): each micro-batch's tokens (inputs then targets, max_N_ each)
     // and the encoder backward's grouping of them, for pinned_ micro-batches; the step's control block.
@@ -304,6 +270,9 @@ private:
 
     int B_ = 0, T_ = 0;                // shape of the micro-batches
     std::unique_ptr<GPUDecoder> decoder_;  // the samples' key/value cache, made by the first sample
+    // What the family's layer maths reads of this model (its members, by reference), and the maths.
+    LayerContext context_;
+    std::unique_ptr<ModelLayers> layers_;
     // The emulated device's counts over the last optimizer step (end_of_run_report, tests).
 public:
     struct StepCounts {

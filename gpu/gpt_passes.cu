@@ -1,5 +1,5 @@
-// GPUModel's passes over its pipeline stage (gpt_model.h): the layer maths of gpt_layers.cu, layer by
-// layer, with what the parameters need around it (parallel/comm/parameter_store.h, params_):
+// GPUModel's passes over its pipeline stage (gpt_model.h): the family's layer maths (layers_,
+// model_layers.h), layer by layer, with what the parameters need around it (parallel/comm/parameter_store.h, params_):
 //   forward   each bucket's weights are used once they are there, and released after its last
 //             kernel is issued; the next layer's are asked for (prefetched) while this one computes
 //   backward  the same, top layer first; a layer's gradients are prepared (a zeroed slot under
@@ -22,20 +22,20 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
         params_.gather_weights(VOCABULARY);
         params_.wait_for_weights(POSITIONS);
         params_.wait_for_weights(VOCABULARY);
-        embed(slot);
+        layers_->embed(slot);
         params_.release_weights(POSITIONS);
         if (!stage_.last) params_.release_weights(VOCABULARY);  // the classifier uses it again
     }
     params_.use_weights(buckets_.layer_bucket(stage_.first_layer));
-    first_layer_norm(slot);
+    layers_->first_layer_norm(slot);
     for (int l = stage_.first_layer; l < stage_.end_layer; l++) {
         timer_.mark(StepPhase::FORWARD, l);
         const int next = l + 1 < stage_.end_layer ? buckets_.layer_bucket(l + 1) : FINAL_NORM;  // -1: none
         if (next >= 0) params_.gather_weights(next);  // prefetch: arrives while this layer computes
-        attention_forward_branch(l, slot);
-        mlp_forward_branch(l, slot);
+        layers_->attention_forward_branch(l, slot);
+        layers_->mlp_forward_branch(l, slot);
         if (next >= 0) params_.wait_for_weights(next);  // its LayerNorm follows the residual add
-        residual_and_next_norm(l, slot);
+        layers_->residual_and_next_norm(l, slot);
         params_.release_weights(buckets_.layer_bucket(l));
     }
     timer_.mark(StepPhase::FORWARD);
@@ -44,11 +44,11 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
     params_.release_weights(FINAL_NORM);
     if (!stage_.first) params_.use_weights(VOCABULARY);
     if (pass == Pass::LOGITS) {
-        classifier_logits(slot);
+        layers_->classifier_logits(slot);
     } else {
         const bool training = pass == Pass::TRAINING;
         if (training) params_.prepare_gradients(VOCABULARY);
-        classifier(slot, training, loss_scale, micro_steps);
+        layers_->classifier(slot, training, loss_scale, micro_steps);
         if (training && !stage_.first) reduce_gradients(VOCABULARY, last_micro_step);  // the classifier's copy is done
     }
     params_.release_weights(VOCABULARY);
@@ -66,8 +66,8 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
         params_.use_weights(FINAL_NORM);
         params_.prepare_gradients(FINAL_NORM);
         const int top = stage_.end_layer - 1;
-        if (fcproj_bias_in_norm(top)) params_.prepare_gradients(buckets_.layer_bucket(top));
-        final_norm_backward(slot, dresidual);
+        if (layers_->norm_above_adds_gradients(top)) params_.prepare_gradients(buckets_.layer_bucket(top));
+        layers_->final_norm_backward(slot, dresidual);
         params_.release_weights(FINAL_NORM);
         reduce_gradients(FINAL_NORM, last_micro_step);
     }
@@ -76,14 +76,14 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
         timer_.mark(StepPhase::BACKWARD, l, true);
         if (l > stage_.first_layer) params_.gather_weights(buckets_.layer_bucket(l - 1));  // prefetch
         params_.wait_for_weights(bucket);
-        if (!fcproj_bias_in_norm(l)) params_.prepare_gradients(bucket);  // else before the norm above
-        recompute(l, slot);
-        mlp_backward_branch(l, slot, dresidual);
-        attention_backward_branch(l, slot, dresidual);
-        // ln1's backward adds the layer below's fcproj bias gradient (fcproj_bias_in_norm).
-        if (l > stage_.first_layer && fcproj_bias_in_norm(l - 1))
+        if (!layers_->norm_above_adds_gradients(l)) params_.prepare_gradients(bucket);  // else before the norm above
+        layers_->recompute(l, slot);
+        layers_->mlp_backward_branch(l, slot, dresidual);
+        layers_->attention_backward_branch(l, slot, dresidual);
+        // The input norm's backward may add into the layer below's gradients (GPT-2: its fcproj bias).
+        if (l > stage_.first_layer && layers_->norm_above_adds_gradients(l - 1))
             params_.prepare_gradients(buckets_.layer_bucket(l - 1));
-        input_norm_backward(l, slot, dresidual);
+        layers_->input_norm_backward(l, slot, dresidual);
         params_.release_weights(bucket);
         reduce_gradients(bucket, last_micro_step);
     }
@@ -96,7 +96,7 @@ void GPUModel::backward_embeddings(int micro_batch, bool last_micro_step) {
     const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
     params_.prepare_gradients(POSITIONS);
     if (!stage_.last) params_.prepare_gradients(VOCABULARY);  // else the classifier prepared it
-    embed_backward(micro_batch, act_.dresidual[residual_gradient_turn(micro_batch)]);
+    layers_->embed_backward(micro_batch, act_.dresidual[residual_gradient_turn(micro_batch)]);
     reduce_gradients(POSITIONS, last_micro_step);
     reduce_gradients(VOCABULARY, last_micro_step);
 }

@@ -99,7 +99,7 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     params.request_memory(&arena);
     optimizer.request_memory(&arena);
     StepBuffers buffers;
-    request_step_buffers(&arena, &buffers, config, opt, tp, stage);
+    request_step_buffers(&arena, &buffers, gpt2_layer_widths(config), config.padded_vocab_size, opt, tp, stage);
     ModelMemory memory = arena.memory();
     const SentBytes optimizer_bytes = optimizer.planned_bytes(communicates ? mesh.size() : 1, world_within_one_node(mesh));
     set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes));

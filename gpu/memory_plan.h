@@ -16,7 +16,7 @@
 #include "parallel/plan/traffic.h"
 
 // What one optimizer step of `micro_steps` micro-steps sends in each group, on the rank these
-// objects describe: the tensor group's operations of gpt_layers.cu and gpt_passes.cu, the parameter
+// objects describe: the tensor group's operations of gpt2_layers.cu and gpt_passes.cu, the parameter
 // store's, the pipeline's; `optimizer` what the optimizer's update sends (counted with the data
 // group's: gpu/optimizer.h).
 Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,

@@ -1,0 +1,225 @@
+// GPT-2's layer maths (gpt2_layers.h), top to bottom, in llm.c's order:
+//   x = wte[tokens] + wpe
+//   each layer: x += attproj(attention(qkv(ln1(x))));  x += fcproj(gelu(fc(ln2(x))))
+//   logits = lnf(x) · wteᵀ;  loss = cross-entropy(logits, targets)
+// then the same steps backward. Each line is a kernel (kernels/), or a linear layer or gather of the
+// tensor group (c_.tp, parallel/comm/tensor_parallel.h: column- and row-parallel products, which are
+// the plain products with one tensor rank). What a layer keeps for the backward pass, and what -r
+// recomputes, is activations.h's; when each layer's weights are there and where its gradients go is
+// gpt_passes.cu's. Each residual add is fused with the LayerNorm that follows it.
+// Shapes: N = B·T positions, Nl = the positions this rank keeps of the residual stream (N, or N/T
+// with sequence parallelism over T tensor ranks), C channels, Ct = C/T, NHt = NH/T heads of HS.
+#include "gpu/gpt2_layers.h"
+
+#include "kernels/attention.h"
+#include "kernels/chunked_classifier.h"
+#include "kernels/classifier.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+
+LayerTensors GPT2Layers::layer_weights(int l) const {
+    return {c_.weight(LN1W, l),     c_.weight(LN1B, l), c_.weight(QKVW, l), c_.weight(QKVB, l),
+            c_.weight(ATTPROJW, l), c_.weight(ATTPROJB, l), c_.weight(LN2W, l), c_.weight(LN2B, l),
+            c_.weight(FCW, l),      c_.weight(FCB, l),  c_.weight(FCPROJW, l), c_.weight(FCPROJB, l)};
+}
+LayerTensors GPT2Layers::layer_gradients(int l) const {
+    return {c_.gradient(LN1W, l),     c_.gradient(LN1B, l), c_.gradient(QKVW, l), c_.gradient(QKVB, l),
+            c_.gradient(ATTPROJW, l), c_.gradient(ATTPROJB, l), c_.gradient(LN2W, l), c_.gradient(LN2B, l),
+            c_.gradient(FCW, l),      c_.gradient(FCB, l),  c_.gradient(FCPROJW, l), c_.gradient(FCPROJB, l)};
+}
+
+// ---- forward
+
+// The first stage's input: x (Nl, C) = wte[tokens] + wpe, each tensor rank looking up the tokens of its
+// vocabulary slice (a row-parallel lookup).
+void GPT2Layers::embed(int slot) {
+    const int C = config_.channels;
+    c_.tp.embedding_forward(c_.stage_input(slot), c_.buf.inputs, c_.weight(WTE), c_.weight(WPE), c_.B, c_.T, C,
+                          config_.padded_vocab_size, c_.stream);
+}
+
+// ln1 of the stage's first layer, from the stage's input (later layers' ln1 is fused with the
+// residual add before it: residual_and_next_norm).
+void GPT2Layers::first_layer_norm(int slot) {
+    const int Nl = c_.tp.local_positions(c_.B * c_.T), C = config_.channels, l = c_.stage.first_layer;
+    const LayerActivations y = c_.layer(l, slot);
+    layernorm_forward(y.ln1, y.ln1_mean, y.ln1_rstd, y.x, c_.weight(LN1W, l), c_.weight(LN1B, l), Nl, C, c_.stream);
+}
+
+// Attention branch of layer l: branch (Nl, C) = attproj(attention(qkv(ln1))), and
+// residual2 = x + branch, ln2 = LayerNorm(residual2).
+void GPT2Layers::attention_forward_branch(int l, int slot) {
+    const int B = c_.B, T = c_.T, N = B * T, Nl = c_.tp.local_positions(N), C = config_.channels, Ct = C / c_.tp.size();
+    const int NHt = config_.num_heads / c_.tp.size(), HS = C / config_.num_heads;
+    const LayerActivations y = c_.layer(l, slot);
+    const LayerTensors w = layer_weights(l);
+    c_.tp.column_forward(y.qkv, y.ln1, w.qkvw, w.qkvb, N, C, 3 * Ct, c_.stream);           // (N, 3Ct)
+    attention_forward(y.atty, y.att_lse, y.qkv, B, T, NHt, HS, c_.stream);                // (N, Ct)
+    c_.tp.row_forward(c_.buf.act.branch, y.atty, w.attprojw, w.attprojb, N, Ct, C, c_.stream);   // (Nl, C)
+    residual_layernorm_forward(y.residual2, y.ln2, y.ln2_mean, y.ln2_rstd, y.x, c_.buf.act.branch, w.ln2w, w.ln2b, Nl,
+                               C, c_.stream);
+}
+
+// MLP branch of layer l: branch (Nl, C) = fcproj(gelu(fc(ln2))). GELU is its own pass (not the
+// GEMM's epilogue) so that recomputing it in backward gives the very same bits.
+void GPT2Layers::mlp_forward_branch(int l, int slot) {
+    const int N = c_.B * c_.T, C = config_.channels, Ct = C / c_.tp.size();
+    const LayerActivations y = c_.layer(l, slot);
+    const LayerTensors w = layer_weights(l);
+    c_.tp.column_forward(y.fch, y.ln2, w.fcw, w.fcb, N, C, 4 * Ct, c_.stream);                // (N, 4Ct)
+    gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * Ct, c_.stream);                         // (N, 4Ct)
+    c_.tp.row_forward(c_.buf.act.branch, y.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * Ct, C, c_.stream);  // (Nl, C)
+}
+
+// residual3 = residual2 + branch, the layer's output, and the LayerNorm that follows it: the next
+// layer's ln1, or on the last stage's top layer the final lnf (a stage's top layer on another stage
+// leaves the LayerNorm to the next stage).
+void GPT2Layers::residual_and_next_norm(int l, int slot) {
+    const int Nl = c_.tp.local_positions(c_.B * c_.T), C = config_.channels;
+    const LayerActivations y = c_.layer(l, slot);
+    if (l + 1 < c_.stage.end_layer) {
+        const LayerActivations next = c_.layer(l + 1, slot);
+        residual_layernorm_forward(y.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, y.residual2, c_.buf.act.branch,
+                                   c_.weight(LN1W, l + 1), c_.weight(LN1B, l + 1), Nl, C, c_.stream);
+    } else if (c_.stage.last) {
+        residual_layernorm_forward(y.residual3, c_.buf.act.lnf, c_.buf.act.lnf_mean + (size_t)slot * c_.max_Nl,
+                                   c_.buf.act.lnf_rstd + (size_t)slot * c_.max_Nl, y.residual2, c_.buf.act.branch, c_.weight(LNFW),
+                                   c_.weight(LNFB), Nl, C, c_.stream);
+    } else {
+        residual_forward(y.residual3, y.residual2, c_.buf.act.branch, (size_t)Nl * C, c_.stream);
+    }
+}
+
+// Logits only, for what logits_at reads: the rows of sequence 0, in the first chunk (this rank's
+// vocabulary slice).
+void GPT2Layers::classifier_logits(int slot) {
+    (void)slot;
+    const int N = c_.B * c_.T, C = config_.channels, Vs = c_.tp.vocab_slice(config_.padded_vocab_size);
+    matmul_forward(c_.buf.act.logits, c_.tp.whole_input(c_.buf.act.lnf, N, C, c_.stream), c_.weight(WTE), nullptr,
+                   std::min(N, c_.classifier_rows), C, Vs, c_.stream);
+}
+
+// The LM head (logits = lnf · wteᵀ), the losses per position and their mean (in control->totals:
+// kernels/classifier.h's loss_mean, summed in double in a fixed order on the device, read back once per
+// step); with `training` the logits replaced by the loss gradient (scaled by loss_scale / N), the mean
+// added into the step's running loss as 1/micro_steps of it, and the head's backward: d(loss)/d(lnf)
+// into dlnf (of the slot) and wte's gradient. With one tensor rank all of it runs a chunk of rows at a
+// time (classifier_rows). Under tensor parallelism each rank holds a slice of every row's logits: the
+// slices' statistics (maximum, sum of exponentials, the target's logit) are gathered and combined into
+// each row's log-sum-exp, so that the whole rows are never gathered.
+void GPT2Layers::classifier(int slot, bool training, float loss_scale, int micro_steps) {
+    const int N = c_.B * c_.T, V = config_.vocab_size, Vp = config_.padded_vocab_size, C = config_.channels;
+    Activations& a = c_.buf.act;
+    StepTotals& totals = c_.buf.control->totals;
+    floatX* dlnf = a.dlnf + (size_t)slot * c_.max_Nl * C;
+    if (c_.tp.size() == 1) {
+        chunked_classifier(a.losses, dlnf, training ? c_.gradient(WTE) : nullptr, a.logits, a.lnf, c_.weight(WTE),
+                           c_.buf.targets, N, C, V, Vp, c_.classifier_rows, loss_scale / N, training, c_.stream);
+        loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps,
+                  c_.stream);
+        return;
+    }
+    const int Vs = c_.tp.vocab_slice(Vp), begin = c_.tp.vocab_begin(Vp);
+    const int valid = std::max(0, std::min(V - begin, Vs));  // real tokens in this slice
+    c_.tp.column_forward(a.logits, a.lnf, c_.weight(WTE), nullptr, N, C, Vs, c_.stream);  // (N, Vs)
+    classifier_slice_stats(a.class_stats, a.logits, c_.buf.targets, N, begin, valid, Vs, c_.stream);
+    c_.tp.gather(a.class_stats_all, a.class_stats, (size_t)N * 3, c_.stream);
+    classifier_combine_stats(a.class_lse, a.losses, a.class_stats_all, c_.tp.size(), N, c_.stream);
+    if (training)
+        classifier_slice_gradient(a.logits, a.class_lse, c_.buf.targets, loss_scale / N, N, begin, valid, Vs, c_.stream);
+    loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps,
+              c_.stream);
+    if (training)  // logits = lnf · wteᵀ backward: d(lnf) and wte's gradient (this vocabulary slice)
+        c_.tp.column_backward(dlnf, c_.gradient(WTE), nullptr, c_.buf.scratch, a.logits, c_.tp.whole_input(a.lnf, N, C, c_.stream),
+                            c_.weight(WTE), N, C, Vs, c_.stream);
+}
+
+// ---- backward
+// Gradients flow back through the same steps. dresidual holds d(loss)/d(residual stream) at this
+// rank's positions; each branch reads it and its first LayerNorm adds the branch's contribution back
+// into it. Matmul and attention backward overwrite their input gradients; every parameter gradient is
+// added into, so micro-steps accumulate.
+// The residual projections' bias gradients (attproj's, fcproj's: column sums of the residual gradient
+// where their output was added) are summed by the LayerNorm backward that finishes that gradient
+// anyway (ln2's, and ln1's of the layer above or lnf's), saving a pass over it, where this rank holds
+// every position and that LayerNorm is on this stage (norms_sum_projection_biases, fcproj_bias_in_norm);
+// otherwise (sequence parallelism, the top layer of a stage that sends to another) by the projection's
+// own backward.
+
+// The final LayerNorm, from the classifier's d(lnf): dresidual = its input gradient.
+void GPT2Layers::final_norm_backward(int slot, floatX* dresidual) {
+    const int Nl = c_.tp.local_positions(c_.B * c_.T), C = config_.channels, top = c_.stage.end_layer - 1;
+    CUDA_CHECK(cudaMemsetAsync(dresidual, 0, (size_t)Nl * C * sizeof(floatX), c_.stream));
+    layernorm_backward(dresidual, c_.gradient(LNFW), c_.gradient(LNFB), c_.buf.scratch, c_.buf.act.dlnf + (size_t)slot * c_.max_Nl * C,
+                       c_.stage_output(slot), c_.weight(LNFW), c_.buf.act.lnf_mean + (size_t)slot * c_.max_Nl,
+                       c_.buf.act.lnf_rstd + (size_t)slot * c_.max_Nl, Nl, C, c_.stream,
+                       fcproj_bias_in_norm(top) ? c_.gradient(FCPROJB, top) : nullptr);
+}
+
+// What -r did not keep, recomputed bit for bit as forward computed it: the GELU output (-r 1), ln2 (-r 2;
+// ln1 is recomputed where the attention branch needs it).
+void GPT2Layers::recompute(int l, int slot) {
+    const int N = c_.B * c_.T, Nl = c_.tp.local_positions(N), C = config_.channels, Ct = C / c_.tp.size();
+    const LayerActivations y = c_.layer(l, slot);
+    if (c_.recompute >= 1) gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * Ct, c_.stream);
+    if (c_.recompute >= 2)
+        layernorm_recompute(y.ln2, y.residual2, y.ln2_mean, y.ln2_rstd, c_.weight(LN2W, l), c_.weight(LN2B, l), Nl, C,
+                            c_.stream);
+}
+
+// MLP branch backward: fcproj's input gradient through GELU's derivative (the GEMM's epilogue), fc's,
+// then ln2's backward adds into dresidual (and attproj's bias gradient, where it sums it).
+void GPT2Layers::mlp_backward_branch(int l, int slot, floatX* dresidual) {
+    const int N = c_.B * c_.T, Nl = c_.tp.local_positions(N), C = config_.channels, Ct = C / c_.tp.size();
+    const LayerActivations y = c_.layer(l, slot);
+    const LayerTensors w = layer_weights(l), dw = layer_gradients(l);
+    Activations& a = c_.buf.act;
+    c_.tp.prefetch_input(y.ln2, N, C, c_.stream);  // fc's weight gradient reads ln2 whole
+    c_.tp.row_backward(a.dfch, dw.fcprojw, fcproj_bias_in_norm(l) ? nullptr : dw.fcprojb, c_.buf.scratch, dresidual,
+                     y.fch_gelu, w.fcprojw, N, 4 * Ct, C, c_.stream, y.fch);                      // (N, 4Ct)
+    c_.tp.column_backward(a.dln, dw.fcw, dw.fcb, c_.buf.scratch, a.dfch, c_.tp.prefetched_input(c_.stream), w.fcw, N, C,
+                        4 * Ct, c_.stream);                                                        // (Nl, C)
+    layernorm_backward(dresidual, dw.ln2w, dw.ln2b, c_.buf.scratch, a.dln, y.residual2, w.ln2w, y.ln2_mean, y.ln2_rstd,
+                       Nl, C, c_.stream, norms_sum_projection_biases() ? dw.attprojb : nullptr);
+}
+
+// Attention branch backward, up to ln1's output gradient (in dln): attproj's, the attention's, qkv's.
+void GPT2Layers::attention_backward_branch(int l, int slot, floatX* dresidual) {
+    const int B = c_.B, T = c_.T, N = B * T, Nl = c_.tp.local_positions(N), C = config_.channels, Ct = C / c_.tp.size();
+    const int NHt = config_.num_heads / c_.tp.size(), HS = C / config_.num_heads;
+    const LayerActivations y = c_.layer(l, slot);
+    const LayerTensors w = layer_weights(l), dw = layer_gradients(l);
+    Activations& a = c_.buf.act;
+    if (c_.recompute >= 2)
+        layernorm_recompute(y.ln1, y.x, y.ln1_mean, y.ln1_rstd, w.ln1w, w.ln1b, Nl, C, c_.stream);
+    c_.tp.prefetch_input(y.ln1, N, C, c_.stream);  // qkv's weight gradient reads ln1 whole
+    c_.tp.row_backward(a.datty, dw.attprojw, norms_sum_projection_biases() ? nullptr : dw.attprojb, c_.buf.scratch,
+                     dresidual, y.atty,
+                     w.attprojw, N, Ct, C, c_.stream);                                             // (N, Ct)
+    attention_backward(a.dqkv, c_.buf.scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, NHt, HS, c_.stream);  // (N, 3Ct)
+    c_.tp.column_backward(a.dln, dw.qkvw, dw.qkvb, c_.buf.scratch, a.dqkv, c_.tp.prefetched_input(c_.stream), w.qkvw, N, C,
+                        3 * Ct, c_.stream);                                                        // (Nl, C)
+}
+
+// ln1's backward adds into dresidual, which becomes the gradient of the layer's input (and the layer
+// below's fcproj bias gradient, where it sums it: that layer's output was added there).
+void GPT2Layers::input_norm_backward(int l, int slot, floatX* dresidual) {
+    const bool sums_bias_below = l > c_.stage.first_layer && fcproj_bias_in_norm(l - 1);
+    const int Nl = c_.tp.local_positions(c_.B * c_.T), C = config_.channels;
+    const LayerActivations y = c_.layer(l, slot);
+    const LayerTensors w = layer_weights(l), dw = layer_gradients(l);
+    layernorm_backward(dresidual, dw.ln1w, dw.ln1b, c_.buf.scratch, c_.buf.act.dln, y.x, w.ln1w, y.ln1_mean, y.ln1_rstd, Nl, C,
+                       c_.stream, sums_bias_below ? c_.gradient(FCPROJB, l - 1) : nullptr);
+}
+
+// The embeddings: each tensor rank adds the gradients of its vocabulary slice's rows (and every rank
+// the same wpe gradient, from every position). Without a pipeline wte's bucket already holds the
+// classifier's gradient of this micro-batch. The encoder's backward groups the micro-batch's tokens
+// on the host (kernels/encoder.h), into the micro-batch's own pinned area, so that the upload of the
+// grouping is asynchronous.
+void GPT2Layers::embed_backward(int micro_batch, const floatX* dresidual) {
+    c_.tp.embedding_backward(c_.gradient(WTE), c_.gradient(WPE), dresidual, c_.pinned_inputs(micro_batch), c_.B, c_.T,
+                           config_.channels, config_.padded_vocab_size, c_.buf.scratch,
+                           c_.encoder_scratch(micro_batch), c_.stream);
+}
