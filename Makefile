@@ -216,7 +216,8 @@ endif
 
 # The GPU model against the CPU reference (test/trainer/test_gpu_model.cu), bf16 and fp32, emulated.
 ifneq ($(CUDA_INCLUDE),)
-  GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_model)
+  GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_model) \
+                     $(BUILD)/test/trainer/test_gpu_llama $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_llama)
   TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
   # Data parallelism: the emulated trainer as several MPI ranks (test/parallel/). The slowest whole-run
   # tests (multi-rank equivalence, failing ranks, restarts after SIGKILL) run in the plain build only:
@@ -274,6 +275,12 @@ ifneq ($(CUDA_INCLUDE),)
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o $(GPU_MODEL_EMU_OBJS)
   $(BUILD)/test/trainer/fp32/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o \
+      $(GPU_MODEL_EMU_FP32_OBJS)
+  # Llama 3 on the GPU model (test/trainer/test_gpu_llama.cu) against cpu/llama_cpu, the same way.
+  $(BUILD)/test/trainer/test_gpu_llama.emu.o $(BUILD)/test/trainer/test_gpu_llama.fp32.emu.o: \
+    CXXFLAGS += $(STAND_INS_CXXFLAGS)
+  $(BUILD)/test/trainer/test_gpu_llama: $(BUILD)/test/trainer/test_gpu_llama.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/trainer/fp32/test_gpu_llama: $(BUILD)/test/trainer/test_gpu_llama.fp32.emu.o \
       $(GPU_MODEL_EMU_FP32_OBJS)
   # The same tests built by nvcc, run on a GPU by test/kernels/gpu_kernel_tests.sh.
   ifneq ($(NVCC),)

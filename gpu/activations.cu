@@ -8,6 +8,7 @@
 #include "kernels/global_norm.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
 
 // The rows of logits the classifier holds at once (the LM head and its loss run over chunks of them,
 // kernels/chunked_classifier.h, so that the (N, Vp) logits never exist whole): whole sequences, as
@@ -73,6 +74,7 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerW
     request(&a.datty, N * ATTt);
     request(&a.dqkv, N * QKVt);
     request(&a.dfch, N * Ht);
+    if (widths.activated != widths.hidden) request(&a.dmlp_activated, N * At);
     if (tp.sequence_parallel()) {
         request(&a.whole, N * C);
         request(&a.whole_ln, N * C);
@@ -89,7 +91,8 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerW
     const size_t scratch_bytes = std::max(
         {encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes((int)Nl, (int)C),
          matmul_backward_scratch_bytes((int)N, (int)std::max(widths.hidden, widths.qkv)), matmul_backward_scratch_bytes((int)N, (int)Vp),
-         attention_backward_scratch_bytes(B, T, (int)NHt, (int)HS), global_norm_scratch_bytes()});
+         attention_backward_scratch_bytes(B, T, (int)NHt, (int)HS), global_norm_scratch_bytes(),
+         widths.rms_norms ? rmsnorm_backward_scratch_bytes((int)Nl, (int)C) : 0});
     request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
     request(&buffers->control, 1);
 }

@@ -53,7 +53,9 @@ struct Activations {
     floatX* dln;                       // (Nl, C)
     floatX* datty;                     // (N, C/T)
     floatX* dqkv;                      // (N, 3C/T)
-    floatX* dfch;                      // (N, 4C/T)
+    floatX* dfch;                      // (N, 4C/T) the MLP's first product's output gradient
+    floatX* dmlp_activated;            // (N, activated/T) its activation's output gradient, where the
+                                       // activation narrows (Llama's SwiGLU: F of 2F); else null
     // Sequence parallelism only: the whole (N, C) input of a column-parallel product (gathered), a
     // LayerNorm output gathered in backward while another product computes, and a row-parallel
     // product's partial sums before they are reduce-scattered.
@@ -75,6 +77,7 @@ struct LayerWidths {
     size_t head_size;
     size_t hidden;     // the MLP's first product (GPT-2: 4C)
     size_t activated;  // the MLP's activation output, the last product's input (GPT-2: 4C)
+    bool rms_norms = false;  // RMSNorm (Llama 3) rather than LayerNorm
 };
 LayerWidths gpt2_layer_widths(const GPTConfig& config);
 

@@ -2,6 +2,7 @@
 // description, weights and optimizer state in and out.
 #include "gpu/gpt_model.h"
 #include "gpu/gpt2_layers.h"
+#include "gpu/llama_layers.h"
 #include "gpu/matmul_table_text.h"
 
 #include <algorithm>
@@ -20,8 +21,35 @@ static GradCompression grad_compression(const TrainOptions& opt) {
     return method;
 }
 
+GPUModel::Family GPUModel::gpt2_family(const GPTConfig& config) {
+    return {gpt2_model(config), config, gpt2_param_table(config), gpt2_layer_widths(config)};
+}
+
+// Llama 3's shape; what the core cannot yet do with it refused in one line.
+GPUModel::Family GPUModel::llama3_family(const LlamaConfig& c, const TrainOptions& opt) {
+    if (opt.tensor_parallel > 1 || opt.pipeline_parallel > 1)
+        fail("-tp/-pp (tensor and pipeline parallelism): the CUDA trainer runs Llama 3 on one tensor rank "
+             "and one pipeline stage for now (data parallelism and ZeRO work)");
+    if (c.ffn_channels % 8 != 0)
+        fail("-e (--model): Llama 3's MLP width F %d must be a multiple of 8", c.ffn_channels);
+    GPTConfig planning;
+    planning.max_seq_len = c.max_seq_len, planning.vocab_size = c.vocab_size;
+    planning.padded_vocab_size = (int)vocab_slice_rows(c.vocab_size, 1);
+    planning.num_layers = c.num_layers, planning.num_heads = c.num_heads, planning.channels = c.channels;
+    const size_t C = c.channels, hs = c.head_size(), H = c.num_heads, KV = c.num_kv_heads, F = c.ffn_channels;
+    LayerWidths widths{C, (H + 2 * KV) * hs, H * hs, H, hs, 2 * F, F};
+    widths.rms_norms = true;
+    return {llama3_model(c), planning, llama_param_table(c), widths};
+}
+
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
-    : config_(config), model_config_(gpt2_model(config)), world_(world),
+    : GPUModel(gpt2_family(config), opt, world) {}
+GPUModel::GPUModel(const LlamaConfig& config, const TrainOptions& opt, WorldRanks world)
+    : GPUModel(llama3_family(config, opt), opt, world) {}
+
+GPUModel::GPUModel(const Family& family, const TrainOptions& opt, WorldRanks world)
+    : config_(family.planning), model_config_(family.model), tied_classifier_(family.table.tied_classifier),
+      world_(world),
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
                       planned_node_ranks(opt, world.ranks))),
       comms_(split_mesh_communicators(world.nccl, mesh_, zero_sharding(opt, world.nccl != nullptr).weights,
@@ -30,21 +58,21 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
           within_one_node(mesh_.tensor_group(), mesh_.node_ranks)),
       pipeline_(comms_.pipeline, comms_.tied_embedding, mesh_.stage, mesh_.pipeline, pipeline_links(mesh_)),
       accum_steps_(std::max(1, grad_accum_steps(opt, world.num_ranks()))), schedule_(opt.pp_schedule),
-      stage_(make_pipeline_stage(config, opt, mesh_, accum_steps_)),
-      buckets_(make_param_buckets(config, mesh_.shard, model_slice(mesh_, stage_))),
+      stage_(make_pipeline_stage(config_, opt, mesh_, accum_steps_)),
+      buckets_(make_param_buckets(family.table, mesh_.shard, model_slice(mesh_, stage_))),
       params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.shard_rank(), shard_groups(mesh_),
               fp32_gradient_reduction(opt), grad_compression(opt), opt.powersgd_rank),
       optimizer_(params_, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt)),
       graphs_(uses_cuda_graphs(opt, mesh_, params_.sharding())),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
-      classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config.padded_vocab_size)),
+      classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config_.padded_vocab_size)),
       recompute_(opt.recompute), seed_(opt.seed), compression_start_(opt.compression_start),
-      widths_(gpt2_layer_widths(config)),
+      widths_(family.widths),
       context_{buckets_, params_, tp_, stage_, buf_, widths_, stream_, B_, T_, max_N_, max_Nl_, recompute_,
                classifier_rows_, pinned_tokens_, encoder_host_scratch_, encoder_host_bytes_} {
-    const int C = config.channels, NH = config.num_heads;
-    const int Vp = config.padded_vocab_size, HS = C / NH;
+    const int C = config_.channels, NH = config_.num_heads;
+    const int Vp = config_.padded_vocab_size, HS = C / NH;
     if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
         fail("-e (--model): channels %d must be a multiple of 8 and of the head count %d", C, NH);
     if (!attention_supports_head_size(HS))
@@ -61,7 +89,10 @@ GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks 
                                           : "CUDA graphs off (ZeRO-2/3 run without them)";
     read_device(opt);
     allocate(opt, world.num_ranks());
-    layers_ = std::make_unique<GPT2Layers>(config_, context_);
+    if (is_llama3(model_config_))
+        layers_ = std::make_unique<LlamaLayers>(model_config_.llama, max_T_, context_);
+    else
+        layers_ = std::make_unique<GPT2Layers>(config_, context_);
     // Every collective and every wait for one tells the phase timers (they record nothing while off).
     params_.set_hook(&timer_), tp_.set_hook(&timer_), pipeline_.set_hook(&timer_), optimizer_.set_hook(&timer_);
 }

@@ -6,6 +6,8 @@
 //                   where the weights, gradients and activations are, the stream, the tensor group
 //   gpt2_layers.cu  GPT-2's layer maths, top to bottom in llm.c's order: each line a kernel, or a
 //                   tensor-parallel linear layer or gather (parallel/comm/tensor_parallel.h)
+//   llama_layers.cu Llama 3's: RMSNorm, fused qkv with RoPE, grouped-query attention, SwiGLU, an
+//                   untied lm_head (one tensor rank and one pipeline stage for now)
 //   gpt_passes.cu   the forward and backward pass of this rank's pipeline stage: the layers in turn,
 //                   each layer's weights gathered and released and its gradients reduced (ZeRO,
 //                   parallel/comm/parameter_store.h) around the maths
@@ -25,6 +27,9 @@
 #include <vector>
 
 #include "base/gpt_config.h"
+#include "base/llama_config.h"
+#include "base/model_config.h"
+#include "parallel/plan/param_table.h"
 #include "base/train_model.h"
 #include "base/train_options.h"
 #include "gpu/activations.h"
@@ -48,6 +53,8 @@
 class GPUModel : public TrainModel {
 public:
     GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
+    // Llama 3 (gpu/llama_layers.h): one tensor rank and one pipeline stage, any data ranks and ZeRO stage.
+    GPUModel(const LlamaConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
     ~GPUModel() override;
 
     const GPTConfig& config() const { return config_; }
@@ -99,7 +106,7 @@ public:
     ModelMemory memory() const override { return memory_; }
     // Samples through a key/value cache (gpu/gpt_decode.h) where this rank holds every weight; where
     // forward() is a collective (the model spread over the ranks), the samples recompute the prefix.
-    bool supports_decode() const override { return !forward_is_collective(); }
+    bool supports_decode() const override { return !forward_is_collective() && !is_llama3(model_config_); }
     void complete_weight_update() override { params_.gather_updated_weights_now(); }
     void decode_reset(int max_len) override {
         params_.wait_for_all_weights();
@@ -122,6 +129,25 @@ public:
     bool set_compression_state(const CompressionState& state) override;
 
 private:
+    // A family as the core sees it: its shape for the training loop, the planners' GPT-2 view of it
+    // (GPT-2 itself; for Llama 3 a GPT-2 of the same depth, width, heads and vocabulary, which the
+    // pipeline's layer split and the traffic and memory plans read), its parameter table and the
+    // widths of its activations.
+    struct Family {
+        ModelConfig model;
+        GPTConfig planning;
+        ParamTable table;
+        LayerWidths widths;
+    };
+    static Family gpt2_family(const GPTConfig& config);
+    static Family llama3_family(const LlamaConfig& config, const TrainOptions& opt);
+    GPUModel(const Family& family, const TrainOptions& opt, WorldRanks world);
+    // The bucket of the classifier's weights: the vocabulary's where the family ties them to the
+    // embedding, else the final norm's.
+    int classifier_bucket() const {
+        return tied_classifier_ ? buckets_.vocabulary_bucket() : buckets_.final_norm_bucket();
+    }
+
     // ---- parameters: tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb), this rank's slice,
     // wherever the parameter store keeps its bucket now
     floatX* weight(int t, int l = 0) const {
@@ -217,8 +243,9 @@ private:
     void read_device(const TrainOptions& opt);
     void allocate(const TrainOptions& opt, int num_ranks);
 
-    GPTConfig config_;
-    ModelConfig model_config_;  // config_ as the training loop sees it (GPT-2)
+    GPTConfig config_;          // GPT-2's shape, or the planners' view of another family's (Family)
+    ModelConfig model_config_;  // the model as the training loop sees it
+    bool tied_classifier_;      // the classifier reuses the embedding (GPT-2)
     WorldRanks world_;
     Mesh mesh_;                       // this rank's place among the ranks (-tp, -pp, data)
     MeshCommunicators comms_;         // its groups' NCCL communicators

@@ -18,13 +18,13 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
     const int FINAL_NORM = buckets_.final_norm_bucket();
     timer_.mark(StepPhase::FORWARD);
     if (stage_.first) {
-        params_.gather_weights(POSITIONS);
+        if (POSITIONS >= 0) params_.gather_weights(POSITIONS);  // -1: the family has none
         params_.gather_weights(VOCABULARY);
-        params_.wait_for_weights(POSITIONS);
+        if (POSITIONS >= 0) params_.wait_for_weights(POSITIONS);
         params_.wait_for_weights(VOCABULARY);
         layers_->embed(slot);
-        params_.release_weights(POSITIONS);
-        if (!stage_.last) params_.release_weights(VOCABULARY);  // the classifier uses it again
+        if (POSITIONS >= 0) params_.release_weights(POSITIONS);
+        if (!stage_.last || !tied_classifier_) params_.release_weights(VOCABULARY);  // a tied classifier uses it again
     }
     params_.use_weights(buckets_.layer_bucket(stage_.first_layer));
     layers_->first_layer_norm(slot);
@@ -41,17 +41,20 @@ void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_st
     timer_.mark(StepPhase::FORWARD);
     if (!stage_.last) return;
     if (pass != Pass::LOGITS) timer_.mark(StepPhase::LOSS);
-    params_.release_weights(FINAL_NORM);
-    if (!stage_.first) params_.use_weights(VOCABULARY);
+    // The classifier's weights: the tied embedding's (GPT-2), or the final norm's bucket's own.
+    const int CLASSIFIER = classifier_bucket();
+    if (CLASSIFIER != FINAL_NORM) params_.release_weights(FINAL_NORM);
+    if (!stage_.first && CLASSIFIER == VOCABULARY) params_.use_weights(VOCABULARY);
     if (pass == Pass::LOGITS) {
         layers_->classifier_logits(slot);
     } else {
         const bool training = pass == Pass::TRAINING;
-        if (training) params_.prepare_gradients(VOCABULARY);
+        if (training) params_.prepare_gradients(CLASSIFIER);
         layers_->classifier(slot, training, loss_scale, micro_steps);
-        if (training && !stage_.first) reduce_gradients(VOCABULARY, last_micro_step);  // the classifier's copy is done
+        if (training && !stage_.first && CLASSIFIER == VOCABULARY)
+            reduce_gradients(VOCABULARY, last_micro_step);  // the classifier's copy is done
     }
-    params_.release_weights(VOCABULARY);
+    params_.release_weights(CLASSIFIER);
 }
 
 // The stage's layers backward, from the gradient of its output in dresidual (the classifier's on the
@@ -64,7 +67,7 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
     params_.gather_weights(buckets_.layer_bucket(stage_.end_layer - 1));  // prefetch
     if (stage_.last) {
         params_.use_weights(FINAL_NORM);
-        params_.prepare_gradients(FINAL_NORM);
+        if (tied_classifier_) params_.prepare_gradients(FINAL_NORM);  // else the classifier did (lm_head's)
         const int top = stage_.end_layer - 1;
         if (layers_->norm_above_adds_gradients(top)) params_.prepare_gradients(buckets_.layer_bucket(top));
         layers_->final_norm_backward(slot, dresidual);
@@ -94,10 +97,11 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
 void GPUModel::backward_embeddings(int micro_batch, bool last_micro_step) {
     if (!stage_.first) return;
     const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
-    params_.prepare_gradients(POSITIONS);
-    if (!stage_.last) params_.prepare_gradients(VOCABULARY);  // else the classifier prepared it
+    if (POSITIONS >= 0) params_.prepare_gradients(POSITIONS);
+    // A tied classifier on this stage prepared the vocabulary's gradients.
+    if (!stage_.last || !tied_classifier_) params_.prepare_gradients(VOCABULARY);
     layers_->embed_backward(micro_batch, act_.dresidual[residual_gradient_turn(micro_batch)]);
-    reduce_gradients(POSITIONS, last_micro_step);
+    if (POSITIONS >= 0) reduce_gradients(POSITIONS, last_micro_step);
     reduce_gradients(VOCABULARY, last_micro_step);
 }
 

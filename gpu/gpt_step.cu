@@ -209,7 +209,7 @@ void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_b
 void GPUModel::finish_gradients() {
     pipeline_.finish(stream_);
     const int VOCABULARY = buckets_.vocabulary_bucket();
-    if (pipeline_.stages() > 1 && VOCABULARY >= 0) {
+    if (pipeline_.stages() > 1 && VOCABULARY >= 0 && tied_classifier_) {
         params_.with_reduced_gradients(VOCABULARY, [&](auto* reduced, size_t count) {
             pipeline_.sum_tied_gradients(reduced, count, stream_);
         });

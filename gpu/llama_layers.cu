@@ -1,0 +1,189 @@
+// Llama 3's layer maths (llama_layers.h), top to bottom, as cpu/llama_cpu.cpp computes it:
+//   x = embed_tokens[tokens]
+//   each layer: x += o_proj(attention(rope(qkv(rmsnorm1(x)))));  x += down(swiglu(gate|up(rmsnorm2(x))))
+//   logits = norm(x) · lm_headᵀ;  loss = cross-entropy(logits, targets)
+// then the same steps backward. q, k and v are one product (their weights are adjacent on the
+// device), so are gate and up; RoPE rotates the query and key heads of the product in place, so the
+// attention keeps (and its backward reads) the rotated ones. Each residual add is fused with the
+// RMSNorm that follows it. What a layer keeps for the backward pass, and what -r recomputes, is
+// activations.h's (the GELU output there is SwiGLU's here; the norms keep rstd only).
+// Shapes: N = B·T positions, C channels, H query heads and KV key/value heads of hs, F the MLP width.
+#include "gpu/llama_layers.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu/rope.h"
+#include "kernels/attention.h"
+#include "kernels/chunked_classifier.h"
+#include "kernels/classifier.h"
+#include "kernels/encoder.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+#include "parallel/plan/param_table.h"
+
+LlamaLayers::LlamaLayers(const LlamaConfig& config, int max_T, const LayerContext& context)
+    : config_(config), eps_((float)config.rmsnorm_eps), c_(context) {
+    const int half = config.head_size() / 2;
+    std::vector<float> cos_table((size_t)max_T * half), sin_table((size_t)max_T * half);
+    rope_tables(cos_table.data(), sin_table.data(), max_T, config.head_size(), config.rope_theta,
+                config.rope_scaling);
+    const size_t bytes = cos_table.size() * sizeof(float);
+    CUDA_CHECK(cudaMalloc(&rope_cos_, bytes));
+    CUDA_CHECK(cudaMalloc(&rope_sin_, bytes));
+    CUDA_CHECK(cudaMemcpy(rope_cos_, cos_table.data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(rope_sin_, sin_table.data(), bytes, cudaMemcpyHostToDevice));
+}
+
+LlamaLayers::~LlamaLayers() {
+    cudaFree(rope_cos_);
+    cudaFree(rope_sin_);
+}
+
+// The embedding's and lm_head's rows on the device: the vocabulary rounded up to 8 (zero rows past V).
+int LlamaLayers::padded_vocab() const { return (int)vocab_slice_rows(config_.vocab_size, 1); }
+
+// ---- forward
+
+// x (N, C) = embed_tokens[tokens]: the embedding without positions.
+void LlamaLayers::embed(int slot) {
+    c_.tp.embedding_forward(c_.stage_input(slot), c_.buf.inputs, c_.weight(LLAMA_EMBEDDING), nullptr, c_.B, c_.T,
+                            config_.channels, padded_vocab(), c_.stream);
+}
+
+// input_layernorm of the stage's first layer (later layers' is fused with the residual add before it).
+void LlamaLayers::first_layer_norm(int slot) {
+    const int l = c_.stage.first_layer;
+    const LayerActivations y = c_.layer(l, slot);
+    rmsnorm_forward(y.ln1, y.ln1_rstd, y.x, c_.weight(ATTN_NORM, l), c_.local_positions(), config_.channels, eps_,
+                    c_.stream);
+}
+
+// Attention branch of layer l: residual2 = x + o_proj(attention(rope(qkv(ln1)))), ln2 = RMSNorm(residual2).
+void LlamaLayers::attention_forward_branch(int l, int slot) {
+    const int B = c_.B, T = c_.T, N = B * T, C = config_.channels, hs = config_.head_size();
+    const int H = config_.num_heads, KV = config_.num_kv_heads, QKV = (H + 2 * KV) * hs;
+    const LayerActivations y = c_.layer(l, slot);
+    Activations& a = c_.buf.act;
+    matmul_forward(y.qkv, y.ln1, c_.weight(Q_PROJ, l), nullptr, N, C, QKV, c_.stream);       // (N, (H+2KV)hs)
+    rope_forward(y.qkv, rope_cos_, rope_sin_, B, T, H, KV, hs, c_.stream);                  // q, k rotated
+    attention_forward(y.atty, y.att_lse, y.qkv, B, T, H, KV, hs, c_.stream);                // (N, H·hs)
+    matmul_forward(a.branch, y.atty, c_.weight(O_PROJ, l), nullptr, N, H * hs, C, c_.stream);  // (N, C)
+    residual_rmsnorm_forward(y.residual2, y.ln2, y.ln2_rstd, y.x, a.branch, c_.weight(MLP_NORM, l), N, C, eps_,
+                             c_.stream);
+}
+
+// MLP branch of layer l: branch (N, C) = down_proj(swiglu(gate|up(ln2))).
+void LlamaLayers::mlp_forward_branch(int l, int slot) {
+    const int N = c_.positions(), C = config_.channels, F = config_.ffn_channels;
+    const LayerActivations y = c_.layer(l, slot);
+    matmul_forward(y.fch, y.ln2, c_.weight(GATE_PROJ, l), nullptr, N, C, 2 * F, c_.stream);  // (N, 2F) gate|up
+    swiglu_forward(y.fch_gelu, y.fch, N, F, c_.stream);                                   // (N, F)
+    matmul_forward(c_.buf.act.branch, y.fch_gelu, c_.weight(DOWN_PROJ, l), nullptr, N, F, C, c_.stream);
+}
+
+// residual3 = residual2 + branch, and the RMSNorm after it: the next layer's input_layernorm, or on
+// the top layer the final norm.
+void LlamaLayers::residual_and_next_norm(int l, int slot) {
+    const int N = c_.positions(), C = config_.channels;
+    const LayerActivations y = c_.layer(l, slot);
+    Activations& a = c_.buf.act;
+    if (l + 1 < c_.stage.end_layer) {
+        const LayerActivations next = c_.layer(l + 1, slot);
+        residual_rmsnorm_forward(y.residual3, next.ln1, next.ln1_rstd, y.residual2, a.branch,
+                                 c_.weight(ATTN_NORM, l + 1), N, C, eps_, c_.stream);
+    } else {
+        residual_rmsnorm_forward(y.residual3, a.lnf, final_rstd(slot), y.residual2, a.branch,
+                                 c_.weight(LLAMA_FINAL_NORM), N, C, eps_, c_.stream);
+    }
+}
+
+// Logits only, for what logits_at reads: the rows of sequence 0, in the first chunk.
+void LlamaLayers::classifier_logits(int slot) {
+    (void)slot;
+    const int N = c_.positions();
+    matmul_forward(c_.buf.act.logits, c_.buf.act.lnf, c_.weight(LLAMA_LM_HEAD), nullptr, std::min(N, c_.classifier_rows),
+                   config_.channels, padded_vocab(), c_.stream);
+}
+
+// lm_head (logits = norm · lm_headᵀ), the losses and their mean (kernels/classifier.h's loss_mean), and
+// with `training` the head's backward: d(loss)/d(norm output) and lm_head's gradient. A chunk of rows
+// at a time, as GPT-2's classifier.
+void LlamaLayers::classifier(int slot, bool training, float loss_scale, int micro_steps) {
+    const int N = c_.positions();
+    Activations& a = c_.buf.act;
+    StepTotals& totals = c_.buf.control->totals;
+    chunked_classifier(a.losses, final_output_gradient(slot), training ? c_.gradient(LLAMA_LM_HEAD) : nullptr,
+                       a.logits, a.lnf, c_.weight(LLAMA_LM_HEAD), c_.buf.targets, N, config_.channels,
+                       config_.vocab_size, padded_vocab(), c_.classifier_rows, loss_scale / N, training, c_.stream);
+    loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps,
+              c_.stream);
+}
+
+// ---- backward: dresidual holds d(loss)/d(residual stream); each branch's first RMSNorm adds the
+// branch's contribution back into it. Products and attention overwrite their input gradients; every
+// parameter gradient is added into, so micro-steps accumulate.
+
+// The final norm, from the classifier's gradient: dresidual = its input gradient.
+void LlamaLayers::final_norm_backward(int slot, floatX* dresidual) {
+    const int N = c_.positions(), C = config_.channels;
+    CUDA_CHECK(cudaMemsetAsync(dresidual, 0, (size_t)N * C * sizeof(floatX), c_.stream));
+    rmsnorm_backward(dresidual, c_.gradient(LLAMA_FINAL_NORM), c_.buf.scratch, final_output_gradient(slot),
+                     c_.stage_output(slot), c_.weight(LLAMA_FINAL_NORM), final_rstd(slot), N, C, c_.stream);
+}
+
+// What -r did not keep, recomputed as forward computed it: the SwiGLU output (-r 1), ln2 (-r 2; ln1 is
+// recomputed where the attention branch needs it).
+void LlamaLayers::recompute(int l, int slot) {
+    const int N = c_.positions(), C = config_.channels;
+    const LayerActivations y = c_.layer(l, slot);
+    if (c_.recompute >= 1) swiglu_forward(y.fch_gelu, y.fch, N, config_.ffn_channels, c_.stream);
+    if (c_.recompute >= 2) rmsnorm_forward(y.ln2, nullptr, y.residual2, c_.weight(MLP_NORM, l), N, C, eps_, c_.stream);
+}
+
+// MLP branch backward: down_proj's, SwiGLU's, gate|up's, then post_attention_layernorm's adds into dresidual.
+void LlamaLayers::mlp_backward_branch(int l, int slot, floatX* dresidual) {
+    const int N = c_.positions(), C = config_.channels, F = config_.ffn_channels;
+    const LayerActivations y = c_.layer(l, slot);
+    Activations& a = c_.buf.act;
+    matmul_backward(a.dmlp_activated, c_.gradient(DOWN_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.fch_gelu,
+                    c_.weight(DOWN_PROJ, l), N, F, C, c_.stream);                                   // (N, F)
+    swiglu_backward(a.dfch, a.dmlp_activated, y.fch, N, F, c_.stream);                             // (N, 2F)
+    matmul_backward(a.dln, c_.gradient(GATE_PROJ, l), nullptr, c_.buf.scratch, a.dfch, y.ln2, c_.weight(GATE_PROJ, l),
+                    N, C, 2 * F, c_.stream);                                                        // (N, C)
+    rmsnorm_backward(dresidual, c_.gradient(MLP_NORM, l), c_.buf.scratch, a.dln, y.residual2, c_.weight(MLP_NORM, l),
+                     y.ln2_rstd, N, C, c_.stream);
+}
+
+// Attention branch backward, up to input_layernorm's output gradient (in dln): o_proj's, the
+// attention's, RoPE's (the inverse rotation, in place), qkv's.
+void LlamaLayers::attention_backward_branch(int l, int slot, floatX* dresidual) {
+    const int B = c_.B, T = c_.T, N = B * T, C = config_.channels, hs = config_.head_size();
+    const int H = config_.num_heads, KV = config_.num_kv_heads, QKV = (H + 2 * KV) * hs;
+    const LayerActivations y = c_.layer(l, slot);
+    Activations& a = c_.buf.act;
+    if (c_.recompute >= 2) rmsnorm_forward(y.ln1, nullptr, y.x, c_.weight(ATTN_NORM, l), N, C, eps_, c_.stream);
+    matmul_backward(a.datty, c_.gradient(O_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.atty, c_.weight(O_PROJ, l),
+                    N, H * hs, C, c_.stream);                                                       // (N, H·hs)
+    attention_backward(a.dqkv, c_.buf.scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, H, KV, hs, c_.stream);
+    rope_backward(a.dqkv, rope_cos_, rope_sin_, B, T, H, KV, hs, c_.stream);
+    matmul_backward(a.dln, c_.gradient(Q_PROJ, l), nullptr, c_.buf.scratch, a.dqkv, y.ln1, c_.weight(Q_PROJ, l), N, C,
+                    QKV, c_.stream);                                                                // (N, C)
+}
+
+// input_layernorm's backward adds into dresidual, which becomes the gradient of the layer's input.
+void LlamaLayers::input_norm_backward(int l, int slot, floatX* dresidual) {
+    const LayerActivations y = c_.layer(l, slot);
+    rmsnorm_backward(dresidual, c_.gradient(ATTN_NORM, l), c_.buf.scratch, c_.buf.act.dln, y.x, c_.weight(ATTN_NORM, l),
+                     y.ln1_rstd, c_.positions(), config_.channels, c_.stream);
+}
+
+// The embedding's rows: each token's gradient added into its row (kernels/encoder.h groups the tokens
+// on the host, into the micro-batch's own pinned area).
+void LlamaLayers::embed_backward(int micro_batch, const floatX* dresidual) {
+    c_.tp.embedding_backward(c_.gradient(LLAMA_EMBEDDING), nullptr, dresidual, c_.pinned_inputs(micro_batch), c_.B,
+                             c_.T, config_.channels, padded_vocab(), c_.buf.scratch,
+                             c_.encoder_scratch(micro_batch), c_.stream);
+}

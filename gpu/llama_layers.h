@@ -1,0 +1,42 @@
+// Llama 3's layer maths on the GPU (llama_layers.cu), a family the GPU model (gpt_model.h) drives
+// through ModelLayers (model_layers.h): no positions in the embedding (RoPE rotates the queries and
+// keys), RMSNorm without biases, grouped-query attention, a SwiGLU MLP, and an lm_head of its own
+// (untied from the embedding). One tensor rank and one pipeline stage for now.
+#pragma once
+#include "base/llama_config.h"
+#include "gpu/model_layers.h"
+
+class LlamaLayers : public ModelLayers {
+public:
+    // The RoPE tables cover sequences of up to max_T positions.
+    LlamaLayers(const LlamaConfig& config, int max_T, const LayerContext& context);
+    ~LlamaLayers() override;
+
+    void embed(int slot) override;
+    void first_layer_norm(int slot) override;
+    void attention_forward_branch(int l, int slot) override;
+    void mlp_forward_branch(int l, int slot) override;
+    void residual_and_next_norm(int l, int slot) override;
+    void classifier_logits(int slot) override;
+    void classifier(int slot, bool training, float loss_scale, int micro_steps) override;
+    void final_norm_backward(int slot, floatX* dresidual) override;
+    void recompute(int l, int slot) override;
+    void mlp_backward_branch(int l, int slot, floatX* dresidual) override;
+    void attention_backward_branch(int l, int slot, floatX* dresidual) override;
+    void input_norm_backward(int l, int slot, floatX* dresidual) override;
+    void embed_backward(int micro_batch, const floatX* dresidual) override;
+    bool norm_above_adds_gradients(int) const override { return false; }  // no biases
+
+private:
+    // The final norm's saved rstd of the micro-batch in `slot`, and d(loss)/d(its output).
+    float* final_rstd(int slot) const { return c_.buf.act.lnf_rstd + (size_t)slot * c_.max_Nl; }
+    floatX* final_output_gradient(int slot) const {
+        return c_.buf.act.dlnf + (size_t)slot * c_.max_Nl * config_.channels;
+    }
+    int padded_vocab() const;
+
+    const LlamaConfig config_;
+    const float eps_;
+    const LayerContext& c_;
+    float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // (max_T, hs/2) each, on the device
+};

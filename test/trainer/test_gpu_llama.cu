@@ -1,0 +1,116 @@
+// The CUDA trainer's model built for Llama 3 (GPUModel with gpu/llama_layers.h, its kernels run
+// through the emulator) against the fp32 CPU reference (cpu/llama_cpu.h) on the same weights and
+// tokens: the logits, the loss and every gradient tensor, with grouped-query attention, at each
+// recomputation level. Built twice, bf16 and fp32 (-DENABLE_FP32), like the kernels.
+#include "gpu/gpt_model.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "base/model_init.h"
+#include "cpu/llama_cpu.h"
+#include "test/kernels/kernel_test.h"
+
+namespace {
+
+// Whole-model gradients pass through ~12 kernels per layer, each rounding its output in bf16:
+// measured worst tensor about 1.2e-2 relative (fp32: about 1e-6).
+#ifdef ENABLE_FP32
+constexpr double LLAMA_TOLERANCE = 1e-5;
+#else
+constexpr double LLAMA_TOLERANCE = 2e-2;
+#endif
+
+// 4 query heads sharing 2 key/value heads; and an odd shape: 6 query heads over 2, an MLP width, a
+// vocabulary and a sequence length that are not powers of two, three layers, Llama 3.1's RoPE scaling
+// (with a short original context, so that every band of frequencies occurs).
+LlamaConfig small_config() {
+    LlamaConfig c;
+    c.num_layers = 2, c.channels = 128, c.num_heads = 4, c.num_kv_heads = 2;
+    c.ffn_channels = 256, c.vocab_size = 512, c.max_seq_len = 64;
+    return c;
+}
+LlamaConfig odd_config() {
+    LlamaConfig c;
+    c.num_layers = 3, c.channels = 192, c.num_heads = 6, c.num_kv_heads = 2;
+    c.ffn_channels = 200, c.vocab_size = 997, c.max_seq_len = 37;
+    c.rope_theta = 10000.0;
+    c.rope_scaling.enabled = true;
+    c.rope_scaling.factor = 4.0;
+    c.rope_scaling.original_max_position = 64;
+    return c;
+}
+
+TrainOptions options(int B, int T, int recompute) {
+    TrainOptions opt;
+    opt.batch_size = B, opt.seq_len = T, opt.recompute = recompute;
+    opt.fp32_master = 1, opt.tf32 = 0, opt.seed = 7;
+    return opt;
+}
+
+// Fresh weights with the norms' gains moved off 1 (so that their use is tested too), rounded to the
+// storage type so both models start from the same values.
+std::vector<float> initial_weights(const LlamaConfig& c) {
+    std::vector<float> w(llama_param_count(c));
+    init_model_params(llama3_model(c), 11, w.data());
+    for (const LlamaTensor& t : llama_tensors(c))
+        if (!t.is_matrix())
+            for (size_t i = 0; i < t.size(); i++) w[t.offset + i] = 1.0f + 0.25f * std::sin(0.7f * (float)i + t.layer);
+    return round_to_floatX(w);
+}
+
+// One training micro-step on both models from the same weights: the logits of a separate forward,
+// the loss, and every gradient tensor, with the worst relative error printed.
+void check_against_reference(const LlamaConfig& c, int B, int T, int recompute) {
+    const std::vector<float> weights = initial_weights(c);
+    const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 1);
+    const std::vector<int> targets = random_tokens((size_t)B * T, c.vocab_size, 2);
+
+    GPUModel gpu(c, options(B, T, recompute));
+    gpu.set_working_weights(weights);
+    LlamaCpu* cpu = llama_cpu_create(c, B, T);
+    llama_cpu_params(cpu) = weights;
+
+    gpu.forward(inputs.data(), nullptr, B, T);
+    llama_cpu_forward(cpu, inputs.data(), nullptr, B, T);
+    std::vector<float> row(c.vocab_size), gpu_logits;
+    for (int t = 0; t < T; t++) {
+        gpu.logits_at(t, row.data());
+        gpu_logits.insert(gpu_logits.end(), row.begin(), row.end());
+    }
+    const std::vector<float> cpu_logits(llama_cpu_logits(cpu), llama_cpu_logits(cpu) + (size_t)T * c.vocab_size);
+    const double logits_error = tst::rel_l2_error(gpu_logits.data(), cpu_logits.data(), cpu_logits.size());
+
+    gpu.zero_grad();
+    const float gpu_loss = gpu.forward_backward(inputs.data(), targets.data(), B, T, 1.0f, true);
+    llama_cpu_zero_grad(cpu);
+    const float cpu_loss = llama_cpu_forward(cpu, inputs.data(), targets.data(), B, T);
+    llama_cpu_backward(cpu, 1.0f);
+    const double loss_error = std::fabs(gpu_loss - cpu_loss) / std::fabs(cpu_loss);
+
+    const std::vector<float> grads = gpu.gradients(), &ref = llama_cpu_grads(cpu);
+    double worst = 0;
+    std::string worst_name;
+    for (const LlamaTensor& t : llama_tensors(c)) {
+        const double err = tst::rel_l2_error(grads.data() + t.offset, ref.data() + t.offset, t.size());
+        if (err > worst) worst = err, worst_name = t.name;
+        if (getenv("SHOW_ERRORS")) printf("    %-48s %.3g\n", t.name.c_str(), err);
+        CHECK_MSG(err <= LLAMA_TOLERANCE, "gradient of %s: relative error %.3g > %.3g (" PRECISION_NAME ")",
+                  t.name.c_str(), err, LLAMA_TOLERANCE);
+    }
+    printf("  L%d C%d H%d KV%d F%d V%d, B=%d T=%d -r %d (" PRECISION_NAME "): logits %.2g, loss %.2g, worst "
+           "gradient %.2g (%s)\n", c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_channels,
+           c.vocab_size, B, T, recompute, logits_error, loss_error, worst, worst_name.c_str());
+    CHECK_MSG(logits_error <= LLAMA_TOLERANCE, "logits: relative error %.3g", logits_error);
+    CHECK_MSG(loss_error <= LLAMA_TOLERANCE, "loss %.7f vs reference %.7f", gpu_loss, cpu_loss);
+    llama_cpu_free(cpu);
+}
+
+}  // namespace
+
+TEST(llama_matches_reference_gqa_r0) { check_against_reference(small_config(), 2, 32, 0); }
+TEST(llama_matches_reference_gqa_r1) { check_against_reference(small_config(), 2, 32, 1); }
+TEST(llama_matches_reference_gqa_r2) { check_against_reference(small_config(), 2, 32, 2); }
+TEST(llama_matches_reference_odd_shape_r0) { check_against_reference(odd_config(), 2, 37, 0); }
+TEST(llama_matches_reference_odd_shape_r1) { check_against_reference(odd_config(), 2, 37, 1); }
+TEST(llama_matches_reference_odd_shape_r2) { check_against_reference(odd_config(), 2, 37, 2); }
