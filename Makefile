@@ -219,6 +219,11 @@ ifneq ($(CUDA_INCLUDE),)
   GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_model) \
                      $(BUILD)/test/trainer/test_gpu_llama $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_llama)
   TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
+  # Llama 3 on the emulated trainer against train_gpt_cpu, and over two ranks with ZeRO: a whole-run,
+  # multi-rank test, so the plain build only (as the other multi-rank tests below).
+  ifneq ($(SAN),1)
+    TESTS += test/trainer/test_train_llama_emu.sh
+  endif
   # Data parallelism: the emulated trainer as several MPI ranks (test/parallel/). The slowest whole-run
   # tests (multi-rank equivalence, failing ranks, restarts after SIGKILL) run in the plain build only:
   # they exercise processes and files more than memory safety, and the sanitized build would take

@@ -1,10 +1,10 @@
-// train_gpt: trains GPT-2 on NVIDIA GPUs with the hand-written kernels of kernels/ and cuBLASLt. This
-// file is main() and the GPU defaults: the ranks from MPI (one per GPU, `mpirun -np N ./train_gpt`), the
-// device (or the CPU model when there is none), then the shared training loop (train/train_loop.h)
-// driving the GPU model (gpu/gpt_model.h: bf16 weights, activations and gradients, or fp32 with
-// -DENABLE_FP32; fp32 master weights and AdamW moments; recomputation -r; accumulation -d) over a mesh
-// of data × pipeline × tensor ranks (parallel/plan/mesh.h; docs/ARCHITECTURE.md: where each
-// parallelism is applied).
+// train_gpt: trains GPT-2 and Llama 3 on NVIDIA GPUs with the hand-written kernels of kernels/ and
+// cuBLASLt. This file is main() and the GPU defaults: the ranks from MPI (one per GPU, `mpirun -np N
+// ./train_gpt`), the device (or the CPU model when there is none), then the shared training loop
+// (train/train_loop.h) driving the GPU model (gpu/gpt_model.h, with GPT-2's or Llama 3's layers: bf16
+// weights, activations and gradients, or fp32 with -DENABLE_FP32; fp32 master weights and AdamW
+// moments; recomputation -r; accumulation -d) over a mesh of data × pipeline × tensor ranks
+// (parallel/plan/mesh.h; docs/ARCHITECTURE.md: where each parallelism is applied).
 // Built by nvcc it is ./train_gpt; built through the emulator (emu/) it is ./train_gpt_emu, which runs
 // the same kernels on the CPU for the tests.
 #include <cstdio>
@@ -40,17 +40,20 @@ static TrainOptions gpu_defaults() {
     return o;
 }
 
-// The GPU model is GPT-2's; a Llama 3 model trains on the CPU model so far (train_gpt_cpu, or
-// train_gpt on a machine without a CUDA device).
-static const GPTConfig& gpt2_only(const ModelConfig& config) {
-    if (!is_gpt2(config))
-        fail("-e (--model): %s: the CUDA trainer trains GPT-2 models; Llama 3 trains on the CPU trainer "
-             "(train_gpt_cpu) for now", describe_model(config).c_str());
-    return config.gpt;
-}
+// The memory planner (--dry-run, gpu/memory_plan.h) plans GPT-2's buffers; a Llama 3 model is
+// refused there for now (it trains, with its buffers checked against the device when it is built).
 static ModelMemory plan_gpt2_gpu_memory(const ModelConfig& config, const TrainOptions& opt, int num_ranks,
                                         bool communicates) {
-    return plan_gpu_memory(gpt2_only(config), opt, num_ranks, communicates);
+    if (!is_gpt2(config))
+        fail("--dry-run: %s: the memory planner plans GPT-2 models only for now; run without --dry-run",
+             describe_model(config).c_str());
+    return plan_gpu_memory(config.gpt, opt, num_ranks, communicates);
+}
+
+// The GPU model of the configuration's family.
+static GPUModel* make_gpu_model(const ModelConfig& config, const TrainOptions& opt, WorldRanks world) {
+    if (is_llama3(config)) return new GPUModel(config.llama, opt, world);
+    return new GPUModel(config.gpt, opt, world);
 }
 
 // Ranks from the MPI launcher (one without), one GPU per rank on each node, an NCCL communicator when
@@ -93,7 +96,7 @@ int main(int argc, char** argv) {
     }
     spec.defaults = gpu_defaults();
     spec.create_model = [world](const ModelConfig& config, const TrainOptions& opt) {
-        return std::unique_ptr<TrainModel>(new GPUModel(gpt2_only(config), opt, world));
+        return std::unique_ptr<TrainModel>(make_gpu_model(config, opt, world));
     };
     spec.model_parallel = true;
     spec.report_ignored_flags = [world](const TrainOptions& opt) {
