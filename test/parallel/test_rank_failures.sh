@@ -54,7 +54,12 @@ for mode in "-z 0" "-z 3" "-pp 2"; do
   timeout 90 mpirun --oversubscribe -np 2 "$trainer" "${flags[@]}" $mode -x 100000 >"$work/kill.out" 2>&1 &
   job=$!
   for _ in $(seq 1 120); do grep -q '^step 2/' "$work/kill.out" && break; sleep 0.5; done
-  victim=$(pgrep -n -f "^$trainer -e custom:L2:C64")
+  victim=""  # a loaded machine may not list the ranks' processes at the first look: look again
+  for _ in $(seq 1 20); do
+    victim=$(pgrep -n -f "^$trainer -e custom:L2:C64") && break
+    sleep 0.5
+  done
+  [ -n "$victim" ] || ps -eo pid,args | grep -F "$trainer" | grep -v grep | sed 's/^/   | process: /'
   kill -KILL "$victim" 2>/dev/null
   killed_at=$SECONDS
   wait $job
