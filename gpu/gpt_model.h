@@ -57,6 +57,7 @@ public:
     GPUModel(const LlamaConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
     ~GPUModel() override;
 
+    // GPT-2's shape (for Llama 3, the planners' GPT-2 view of it: model_config() holds the real one).
     const GPTConfig& config() const { return config_; }
     const ModelConfig& model_config() const override { return model_config_; }
     std::string description() const override;
