@@ -40,16 +40,6 @@ static TrainOptions gpu_defaults() {
     return o;
 }
 
-// The memory planner (--dry-run, gpu/memory_plan.h) plans GPT-2's buffers; a Llama 3 model is
-// refused there for now (it trains, with its buffers checked against the device when it is built).
-static ModelMemory plan_gpt2_gpu_memory(const ModelConfig& config, const TrainOptions& opt, int num_ranks,
-                                        bool communicates) {
-    if (!is_gpt2(config))
-        fail("--dry-run: %s: the memory planner plans GPT-2 models only for now; run without --dry-run",
-             describe_model(config).c_str());
-    return plan_gpu_memory(config.gpt, opt, num_ranks, communicates);
-}
-
 // The GPU model of the configuration's family.
 static GPUModel* make_gpu_model(const ModelConfig& config, const TrainOptions& opt, WorldRanks world) {
     if (is_llama3(config)) return new GPUModel(config.llama, opt, world);
@@ -80,7 +70,7 @@ int main(int argc, char** argv) {
             spec.defaults = cpu_trainer_defaults();
             spec.create_model = create_cpu_train_model;
             spec.host_memory_needed = cpu_train_model_memory;
-            spec.plan_memory = plan_gpt2_gpu_memory;  // --dry-run still plans a GPU run (--device-memory)
+            spec.plan_memory = plan_gpu_memory;  // --dry-run still plans a GPU run (--device-memory)
             return run_training(argc, argv, spec);
         }
         CUDA_CHECK(cudaSetDevice(ranks ? ranks->local_rank % devices : 0));
@@ -103,7 +93,7 @@ int main(int argc, char** argv) {
         if (opt.zero_stage && !world.nccl)
             printf("note: -z (ZeRO) shards across ranks; with one rank it has no effect\n");
     };
-    spec.plan_memory = plan_gpt2_gpu_memory;
+    spec.plan_memory = plan_gpu_memory;
     spec.device_memory = [] {
         size_t free_bytes = 0, total_bytes = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));

@@ -95,4 +95,8 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerW
          widths.rms_norms ? rmsnorm_backward_scratch_bytes((int)Nl, (int)C) : 0});
     request(reinterpret_cast<char**>(&buffers->scratch), scratch_bytes);
     request(&buffers->control, 1);
+    if (widths.rope_pairs > 0) {
+        request(&buffers->rope_cos, (size_t)T * widths.rope_pairs);
+        request(&buffers->rope_sin, (size_t)T * widths.rope_pairs);
+    }
 }

@@ -78,6 +78,8 @@ struct LayerWidths {
     size_t hidden;     // the MLP's first product (GPT-2: 4C)
     size_t activated;  // the MLP's activation output, the last product's input (GPT-2: 4C)
     bool rms_norms = false;  // RMSNorm (Llama 3) rather than LayerNorm
+    size_t rope_pairs = 0;   // RoPE (Llama 3): the rotation tables' entries per position (head size / 2);
+                             // 0 without RoPE
 };
 LayerWidths gpt2_layer_widths(const GPTConfig& config);
 
@@ -94,6 +96,8 @@ struct StepBuffers {
     void* scratch = nullptr;   // kernel scratch, the largest any kernel asks for
     StepControl* control = nullptr;  // the step's values in and its loss, norm and verdict out
                                      // (kernels/step_guard.h)
+    float *rope_cos = nullptr, *rope_sin = nullptr;  // RoPE's tables, (T, rope_pairs) each (LayerWidths),
+                                                     // filled by the family's layers
 };
 // Requests them in the arena, for micro-batches of up to opt.batch_size × opt.seq_len tokens on a rank
 // of a tensor group of `tp` ranks and of pipeline stage `stage` (see struct Activations for what -r,

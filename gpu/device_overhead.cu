@@ -30,18 +30,20 @@ size_t nccl_communicator_bytes(int ranks) {
 
 // The timed choice of an algorithm (matmul_fastest) keeps aside the output of a product that
 // accumulates, the weight gradients, and an 8-byte fingerprint: the largest of them counts, once. A
-// layer's largest is fc's or fcproj's (4C·C, split over the tensor group), the classifier's the tied
-// embedding's slice of the vocabulary (Vs·C).
-static size_t autotuning_bytes(const GPTConfig& config, const Mesh& m, const PipelineStage& stage) {
-    const size_t C = config.channels;
+// layer's largest is its widest weight (GPT-2: fc's or fcproj's 4C·C; Llama 3: gate|up's 2F·C), split
+// over the tensor group; the classifier's is its slice of the vocabulary (Vs·C).
+static size_t autotuning_bytes(const LayerWidths& widths, int Vp, const Mesh& m, const PipelineStage& stage) {
+    const size_t C = widths.channels;
     size_t largest = 0;
-    if (stage.layers() > 0) largest = 4 * C * C / m.tensor;
-    if (stage.last) largest = std::max(largest, vocab_slice_rows(config.padded_vocab_size, m.tensor) * C);
+    if (stage.layers() > 0)
+        largest = std::max({widths.qkv * C, widths.attention * C, widths.hidden * C, widths.activated * C}) / m.tensor;
+    if (stage.last) largest = std::max(largest, vocab_slice_rows(Vp, m.tensor) * C);
     return largest * sizeof(floatX) + sizeof(unsigned long long);
 }
 
-DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, const std::vector<int>& communicators,
-                                    const PipelineStage& stage, int micro_step_graphs) {
+DeviceOverhead plan_device_overhead(const LayerWidths& widths, int Vp, const Mesh& mesh,
+                                    const std::vector<int>& communicators, const PipelineStage& stage,
+                                    int micro_step_graphs) {
     DeviceOverhead o;
     o.context = kCudaContextBytes;
     const std::vector<int>& sizes = communicators;
@@ -49,7 +51,7 @@ DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, c
     for (int ranks : sizes) o.nccl += nccl_communicator_bytes(ranks);
     if (!sizes.empty()) o.nccl += kNcclFirstCommunicatorExtraBytes;
     o.matmul_workspace = MATMUL_WORKSPACE_BYTES;
-    o.autotuning = autotuning_bytes(config, mesh, stage);
+    o.autotuning = autotuning_bytes(widths, Vp, mesh, stage);
     if (micro_step_graphs > 0) {  // the micro-steps' graphs and the update's
         const size_t nodes = (size_t)stage.layers() * kGraphNodesPerLayer + kGraphNodesOutsideLayers;
         o.graphs = micro_step_graphs * nodes * kGraphBytesPerNode + kGraphNodesOutsideLayers * kGraphBytesPerNode;

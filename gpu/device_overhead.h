@@ -14,6 +14,7 @@
 
 #include "base/gpt_config.h"
 #include "base/train_options.h"
+#include "gpu/activations.h"
 #include "gpu/placement.h"
 #include "parallel/plan/mesh.h"
 
@@ -54,12 +55,13 @@ struct DeviceOverhead {
     std::string report() const;
 };
 
-// What the rank at `mesh`'s coordinates holds besides its arena, with NCCL communicators of the
-// given sizes (mesh_communicator_sizes, parallel/comm/mesh_communicators.h; none without an NCCL
-// world), on pipeline stage `stage`, with `micro_step_graphs` CUDA graphs of micro-steps (0: no
+// What the rank at `mesh`'s coordinates holds besides its arena, for layers of `widths` and a padded
+// vocabulary of Vp, with NCCL communicators of the given sizes (mesh_communicator_sizes,
+// parallel/comm/mesh_communicators.h; none without an NCCL world), on pipeline stage `stage`, with `micro_step_graphs` CUDA graphs of micro-steps (0: no
 // graphs; gpu/memory_plan.h counts them). NCCL_BUFFSIZE and NCCL_MAX_NCHANNELS, where set, are NCCL's.
-DeviceOverhead plan_device_overhead(const GPTConfig& config, const Mesh& mesh, const std::vector<int>& communicators,
-                                    const PipelineStage& stage, int micro_step_graphs);
+DeviceOverhead plan_device_overhead(const LayerWidths& widths, int Vp, const Mesh& mesh,
+                                    const std::vector<int>& communicators, const PipelineStage& stage,
+                                    int micro_step_graphs);
 // NCCL's device memory for one communicator of `ranks` ranks (none for a missing one: ranks 0).
 size_t nccl_communicator_bytes(int ranks);
 

@@ -1,8 +1,6 @@
 // GPUModel (gpt_model.h): construction (where this rank sits, what it keeps, the device arena), the
 // description, weights and optimizer state in and out.
 #include "gpu/gpt_model.h"
-#include "gpu/gpt2_layers.h"
-#include "gpu/llama_layers.h"
 #include "gpu/matmul_table_text.h"
 
 #include <algorithm>
@@ -21,34 +19,13 @@ static GradCompression grad_compression(const TrainOptions& opt) {
     return method;
 }
 
-GPUModel::Family GPUModel::gpt2_family(const GPTConfig& config) {
-    return {gpt2_model(config), config, gpt2_param_table(config), gpt2_layer_widths(config)};
-}
-
-// Llama 3's shape; what the core cannot yet do with it refused in one line.
-GPUModel::Family GPUModel::llama3_family(const LlamaConfig& c, const TrainOptions& opt) {
-    if (opt.tensor_parallel > 1 || opt.pipeline_parallel > 1)
-        fail("-tp/-pp (tensor and pipeline parallelism): the CUDA trainer runs Llama 3 on one tensor rank "
-             "and one pipeline stage for now (data parallelism and ZeRO work)");
-    if (c.ffn_channels % 8 != 0)
-        fail("-e (--model): Llama 3's MLP width F %d must be a multiple of 8", c.ffn_channels);
-    GPTConfig planning;
-    planning.max_seq_len = c.max_seq_len, planning.vocab_size = c.vocab_size;
-    planning.padded_vocab_size = (int)vocab_slice_rows(c.vocab_size, 1);
-    planning.num_layers = c.num_layers, planning.num_heads = c.num_heads, planning.channels = c.channels;
-    const size_t C = c.channels, hs = c.head_size(), H = c.num_heads, KV = c.num_kv_heads, F = c.ffn_channels;
-    LayerWidths widths{C, (H + 2 * KV) * hs, H * hs, H, hs, 2 * F, F};
-    widths.rms_norms = true;
-    return {llama3_model(c), planning, llama_param_table(c), widths};
-}
-
 GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
-    : GPUModel(gpt2_family(config), opt, world) {}
+    : GPUModel(model_family(gpt2_model(config), opt), opt, world) {}
 GPUModel::GPUModel(const LlamaConfig& config, const TrainOptions& opt, WorldRanks world)
-    : GPUModel(llama3_family(config, opt), opt, world) {}
+    : GPUModel(model_family(llama3_model(config), opt), opt, world) {}
 
-GPUModel::GPUModel(const Family& family, const TrainOptions& opt, WorldRanks world)
-    : config_(family.planning), model_config_(family.model), tied_classifier_(family.table.tied_classifier),
+GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRanks world)
+    : config_(family.core), model_config_(family.model), tied_classifier_(family.table.tied_classifier),
       world_(world),
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
                       planned_node_ranks(opt, world.ranks))),
@@ -89,10 +66,7 @@ GPUModel::GPUModel(const Family& family, const TrainOptions& opt, WorldRanks wor
                                           : "CUDA graphs off (ZeRO-2/3 run without them)";
     read_device(opt);
     allocate(opt, world.num_ranks());
-    if (is_llama3(model_config_))
-        layers_ = std::make_unique<LlamaLayers>(model_config_.llama, max_T_, context_);
-    else
-        layers_ = std::make_unique<GPT2Layers>(config_, context_);
+    layers_ = make_family_layers(family, max_T_, context_);
     // Every collective and every wait for one tells the phase timers (they record nothing while off).
     params_.set_hook(&timer_), tp_.set_hook(&timer_), pipeline_.set_hook(&timer_), optimizer_.set_hook(&timer_);
 }
@@ -136,11 +110,12 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     set_planned_traffic(&memory_, planned_traffic_);
     if (params_.compression().active())
         set_planned_compressed_traffic(&memory_, planned_compressed_traffic_, params_.compression().method());
-    memory_.pipeline_report = stage_report(config_, opt, num_ranks, comms_.data != nullptr);
+    memory_.pipeline_report = stage_report(model_config_, opt, num_ranks, comms_.data != nullptr);
     const std::vector<int> communicators = mesh_communicator_sizes(
         mesh_, comms_.data != nullptr, params_.sharding().weights, communicators_may_overlap());
-    set_planned_overhead(&memory_, plan_device_overhead(config_, mesh_, communicators, stage_,
-                                                        micro_step_graphs(graphs_.enabled(), params_, accum_steps_)));
+    set_planned_overhead(&memory_,
+                         plan_device_overhead(widths_, config_.padded_vocab_size, mesh_, communicators, stage_,
+                                              micro_step_graphs(graphs_.enabled(), params_, accum_steps_)));
 
     // Will it fit? Say so before allocating anything, with what to lower.
     size_t free_bytes = 0, total_bytes = 0;

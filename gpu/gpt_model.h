@@ -16,6 +16,8 @@
 //                   gradients finished, the norm, AdamW (optimizer.h), one host synchronisation
 //   gpt_model.cu    construction: where the rank sits, what it keeps, the device arena; weights and
 //                   optimizer state in and out
+//   model_family.h  a family's sizing (core shape, parameter table, activation widths, layers object),
+//                   shared with the planner
 //   activations.h, placement.h, memory_plan.h   its buffers, its place among the ranks, its plan
 #pragma once
 #include <nccl.h>
@@ -36,6 +38,7 @@
 #include "gpu/cuda_graphs.h"
 #include "gpu/device_info.h"
 #include "gpu/gpt_decode.h"
+#include "gpu/model_family.h"
 #include "gpu/model_layers.h"
 #include "gpu/optimizer.h"
 #include "gpu/placement.h"
@@ -57,7 +60,8 @@ public:
     GPUModel(const LlamaConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
     ~GPUModel() override;
 
-    // GPT-2's shape (for Llama 3, the planners' GPT-2 view of it: model_config() holds the real one).
+    // GPT-2's shape (for Llama 3, the core's GPT-2 view of it, gpu/model_family.h: model_config() holds
+    // the real one).
     const GPTConfig& config() const { return config_; }
     const ModelConfig& model_config() const override { return model_config_; }
     std::string description() const override;
@@ -130,19 +134,7 @@ public:
     bool set_compression_state(const CompressionState& state) override;
 
 private:
-    // A family as the core sees it: its shape for the training loop, the planners' GPT-2 view of it
-    // (GPT-2 itself; for Llama 3 a GPT-2 of the same depth, width, heads and vocabulary, which the
-    // pipeline's layer split and the traffic and memory plans read), its parameter table and the
-    // widths of its activations.
-    struct Family {
-        ModelConfig model;
-        GPTConfig planning;
-        ParamTable table;
-        LayerWidths widths;
-    };
-    static Family gpt2_family(const GPTConfig& config);
-    static Family llama3_family(const LlamaConfig& config, const TrainOptions& opt);
-    GPUModel(const Family& family, const TrainOptions& opt, WorldRanks world);
+    GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRanks world);
     // The bucket of the classifier's weights: the vocabulary's where the family ties them to the
     // embedding, else the final norm's.
     int classifier_bucket() const {
@@ -244,7 +236,7 @@ private:
     void read_device(const TrainOptions& opt);
     void allocate(const TrainOptions& opt, int num_ranks);
 
-    GPTConfig config_;          // GPT-2's shape, or the planners' view of another family's (Family)
+    GPTConfig config_;          // GPT-2's shape, or the core's view of another family's (FamilyShape)
     ModelConfig model_config_;  // the model as the training loop sees it
     bool tied_classifier_;      // the classifier reuses the embedding (GPT-2)
     WorldRanks world_;

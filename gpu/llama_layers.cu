@@ -30,16 +30,10 @@ LlamaLayers::LlamaLayers(const LlamaConfig& config, int max_T, const LayerContex
     std::vector<float> cos_table((size_t)max_T * half), sin_table((size_t)max_T * half);
     rope_tables(cos_table.data(), sin_table.data(), max_T, config.head_size(), config.rope_theta,
                 config.rope_scaling);
+    rope_cos_ = c_.buf.rope_cos, rope_sin_ = c_.buf.rope_sin;  // in the model's arena (LayerWidths::rope_pairs)
     const size_t bytes = cos_table.size() * sizeof(float);
-    CUDA_CHECK(cudaMalloc(&rope_cos_, bytes));
-    CUDA_CHECK(cudaMalloc(&rope_sin_, bytes));
     CUDA_CHECK(cudaMemcpy(rope_cos_, cos_table.data(), bytes, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(rope_sin_, sin_table.data(), bytes, cudaMemcpyHostToDevice));
-}
-
-LlamaLayers::~LlamaLayers() {
-    cudaFree(rope_cos_);
-    cudaFree(rope_sin_);
 }
 
 // The embedding's and lm_head's rows on the device: the vocabulary rounded up to 8 (zero rows past V).

@@ -8,9 +8,9 @@
 
 class LlamaLayers : public ModelLayers {
 public:
-    // The RoPE tables cover sequences of up to max_T positions.
+    // Fills RoPE's tables (StepBuffers' rope_cos and rope_sin, sized for sequences of up to max_T
+    // positions by LayerWidths::rope_pairs).
     LlamaLayers(const LlamaConfig& config, int max_T, const LayerContext& context);
-    ~LlamaLayers() override;
 
     void embed(int slot) override;
     void first_layer_norm(int slot) override;
@@ -38,5 +38,5 @@ private:
     const LlamaConfig config_;
     const float eps_;
     const LayerContext& c_;
-    float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // (max_T, hs/2) each, on the device
+    float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // (max_T, hs/2) each, in the model's arena
 };

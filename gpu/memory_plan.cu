@@ -5,6 +5,7 @@
 
 #include "base/errors.h"
 #include "gpu/activations.h"
+#include "gpu/model_family.h"
 #include "gpu/optimizer.h"
 #include "parallel/comm/launch_order.h"
 #include "parallel/comm/mesh_communicators.h"
@@ -79,8 +80,10 @@ void set_planned_overhead(ModelMemory* memory, const DeviceOverhead& overhead) {
 }
 
 // Rank 0 of stage `stage_index`'s memory and traffic: the model's own objects, made without a device.
-static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks,
+static ModelMemory plan_stage_memory(const ModelConfig& model, const TrainOptions& opt, int num_ranks,
                                      bool communicates, int stage_index) {
+    const FamilyShape family = model_family(model, opt);
+    const GPTConfig& config = family.core;
     // Rank 0's coordinates but the stage.
     const Mesh mesh = make_mesh(num_ranks, stage_index * (num_ranks / opt.pipeline_parallel), opt.tensor_parallel,
                                 opt.pipeline_parallel, opt.shard_ranks, planned_node_ranks(opt, nullptr));
@@ -92,14 +95,14 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     DeviceArena arena;
     GradCompression compression = GradCompression::NONE;
     parse_grad_compression(opt.grad_compression.c_str(), &compression);
-    ParameterStore params(make_param_buckets(config, mesh.shard, model_slice(mesh, stage)),
+    ParameterStore params(make_param_buckets(family.table, mesh.shard, model_slice(mesh, stage)),
                           zero_sharding(opt, communicates), 0, shard_groups(mesh), fp32_gradient_reduction(opt),
                           communicates ? compression : GradCompression::NONE, opt.powersgd_rank);
     Optimizer optimizer(params, fp32_master_weights(opt), optimizer_kind(opt), layer_adaptation(opt));
     params.request_memory(&arena);
     optimizer.request_memory(&arena);
     StepBuffers buffers;
-    request_step_buffers(&arena, &buffers, gpt2_layer_widths(config), config.padded_vocab_size, opt, tp, stage);
+    request_step_buffers(&arena, &buffers, family.widths, config.padded_vocab_size, opt, tp, stage);
     ModelMemory memory = arena.memory();
     const SentBytes optimizer_bytes = optimizer.planned_bytes(communicates ? mesh.size() : 1, world_within_one_node(mesh));
     set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes));
@@ -110,20 +113,20 @@ static ModelMemory plan_stage_memory(const GPTConfig& config, const TrainOptions
     const int graphs = micro_step_graphs(uses_cuda_graphs(opt, mesh, params.sharding()), params, micro_steps);
     const std::vector<int> communicators =
         mesh_communicator_sizes(mesh, communicates, params.sharding().weights, communicators_may_overlap());
-    set_planned_overhead(&memory, plan_device_overhead(config, mesh, communicators, stage, graphs));
+    set_planned_overhead(&memory, plan_device_overhead(family.widths, config.padded_vocab_size, mesh, communicators, stage, graphs));
     return memory;
 }
 
-ModelMemory plan_gpu_memory(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
+ModelMemory plan_gpu_memory(const ModelConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
     ModelMemory memory = plan_stage_memory(config, opt, num_ranks, communicates, 0);
     memory.pipeline_report = stage_report(config, opt, num_ranks, communicates);
     return memory;
 }
 
-std::string stage_report(const GPTConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
+std::string stage_report(const ModelConfig& config, const TrainOptions& opt, int num_ranks, bool communicates) {
     const int P = opt.pipeline_parallel, m = grad_accum_steps(opt, num_ranks);
     if (P == 1) return "";
-    const std::vector<int> first = stage_layers(config, opt.seq_len, P);
+    const std::vector<int> first = stage_layers(model_family(config, opt).core, opt.seq_len, P);
     std::string report = strprintf("pipeline: %d stages, %s; %s schedule, %d micro-batches, bubble %.1f%%\n", P,
                                    describe_stage_layers(first).c_str(), opt.pp_schedule.c_str(), m,
                                    100.0 * pipeline_bubble(P, m));

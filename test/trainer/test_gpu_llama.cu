@@ -3,6 +3,7 @@
 // tokens: the logits, the loss and every gradient tensor, with grouped-query attention, at each
 // recomputation level. Built twice, bf16 and fp32 (-DENABLE_FP32), like the kernels.
 #include "gpu/gpt_model.h"
+#include "gpu/memory_plan.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -107,6 +108,58 @@ void check_against_reference(const LlamaConfig& c, int B, int T, int recompute) 
 }
 
 }  // namespace
+
+// The planner (gpu/memory_plan.h, what --dry-run prints) plans exactly what the model allocates: on
+// one rank of an NCCL world at each ZeRO stage and recomputation level, the model's report equals the
+// device's allocation and the plan equals the report, part by part, with the network bytes and the
+// device overhead; and (below -z 3, which adds the gathered copies) the parameters are the Llama 3
+// tensors' elements (llama_param_count) in the storage type, laid out in padded buckets.
+TEST(llama_memory_plan_equals_device_allocation) {
+    const LlamaConfig c = odd_config();
+    // The weights as param_buckets.h lays them out on one rank: the embedding, each layer, and the final
+    // norm with lm_head, each bucket padded to a multiple of 128 elements, the vocabulary's rows to 8.
+    const size_t C = c.channels, L = c.num_layers, Vp = (c.vocab_size + 7) / 8 * 8;
+    const size_t layer = (llama_param_count(c) - 2 * (size_t)c.vocab_size * C - C) / L;
+    auto padded = [](size_t n) { return (n + 127) / 128 * 128; };
+    const size_t weights = (padded(Vp * C) + L * padded(layer) + padded(C + Vp * C)) * sizeof(floatX);
+    ncclUniqueId id;
+    ncclComm_t comm = nullptr;
+    CHECK(ncclGetUniqueId(&id) == ncclSuccess);
+    CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+    RankGroup one_rank;
+    for (int zero_stage = 0; zero_stage <= 3; zero_stage++)
+        for (int recompute = 0; recompute <= 2; recompute++) {
+            matmul_setup();  // the cuBLASLt workspace exists before, so only the model's is counted
+            TrainOptions opt = options(2, 37, recompute);
+            opt.zero_stage = zero_stage;
+            opt.total_batch = 2 * 37 * 2;  // two micro-steps
+            size_t free_before = 0, free_after = 0, total = 0;
+            CHECK(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+            GPUModel gpu(c, opt, {&one_rank, comm});
+            CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+            const ModelMemory m = gpu.memory();
+            const size_t taken = free_before - free_after;
+#ifdef EMU_CUDA
+            const bool as_reported = taken == m.buffers();
+#else
+            const size_t page = (size_t)2 << 20;
+            const bool as_reported = taken <= (m.buffers() + page - 1) / page * page;
+#endif
+            CHECK_MSG(as_reported && m.buffers() == gpu.allocated_bytes(),
+                      "-z %d -r %d: report %zu bytes, device %zu", zero_stage, recompute, m.buffers(), taken);
+            const ModelMemory plan = plan_gpu_memory(llama3_model(c), opt, 1, true);
+            CHECK_MSG(plan.parameters == m.parameters && plan.gradients == m.gradients &&
+                          plan.master_weights == m.master_weights && plan.optimizer_state == m.optimizer_state &&
+                          plan.activations == m.activations && plan.buffers() == m.buffers() &&
+                          plan.network_bytes_per_step == m.network_bytes_per_step && plan.overhead == m.overhead,
+                      "-z %d -r %d: the plan (%zu bytes, activations %zu) differs from the model (%zu, %zu)",
+                      zero_stage, recompute, plan.buffers(), plan.activations, m.buffers(), m.activations);
+            if (zero_stage == 3) continue;  // -z 3 adds the layers' gathered copies
+            CHECK_MSG(plan.parameters == weights, "-z %d: %zu bytes of parameters planned for %zu bytes of weights",
+                      zero_stage, plan.parameters, weights);
+        }
+    ncclCommDestroy(comm);
+}
 
 TEST(llama_matches_reference_gqa_r0) { check_against_reference(small_config(), 2, 32, 0); }
 TEST(llama_matches_reference_gqa_r1) { check_against_reference(small_config(), 2, 32, 1); }

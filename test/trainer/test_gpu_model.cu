@@ -325,7 +325,7 @@ TEST(memory_report_equals_device_allocation) {
 #endif
             CHECK_MSG(as_reported && m.buffers() == gpu.allocated_bytes(), "-z %d -r %d: report %zu bytes, device %zu",
                       zero_stage, recompute, m.buffers(), taken);
-            const ModelMemory plan = plan_gpu_memory(c, opt, 1, true);
+            const ModelMemory plan = plan_gpu_memory(gpt2_model(c), opt, 1, true);
             CHECK_MSG(plan.parameters == m.parameters && plan.gradients == m.gradients &&
                           plan.master_weights == m.master_weights &&
                           plan.optimizer_state == m.optimizer_state && plan.activations == m.activations &&

@@ -4,8 +4,8 @@
 # a tiny Llama 3 for six steps on the same tokens, seed and flags as the fp32 CPU reference trainer
 # (./train_gpt_cpu) and tracks its losses (bf16 within 2e-3, fp32 within 1e-5: each step's loss from
 # the run's metrics.jsonl, the largest difference printed); a checkpoint resumes bit for bit; two
-# ranks with ZeRO 1, 2 and 3 give one rank's losses and gradient norms exactly; -tp 2, -pp 2 and
-# --dry-run are refused in one line. With BUILD naming a sanitized build it runs the bf16 trainer only
+# ranks with ZeRO 1, 2 and 3 give one rank's losses and gradient norms exactly; --dry-run plans the
+# memory and traffic those runs report; -tp 2 and -pp 2 are refused in one line. With BUILD naming a sanitized build it runs the bf16 trainer only
 # (the Makefile runs it in the plain build, with the other multi-rank tests).
 set -u
 bin=${BIN:-.}
@@ -79,6 +79,34 @@ for z in 1 2 3; do
     fi
 done
 
+# The memory planner (--dry-run, one process, nothing allocated) prints the memory and network lines
+# the runs above printed once they had allocated (their figures are the device allocation's, as
+# test_gpu_llama checks): one rank, and two ranks with -z 3 (--plan-ranks 2).
+dry_run_plans() {
+    local what=$1 name=$2
+    shift 2
+    # shellcheck disable=SC2086 # the flags are words
+    if ! timeout 300 "$bin/train_gpt_emu" $common -o "$work/dry_$name" --dry-run 1 "$@" >"$work/dry_$name.log" 2>&1 ||
+        ! grep -q "dry run: nothing was allocated" "$work/dry_$name.log" || [ -e "$work/dry_$name" ]; then
+        sed 's/^/   | /' "$work/dry_$name.log" | tail -n 8
+        failed "--dry-run plans $model ($what)"
+        return
+    fi
+    local prefix planned actual ok=1
+    for prefix in memory: network:; do
+        planned=$(grep "^$prefix" "$work/dry_$name.log")
+        actual=$(grep "^$prefix" "$work/$name.log")
+        if [ "$planned" != "$actual" ] || { [ "$prefix" = memory: ] && [ -z "$planned" ]; }; then
+            printf '   | planned: %s\n   | the run: %s\n' "$planned" "$actual"
+            ok=0
+        fi
+    done
+    grep "^memory:" "$work/dry_$name.log" | sed 's/^/  /'
+    if [ $ok = 1 ]; then pass "--dry-run plans what $what allocates"; else failed "--dry-run plans what $what allocates"; fi
+}
+dry_run_plans "one rank" one_rank_d128 -d 128
+dry_run_plans "2 ranks -z 3" z3 -z 3 -d 128 --plan-ranks 2
+
 # Checkpoints: six steps with a checkpoint every two, resumed from step 4 (-y 1, the step-6
 # checkpoint's files left out), write the same model file at step 6, byte for byte.
 resumed=$work/resumed
@@ -112,5 +140,4 @@ refused() {
 }
 refused -tp 2 -tp 2
 refused -pp 2 -pp 2
-refused --dry-run 0 --dry-run 1
 exit $status
