@@ -290,8 +290,12 @@ ifneq ($(CUDA_INCLUDE),)
   # The same tests built by nvcc, run on a GPU by test/kernels/gpu_kernel_tests.sh.
   ifneq ($(NVCC),)
     ifneq ($(SAN),1)
-      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_model
+      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_model $(BUILD)/test/trainer/cuda/test_gpu_llama
       $(BUILD)/test/trainer/cuda/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.cuda.o \
+          $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
+      $(BUILD)/test/trainer/cuda/test_gpu_llama: $(BUILD)/test/trainer/test_gpu_llama.cuda.o \
           $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
