@@ -222,7 +222,7 @@ ifneq ($(CUDA_INCLUDE),)
   # Llama 3 on the emulated trainer against train_gpt_cpu, and over two ranks with ZeRO: a whole-run,
   # multi-rank test, so the plain build only (as the other multi-rank tests below).
   ifneq ($(SAN),1)
-    TESTS += test/trainer/test_train_llama_emu.sh
+    TESTS += test/trainer/test_train_llama_emu.sh test/trainer/test_dry_run_without_gpu.sh
   endif
   # Data parallelism: the emulated trainer as several MPI ranks (test/parallel/). The slowest whole-run
   # tests (multi-rank equivalence, failing ranks, restarts after SIGKILL) run in the plain build only:

@@ -64,10 +64,13 @@ int main(int argc, char** argv) {
                 fail("rank %d: no CUDA device (%s); a run of %d ranks needs one GPU per rank",
                      world.rank(), err != cudaSuccess ? cudaGetErrorName(err) : "none found",
                      world.num_ranks());
-            printf("train_gpt: no CUDA device (%s), so training runs on the CPU with the fp32 "
-                   "reference model\n",
-                   err != cudaSuccess ? cudaGetErrorName(err) : "cudaGetDeviceCount found 0");
-            spec.defaults = cpu_trainer_defaults();
+            // A dry run still plans a GPU run, with a GPU run's defaults (a login node without GPUs).
+            const bool dry_run = train_flag_given(argc, argv, "--dry-run");
+            printf("train_gpt: no CUDA device (%s), so %s\n",
+                   err != cudaSuccess ? cudaGetErrorName(err) : "cudaGetDeviceCount found 0",
+                   dry_run ? "--dry-run plans a GPU run with an H100's SM count"
+                           : "training runs on the CPU with the fp32 reference model");
+            spec.defaults = dry_run ? gpu_defaults() : cpu_trainer_defaults();
             spec.create_model = create_cpu_train_model;
             spec.host_memory_needed = cpu_train_model_memory;
             spec.plan_memory = plan_gpu_memory;  // --dry-run still plans a GPU run (--device-memory)

@@ -533,6 +533,18 @@ inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size
     CUDA_CHECK(cudaGetLastError());
 }
 
+// The current CUDA device, or NO_LAYERNORM_DEVICE where the runtime has none (no GPU or no driver:
+// only a memory plan asks then, for its scratch sizes).
+constexpr int NO_LAYERNORM_DEVICE = -1;
+inline int layernorm_current_device() {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NO_LAYERNORM_DEVICE;
+    }
+    return device;
+}
+
 // The backward's launch shape for (N, C): the kernel, warps per block (as many as fit the shared
 // memory, at most 8: bigger blocks leave fewer partial rows to sum), shared bytes, and the number
 // of blocks: as many as run at once on the GPU (a persistent grid: each block's partial row covers
@@ -543,9 +555,13 @@ inline void residual_forward(floatX* out, const floatX* a, const floatX* b, size
 template <typename Kernel>
 inline void layernorm_backward_grid(const char* function, Kernel kernel, int device, int N, int slice_floats,
                                     int& warps, int& shared_bytes, int& blocks) {
-    int sms = 1, max_shared = 48 * 1024;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    // Without a device (a --dry-run on a machine with no GPU: device NO_LAYERNORM_DEVICE) the grid
+    // is an H100 SXM's: 132 SMs, 227 KiB of shared memory per block, 2 blocks per SM.
+    int sms = 132, max_shared = 227 * 1024;
+    if (device != NO_LAYERNORM_DEVICE) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    }
     const int slice_bytes = slice_floats * (int)sizeof(float);
     warps = std::min(LAYERNORM_BACKWARD_MAX_WARPS, max_shared / slice_bytes);
     if (warps < 1) {
@@ -554,6 +570,10 @@ inline void layernorm_backward_grid(const char* function, Kernel kernel, int dev
         exit(EXIT_FAILURE);
     }
     shared_bytes = warps * slice_bytes;
+    if (device == NO_LAYERNORM_DEVICE) {
+        blocks = std::max(1, std::min(sms * 2, ceil_div(N, warps)));
+        return;
+    }
     if (shared_bytes > 48 * 1024)  // the device's limit, not this call's: another shape may need more
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared));
     int blocks_per_sm = 2;  // the emulator has no occupancy calculator; 2 exercises several blocks per "SM"
@@ -574,8 +594,7 @@ inline LayernormBackwardPlan layernorm_backward_plan(int N, int C, int sums = 2)
     // device queries below cost microseconds, as much as a small kernel.
     thread_local int cached_device[2] = {-1, -1}, cached_N[2] = {-1, -1}, cached_C[2] = {-1, -1};
     thread_local LayernormBackwardPlan cached[2] = {};
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
+    const int device = layernorm_current_device();
     const int entry = sums - 2;
     if (device == cached_device[entry] && N == cached_N[entry] && C == cached_C[entry]) return cached[entry];
 

@@ -297,8 +297,7 @@ inline RmsnormBackwardPlan rmsnorm_backward_plan(int N, int C) {
     // cost as much as a small kernel).
     thread_local int cached_device = -1, cached_N = -1, cached_C = -1;
     thread_local RmsnormBackwardPlan cached{};
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
+    const int device = layernorm_current_device();
     if (device == cached_device && N == cached_N && C == cached_C) return cached;
 
     RmsnormBackwardPlan plan{};
