@@ -27,13 +27,23 @@ std::string run(int ranks, const std::string& flags, bool bf16 = false) {
     return trainer_runs::run(ranks, MODEL, default_data(), flags, bf16);
 }
 
+// The one-rank run (no mpirun) of "-d 256 -x 4" that ranks_match_one_rank_with_allreduce_and_zero1
+// and zero2_and_zero3_match_one_rank compare against: run once, by whichever test comes first.
+const std::string& one_rank_reference() {
+    static const std::string dir = [] {
+        const std::string one = out_dir();
+        run(0, "-d 256 -x 4 -o " + one);
+        return one;
+    }();
+    return dir;
+}
+
 }  // namespace
 
 // -d 256 = 4 micro-batches of 2x32: one rank accumulates 4, two ranks 2 each, four ranks none.
 TEST(ranks_match_one_rank_with_allreduce_and_zero1) {
     const std::string flags = "-d 256 -x 4 -o ";
-    const std::string one = out_dir();
-    run(0, flags + one);
+    const std::string& one = one_rank_reference();
     struct Case {
         int ranks, zero;
     } cases[] = {{1, 1}, {2, 0}, {2, 1}, {4, 0}, {4, 1}};
@@ -89,10 +99,13 @@ TEST(zero1_checkpoint_resumes_on_other_rank_counts) {
     const std::string flags = "-d 256 -x 4 -z 1 -n 2 -y 1 -o ";
     const std::string straight = out_dir();
     run(2, flags + straight);
+    // The run stopped at step 2, once: each resume starts from a copy of its directory.
+    const std::string stopped = out_dir();
+    run(2, flags + stopped + " --stop-at 2");
+    CHECK(path_exists(checkpoint_state_path(stopped, 2, 1)));  // one shard per rank
     for (int ranks : {2, 1, 4}) {
         const std::string dir = out_dir();
-        run(2, flags + dir + " --stop-at 2");
-        CHECK(path_exists(checkpoint_state_path(dir, 2, 1)));  // one shard per rank
+        CHECK(tst::run_command("cp -r " + stopped + " " + dir, nullptr) == 0);
         const std::string log = run(ranks, flags + dir);
         CHECK_MSG(log.find("resumed from step 2") != std::string::npos, "%s", log.c_str());
         if (ranks == 2) {
@@ -115,8 +128,7 @@ TEST(zero1_checkpoint_resumes_on_other_rank_counts) {
 // gathered per layer): 1, 2 and 4 ranks (4, 2 and 1 micro-steps of accumulation) match one rank.
 TEST(zero2_and_zero3_match_one_rank) {
     const std::string flags = "-d 256 -x 4 -o ";
-    const std::string one = out_dir();
-    run(0, flags + one);
+    const std::string& one = one_rank_reference();
     for (int ranks : {1, 2, 4})
         for (int zero : {2, 3}) {
             const std::string dir = out_dir();

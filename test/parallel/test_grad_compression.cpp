@@ -83,6 +83,8 @@ TEST(compression_state_resumes_bit_for_bit) {
         const std::string straight = out_dir(), stopped = out_dir();
         run(2, MODEL, default_data(), flags + straight);
         run(2, MODEL, default_data(), flags + stopped + " --stop-at 4");
+        const std::string stopped_at_4 = tst::make_temp_dir() + "/at4";
+        CHECK(tst::run_command("cp -r " + stopped + " " + stopped_at_4, nullptr) == 0);
         const std::string log = run(2, MODEL, default_data(), flags + stopped);
         CHECK_MSG(log.find("resumed from step 4") != std::string::npos && log.find("notice:") == std::string::npos,
                   "%s", log.c_str());
@@ -96,7 +98,9 @@ TEST(compression_state_resumes_bit_for_bit) {
                   state.compression.values.size(), state.compression.data_ranks);
 
         const std::string moved = out_dir();
-        run(2, MODEL, default_data(), flags + moved + " --stop-at 4");
+        // The stopped run's directory as it was at step 4 (the same run as `stopped`'s first, which
+        // is deterministic: the bitwise check above), rather than a third run to step 4.
+        CHECK(tst::run_command("cp -r " + stopped_at_4 + " " + moved, nullptr) == 0);
         const std::string three = run(3, MODEL, default_data(), flags + moved);
         const std::string notice = lines_starting(three, "notice: the checkpoint's gradient compression state");
         CHECK_MSG(count_lines(notice, "notice:") == 1 && notice.find("on 2 data ranks") != std::string::npos &&
@@ -170,7 +174,9 @@ TEST(gpt2_124m_on_8_ranks_sends_fewer_bytes) {
 // one token, so that a small model learns in a few hundred steps) on 2 ranks: PowerSGD of rank 4 and
 // int8 end within 2% of the uncompressed run's validation loss. sign, which has no such bound, is left
 // to dev/grad_compression.sh (its gap on 4 ranks is in dev/RESULTS.md), which saves the suite a
-// quarter of this test's time.
+// quarter of this test's time. 100 steps (90 of them compressed) by default, half the time of 200: the
+// uncompressed run's validation loss is then 3.533 (ln 512 = 6.24), powersgd's +0.74%, int8's +0.58%.
+// STEPS=200 runs the longer version (measured: 3.573, powersgd +1.31%, int8 -0.61%).
 TEST(compressed_training_reaches_the_uncompressed_loss) {
     const std::string root = tst::make_temp_dir();
     std::string out;
@@ -197,7 +203,7 @@ TEST(compressed_training_reaches_the_uncompressed_loss) {
     write_shard(root + "/train.bin", train);
     write_shard(root + "/val.bin", val);
 
-    const int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 200;
+    const int steps = getenv("STEPS") ? atoi(getenv("STEPS")) : 100;
     const std::string flags = strprintf("-b 4 -d 256 -x %d -l 3e-3 -u 10 -q 0.1 -v %d -m 8 -j %s/val.bin -o ", steps,
                                         steps, root.c_str());
     std::map<std::string, double> final_loss;

@@ -6,6 +6,7 @@
 // broken build, train_gpt_emu_fp32_broken, with TEST_LOCAL_TRUST_RATIO=1: each rank's sums of squares
 // left un-added across ranks) fails the same comparison, which shows that it sees the difference.
 #include <cstring>
+#include <map>
 
 #include "test/parallel/trainer_runs.h"
 
@@ -23,6 +24,17 @@ std::string optimizer_flags(const char* optimizer) {
     return strcmp(optimizer, "lars") == 0 ? " --optimizer lars -l 2 --trust-coefficient 0.01" : " --optimizer lamb -l 1e-2";
 }
 
+// The one-rank run (no mpirun) of FLAGS with `optimizer`, which both tests compare against: run once
+// per optimizer, by whichever test comes first.
+const std::string& one_rank_reference(const char* optimizer) {
+    static std::map<std::string, std::string> dirs;
+    auto found = dirs.find(optimizer);
+    if (found != dirs.end()) return found->second;
+    const std::string one = out_dir();
+    run(0, MODEL, default_data(), FLAGS + one + optimizer_flags(optimizer));
+    return dirs[optimizer] = one;
+}
+
 }  // namespace
 
 // Meshes of 2, 3 and 4 ranks against one rank, for both optimizers: every ZeRO stage, tensor and
@@ -32,8 +44,7 @@ TEST(lamb_and_lars_match_one_rank_on_every_mesh) {
         {2, "-z 1"}, {2, "-z 2"}, {4, "-z 3"}, {2, "-tp 2"}, {2, "-pp 2"}, {4, "-tp 2 -z 1"},
     };
     for (const char* optimizer : {"lamb", "lars"}) {
-        const std::string one = out_dir();
-        run(0, MODEL, default_data(), FLAGS + one + optimizer_flags(optimizer));
+        const std::string& one = one_rank_reference(optimizer);
         for (const MeshCase& mesh : meshes) {
             const std::string dir = out_dir();
             run(mesh.ranks, MODEL, default_data(), FLAGS + dir + optimizer_flags(optimizer) + " " + mesh.flags);
@@ -51,8 +62,7 @@ TEST(lamb_and_lars_match_one_rank_on_every_mesh) {
 // move the weights off one rank's by ten times the tolerance above, or more.
 TEST(trust_ratios_over_a_ranks_pieces_fail_the_comparison) {
     for (const char* optimizer : {"lamb", "lars"}) {
-        const std::string one = out_dir();
-        run(0, MODEL, default_data(), FLAGS + one + optimizer_flags(optimizer));
+        const std::string& one = one_rank_reference(optimizer);
         for (const char* mesh : {"-z 1", "-tp 2"}) {
             const std::string dir = out_dir();
             run_program(broken_trainer(), "TEST_LOCAL_TRUST_RATIO=1", 2, MODEL, default_data(),
