@@ -11,6 +11,7 @@
 #include "base/model_init.h"
 #include "cpu/llama_cpu.h"
 #include "test/kernels/kernel_test.h"
+#include "test/trainer/memory_plan_check.h"
 
 namespace {
 
@@ -126,34 +127,12 @@ TEST(llama_memory_plan_equals_device_allocation) {
     ncclComm_t comm = nullptr;
     CHECK(ncclGetUniqueId(&id) == ncclSuccess);
     CHECK(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
-    RankGroup one_rank;
     for (int zero_stage = 0; zero_stage <= 3; zero_stage++)
         for (int recompute = 0; recompute <= 2; recompute++) {
-            matmul_setup();  // the cuBLASLt workspace exists before, so only the model's is counted
             TrainOptions opt = options(2, 37, recompute);
             opt.zero_stage = zero_stage;
             opt.total_batch = 2 * 37 * 2;  // two micro-steps
-            size_t free_before = 0, free_after = 0, total = 0;
-            CHECK(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
-            GPUModel gpu(c, opt, {&one_rank, comm});
-            CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
-            const ModelMemory m = gpu.memory();
-            const size_t taken = free_before - free_after;
-#ifdef EMU_CUDA
-            const bool as_reported = taken == m.buffers();
-#else
-            const size_t page = (size_t)2 << 20;
-            const bool as_reported = taken <= (m.buffers() + page - 1) / page * page;
-#endif
-            CHECK_MSG(as_reported && m.buffers() == gpu.allocated_bytes(),
-                      "-z %d -r %d: report %zu bytes, device %zu", zero_stage, recompute, m.buffers(), taken);
-            const ModelMemory plan = plan_gpu_memory(llama3_model(c), opt, 1, true);
-            CHECK_MSG(plan.parameters == m.parameters && plan.gradients == m.gradients &&
-                          plan.master_weights == m.master_weights && plan.optimizer_state == m.optimizer_state &&
-                          plan.activations == m.activations && plan.buffers() == m.buffers() &&
-                          plan.network_bytes_per_step == m.network_bytes_per_step && plan.overhead == m.overhead,
-                      "-z %d -r %d: the plan (%zu bytes, activations %zu) differs from the model (%zu, %zu)",
-                      zero_stage, recompute, plan.buffers(), plan.activations, m.buffers(), m.activations);
+            const ModelMemory plan = check_plan_equals_allocation(c, llama3_model(c), opt, comm);
             if (zero_stage == 3) continue;  // -z 3 adds the layers' gathered copies
             CHECK_MSG(plan.parameters == weights, "-z %d: %zu bytes of parameters planned for %zu bytes of weights",
                       zero_stage, plan.parameters, weights);
