@@ -158,10 +158,12 @@ OptimizerPart Optimizer::state_part() {
     const ParamBuckets& b = params_.buckets();
     const bool sharded = params_.sharding().optimizer_state;
     const size_t S = params_.state_size();
-    const std::vector<float> master =
-        master_ ? copy_from_device(master_, S, stream_) : params_.working_weights_in_state_order();
-    auto written = [&](const std::vector<float>& state) { return state_values(b, params_.rank(), sharded, state); };
-    const std::vector<float> v = adam_v_ ? copy_from_device(adam_v_, S, stream_) : std::vector<float>(S, 0.0f);
-    return {state_ranges(b, params_.rank(), sharded), written(master), written(copy_from_device(adam_m_, S, stream_)),
-            written(v)};
+    // Each array is read into the host once and packed there (state_values), one at a time.
+    auto written = [&](std::vector<float> state) { return state_values(b, params_.rank(), sharded, std::move(state)); };
+    OptimizerPart part;
+    part.ranges = state_ranges(b, params_.rank(), sharded);
+    part.master = written(master_ ? copy_from_device(master_, S, stream_) : params_.working_weights_in_state_order());
+    part.m = written(copy_from_device(adam_m_, S, stream_));
+    part.v = written(adam_v_ ? copy_from_device(adam_v_, S, stream_) : std::vector<float>(S, 0.0f));
+    return part;
 }

@@ -540,7 +540,7 @@ public:
             }
             release_weights(b);
         }
-        return writes ? device_part(buckets_, device_order) : ModelPart();
+        return writes ? device_part(buckets_, std::move(device_order)) : ModelPart();
     }
     // Every weight as this rank holds it after the step's update has been gathered, in device order,
     // widened to fp32 (--check-replicas compares them across the data ranks); not with sharded weights.
@@ -561,9 +561,9 @@ public:
     std::vector<float> weights_in_layout_order() { return whole_model(weights_part()); }
     std::vector<float> gradients_in_layout_order() {
         if (sharding_.gradients) fail("the whole gradients are never on one rank under ZeRO-%d", sharding_.stage());
-        const std::vector<float> device_order = fp32_ ? copy_from_device(grads32_, buckets_.total, compute_)
-                                                      : copy_from_device(grads_, buckets_.total, compute_);
-        return whole_model(device_part(buckets_, device_order));
+        std::vector<float> device_order = fp32_ ? copy_from_device(grads32_, buckets_.total, compute_)
+                                                : copy_from_device(grads_, buckets_.total, compute_);
+        return whole_model(device_part(buckets_, std::move(device_order)));
     }
 
 private:

@@ -1,6 +1,8 @@
 // Parameter buckets, tensor-parallel slices and ZeRO shards (see param_buckets.h).
 #include "parallel/plan/param_buckets.h"
 
+#include <cstring>
+
 #include "base/errors.h"
 
 constexpr size_t BUCKET_ALIGN = 128;  // elements: 256 bytes of bf16
@@ -199,16 +201,43 @@ std::vector<float> to_device_order(const ParamBuckets& b, const std::vector<floa
     return place(device_placement(b), layout_order);
 }
 
-ModelPart device_part(const ParamBuckets& b, const std::vector<float>& device_order) {
+// The values of `source` at the runs (from, count) in order, one after the other. A checkpoint's
+// arrays are hundreds of MiB: where every run moves towards the front (each starts at or after where
+// it lands, and after the run before it ends), they are packed in place, without a second array to
+// allocate and fault in; otherwise they are copied into one, reserved at once.
+static std::vector<float> pick_runs(std::vector<float> source, const std::vector<std::pair<size_t, size_t>>& runs) {
+    size_t to = 0, read_end = 0;
+    bool in_place = true;
+    for (const auto& [from, count] : runs) {
+        in_place = in_place && from >= to && from >= read_end;
+        to += count, read_end = from + count;
+    }
+    if (in_place) {
+        size_t at = 0;
+        for (const auto& [from, count] : runs) {
+            if (from != at) std::memmove(source.data() + at, source.data() + from, count * sizeof(float));
+            at += count;
+        }
+        source.resize(at);
+        return source;
+    }
+    std::vector<float> picked;
+    picked.reserve(to);
+    for (const auto& [from, count] : runs) picked.insert(picked.end(), source.begin() + from, source.begin() + from + count);
+    return picked;
+}
+
+ModelPart device_part(const ParamBuckets& b, std::vector<float> device_order) {
     ModelPart part;
+    std::vector<std::pair<size_t, size_t>> runs;
     for (const ParamSegment& s : b.segments) {
         if (!s.written) continue;
         for_each_layout_run(s, 0, s.length, [&](size_t layout_at, size_t index, size_t count) {
             append_range(&part.ranges, layout_at, count);
-            const auto from = device_order.begin() + s.device_offset + index;
-            part.values.insert(part.values.end(), from, from + count);
+            runs.push_back({s.device_offset + index, count});
         });
     }
+    part.values = pick_runs(std::move(device_order), runs);
     return part;
 }
 
@@ -250,13 +279,11 @@ std::vector<LayoutRange> state_ranges(const ParamBuckets& b, int rank, bool shar
     return ranges;
 }
 
-std::vector<float> state_values(const ParamBuckets& b, int rank, bool sharded, const std::vector<float>& state) {
-    std::vector<float> values;
+std::vector<float> state_values(const ParamBuckets& b, int rank, bool sharded, std::vector<float> state) {
+    std::vector<std::pair<size_t, size_t>> runs;
     for_each_written_run(b, rank, sharded, [&](const OwnedRun& r) {
-        for_each_layout_run(b.segments[r.segment], r.in_segment, r.length, [&](size_t, size_t index, size_t count) {
-            const auto from = state.begin() + r.state_offset + index;
-            values.insert(values.end(), from, from + count);
-        });
+        for_each_layout_run(b.segments[r.segment], r.in_segment, r.length,
+                            [&](size_t, size_t index, size_t count) { runs.push_back({r.state_offset + index, count}); });
     });
-    return values;
+    return pick_runs(std::move(state), runs);
 }

@@ -147,7 +147,7 @@ std::vector<OwnedRun> owned_runs(const ParamBuckets& buckets, int rank, bool sha
 Placement device_placement(const ParamBuckets& buckets);
 std::vector<float> to_device_order(const ParamBuckets& buckets, const std::vector<float>& layout_order);
 // The part of device-order values that this rank writes to a checkpoint (its segments but the copies).
-ModelPart device_part(const ParamBuckets& buckets, const std::vector<float>& device_order);
+ModelPart device_part(const ParamBuckets& buckets, std::vector<float> device_order);
 // A rank's optimizer state (state order, see OwnedRun) from the whole model's (where each element
 // goes, and the conversion), and the part of it the rank writes (its runs but the copies') with their
 // file-layout ranges.
@@ -155,5 +155,4 @@ Placement shard_placement(const ParamBuckets& buckets, int rank, bool sharded);
 std::vector<float> gather_shard(const ParamBuckets& buckets, int rank, bool sharded,
                                 const std::vector<float>& layout_order);
 std::vector<LayoutRange> state_ranges(const ParamBuckets& buckets, int rank, bool sharded);
-std::vector<float> state_values(const ParamBuckets& buckets, int rank, bool sharded,
-                                const std::vector<float>& state);
+std::vector<float> state_values(const ParamBuckets& buckets, int rank, bool sharded, std::vector<float> state);
