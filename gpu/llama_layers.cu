@@ -43,7 +43,8 @@ LlamaLayers::LlamaLayers(const LlamaConfig& config, int max_T, const LayerContex
     CUDA_CHECK(cudaMemcpy(rope_sin_, sin_table.data(), bytes, cudaMemcpyHostToDevice));
 }
 
-// The embedding's and lm_head's rows on the device: the vocabulary rounded up to 8 (zero rows past V).
+// The embedding's and lm_head's padded vocabulary Vp: V rounded up to 8 (zero rows past V), of which a
+// tensor rank holds the rows of its slice (c_.tp.vocab_slice(Vp)).
 int LlamaLayers::padded_vocab() const { return (int)vocab_slice_rows(config_.vocab_size, 1); }
 
 // ---- forward

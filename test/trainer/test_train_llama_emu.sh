@@ -133,10 +133,11 @@ fi
 
 # ---- Model parallelism: tensor (-tp, with sequence parallelism by default), pipeline (-pp) and their
 # mesh against one rank, on the fp32 trainer (the bf16 one in a sanitized build: there the tensor ranks'
-# partial products round apart in bf16, to within 2e-3), 4 micro-batches of 2 x 32 a step, a checkpoint
-# every 2 steps.
+# partial products round apart in bf16 and stochastic rounding then draws some weights to the other
+# neighbour, so the weights agree to one bf16 step, 4e-3 relative; measured 1.5e-3), 4 micro-batches of
+# 2 x 32 a step, a checkpoint every 2 steps.
 mp_trainer=train_gpt_emu_fp32 mp_tolerance=1e-5
-case "${BUILD:-build}" in *san*) mp_trainer=train_gpt_emu mp_tolerance=2e-3 ;; esac
+case "${BUILD:-build}" in *san*) mp_trainer=train_gpt_emu mp_tolerance=4e-3 ;; esac
 mp_flags="-d 256 -n 2"
 
 # logged DIR KEY: each step's KEY (loss, norm) from the run's metrics.jsonl, one a line.
