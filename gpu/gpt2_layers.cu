@@ -96,6 +96,7 @@ LmHead GPT2Layers::head(bool training) const {
             config_.channels};
 }
 
+// Logits only, for what logits_at reads.
 void GPT2Layers::classifier_logits(int slot) {
     (void)slot;
     lm_head_logits(c_, head(false), c_.buf.act.lnf);
