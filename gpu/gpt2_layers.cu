@@ -12,8 +12,6 @@
 #include "gpu/gpt2_layers.h"
 
 #include "kernels/attention.h"
-#include "kernels/chunked_classifier.h"
-#include "kernels/classifier.h"
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
@@ -91,48 +89,24 @@ void GPT2Layers::residual_and_next_norm(int l, int slot) {
     }
 }
 
-// Logits only, for what logits_at reads: the rows of sequence 0, in the first chunk (this rank's
-// vocabulary slice).
-void GPT2Layers::classifier_logits(int slot) {
-    (void)slot;
-    const int N = c_.B * c_.T, C = config_.channels, Vs = c_.tp.vocab_slice(config_.padded_vocab_size);
-    matmul_forward(c_.buf.act.logits, c_.tp.whole_input(c_.buf.act.lnf, N, C, c_.stream), c_.weight(WTE), nullptr,
-                   std::min(N, c_.classifier_rows), C, Vs, c_.stream);
+// The LM head (logits = lnf · wteᵀ, lm_head.h) tied to the token embedding: the vocabulary bucket's
+// wte, this rank's vocabulary slice of it; its gradient only when training (a prepared bucket).
+LmHead GPT2Layers::head(bool training) const {
+    return {c_.weight(WTE), training ? c_.gradient(WTE) : nullptr, config_.vocab_size, config_.padded_vocab_size,
+            config_.channels};
 }
 
-// The LM head (logits = lnf · wteᵀ), the losses per position and their mean (in control->totals:
-// kernels/classifier.h's loss_mean, summed in double in a fixed order on the device, read back once per
-// step); with `training` the logits replaced by the loss gradient (scaled by loss_scale / N), the mean
-// added into the step's running loss as 1/micro_steps of it, and the head's backward: d(loss)/d(lnf)
-// into dlnf (of the slot) and wte's gradient. With one tensor rank all of it runs a chunk of rows at a
-// time (classifier_rows). Under tensor parallelism each rank holds a slice of every row's logits: the
-// slices' statistics (maximum, sum of exponentials, the target's logit) are gathered and combined into
-// each row's log-sum-exp, so that the whole rows are never gathered.
+// Logits only, for what logits_at reads.
+void GPT2Layers::classifier_logits(int slot) {
+    (void)slot;
+    lm_head_logits(c_, head(false), c_.buf.act.lnf);
+}
+
+// The losses and, with `training`, the head's backward: d(loss)/d(lnf) into dlnf (of the slot) and
+// wte's gradient.
 void GPT2Layers::classifier(int slot, bool training, float loss_scale, int micro_steps) {
-    const int N = c_.B * c_.T, V = config_.vocab_size, Vp = config_.padded_vocab_size, C = config_.channels;
-    Activations& a = c_.buf.act;
-    StepTotals& totals = c_.buf.control->totals;
-    floatX* dlnf = a.dlnf + (size_t)slot * c_.max_Nl * C;
-    if (c_.tp.size() == 1) {
-        chunked_classifier(a.losses, dlnf, training ? c_.gradient(WTE) : nullptr, a.logits, a.lnf, c_.weight(WTE),
-                           c_.buf.targets, N, C, V, Vp, c_.classifier_rows, loss_scale / N, training, c_.stream);
-        loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps,
-                  c_.stream);
-        return;
-    }
-    const int Vs = c_.tp.vocab_slice(Vp), begin = c_.tp.vocab_begin(Vp);
-    const int valid = std::max(0, std::min(V - begin, Vs));  // real tokens in this slice
-    c_.tp.column_forward(a.logits, a.lnf, c_.weight(WTE), nullptr, N, C, Vs, c_.stream);  // (N, Vs)
-    classifier_slice_stats(a.class_stats, a.logits, c_.buf.targets, N, begin, valid, Vs, c_.stream);
-    c_.tp.gather(a.class_stats_all, a.class_stats, (size_t)N * 3, c_.stream);
-    classifier_combine_stats(a.class_lse, a.losses, a.class_stats_all, c_.tp.size(), N, c_.stream);
-    if (training)
-        classifier_slice_gradient(a.logits, a.class_lse, c_.buf.targets, loss_scale / N, N, begin, valid, Vs, c_.stream);
-    loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps,
-              c_.stream);
-    if (training)  // logits = lnf · wteᵀ backward: d(lnf) and wte's gradient (this vocabulary slice)
-        c_.tp.column_backward(dlnf, c_.gradient(WTE), nullptr, c_.buf.scratch, a.logits, c_.tp.whole_input(a.lnf, N, C, c_.stream),
-                            c_.weight(WTE), N, C, Vs, c_.stream);
+    lm_head_loss(c_, head(training), c_.buf.act.lnf, c_.buf.act.dlnf + (size_t)slot * c_.max_Nl * config_.channels,
+                 training, loss_scale, micro_steps);
 }
 
 // ---- backward

@@ -3,6 +3,7 @@
 // classifier tied to the token embedding.
 #pragma once
 #include "base/gpt_config.h"
+#include "gpu/lm_head.h"
 #include "gpu/model_layers.h"
 
 // The parameter tensors of one GPT-2 layer (this rank's slices), where they are now: its weights or
@@ -32,6 +33,7 @@ public:
 
 private:
     LayerTensors layer_weights(int l) const;
+    LmHead head(bool training) const;
     LayerTensors layer_gradients(int l) const;
     // Whether the residual projections' bias gradients are summed by the LayerNorm backward that
     // finishes the residual gradient they are column sums of: where this rank holds every position;

@@ -7,7 +7,15 @@
 // attention keeps (and its backward reads) the rotated ones. Each residual add is fused with the
 // RMSNorm that follows it. What a layer keeps for the backward pass, and what -r recomputes, is
 // activations.h's (the GELU output there is SwiGLU's here; the norms keep rstd only).
-// Shapes: N = B·T positions, C channels, H query heads and KV key/value heads of hs, F the MLP width.
+// The products are the tensor group's (c_.tp, parallel/comm/tensor_parallel.h; the plain products with
+// one tensor rank), cut as GPT-2's are (param_table.h): q|k|v and gate|up column-parallel (this
+// rank's heads of each of q, k and v; its slice of each of gate and up, so that SwiGLU pairs them on
+// the rank), o_proj and down_proj row-parallel, the embedding and lm_head vocabulary-parallel; RoPE and
+// the attention run on the rank's heads, whose query heads share the rank's key/value heads as in the
+// whole model (T divides KV, so each group of H/KV query heads stays on one rank).
+// Shapes: N = B·T positions, Nl = the positions this rank keeps of the residual stream (N, or N/T with
+// sequence parallelism over T tensor ranks), C channels; this rank's Hl = H/T query heads and
+// KVl = KV/T key/value heads of hs, and Fl = F/T of the MLP width.
 #include "gpu/llama_layers.h"
 
 #include <algorithm>
@@ -15,9 +23,8 @@
 
 #include "cpu/rope.h"
 #include "kernels/attention.h"
-#include "kernels/chunked_classifier.h"
-#include "kernels/classifier.h"
 #include "kernels/encoder.h"
+#include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -36,12 +43,14 @@ LlamaLayers::LlamaLayers(const LlamaConfig& config, int max_T, const LayerContex
     CUDA_CHECK(cudaMemcpy(rope_sin_, sin_table.data(), bytes, cudaMemcpyHostToDevice));
 }
 
-// The embedding's and lm_head's rows on the device: the vocabulary rounded up to 8 (zero rows past V).
+// The embedding's and lm_head's padded vocabulary Vp: V rounded up to 8 (zero rows past V), of which a
+// tensor rank holds the rows of its slice (c_.tp.vocab_slice(Vp)).
 int LlamaLayers::padded_vocab() const { return (int)vocab_slice_rows(config_.vocab_size, 1); }
 
 // ---- forward
 
-// x (N, C) = embed_tokens[tokens]: the embedding without positions.
+// x (Nl, C) = embed_tokens[tokens]: the embedding without positions, each tensor rank looking up the
+// tokens of its vocabulary slice (a row-parallel lookup).
 void LlamaLayers::embed(int slot) {
     c_.tp.embedding_forward(c_.stage_input(slot), c_.buf.inputs, c_.weight(LLAMA_EMBEDDING), nullptr, c_.B, c_.T,
                             config_.channels, padded_vocab(), c_.stream);
@@ -57,75 +66,75 @@ void LlamaLayers::first_layer_norm(int slot) {
 
 // Attention branch of layer l: residual2 = x + o_proj(attention(rope(qkv(ln1)))), ln2 = RMSNorm(residual2).
 void LlamaLayers::attention_forward_branch(int l, int slot) {
-    const int B = c_.B, T = c_.T, N = B * T, C = config_.channels, hs = config_.head_size();
-    const int H = config_.num_heads, KV = config_.num_kv_heads, QKV = (H + 2 * KV) * hs;
+    const int B = c_.B, T = c_.T, N = B * T, Nl = c_.local_positions(), C = config_.channels, hs = config_.head_size();
+    const int Hl = local_heads(), KVl = local_kv_heads(), QKVl = (Hl + 2 * KVl) * hs;
     const LayerActivations y = c_.layer(l, slot);
     Activations& a = c_.buf.act;
-    matmul_forward(y.qkv, y.ln1, c_.weight(Q_PROJ, l), nullptr, N, C, QKV, c_.stream);       // (N, (H+2KV)hs)
-    rope_forward(y.qkv, rope_cos_, rope_sin_, B, T, H, KV, hs, c_.stream);                  // q, k rotated
-    attention_forward(y.atty, y.att_lse, y.qkv, B, T, H, KV, hs, c_.stream);                // (N, H·hs)
-    matmul_forward(a.branch, y.atty, c_.weight(O_PROJ, l), nullptr, N, H * hs, C, c_.stream);  // (N, C)
-    residual_rmsnorm_forward(y.residual2, y.ln2, y.ln2_rstd, y.x, a.branch, c_.weight(MLP_NORM, l), N, C, eps_,
+    c_.tp.column_forward(y.qkv, y.ln1, c_.weight(Q_PROJ, l), nullptr, N, C, QKVl, c_.stream);    // (N, (Hl+2KVl)hs)
+    rope_forward(y.qkv, rope_cos_, rope_sin_, B, T, Hl, KVl, hs, c_.stream);                    // q, k rotated
+    attention_forward(y.atty, y.att_lse, y.qkv, B, T, Hl, KVl, hs, c_.stream);                  // (N, Hl·hs)
+    c_.tp.row_forward(a.branch, y.atty, c_.weight(O_PROJ, l), nullptr, N, Hl * hs, C, c_.stream);  // (Nl, C)
+    residual_rmsnorm_forward(y.residual2, y.ln2, y.ln2_rstd, y.x, a.branch, c_.weight(MLP_NORM, l), Nl, C, eps_,
                              c_.stream);
 }
 
-// MLP branch of layer l: branch (N, C) = down_proj(swiglu(gate|up(ln2))).
+// MLP branch of layer l: branch (Nl, C) = down_proj(swiglu(gate|up(ln2))).
 void LlamaLayers::mlp_forward_branch(int l, int slot) {
-    const int N = c_.positions(), C = config_.channels, F = config_.ffn_channels;
+    const int N = c_.positions(), C = config_.channels, Fl = local_ffn();
     const LayerActivations y = c_.layer(l, slot);
-    matmul_forward(y.fch, y.ln2, c_.weight(GATE_PROJ, l), nullptr, N, C, 2 * F, c_.stream);  // (N, 2F) gate|up
-    swiglu_forward(y.fch_gelu, y.fch, N, F, c_.stream);                                   // (N, F)
-    matmul_forward(c_.buf.act.branch, y.fch_gelu, c_.weight(DOWN_PROJ, l), nullptr, N, F, C, c_.stream);
+    c_.tp.column_forward(y.fch, y.ln2, c_.weight(GATE_PROJ, l), nullptr, N, C, 2 * Fl, c_.stream);  // (N, 2Fl)
+    swiglu_forward(y.fch_gelu, y.fch, N, Fl, c_.stream);                                         // (N, Fl)
+    c_.tp.row_forward(c_.buf.act.branch, y.fch_gelu, c_.weight(DOWN_PROJ, l), nullptr, N, Fl, C, c_.stream);
 }
 
 // residual3 = residual2 + branch, and the RMSNorm after it: the next layer's input_layernorm, or on
-// the top layer the final norm.
+// the last stage's top layer the final norm (a stage's top layer on another stage leaves the norm to
+// the next stage's first_layer_norm).
 void LlamaLayers::residual_and_next_norm(int l, int slot) {
-    const int N = c_.positions(), C = config_.channels;
+    const int Nl = c_.local_positions(), C = config_.channels;
     const LayerActivations y = c_.layer(l, slot);
     Activations& a = c_.buf.act;
     if (l + 1 < c_.stage.end_layer) {
         const LayerActivations next = c_.layer(l + 1, slot);
         residual_rmsnorm_forward(y.residual3, next.ln1, next.ln1_rstd, y.residual2, a.branch,
-                                 c_.weight(ATTN_NORM, l + 1), N, C, eps_, c_.stream);
-    } else {
+                                 c_.weight(ATTN_NORM, l + 1), Nl, C, eps_, c_.stream);
+    } else if (c_.stage.last) {
         residual_rmsnorm_forward(y.residual3, a.lnf, final_rstd(slot), y.residual2, a.branch,
-                                 c_.weight(LLAMA_FINAL_NORM), N, C, eps_, c_.stream);
+                                 c_.weight(LLAMA_FINAL_NORM), Nl, C, eps_, c_.stream);
+    } else {
+        residual_forward(y.residual3, y.residual2, a.branch, (size_t)Nl * C, c_.stream);
     }
+}
+
+// lm_head (logits = norm · lm_headᵀ, lm_head.h), in the final norm's bucket; its gradient only when
+// training (a prepared bucket).
+LmHead LlamaLayers::head(bool training) const {
+    return {c_.weight(LLAMA_LM_HEAD), training ? c_.gradient(LLAMA_LM_HEAD) : nullptr, config_.vocab_size,
+            padded_vocab(), config_.channels};
 }
 
 // Logits only, for what logits_at reads: the rows of sequence 0, in the first chunk.
 void LlamaLayers::classifier_logits(int slot) {
     (void)slot;
-    const int N = c_.positions();
-    matmul_forward(c_.buf.act.logits, c_.buf.act.lnf, c_.weight(LLAMA_LM_HEAD), nullptr, std::min(N, c_.classifier_rows),
-                   config_.channels, padded_vocab(), c_.stream);
+    lm_head_logits(c_, head(false), c_.buf.act.lnf);
 }
 
-// lm_head (logits = norm · lm_headᵀ), the losses and their mean (kernels/classifier.h's loss_mean), and
-// with `training` the head's backward: d(loss)/d(norm output) and lm_head's gradient. A chunk of rows
-// at a time, as GPT-2's classifier.
+// The losses and their mean, and with `training` the head's backward: d(loss)/d(norm output) and
+// lm_head's gradient.
 void LlamaLayers::classifier(int slot, bool training, float loss_scale, int micro_steps) {
-    const int N = c_.positions();
-    Activations& a = c_.buf.act;
-    StepTotals& totals = c_.buf.control->totals;
-    chunked_classifier(a.losses, final_output_gradient(slot), training ? c_.gradient(LLAMA_LM_HEAD) : nullptr,
-                       a.logits, a.lnf, c_.weight(LLAMA_LM_HEAD), c_.buf.targets, N, config_.channels,
-                       config_.vocab_size, padded_vocab(), c_.classifier_rows, loss_scale / N, training, c_.stream);
-    loss_mean(&totals.micro_loss, training ? &totals.loss_sum : nullptr, &totals.loss, a.losses, N, micro_steps,
-              c_.stream);
+    lm_head_loss(c_, head(training), c_.buf.act.lnf, final_output_gradient(slot), training, loss_scale, micro_steps);
 }
 
-// ---- backward: dresidual holds d(loss)/d(residual stream); each branch's first RMSNorm adds the
-// branch's contribution back into it. Products and attention overwrite their input gradients; every
-// parameter gradient is added into, so micro-steps accumulate.
+// ---- backward: dresidual holds d(loss)/d(residual stream) at this rank's positions; each branch's
+// first RMSNorm adds the branch's contribution back into it. Products and attention overwrite their
+// input gradients; every parameter gradient is added into, so micro-steps accumulate.
 
 // The final norm, from the classifier's gradient: dresidual = its input gradient.
 void LlamaLayers::final_norm_backward(int slot, floatX* dresidual) {
-    const int N = c_.positions(), C = config_.channels;
-    CUDA_CHECK(cudaMemsetAsync(dresidual, 0, (size_t)N * C * sizeof(floatX), c_.stream));
+    const int Nl = c_.local_positions(), C = config_.channels;
+    CUDA_CHECK(cudaMemsetAsync(dresidual, 0, (size_t)Nl * C * sizeof(floatX), c_.stream));
     rmsnorm_backward(dresidual, c_.gradient(LLAMA_FINAL_NORM), c_.buf.scratch, final_output_gradient(slot),
-                     c_.stage_output(slot), c_.weight(LLAMA_FINAL_NORM), final_rstd(slot), N, C, c_.stream);
+                     c_.stage_output(slot), c_.weight(LLAMA_FINAL_NORM), final_rstd(slot), Nl, C, c_.stream);
 }
 
 // What -r did not keep, recomputed as forward computed it: the SwiGLU output (-r 1), ln2 (-r 2; ln1 is
@@ -133,49 +142,52 @@ void LlamaLayers::final_norm_backward(int slot, floatX* dresidual) {
 void LlamaLayers::recompute(int l, int slot) {
     const int N = c_.positions(), C = config_.channels;
     const LayerActivations y = c_.layer(l, slot);
-    if (c_.recompute >= 1) swiglu_forward(y.fch_gelu, y.fch, N, config_.ffn_channels, c_.stream);
-    if (c_.recompute >= 2) rmsnorm_forward(y.ln2, nullptr, y.residual2, c_.weight(MLP_NORM, l), N, C, eps_, c_.stream);
+    if (c_.recompute >= 1) swiglu_forward(y.fch_gelu, y.fch, N, local_ffn(), c_.stream);
+    if (c_.recompute >= 2)
+        rmsnorm_forward(y.ln2, nullptr, y.residual2, c_.weight(MLP_NORM, l), c_.local_positions(), C, eps_, c_.stream);
 }
 
 // MLP branch backward: down_proj's, SwiGLU's, gate|up's, then post_attention_layernorm's adds into dresidual.
 void LlamaLayers::mlp_backward_branch(int l, int slot, floatX* dresidual) {
-    const int N = c_.positions(), C = config_.channels, F = config_.ffn_channels;
+    const int N = c_.positions(), Nl = c_.local_positions(), C = config_.channels, Fl = local_ffn();
     const LayerActivations y = c_.layer(l, slot);
     Activations& a = c_.buf.act;
-    matmul_backward(a.dmlp_activated, c_.gradient(DOWN_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.fch_gelu,
-                    c_.weight(DOWN_PROJ, l), N, F, C, c_.stream);                                   // (N, F)
-    swiglu_backward(a.dfch, a.dmlp_activated, y.fch, N, F, c_.stream);                             // (N, 2F)
-    matmul_backward(a.dln, c_.gradient(GATE_PROJ, l), nullptr, c_.buf.scratch, a.dfch, y.ln2, c_.weight(GATE_PROJ, l),
-                    N, C, 2 * F, c_.stream);                                                        // (N, C)
+    c_.tp.prefetch_input(y.ln2, N, C, c_.stream);  // gate|up's weight gradient reads ln2 whole
+    c_.tp.row_backward(a.dmlp_activated, c_.gradient(DOWN_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.fch_gelu,
+                       c_.weight(DOWN_PROJ, l), N, Fl, C, c_.stream);                                   // (N, Fl)
+    swiglu_backward(a.dfch, a.dmlp_activated, y.fch, N, Fl, c_.stream);                                // (N, 2Fl)
+    c_.tp.column_backward(a.dln, c_.gradient(GATE_PROJ, l), nullptr, c_.buf.scratch, a.dfch,
+                          c_.tp.prefetched_input(c_.stream), c_.weight(GATE_PROJ, l), N, C, 2 * Fl, c_.stream);  // (Nl, C)
     rmsnorm_backward(dresidual, c_.gradient(MLP_NORM, l), c_.buf.scratch, a.dln, y.residual2, c_.weight(MLP_NORM, l),
-                     y.ln2_rstd, N, C, c_.stream);
+                     y.ln2_rstd, Nl, C, c_.stream);
 }
 
 // Attention branch backward, up to input_layernorm's output gradient (in dln): o_proj's, the
 // attention's, RoPE's (the inverse rotation, in place), qkv's.
 void LlamaLayers::attention_backward_branch(int l, int slot, floatX* dresidual) {
-    const int B = c_.B, T = c_.T, N = B * T, C = config_.channels, hs = config_.head_size();
-    const int H = config_.num_heads, KV = config_.num_kv_heads, QKV = (H + 2 * KV) * hs;
+    const int B = c_.B, T = c_.T, N = B * T, Nl = c_.local_positions(), C = config_.channels, hs = config_.head_size();
+    const int Hl = local_heads(), KVl = local_kv_heads(), QKVl = (Hl + 2 * KVl) * hs;
     const LayerActivations y = c_.layer(l, slot);
     Activations& a = c_.buf.act;
-    if (c_.recompute >= 2) rmsnorm_forward(y.ln1, nullptr, y.x, c_.weight(ATTN_NORM, l), N, C, eps_, c_.stream);
-    matmul_backward(a.datty, c_.gradient(O_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.atty, c_.weight(O_PROJ, l),
-                    N, H * hs, C, c_.stream);                                                       // (N, H·hs)
-    attention_backward(a.dqkv, c_.buf.scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, H, KV, hs, c_.stream);
-    rope_backward(a.dqkv, rope_cos_, rope_sin_, B, T, H, KV, hs, c_.stream);
-    matmul_backward(a.dln, c_.gradient(Q_PROJ, l), nullptr, c_.buf.scratch, a.dqkv, y.ln1, c_.weight(Q_PROJ, l), N, C,
-                    QKV, c_.stream);                                                                // (N, C)
+    if (c_.recompute >= 2) rmsnorm_forward(y.ln1, nullptr, y.x, c_.weight(ATTN_NORM, l), Nl, C, eps_, c_.stream);
+    c_.tp.prefetch_input(y.ln1, N, C, c_.stream);  // qkv's weight gradient reads ln1 whole
+    c_.tp.row_backward(a.datty, c_.gradient(O_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.atty,
+                       c_.weight(O_PROJ, l), N, Hl * hs, C, c_.stream);                          // (N, Hl·hs)
+    attention_backward(a.dqkv, c_.buf.scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, Hl, KVl, hs, c_.stream);
+    rope_backward(a.dqkv, rope_cos_, rope_sin_, B, T, Hl, KVl, hs, c_.stream);
+    c_.tp.column_backward(a.dln, c_.gradient(Q_PROJ, l), nullptr, c_.buf.scratch, a.dqkv,
+                          c_.tp.prefetched_input(c_.stream), c_.weight(Q_PROJ, l), N, C, QKVl, c_.stream);  // (Nl, C)
 }
 
 // input_layernorm's backward adds into dresidual, which becomes the gradient of the layer's input.
 void LlamaLayers::input_norm_backward(int l, int slot, floatX* dresidual) {
     const LayerActivations y = c_.layer(l, slot);
     rmsnorm_backward(dresidual, c_.gradient(ATTN_NORM, l), c_.buf.scratch, c_.buf.act.dln, y.x, c_.weight(ATTN_NORM, l),
-                     y.ln1_rstd, c_.positions(), config_.channels, c_.stream);
+                     y.ln1_rstd, c_.local_positions(), config_.channels, c_.stream);
 }
 
-// The embedding's rows: each token's gradient added into its row (kernels/encoder.h groups the tokens
-// on the host, into the micro-batch's own pinned area).
+// The embedding's rows: each tensor rank adds the gradients of its vocabulary slice's rows (kernels/
+// encoder.h groups the tokens on the host, into the micro-batch's own pinned area).
 void LlamaLayers::embed_backward(int micro_batch, const floatX* dresidual) {
     c_.tp.embedding_backward(c_.gradient(LLAMA_EMBEDDING), nullptr, dresidual, c_.pinned_inputs(micro_batch), c_.B,
                              c_.T, config_.channels, padded_vocab(), c_.buf.scratch,

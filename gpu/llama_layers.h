@@ -1,9 +1,14 @@
 // Llama 3's layer maths on the GPU (llama_layers.cu), a family the GPU model (gpt_model.h) drives
 // through ModelLayers (model_layers.h): no positions in the embedding (RoPE rotates the queries and
 // keys), RMSNorm without biases, grouped-query attention, a SwiGLU MLP, and an lm_head of its own
-// (untied from the embedding). One tensor rank and one pipeline stage for now.
+// (untied from the embedding). Under tensor parallelism (parallel/comm/tensor_parallel.h) a rank holds
+// H/T query heads and KV/T key/value heads, F/T of each of the MLP's gate and up, and a vocabulary
+// slice of the embedding and of lm_head; with sequence parallelism the residual stream and the norms
+// hold its N/T positions. A pipeline stage runs its layers (the embedding on the first, the final norm
+// and lm_head on the last).
 #pragma once
 #include "base/llama_config.h"
+#include "gpu/lm_head.h"
 #include "gpu/model_layers.h"
 
 class LlamaLayers : public ModelLayers {
@@ -34,6 +39,11 @@ private:
         return c_.buf.act.dlnf + (size_t)slot * c_.max_Nl * config_.channels;
     }
     int padded_vocab() const;
+    LmHead head(bool training) const;  // lm_head, this rank's vocabulary slice (lm_head.h)
+    // This rank's heads and MLP width: H/T query heads, KV/T key/value heads, F/T of gate and of up.
+    int local_heads() const { return config_.num_heads / c_.tp.size(); }
+    int local_kv_heads() const { return config_.num_kv_heads / c_.tp.size(); }
+    int local_ffn() const { return config_.ffn_channels / c_.tp.size(); }
 
     const LlamaConfig config_;
     const float eps_;

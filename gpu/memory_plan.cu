@@ -11,7 +11,8 @@
 #include "parallel/comm/mesh_communicators.h"
 
 // The tensor group's operations of one step, by their costs (parallel/comm/tensor_parallel.h), for
-// activations of N = B·T positions and C channels: per micro-step
+// activations of N = B·T positions and C channels: per micro-step (either family: GPT-2's qkv, attproj,
+// fc, fcproj are Llama 3's q|k|v, o_proj, gate|up, down_proj)
 //   each layer, forward    qkv and fc column-parallel (their input gathered), attproj and fcproj
 //                          row-parallel (their partial sums reduced)
 //   each layer, backward   fcproj and attproj's output gradient gathered, ln2 and ln1 gathered
@@ -21,17 +22,21 @@
 //   last stage             lnf gathered for the logits and again for the head's backward, each row's
 //                          statistics (3 floats) gathered, d(lnf) reduced
 // per reduction of the gradients (every micro-step, or once a step: as the parameter store reduces),
-// the LayerNorm parameters' gradients summed (4C a layer, 2C for lnf); per step the squared norm.
-static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& tp, const PipelineStage& stage, int N,
-                                int micro_steps, int reductions, size_t gradient_bytes) {
+// the norms' parameter gradients summed (each bucket's sequence_summed: GPT-2 4C a layer and 2C for
+// lnf, Llama 3 2C a layer and C for its final norm); per step the squared norm.
+static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& tp, const PipelineStage& stage,
+                                const ParamBuckets& buckets, int N, int micro_steps, int reductions,
+                                size_t gradient_bytes) {
     if (tp.size() == 1) return 0;
     const int C = config.channels, L = stage.layers();
     const size_t gather = tp.gather_cost(N, C), reduce = tp.reduce_cost(N, C);
     size_t per_micro_step = L * (2 * gather + 2 * reduce + 4 * gather + 2 * reduce);
     if (stage.first) per_micro_step += reduce + gather;
     if (stage.last) per_micro_step += 2 * gather + gather_bytes((size_t)N * 3, tp.size(), sizeof(float)) + reduce;
-    const size_t per_reduction = L * tp.sequence_gradients_cost(4 * (size_t)C, gradient_bytes) +
-                                 (stage.last ? tp.sequence_gradients_cost(2 * (size_t)C, gradient_bytes) : 0);
+    size_t per_reduction = 0;
+    for (const ParamBucket& bucket : buckets.buckets)
+        if (bucket.sequence_summed > 0)
+            per_reduction += tp.sequence_gradients_cost(bucket.sequence_summed, gradient_bytes);
     return micro_steps * per_micro_step + reductions * per_reduction + all_reduce_bytes(1, tp.size(), sizeof(float));
 }
 
@@ -42,12 +47,13 @@ Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const Ten
     Traffic t;
     t.data = params.planned_bytes(micro_steps, compressed);
     t.data += optimizer;
-    t.tensor = tp.by_node(plan_tensor_bytes(config, tp, stage, N, micro_steps,
+    t.tensor = tp.by_node(plan_tensor_bytes(config, tp, stage, params.buckets(), N, micro_steps,
                                             params.reduces_gradients(false) ? micro_steps : 1, params.gradient_bytes()));
-    const int vocabulary = params.buckets().vocabulary_bucket();  // the tied embedding's gradients, as reduced
+    // A tied embedding's gradients (GPT-2), as reduced, summed over the first and last stages.
+    const int vocabulary = params.buckets().vocabulary_bucket();
+    const bool tied = params.buckets().table.tied_classifier && vocabulary >= 0;
     t.pipeline = pipeline.planned_bytes(micro_steps, (size_t)tp.local_positions(N) * config.channels,
-                                        vocabulary >= 0 ? params.reduced_gradient_count(vocabulary) : 0,
-                                        params.gradient_bytes());
+                                        tied ? params.reduced_gradient_count(vocabulary) : 0, params.gradient_bytes());
     return t;
 }
 

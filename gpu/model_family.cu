@@ -1,6 +1,8 @@
 // A model family's shapes for the GPU model and its planners (model_family.h).
 #include "gpu/model_family.h"
 
+#include <algorithm>
+
 #include "base/errors.h"
 #include "gpu/gpt2_layers.h"
 #include "gpu/llama_layers.h"
@@ -11,13 +13,16 @@ static FamilyShape gpt2_family(const GPTConfig& config) {
 }
 
 // Llama 3: the qkv product (H + 2KV) heads wide, the MLP's gate|up 2F and down_proj's input F, RMSNorm,
-// RoPE's tables.
+// RoPE's tables. A tensor rank's slice of the MLP (F/T of each of gate and up) must stay a multiple of 8
+// (the SwiGLU kernels' and the products' vectors); that T divides H and KV the flags check
+// (train/train_flags.cpp).
 static FamilyShape llama3_family(const LlamaConfig& c, const TrainOptions& opt) {
-    if (opt.tensor_parallel > 1 || opt.pipeline_parallel > 1)
-        fail("-tp/-pp (tensor and pipeline parallelism): the CUDA trainer runs Llama 3 on one tensor rank "
-             "and one pipeline stage for now (data parallelism and ZeRO work)");
+    const int tp = std::max(1, opt.tensor_parallel);
     if (c.ffn_channels % 8 != 0)
         fail("-e (--model): Llama 3's MLP width F %d must be a multiple of 8", c.ffn_channels);
+    if (c.ffn_channels % (8 * tp) != 0)
+        fail("-tp (--tensor-parallel): %d splits Llama 3's MLP width F %d into slices that are not multiples of 8",
+             tp, c.ffn_channels);
     GPTConfig core;
     core.max_seq_len = c.max_seq_len, core.vocab_size = c.vocab_size;
     core.padded_vocab_size = (int)vocab_slice_rows(c.vocab_size, 1);

@@ -24,8 +24,8 @@ struct FamilyShape {
     LayerWidths widths;
 };
 
-// The family's shape for a run with `opt`; what the GPU model cannot run for this family (Llama 3:
-// -tp/-pp above 1, an MLP width that is not a multiple of 8) is refused in one line.
+// The family's shape for a run with `opt`; what the GPU model cannot run for this family (Llama 3: an
+// MLP width, or a tensor rank's slice of it, that is not a multiple of 8) is refused in one line.
 FamilyShape model_family(const ModelConfig& config, const TrainOptions& opt);
 // The family's layer maths over `context`, for sequences of up to max_T positions.
 std::unique_ptr<ModelLayers> make_family_layers(const FamilyShape& family, int max_T, const LayerContext& context);

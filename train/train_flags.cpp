@@ -372,6 +372,10 @@ static void check_model_parallel(TrainOptions* o, const ModelConfig& model, int 
         fail("-pp (--pipeline-parallel): %d stages for %d layers; each stage needs a layer", pp,
              model_layers(model));
     if (tp == 1) return;
+    // Llama 3: each tensor rank takes whole query heads and whole key/value heads (parallel/plan/param_table.h).
+    if (is_llama3(model) && model.llama.num_heads % tp != 0)
+        fail("-tp (--tensor-parallel): %d does not divide the model's %d attention heads", tp,
+             model.llama.num_heads);
     if (is_llama3(model) && model.llama.num_kv_heads % tp != 0)
         fail("-tp (--tensor-parallel): %d does not divide the model's %d key/value heads", tp,
              model.llama.num_kv_heads);

@@ -4,12 +4,14 @@
 // compute on this rank's slice and never see the group.
 //
 // Each of the T ranks holds 1/T of every weight matrix (parallel/plan/param_buckets.h):
-//   column-parallel   qkv, fc, the classifier: each rank computes its heads' / hidden units' /
-//                     vocabulary slice's outputs for every position, from the whole input
-//   row-parallel      attproj, fcproj, the embedding lookup: each rank's product is a partial sum
-//                     over its slice of the inputs; the partial sums are added across the group
+//   column-parallel   qkv, fc, the classifier (Llama 3: q|k|v, gate|up, lm_head): each rank computes
+//                     its heads' / hidden units' / vocabulary slice's outputs for every position,
+//                     from the whole input
+//   row-parallel      attproj, fcproj, the embedding lookup (Llama 3: o_proj, down_proj,
+//                     embed_tokens): each rank's product is a partial sum over its slice of the
+//                     inputs; the partial sums are added across the group
 //   without sequence parallelism   every rank keeps every position of the residual stream and the
-//                                  LayerNorms (the same values on every rank); a row-parallel
+//                                  norms (the same values on every rank); a row-parallel
 //                                  product's partial sums are all-reduced.
 //   with sequence parallelism      rank t keeps positions [t·N/T, (t+1)·N/T) of them; the whole input
 //                                  of a column-parallel product is all-gathered first, and a

@@ -114,7 +114,9 @@ void check_against_reference(const LlamaConfig& c, int B, int T, int recompute) 
 // one rank of an NCCL world at each ZeRO stage and recomputation level, the model's report equals the
 // device's allocation and the plan equals the report, part by part, with the network bytes and the
 // device overhead; and (below -z 3, which adds the gathered copies) the parameters are the Llama 3
-// tensors' elements (llama_param_count) in the storage type, laid out in padded buckets.
+// tensors' elements (llama_param_count) in the storage type, laid out in padded buckets. Meshes of
+// several ranks (-tp, -pp) need one process per rank: test_train_llama_emu.sh checks there that
+// --dry-run plans the memory, traffic and stages the ranks of -tp 2 and -tp 2 -pp 2 -z 1 report.
 TEST(llama_memory_plan_equals_device_allocation) {
     const LlamaConfig c = odd_config();
     // The weights as param_buckets.h lays them out on one rank: the embedding, each layer, and the final
