@@ -304,7 +304,7 @@ step_rows() {
     awk -F' [|] ' '/^step [0-9]+\/[0-9]+ [|] loss / {
         split($1, s, "[ /]"); split($2, l, " "); ms = tok = mfu = "n/a"
         for (i = 3; i <= NF; i++) {
-            if ($i ~ / ms$/) { split($i, a, " "); ms = a[1] }
+            if ($i ~ /^[0-9.]+ ms$/) { split($i, a, " "); ms = a[1] }  # not the "phases: ... ms" field
             if ($i ~ / tok\/s$/) { split($i, a, " "); tok = a[1] }
             if ($i ~ /^MFU /) { split($i, a, " "); mfu = a[2] }
         }
