@@ -16,7 +16,7 @@ void gpt_init_params(const GPTConfig& config, uint64_t seed, float* params) {
             double std = 0.02 * ((t == ATTPROJW || t == FCPROJW) ? residual_scale : 1.0);
             // Only the real vocabulary rows of wte are drawn; padding rows stay zero.
             size_t drawn = (t == WTE) ? (size_t)config.vocab_size * config.channels : n;
-            for (size_t i = 0; i < drawn; i++) p[i] = (float)(std * rng.normal());
+            fill_normal(p, drawn, std, rng);
             for (size_t i = drawn; i < n; i++) p[i] = 0.0f;
         } else {
             const bool layernorm_weight = (t == LN1W || t == LN2W || t == LNFW);

@@ -17,7 +17,7 @@ static void llama_init_params(const LlamaConfig& config, uint64_t seed, float* p
         }
         const bool residual_output = t.kind == O_PROJ || t.kind == DOWN_PROJ;
         const double std = 0.02 * (residual_output ? residual_scale : 1.0);
-        for (size_t i = 0; i < t.size(); i++) p[i] = (float)(std * rng.normal());
+        fill_normal(p, t.size(), std, rng);
     }
 }
 

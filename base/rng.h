@@ -2,6 +2,7 @@
 // 2014). Its whole state is one uint64, so a checkpoint saves it exactly and a resumed run draws
 // the same numbers. Used for weight initialisation, data shuffling and sampling.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 struct Rng {
@@ -26,4 +27,13 @@ struct Rng {
     }
     // Standard normal by the Box-Muller transform (one of the pair is used, the other dropped).
     double normal();
+    // Moves on as `count` normal() calls would (each takes two next_u64() draws, and a draw only adds
+    // the constant to the state), without drawing them.
+    void skip_normals(uint64_t count) { state += 2 * count * 0x9E3779B97F4A7C15ull; }
 };
+
+// p[i] = (float)(scale · rng.normal()) for i < n, the very values and rng state of that loop, drawn by
+// all the machine's threads: each takes a block of i and starts its own Rng where the loop would be
+// there (skip_normals). A 1.5B-parameter model's weights are one sequence of normals: one thread
+// took a minute over them.
+void fill_normal(float* p, size_t n, double scale, Rng& rng);

@@ -211,6 +211,22 @@ static double stddev(const float* p, size_t n, double* mean_out) {
     return std::sqrt(sq / n);
 }
 
+// fill_normal draws a long run of normals on all threads in blocks: the values and the Rng's state
+// after it must be those of the one-thread loop it replaces, at lengths around its block size (2^20)
+// and from a state already moved on by other draws.
+TEST(fill_normal_gives_the_sequential_draws) {
+    for (const size_t n : {(size_t)0, (size_t)1, (size_t)(1 << 20), (size_t)(1 << 20) + 1, (size_t)3 * (1 << 20) + 77}) {
+        Rng sequential(42), parallel(42);
+        sequential.uniform(), parallel.uniform();  // an odd number of draws before
+        std::vector<float> want(n), got(n, -1.0f);
+        for (size_t i = 0; i < n; i++) want[i] = (float)(0.02 * sequential.normal());
+        fill_normal(got.data(), n, 0.02, parallel);
+        CHECK_MSG(n == 0 || memcmp(want.data(), got.data(), n * sizeof(float)) == 0, "n=%zu: values differ", n);
+        CHECK_MSG(sequential.state == parallel.state, "n=%zu: the state after differs", n);
+        CHECK(sequential.next_u64() == parallel.next_u64());
+    }
+}
+
 TEST(gpt2_init_statistics_and_determinism) {
     GPTConfig c = config_from_descriptor("custom:L4:C128:H4:V1000:T64");
     ParamLayout layout = param_layout(c);
