@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
 
 #include "base/model_init.h"
 #include "cpu/llama_cpu.h"
@@ -108,7 +110,32 @@ void check_against_reference(const LlamaConfig& c, int B, int T, int recompute) 
     llama_cpu_free(cpu);
 }
 
+// The loss and every gradient of one micro-step at recomputation level `recompute`.
+std::pair<float, std::vector<float>> one_step(const LlamaConfig& c, int B, int T, int recompute) {
+    GPUModel gpu(c, options(B, T, recompute));
+    gpu.set_working_weights(initial_weights(c));
+    gpu.zero_grad();
+    const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 3);
+    const std::vector<int> targets = random_tokens((size_t)B * T, c.vocab_size, 4);
+    const float loss = gpu.forward_backward(inputs.data(), targets.data(), B, T, 1.0f, true);
+    return {loss, gpu.gradients()};
+}
+
 }  // namespace
+
+// -r 1 and -r 2 recompute what they did not keep (the SwiGLU output; the RMSNorm outputs) with kernels
+// that round as the forward pass did, so the loss and every gradient are the bits of -r 0.
+TEST(llama_recompute_levels_give_identical_bits) {
+    const LlamaConfig c = odd_config();
+    const auto [loss0, grads0] = one_step(c, 2, 37, 0);
+    for (int level : {1, 2}) {
+        const auto [loss, grads] = one_step(c, 2, 37, level);
+        CHECK_MSG(loss == loss0, "-r %d: loss %.9g vs -r 0 %.9g", level, loss, loss0);
+        size_t differ = 0;
+        for (size_t i = 0; i < grads.size(); i++) differ += memcmp(&grads[i], &grads0[i], sizeof(float)) != 0;
+        CHECK_MSG(differ == 0, "-r %d: %zu of %zu gradient elements differ from -r 0", level, differ, grads.size());
+    }
+}
 
 // The planner (gpu/memory_plan.h, what --dry-run prints) plans exactly what the model allocates: on
 // one rank of an NCCL world at each ZeRO stage and recomputation level, the model's report equals the
