@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
                      world.rank(), err != cudaSuccess ? cudaGetErrorName(err) : "none found",
                      world.num_ranks());
             // A dry run still plans a GPU run, with a GPU run's defaults (a login node without GPUs).
-            const bool dry_run = train_flag_given(argc, argv, "--dry-run");
+            const std::string dry_run_value = train_flag_value(argc, argv, "--dry-run");
+            const bool dry_run = !dry_run_value.empty() && dry_run_value != "0";
             printf("train_gpt: no CUDA device (%s), so %s\n",
                    err != cudaSuccess ? cudaGetErrorName(err) : "cudaGetDeviceCount found 0",
                    dry_run ? "--dry-run plans a GPU run with an H100's SM count"

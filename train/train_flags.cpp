@@ -352,6 +352,15 @@ bool train_flag_given(int argc, const char* const* argv, const std::string& long
     return given;
 }
 
+std::string train_flag_value(int argc, const char* const* argv, const std::string& long_name) {
+    TrainOptions scratch;
+    std::string last;
+    walk_flags(argc, argv, flag_table(scratch), [&](const Flag& flag, const std::string& value) {
+        if (long_name == flag.long_name) last = value;
+    });
+    return last;
+}
+
 // -tp, -sp, -pp, --shard-ranks, --pp-schedule and --grad-reduce against the ranks and the model's shape.
 static void check_model_parallel(TrainOptions* o, const ModelConfig& model, int num_ranks) {
     const int tp = o->tensor_parallel, pp = o->pipeline_parallel;

@@ -19,6 +19,8 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
 
 // Whether argv gives the flag whose long name is `long_name` ("--train-data"), by either of its names.
 bool train_flag_given(int argc, const char* const* argv, const std::string& long_name);
+// The value argv gives that flag (the last, where it is given more than once); "" where it is not given.
+std::string train_flag_value(int argc, const char* const* argv, const std::string& long_name);
 
 // Every flag's value in *options, in the help's order: for the run's record (run.json) and for
 // comparing a resumed run's settings with the saved ones.

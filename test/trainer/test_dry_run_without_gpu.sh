@@ -42,4 +42,12 @@ check gpt2_d12 -e d12 -b 8 -t 1024
 check gpt2_d12_z3_8_ranks -e d12 -b 8 -t 1024 -z 3 --plan-ranks 8
 check llama_gqa -e llama3:L4:C512:H8:KV2:T256 -b 4 -t 256 -r 1
 check llama_gqa_z3_8_ranks -e llama3:L4:C512:H8:KV2:T256 -b 4 -t 256 -z 3 --plan-ranks 8
+
+# --dry-run 0 is no dry run: the trainer falls back to the CPU and trains, as without the flag.
+out=$("$bin/train_gpt" -e custom:L2:C64:H4 -b 2 -t 32 -x 1 -v 0 -s 0 --dry-run 0 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "training runs on the CPU" <<<"$out" && grep -q '^step 1/1 ' <<<"$out"; then
+  echo "PASS dry_run_zero_trains_on_the_cpu"
+else
+  echo "FAIL dry_run_zero_trains_on_the_cpu: exit status $rc"; echo "$out" | tail -3 | sed 's/^/   | /'; status=1
+fi
 exit $status
