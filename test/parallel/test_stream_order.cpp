@@ -4,7 +4,8 @@
 // over a communicator of their own), and with those gathers in line on the reductions' stream. A
 // build that can leave out one required wait (train_gpt_emu_fp32_broken: the wait named by
 // TEST_DROP_WAIT, parallel/comm/stream_wait.h) gives the same bits too when streams run as issued,
-// which is why the mode exists: with queued streams each missing wait goes wrong. Without
+// which is why the mode exists: with queued streams each missing wait goes wrong (in some of the random
+// orders for weights_gathered, in every one so far for the other two). Without
 // gradients_ready the reductions read gradients the backward has not written yet; under -z 3 without
 // slot_released a gather overwrites a layer's weights while that layer still computes, and without
 // weights_gathered the layer computes before its weights arrive.
@@ -55,11 +56,16 @@ TEST(a_missing_wait_goes_wrong_only_with_queued_streams) {
         const std::string issued = train(trainer(), c.flags, 0, "", c.model);
         check_same_run(train(broken_trainer(), c.flags, 0, c.wait, c.model), issued, 2, 0.0,
                        strprintf("%s, streams as issued", c.wait).c_str());
-        for (int seed : {1, 2}) {
+        // A seed draws one random order of the queued work, which may happen to be a safe one (a
+        // weight gather runs late in only some orders): of six seeds at least two must go wrong. Any
+        // difference is wrong: with every wait, queued streams give the issued order's bits exactly.
+        int wrong = 0;
+        for (int seed : {1, 2, 3, 4, 5, 6}) {
             const double err = weight_difference(train(broken_trainer(), c.flags, seed, c.wait, c.model), issued, 2);
             printf("  %s missing (%s), EMU_STREAMS=%d: weights differ by %.2g\n", c.wait, c.flags, seed, err);
-            CHECK_MSG(err > 1e-3, "%s missing, EMU_STREAMS=%d: the weights differ by only %.3g", c.wait, seed, err);
+            wrong += err > 0;
         }
+        CHECK_MSG(wrong >= 2, "%s missing: only %d of 6 seeds of queued streams went wrong", c.wait, wrong);
     }
 }
 
