@@ -306,24 +306,35 @@ ifneq ($(CUDA_INCLUDE),)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
 endif
 
-# The GPU key/value-cache decoder of the CUDA trainer's samples (gpu/gpt_decode.h, its attention in
-# kernels/decode_attention.h) against the CPU decoder and GPUModel's forward pass
-# (test/trainer/test_gpu_decode.cu): bf16 and fp32 through the emulator; built by nvcc too, run on a
-# GPU by test/kernels/gpu_kernel_tests.sh; and its benchmark, for a GPU.
+# The GPU key/value-cache decoders of the CUDA trainer's samples and ./generate (gpu/gpt_decode.h and
+# gpu/llama_decode.h, their attention in kernels/decode_attention.h) against the CPU decoders and
+# GPUModel's forward pass (test/trainer/test_gpu_decode.cu for GPT-2 and the kernel,
+# test/trainer/test_gpu_llama_decode.cu for Llama 3): bf16 and fp32 through the emulator; built by
+# nvcc too, run on a GPU by test/kernels/gpu_kernel_tests.sh; and GPT-2's benchmark, for a GPU.
 ifneq ($(CUDA_INCLUDE),)
-  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_decode)
+  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_decode) \
+                      $(BUILD)/test/trainer/test_gpu_llama_decode \
+                      $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_llama_decode)
   TESTS += $(GPU_DECODE_TESTS)
-  $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o: \
+  $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o \
+  $(BUILD)/test/trainer/test_gpu_llama_decode.emu.o $(BUILD)/test/trainer/test_gpu_llama_decode.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BUILD)/test/trainer/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.emu.o $(GPU_MODEL_EMU_OBJS)
   $(BUILD)/test/trainer/fp32/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o \
+      $(GPU_MODEL_EMU_FP32_OBJS)
+  $(BUILD)/test/trainer/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/trainer/fp32/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.fp32.emu.o \
       $(GPU_MODEL_EMU_FP32_OBJS)
   $(GPU_DECODE_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
   ifneq ($(NVCC),)
     ifneq ($(SAN),1)
-      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_decode
+      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_decode $(BUILD)/test/trainer/cuda/test_gpu_llama_decode
+      $(BUILD)/test/trainer/cuda/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.cuda.o \
+          $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
       $(BUILD)/test/trainer/cuda/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.cuda.o \
           $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
