@@ -80,7 +80,8 @@ $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(CPU_TRAINER_OBJS) $(HOST_OBJS)
 # sanitized build and a build without nvcc (make NVCC=) build it by g++, CPU only. build/generate_emu
 # (bf16) and build/generate_emu_fp32 are generate.cpp through the emulator, so that the tests run
 # --device gpu on the CPU. Its test trains a model with train_gpt_cpu.
-# A Llama 3 model file takes generate_llama.cpp's path, on the CPU Llama model.
+# A Llama 3 model file takes generate_llama.cpp's path (built once, by g++), with the same choice of
+# device: the GPU path it needs (gpu/llama_gpu_generate.h) comes from the generate.cpp it is linked with.
 GENERATE_OBJS := $(sort $(CPU_OBJS) $(LLAMA_CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS) $(BUILD)/generate_llama.o)
 PROGRAMS += $(BIN)/generate
 ifneq ($(NVCC),)
@@ -120,7 +121,8 @@ $(BUILD)/test/train/test_generate: $(BUILD)/test/train/test_generate.o $(CPU_OBJ
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
 # Llama 3 model files: the test writes them, and draws the expected tokens and losses itself with
-# the CPU Llama model (and Llama 3's tokenizer, for text prompts).
+# the CPU Llama model (and Llama 3's tokenizer, for text prompts); it judges the emulated GPU's tokens
+# with the CPU Llama decoder.
 TESTS += $(BUILD)/test/train/test_generate_llama
 $(BUILD)/test/train/test_generate_llama: $(BUILD)/test/train/test_generate_llama.o \
                                         $(sort $(LLAMA_CPU_OBJS) $(CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS)) \

@@ -39,6 +39,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
+#include "parallel/plan/param_buckets.h"
 #include "parallel/plan/param_table.h"
 
 class LlamaGPUDecoder {
@@ -57,8 +58,8 @@ public:
         if (!llama_config_valid(c)) return "not a valid Llama 3 shape";
         const int hs = c.head_size(), H = c.num_heads, KV = c.num_kv_heads;
         if (c.channels % 8 != 0 || (H * hs) % 8 != 0 || ((H + 2 * KV) * hs) % 8 != 0 || c.ffn_channels % 8 != 0)
-            return "the GPU decoder needs C, H·hs, (H + 2·KV)·hs and F to be multiples of 8";
-        if (max_len < 1 || max_len > c.max_seq_len) return "the cache must hold 1 to maxT tokens";
+            return "C, H*hs, (H+2*KV)*hs and F must be multiples of 8";
+        if (max_len < 1 || max_len > c.max_seq_len) return "the cache must hold from 1 to maxT tokens";
         if (const char* error = decode_attention_shape_error(0, H, KV, hs, max_len)) return error;
         return "";
     }

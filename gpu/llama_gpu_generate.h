@@ -19,6 +19,7 @@
 #include "gpu/llama_decode.h"
 #include "kernels/common.h"
 #include "kernels/matmul.h"
+#include "parallel/plan/param_buckets.h"
 #include "parallel/plan/param_table.h"
 
 // A Llama 3 model's weights on the device in the file's layout, lm_head padded to

@@ -166,7 +166,7 @@ TEST(llama_gpu_decoder_truncates_and_refuses_bad_input) {
         LlamaGPUDecoder::device_bytes(narrow, 8);
         CHECK_MSG(false, "an MLP width of 100 was accepted");
     } catch (const InputError& e) {
-        CHECK_MSG(strstr(e.what(), "multiples of 8") && !strchr(e.what(), '\n'), "message: %s", e.what());
+        CHECK_MSG(strstr(e.what(), "must be multiples of 8") && !strchr(e.what(), '\n'), "message: %s", e.what());
     }
     matmul_teardown();
 }
