@@ -3,8 +3,9 @@
 // share KV key/value heads (NH % KV == 0), query head h reading key/value head kv = h / (NH/KV), as
 // attention.h groups them (KV = NH is GPT-2's multi-head attention). With the new token at position
 // pos and scale = 1/sqrt(HS):
-//   K[kv][pos] = k_kv,  V[kv][pos] = v_kv                       (the new token's keys and values appended)
-//   per query head h:  s_j = scale · q_h·K[kv][j]  (j = 0..pos),  p = softmax(s),  out_h = Σ_j p_j · V[kv][j]
+//   K[kv][pos] = k_kv,  V[kv][pos] = v_kv          (the new token's keys and values appended)
+//   per query head h, reading kv = h / (NH/KV):
+//     s_j = scale · q_h·K[kv][j]  (j = 0..pos),  p = softmax(s),  out_h = Σ_j p_j · V[kv][j]
 // No mask is needed: the cache holds only positions up to pos.
 //
 // Shapes and types: qkv ((NH + 2·KV)·HS) floatX, the new token's NH query heads, then its KV key heads,
@@ -12,9 +13,9 @@
 // the q, k and v thirds of 3C); k_cache, v_cache (KV, capacity, HS) floatX, one layer's, head-major so
 // that each key/value head's keys are one (pos+1) × HS matrix; out (NH·HS) floatX. Scores, softmax and
 // sums in fp32.
-// Per call, e = sizeof(floatX), Ckv = KV·HS: reads (NH·HS + 2·Ckv)·e + 2·pos·Ckv·e (the cache, once
-// per query head that shares it: from L2 after the first), writes 2·Ckv·e (the new row) + NH·HS·e;
-// 4·(pos+1)·NH·HS FLOPs. Memory-bound.
+// Per call, e = sizeof(floatX), Ckv = KV·HS: reads (NH·HS + 2·Ckv)·e + 2·pos·Ckv·e (the cache; each
+// key/value head's rows by each of the NH/KV query heads that share it), writes 2·Ckv·e (the new row)
+// + NH·HS·e; 4·(pos+1)·NH·HS FLOPs. Memory-bound.
 //
 // One block per query head (NH blocks of 256 threads): a warp per key for the scores (lanes across
 // the head's channels, then a warp sum), a block max and sum for the softmax, then the weighted sum
