@@ -310,9 +310,10 @@ endif
 
 # The GPU key/value-cache decoders of the CUDA trainer's samples and ./generate (gpu/gpt_decode.h and
 # gpu/llama_decode.h, their attention in kernels/decode_attention.h) against the CPU decoders and
-# GPUModel's forward pass (test/trainer/test_gpu_decode.cu for GPT-2 and the kernel,
-# test/trainer/test_gpu_llama_decode.cu for Llama 3): bf16 and fp32 through the emulator; built by
-# nvcc too, run on a GPU by test/kernels/gpu_kernel_tests.sh; and GPT-2's benchmark, for a GPU.
+# GPUModel's forward pass (test/trainer/test_gpu_decode.cu for GPT-2, test_gpu_llama_decode.cu for
+# Llama 3; the kernel's own test is test/kernels/test_decode_attention.cu): bf16 and fp32 through the
+# emulator; built by nvcc too, run on a GPU by test/kernels/gpu_kernel_tests.sh; and GPT-2's
+# benchmark, for a GPU.
 ifneq ($(CUDA_INCLUDE),)
   GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_decode) \
                       $(BUILD)/test/trainer/test_gpu_llama_decode \
