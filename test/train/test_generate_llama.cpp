@@ -385,13 +385,14 @@ TEST(generate_llama_says_which_device_it_runs_on) {
                       gpu.find('\n', gpu.find("error: ")) == gpu.size() - 1,
                   "%s", gpu.c_str());
     }
-    fails("-e " + files().model + " --device gpu --kv-cache 0", {"--device gpu with --kv-cache 0"});
-    fails("-e " + files().model + " --device gpu --eval " + files().shard, {"--device gpu with --eval"});
+    // With what only the CPU does: an error naming --device gpu (or, built without CUDA, that first).
+    fails("-e " + files().model + " --device gpu --kv-cache 0", {"--device gpu"});
+    fails("-e " + files().model + " --device gpu --eval " + files().shard, {"--device gpu"});
 }
 
 // The emulated GPU build: auto finds its device; the CPU where --kv-cache 0 or --eval ask for it or
 // the GPU decoder does not take the model's shape, giving the CPU's text and loss; --device gpu with
-// such a shape is an error naming the reason.
+// any of these is an error naming the reason.
 TEST(generate_llama_emulated_gpu_device_and_flags) {
     const std::string program = emulated(false);
     if (program.empty()) SKIP("build/generate_emu was not built (no CUDA headers)");
@@ -419,10 +420,13 @@ TEST(generate_llama_emulated_gpu_device_and_flags) {
                                   "Llama 3 shape: C, H*hs, (H+2*KV)*hs and F must be multiples of 8)",
               "%s", out.c_str());
     CHECK(sample_text(out, 1).size() == 3);
-    CHECK_MSG(run_emulated(program, odd + " --device gpu", &out) == 1 &&
-                  has(out, "error: --device gpu: the GPU decoder cannot run this Llama 3 shape") &&
-                  out.find('\n', out.find("error: ")) == out.size() - 1,
-              "%s", out.c_str());
+    for (const auto& [args, error] : std::vector<std::pair<std::string, std::string>>{
+             {odd + " --device gpu", "error: --device gpu: the GPU decoder cannot run this Llama 3 shape"},
+             {model + " --device gpu --kv-cache 0", "error: --device gpu with --kv-cache 0: "},
+             {model + " --device gpu --eval " + files().shard, "error: --device gpu with --eval: "}})
+        CHECK_MSG(run_emulated(program, args, &out) == 1 && has(out, error) &&
+                      out.find('\n', out.find("error: ")) == out.size() - 1,
+                  "%s: %s", args.c_str(), out.c_str());
 }
 
 // Settings the GPU and CPU paths are compared at: several seeds, temperatures and top-k; prompts;
