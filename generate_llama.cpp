@@ -1,10 +1,15 @@
-// ./generate for Llama 3 model files (base/llama_model_file.h): samples from the fp32 CPU Llama
-// model through its key/value cache (cpu/llama_decode.h), or by recomputing the window with the full
-// forward pass (cpu/llama_cpu.h) at every token with --kv-cache 0, which gives the same tokens; and
-// --eval's validation loss with the full forward pass. Prompts are encoded with Llama 3's tokenizer
-// after <|begin_of_text|>, and tokens are printed with its vocabulary (or a decode table given by
-// --tokenizer). The sampling and evaluation loops are GPT-2's (generate.h). The GPU model does not
-// run Llama 3 yet, so everything here runs on the CPU.
+// ./generate for Llama 3 model files (base/llama_model_file.h): samples through a key/value cache,
+// on the GPU where ./generate finds one (--device auto, the default; gpu/llama_gpu_generate.h: the
+// weights uploaded once in bf16, or fp32 in a build with -DENABLE_FP32, and LlamaGPUDecoder over
+// them, reached through generate.h's llama_gpu_* from generate.cpp, which nvcc or the emulator
+// builds) or on the fp32 CPU Llama model (cpu/llama_decode.h), with the same device choice and
+// --device cpu|gpu as GPT-2 (generate.h's choose_device); or, with --kv-cache 0, by recomputing the
+// window with the CPU model's full forward pass (cpu/llama_cpu.h) at every token, which gives the
+// CPU cache's tokens; and --eval's validation loss with the full forward pass, on the CPU. On the
+// GPU the text is the CPU's where bf16 rounding does not decide a draw (every token, in the fp32
+// build). Prompts are encoded with Llama 3's tokenizer after <|begin_of_text|>, and tokens are printed
+// with its vocabulary (or a decode table given by --tokenizer). The sampling and evaluation loops
+// are GPT-2's (generate.h).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -58,11 +63,13 @@ static std::shared_ptr<LlamaCpu> load_llama_model(const LlamaModelFile& file, in
     return model;
 }
 
-// Next-token logits through the key/value cache, or by a full forward pass over the window (the
-// last T tokens, positions from 0) with --kv-cache 0: the same logits to rounding, the same tokens.
-static NextLogits llama_next_logits(const LlamaModelFile& file, int T, bool kv_cache) {
+// Next-token logits through the key/value cache (on the GPU or the CPU), or by a full forward pass
+// over the window (the last T tokens, positions from 0) with --kv-cache 0: on the CPU, the same
+// logits to rounding, the same tokens.
+static NextLogits llama_next_logits(const LlamaModelFile& file, int T, bool kv_cache, Device device) {
     const LlamaConfig& c = file.config;
     const float* params = file.params.data();
+    if (device == Device::GPU) return llama_gpu_next_logits(file, T);
     if (kv_cache) {
         check_fits(file.params.size() * sizeof(float) + llama_decoder_bytes(c, T),
                    "its key/value cache", "generate fewer tokens (-g)");
@@ -118,7 +125,7 @@ private:
     std::unique_ptr<Llama3Tokenizer> tokenizer_;
 };
 
-static int sample_llama(const Options& o, const LlamaModelFile& file) {
+static int sample_llama(const Options& o, const LlamaModelFile& file, Device device) {
     const LlamaConfig& c = file.config;
     const LlamaText text(o);
     std::vector<int> prompt = prompt_token_ids(o);
@@ -127,7 +134,7 @@ static int sample_llama(const Options& o, const LlamaModelFile& file) {
     // A model whose vocabulary lacks the start token (a small test model) starts from its last one.
     const int start = text.start_token() < c.vocab_size ? text.start_token() : c.vocab_size - 1;
     const int T = (int)std::min<long>(c.max_seq_len, (long)prompt.size() + 1 + o.gen_tokens);
-    print_samples(o, c.vocab_size, start, prompt, llama_next_logits(file, T, o.kv_cache),
+    print_samples(o, c.vocab_size, start, prompt, llama_next_logits(file, T, o.kv_cache, device),
                   [&](int token) { return text.decode(token); });
     return 0;
 }
@@ -144,14 +151,10 @@ static int evaluate_llama(const Options& o, const LlamaModelFile& file) {
 
 int generate_llama(const Options& o, const std::string& path) {
     const LlamaModelFile file = with_flag("-e (--model)", [&] { return read_llama_model_file(path); });
-    if (o.device == "gpu")
-        fail("--device gpu: %s is a Llama 3 model, which runs on the CPU only (the GPU model does not "
-             "run Llama 3 yet); use --device cpu or auto",
-             path.c_str());
     printf("model: %s (Llama 3: %s, %s weights), %zu parameters\n", path.c_str(),
            describe_llama_config(file.config).c_str(), file.type == WeightType::BF16 ? "bf16" : "fp32",
            file.params.size());
-    print_cpu_device_line(o, o.device == "cpu" ? "--device cpu" : "Llama 3 runs on the CPU only");
+    const Device device = choose_device(o, llama_gpu_shape_error(file.config));
     fflush(stdout);
-    return o.eval.empty() ? sample_llama(o, file) : evaluate_llama(o, file);
+    return o.eval.empty() ? sample_llama(o, file, device) : evaluate_llama(o, file);
 }

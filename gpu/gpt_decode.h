@@ -8,17 +8,17 @@
 // so a token costs one row of every matrix product plus attention over the cache
 // (kernels/decode_attention.h) instead of a forward pass over the whole prefix.
 //
-// The weights stay where their owner keeps them: step() takes a function that returns the device
-// address of tensor t (a ParamTensor) of layer l, in ParamLayout's shapes (for per-layer tensors, the
-// layer's slice). Buffers: the caches, 2·L·max_len·C floatX, and one position's activations, allocated
-// once (DeviceArena). Header-only, built by nvcc or through the emulator like kernels/.
+// The weights stay where their owner keeps them: step() takes a function (gpu/decode_weights.h) that
+// returns the device address of tensor t (a ParamTensor) of layer l, in ParamLayout's shapes (for
+// per-layer tensors, the layer's slice). Buffers: the caches, 2·L·max_len·C floatX, and one
+// position's activations, allocated once (DeviceArena). Header-only, built by nvcc or through the emulator like kernels/.
 #pragma once
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include "base/errors.h"
 #include "base/gpt_config.h"
+#include "gpu/decode_weights.h"
 #include "kernels/common.h"
 #include "kernels/decode_attention.h"
 #include "kernels/device_arena.h"
@@ -26,9 +26,6 @@
 #include "kernels/gelu.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
-
-// Device address of parameter tensor t (ParamTensor) of layer l (l ignored for the unlayered ones).
-using DecodeWeights = std::function<const floatX*(int tensor, int layer)>;
 
 class GPUDecoder {
 public:
@@ -47,7 +44,7 @@ private:
         : config_(config), capacity_(max_len), stream_(stream) {
         const int C = config.channels, NH = config.num_heads;
         if (max_len < 1 || max_len > config.max_seq_len || NH < 1 || C % NH != 0 || C % 8 != 0 ||
-            decode_attention_shape_error(0, NH, C / NH, max_len))
+            decode_attention_shape_error(0, NH, NH, C / NH, max_len))
             fail("gpu decoder: cannot decode %d tokens of a model with %d channels in %d heads "
                  "(maximum sequence length %d)", max_len, C, NH, config.max_seq_len);
         const size_t L = config.num_layers, cache = L * max_len * C;
@@ -93,7 +90,7 @@ public:
             // Attention branch: residual = x + attproj(attention(qkv(ln))), then ln = ln2(residual).
             matmul_forward(qkv_, ln_, w(QKVW, l), w(QKVB, l), 1, C, 3 * C, s);
             decode_attention_forward(atty_, k_cache_ + l * layer_cache, v_cache_ + l * layer_cache, qkv_,
-                                     pos, NH, HS, capacity_, s);
+                                     pos, NH, NH, HS, capacity_, s);
             matmul_forward(branch_, atty_, w(ATTPROJW, l), w(ATTPROJB, l), 1, C, C, s);
             residual_layernorm_forward(residual_, ln_, nullptr, nullptr, x_, branch_, w(LN2W, l),
                                        w(LN2B, l), 1, C, s);

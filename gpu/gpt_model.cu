@@ -187,6 +187,30 @@ void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::
     optimizer_.set_state(master, m, v);
 }
 
+// ---- the samples' key/value cache: the family's decoder over the weights where the parameter
+// store keeps them (every weight on this rank: supports_decode)
+
+void GPUModel::decode_reset(int max_len) {
+    params_.wait_for_all_weights();
+    if (is_llama3(model_config_)) {
+        if (!llama_decoder_ || llama_decoder_->capacity() < max_len)
+            llama_decoder_ = std::make_unique<LlamaGPUDecoder>(model_config_.llama, max_len, stream_);
+        llama_decoder_->truncate(0);
+        return;
+    }
+    if (!decoder_ || decoder_->capacity() < max_len)
+        decoder_ = std::make_unique<GPUDecoder>(config_, max_len, stream_);
+    decoder_->truncate(0);
+}
+
+void GPUModel::decode_next(int token, float* logits) {
+    const DecodeWeights weights = [this](int t, int l) -> const floatX* { return weight(t, l); };
+    if (llama_decoder_)
+        llama_decoder_->step(token, weights, logits);
+    else
+        decoder_->step(token, weights, logits);
+}
+
 // ---- the cuBLASLt algorithms as a table the loop shares and saves (train/algorithm_table.h)
 
 // cuBLAS promises the same bits run to run for one algorithm on the same architecture, SM count and

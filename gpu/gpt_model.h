@@ -38,6 +38,7 @@
 #include "gpu/cuda_graphs.h"
 #include "gpu/device_info.h"
 #include "gpu/gpt_decode.h"
+#include "gpu/llama_decode.h"
 #include "gpu/model_family.h"
 #include "gpu/model_layers.h"
 #include "gpu/optimizer.h"
@@ -109,19 +110,13 @@ public:
         optimizer_.set_placed_state(master, m, v);
     }
     ModelMemory memory() const override { return memory_; }
-    // Samples through a key/value cache (gpu/gpt_decode.h) where this rank holds every weight; where
-    // forward() is a collective (the model spread over the ranks), the samples recompute the prefix.
-    bool supports_decode() const override { return !forward_is_collective() && !is_llama3(model_config_); }
+    // Samples through a key/value cache (gpu/gpt_decode.h for GPT-2, gpu/llama_decode.h for Llama 3)
+    // where this rank holds every weight; where forward() is a collective (the model spread over the
+    // ranks), the samples recompute the prefix.
+    bool supports_decode() const override { return !forward_is_collective(); }
     void complete_weight_update() override { params_.gather_updated_weights_now(); }
-    void decode_reset(int max_len) override {
-        params_.wait_for_all_weights();
-        if (!decoder_ || decoder_->capacity() < max_len)
-            decoder_ = std::make_unique<GPUDecoder>(config_, max_len, stream_);
-        decoder_->truncate(0);
-    }
-    void decode_next(int token, float* logits) override {
-        decoder_->step(token, [this](int t, int l) -> const floatX* { return weight(t, l); }, logits);
-    }
+    void decode_reset(int max_len) override;
+    void decode_next(int token, float* logits) override;
     // The gradients, widened to fp32 (for tests and debugging; one rank of a whole model, -z 0 and 1).
     std::vector<float> gradients() { return params_.gradients_in_layout_order(); }
     // Device bytes the model allocated (its arena), for tests of the memory report.
@@ -289,7 +284,9 @@ private:
     StepControl* control_host_ = nullptr;
 
     int B_ = 0, T_ = 0;                // shape of the micro-batches
-    std::unique_ptr<GPUDecoder> decoder_;  // the samples' key/value cache, made by the first sample
+    // The samples' key/value cache (GPT-2's or Llama 3's), made by the first sample.
+    std::unique_ptr<GPUDecoder> decoder_;
+    std::unique_ptr<LlamaGPUDecoder> llama_decoder_;
     // What the family's layer maths reads of this model (its members, by reference), and the maths.
     LayerContext context_;
     std::unique_ptr<ModelLayers> layers_;

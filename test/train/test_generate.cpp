@@ -17,6 +17,7 @@
 #include "base/rng.h"
 #include "cpu/gpt_decode.h"
 #include "test/train/host_test_util.h"
+#include "test/train/rounding_judge.h"
 #include "train/checkpoint.h"
 #include "train/sampling.h"
 
@@ -345,80 +346,18 @@ TEST(generate_emulated_gpu_fp32_gives_the_cpu_text) {
     printf("  %d samples identical on the emulated GPU (fp32) and the CPU\n", compared);
 }
 
-// bf16 through the emulator. Every activation is rounded to bf16, so the GPU's logits are the fp32
-// CPU model's to about 1e-2 (relative; test/trainer/test_gpu_decode.cu), and a draw may come out
-// differently where that decides it. The rule each GPU token x must meet, judged by the CPU model
-// on the GPU's own prefix and with the same coin u: x is the CPU's draw, or its fp32 logit is within
-// LOGIT_SLACK of that of a token the CPU draws with a coin within COIN_SLACK of u (at temperature 0,
-// the CPU's choice) -- a near tie swapped by rounding, or a coin near a boundary that rounding moved.
-// And such draws stay rare: at most one in ten (measured: 11 of 636).
-constexpr double LOGIT_SLACK = 0.1;  // twice a bf16 logit error well above the ones measured
-constexpr double COIN_SLACK = 0.05;  // test_gpu_decode.cu's bound on the two paths' total variation
-
-struct Judged {
-    int draws = 0, differ = 0, unexplained = 0;
-    std::string first;  // the first draw the rule does not explain
-};
-
-// Judges sample `sample` (1-based) of a ./generate run: its text (the decode table maps token i to
-// 'A' + i), against the CPU decoder over the same window, with the coins generate.cpp draws.
-static void judge_sample(const std::string& args, const ModelFile& model, const std::string& text,
-                         const std::vector<int>& prompt, int gen_tokens, uint64_t seed, int sample,
-                         double temperature, int top_k, Judged* judged) {
-    const GPTConfig& c = model.config;
-    const int V = c.vocab_size, T = std::min(c.max_seq_len, (int)prompt.size() + 1 + gen_tokens);
-    std::vector<int> tokens = {63};  // end-of-text of the test's decode table
-    tokens.insert(tokens.end(), prompt.begin(), prompt.end());
-    CHECK_MSG((int)text.size() == (int)prompt.size() + gen_tokens, "'%s'", text.c_str());
-    GPTDecoder* decoder = gpt_decoder_create(c, T);
-    std::vector<float> logits(V);
-    Rng rng(seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)sample));
-    for (size_t i = prompt.size(); i < text.size(); i++) {
-        const int x = (unsigned char)text[i] - 'A';
-        const double coin = rng.uniform();
-        gpt_decoder_truncate(decoder, 0);
-        for (size_t j = tokens.size() > (size_t)T ? tokens.size() - T : 0; j < tokens.size(); j++)
-            gpt_decoder_step(decoder, model.params.data(), tokens[j], logits.data());
-        const int y = sample_token_top_k(logits.data(), V, temperature, top_k, coin);
-        judged->draws++;
-        if (x != y) {
-            judged->differ++;
-            // The tokens the CPU draws with a coin within COIN_SLACK of u: those whose interval of the
-            // cumulative distribution (in the sampler's order) comes that close.
-            std::vector<int> reachable = {y};
-            if (temperature > 0) {
-                std::vector<int> order(V);
-                for (int v = 0; v < V; v++) order[v] = v;
-                std::sort(order.begin(), order.end(), [&](int a, int b) {
-                    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-                });
-                const int k = top_k <= 0 || top_k > V ? V : top_k;
-                std::vector<double> weight(k);
-                double sum = 0, low = 0;
-                for (int r = 0; r < k; r++)
-                    sum += weight[r] = std::exp((logits[order[r]] - logits[order[0]]) / temperature);
-                for (int r = 0; r < k; r++) {
-                    const double high = low + weight[r] / sum;
-                    if (high >= coin - COIN_SLACK && low <= coin + COIN_SLACK) reachable.push_back(order[r]);
-                    low = high;
-                }
-            }
-            bool explained = x >= 0 && x < V;
-            if (explained) {
-                double gap = 1e30;
-                for (int z : reachable) gap = std::min(gap, (double)std::fabs(logits[x] - logits[z]));
-                explained = gap <= LOGIT_SLACK;
-            }
-            if (!explained && judged->unexplained++ == 0)
-                judged->first = tst::format("%s, sample %d, draw %zu: token %d on the GPU, %d on the CPU "
-                                            "(coin %.4f)",
-                                            args.c_str(), sample, i - prompt.size(), x, y, coin);
-        }
-        tokens.push_back(x);  // the GPU's sequence goes on
-    }
-    gpt_decoder_free(decoder);
+// The fp32 CPU decoder's logits after a window of tokens (a fresh cache for each).
+static WindowLogits cpu_window_logits(const ModelFile& model) {
+    return [&model](const std::vector<int>& window, float* logits) {
+        GPTDecoder* decoder = gpt_decoder_create(model.config, (int)window.size());
+        for (int token : window) gpt_decoder_step(decoder, model.params.data(), token, logits);
+        gpt_decoder_free(decoder);
+    };
 }
 
+// bf16 through the emulator: each GPU token one the fp32 CPU decoder, on the GPU's own prefix and with
+// the same coin, could draw once rounding moves a logit or the coin (test/train/rounding_judge.h). And
+// such draws stay rare: at most one in ten (measured: 11 of 636).
 TEST(generate_emulated_gpu_bf16_differs_only_where_rounding_decides) {
     const std::string program = emulated(false);
     if (program.empty()) SKIP("build/generate_emu was not built (no CUDA headers)");
@@ -448,8 +387,9 @@ TEST(generate_emulated_gpu_bf16_differs_only_where_rounding_decides) {
             for (int s = 1; s <= 2; s++) {
                 // Every draw the CPU's on the GPU's prefix: then the whole text is the CPU's own.
                 const int differed = judged.differ;
-                judge_sample(args, model, sample_text(gpu, s), k.prompt, k.gen_tokens, k.seed, s,
-                             k.temperature, k.top_k, &judged);
+                judge_sample(args, cpu_window_logits(model), model.config.vocab_size, model.config.max_seq_len,
+                             63, sample_text(gpu, s), k.prompt, k.gen_tokens, k.seed, s, k.temperature,
+                             k.top_k, &judged);
                 identical += judged.differ == differed;
                 samples++;
             }

@@ -1,8 +1,6 @@
-// The GPU key/value-cache decoder (gpu/gpt_decode.h) and its attention kernel
-// (kernels/decode_attention.h), run through the emulator (bf16 and fp32 builds) and, built by nvcc, on
-// a GPU:
-//   - the kernel against a double-precision attention over the cache written here, with the cache
-//     beyond the new position poisoned (a read of it shows) and the new row checked bit for bit;
+// The GPU key/value-cache decoder (gpu/gpt_decode.h; its attention kernel has its own test,
+// test/kernels/test_decode_attention.cu), run through the emulator (bf16 and fp32 builds) and, built
+// by nvcc, on a GPU:
 //   - the decoder's logits at every length against the fp32 CPU decoder (cpu/gpt_decode.h) and
 //     against the GPU model's own forward pass over the whole prefix (GPUModel of gpu/gpt_model.h);
 //   - sampling through the cache (train/cached_sampling.h, including its restart once the window
@@ -102,76 +100,7 @@ std::vector<float> recomputed_logits(GPUModel& model, const std::vector<int>& to
     return logits;
 }
 
-// ---- the attention kernel ----
-
-// Attention of the new token (qkv of one position) over cache rows 0..pos of one head, in double.
-std::vector<double> reference_attention(const std::vector<float>& qkv, const std::vector<float>& K,
-                                        const std::vector<float>& V, int pos, int NH, int HS, int capacity) {
-    const int C = NH * HS;
-    std::vector<double> out(C);
-    for (int h = 0; h < NH; h++) {
-        auto key = [&](int j, int d) {
-            return j == pos ? qkv[C + h * HS + d] : K[((size_t)h * capacity + j) * HS + d];
-        };
-        auto value = [&](int j, int d) {
-            return j == pos ? qkv[2 * C + h * HS + d] : V[((size_t)h * capacity + j) * HS + d];
-        };
-        std::vector<double> p(pos + 1);
-        double max_score = -1e300, sum = 0;
-        for (int j = 0; j <= pos; j++) {
-            double dot = 0;
-            for (int d = 0; d < HS; d++) dot += (double)qkv[h * HS + d] * key(j, d);
-            p[j] = dot / std::sqrt((double)HS);
-            max_score = std::max(max_score, p[j]);
-        }
-        for (double& v : p) sum += v = std::exp(v - max_score);
-        for (int j = 0; j <= pos; j++)
-            for (int d = 0; d < HS; d++) out[h * HS + d] += p[j] / sum * value(j, d);
-    }
-    return out;
-}
-
-void check_decode_attention(int NH, int HS, int capacity, int pos) {
-    const int C = NH * HS;
-    const size_t cache = (size_t)NH * capacity * HS;
-    const std::vector<float> qkv = round_to_floatX(random_floats(3 * C, 1 + pos, -2.0f, 2.0f));
-    std::vector<float> K = round_to_floatX(random_floats(cache, 2 + pos));
-    std::vector<float> V = round_to_floatX(random_floats(cache, 3 + pos));
-    // Rows from pos on hold NaN: the kernel must write row pos before reading it and never read beyond.
-    for (int h = 0; h < NH; h++)
-        for (size_t i = ((size_t)h * capacity + pos) * HS; i < (size_t)(h + 1) * capacity * HS; i++)
-            K[i] = V[i] = NAN;
-    floatX *d_qkv = device_floatX(qkv), *d_K = device_floatX(K), *d_V = device_floatX(V);
-    floatX* d_out = device_poisoned<floatX>(C);
-    // The caches afterwards: as before, with the new token's key and value at row pos.
-    std::vector<floatX> K_expected = host_copy_of(d_K, cache), V_expected = host_copy_of(d_V, cache);
-    for (int h = 0; h < NH; h++)
-        for (int d = 0; d < HS; d++) {
-            K_expected[((size_t)h * capacity + pos) * HS + d] = host_to_floatX(qkv[C + h * HS + d]);
-            V_expected[((size_t)h * capacity + pos) * HS + d] = host_to_floatX(qkv[2 * C + h * HS + d]);
-        }
-    decode_attention_forward(d_out, d_K, d_V, d_qkv, pos, NH, HS, capacity, 0);
-    const std::vector<float> out = host_floats_of(d_out, C);
-    const std::vector<double> ref = reference_attention(qkv, K, V, pos, NH, HS, capacity);
-    const std::vector<float> ref_f(ref.begin(), ref.end());
-    CHECK_CLOSE(out, ref_f, KERNEL_TOLERANCE, tst::format("NH=%d HS=%d pos=%d", NH, HS, pos).c_str());
-    CHECK_MSG(bitwise_equal(host_copy_of(d_K, cache).data(), K_expected.data(), cache * sizeof(floatX)) &&
-                  bitwise_equal(host_copy_of(d_V, cache).data(), V_expected.data(), cache * sizeof(floatX)),
-              "NH=%d HS=%d pos=%d: the caches are not the old ones with the new row at pos", NH, HS, pos);
-    for (floatX* p : {d_qkv, d_K, d_V, d_out}) cudaFree(p);
-}
-
 }  // namespace
-
-TEST(decode_attention_matches_reference) {
-    // Head sizes that fill the block's 256 threads (32, 64), leave some idle (80: 3 groups), or
-    // take all of them as one group (256); positions at the start, middle and end of the cache.
-    for (const auto& [NH, HS] : std::vector<std::pair<int, int>>{{4, 32}, {2, 64}, {3, 80}, {1, 256}})
-        for (int pos : {0, 1, 33, 69}) check_decode_attention(NH, HS, 70, pos);
-    CHECK(decode_attention_shape_error(70, 4, 32, 70) != nullptr);
-    CHECK(decode_attention_shape_error(0, 1, 257, 70) != nullptr);
-    CHECK(decode_attention_shape_error(0, 1, 64, 20000) != nullptr);
-}
 
 // ---- the decoder ----
 

@@ -3,7 +3,9 @@
 # (gpu/llama_layers.h) built through the emulator (./train_gpt_emu, bf16; ./train_gpt_emu_fp32) trains
 # a tiny Llama 3 for six steps on the same tokens, seed and flags as the fp32 CPU reference trainer
 # (./train_gpt_cpu) and tracks its losses (bf16 within 2e-3, fp32 within 1e-5: each step's loss from
-# the run's metrics.jsonl, the largest difference printed); a checkpoint resumes bit for bit; two
+# the run's metrics.jsonl, the largest difference printed), and samples at steps 3 and 6 through the
+# GPU model's key/value cache (gpu/llama_decode.h) that are the CPU trainer's (through its CPU
+# decoder) token for token in fp32, and whole in bf16; a checkpoint resumes bit for bit; two
 # ranks with ZeRO 1, 2 and 3 give one rank's losses and gradient norms exactly; --dry-run plans the
 # memory and traffic those runs report.
 # Model parallelism against one rank (the fp32 trainer, 4 micro-batches a step): -pp 2 gives one
@@ -29,6 +31,10 @@ trap 'rm -rf "$work"' EXIT
 shard=$work/tokens.bin
 perl -e 'srand(3); my $n = 6000; print pack("l<256", 20240520, 1, $n, (0) x 253);
          print pack("S<", int(rand(256))) for 1 .. $n;' >"$shard"
+# A decode table whose token i prints as two hex digits, its EOT slot (where samples start) 255.
+table=$work/table.bin
+perl -e 'print pack("l<256", 20240328, 2, 256, 255, (0) x 252); print pack("C", 2), sprintf("%02x", $_) for 0 .. 255;' >"$table"
+samples="-s 3 -g 16 --tokenizer $table"
 model=llama3:L2:C64:H4:KV2:F128:T32:V256
 common="-e $model -i $shard -b 2 -t 32 -x 6 -v 0 -s 0 -l 1e-3 -u 1 -c 0.1 --seed 5 -n 0"
 
@@ -57,12 +63,24 @@ loss_difference() {
     paste -d' ' "$1" "$2" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.2g", m + 0 }'
 }
 
-run cpu 0 train_gpt_cpu || failed "train_gpt_cpu trains $model"
+# shellcheck disable=SC2086 # the flags are words
+run cpu 0 train_gpt_cpu $samples || failed "train_gpt_cpu trains $model"
 [ -s "$work/cpu.losses" ] || failed "train_gpt_cpu's metrics.jsonl holds its losses"
+grep '^sample: ' "$work/cpu.log" >"$work/cpu.samples"
 for trainer in $trainers; do
     tolerance=2e-3
     [ "$trainer" = train_gpt_emu_fp32 ] && tolerance=1e-5
-    if run "$trainer" 0 "$trainer"; then
+    # shellcheck disable=SC2086 # the flags are words
+    if run "$trainer" 0 "$trainer" $samples; then
+        # Samples through the key/value cache: two of 16 tokens (32 hex digits); in fp32 the CPU's.
+        grep '^sample: ' "$work/$trainer.log" >"$work/$trainer.samples"
+        if [ "$(grep -cE '^sample: [0-9a-f]{32}$' "$work/$trainer.samples")" -eq 2 ] &&
+            { [ "$trainer" != train_gpt_emu_fp32 ] || cmp -s "$work/$trainer.samples" "$work/cpu.samples"; }; then
+            pass "$trainer samples $model through its key/value cache"
+        else
+            paste -d' ' "$work/$trainer.samples" "$work/cpu.samples" | sed 's/^/   | /'
+            failed "$trainer samples $model through its key/value cache"
+        fi
         d=$(loss_difference "$work/$trainer.losses" "$work/cpu.losses")
         echo "  $trainer against train_gpt_cpu: largest loss difference over 6 steps $d (tolerance $tolerance)"
         if awk -v d="$d" -v t="$tolerance" 'BEGIN { exit !(d <= t) }'; then
