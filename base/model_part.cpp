@@ -72,8 +72,10 @@ static std::vector<char> serialize(const ModelPart& part) {
     const uint64_t n = part.ranges.size();
     std::vector<char> bytes(8 + n * sizeof(LayoutRange) + part.values.size() * sizeof(float));
     memcpy(bytes.data(), &n, 8);
-    memcpy(bytes.data() + 8, part.ranges.data(), n * sizeof(LayoutRange));
-    memcpy(bytes.data() + 8 + n * sizeof(LayoutRange), part.values.data(), part.values.size() * sizeof(float));
+    // (An empty part, a rank that writes nothing, has null data(): memcpy must not be handed it.)
+    if (n) memcpy(bytes.data() + 8, part.ranges.data(), n * sizeof(LayoutRange));
+    if (!part.values.empty())
+        memcpy(bytes.data() + 8 + n * sizeof(LayoutRange), part.values.data(), part.values.size() * sizeof(float));
     return bytes;
 }
 
@@ -82,9 +84,10 @@ static ModelPart deserialize(const std::vector<char>& bytes) {
     uint64_t n = 0;
     memcpy(&n, bytes.data(), 8);
     part.ranges.resize(n);
-    memcpy(part.ranges.data(), bytes.data() + 8, n * sizeof(LayoutRange));
+    if (n) memcpy(part.ranges.data(), bytes.data() + 8, n * sizeof(LayoutRange));
     part.values.resize((bytes.size() - 8 - n * sizeof(LayoutRange)) / sizeof(float));
-    memcpy(part.values.data(), bytes.data() + 8 + n * sizeof(LayoutRange), part.values.size() * sizeof(float));
+    if (!part.values.empty())
+        memcpy(part.values.data(), bytes.data() + 8 + n * sizeof(LayoutRange), part.values.size() * sizeof(float));
     return part;
 }
 
