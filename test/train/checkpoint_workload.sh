@@ -16,15 +16,17 @@ flags=(-e custom:L2:C128:H4:V512:T64 -i "$work/train.bin" -b 64 -t 64 -v 0 -s 0 
 # step_ms FIRST TRAINER ARGS...: runs the trainer and prints its wall time per step in ms (0 if it
 # failed), timed between the step lines of step FIRST and of the last step as they arrive: start-up,
 # the first steps' warm-up and the run's final checkpoint are left out; the checkpoints taken at the
-# steps in between, and whatever the writer thread takes from the training threads, are in.
+# steps in between, and whatever the writer thread takes from the training threads, are in. The
+# run's output is kept in $work/step_ms.log.
 step_ms() {
-  python3 - "$@" <<'PY'
+  python3 - "$work/step_ms.log" "$@" <<'PY'
 import re, subprocess, sys, time
-first, command = int(sys.argv[1]), sys.argv[2:]
+log, first, command = open(sys.argv[1], "w"), int(sys.argv[2]), sys.argv[3:]
 seen = {}  # step -> when its line arrived
 with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                       stderr=subprocess.STDOUT, text=True) as run:
     for line in run.stdout:
+        log.write(line)
         match = re.match(r"step (\d+)/\d+ ", line)
         if match: seen[int(match.group(1))] = time.monotonic()
 last = max(seen, default=0)
