@@ -49,6 +49,7 @@
 // Built by nvcc, or through the emulator (build/generate_emu): the GPU path too.
 #if defined(__CUDACC__) || defined(EMU_CUDA)
 #define GENERATE_WITH_CUDA 1
+#include "gpu/generation_device.h"
 #include "gpu/gpu_generate.h"
 #include "gpu/llama_gpu_generate.h"
 #define GENERATE_BUILD "with CUDA, " PRECISION_NAME " weights on the GPU"

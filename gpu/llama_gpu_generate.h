@@ -5,17 +5,17 @@
 // stepping one token at a time through its key/value cache over them. generate_llama.cpp runs it
 // behind train/cached_sampling.h, as it runs the CPU decoder. Device memory: the weights, the
 // decoder's caches and one position's activations (LlamaGPUDecoder::device_bytes) and cuBLASLt's
-// workspace, checked against what the device has free before anything is allocated. The GPT-2 twin
-// is gpu/gpu_generate.h. Header-only, built by nvcc (./generate) or through the emulator
-// (build/generate_emu, build/generate_emu_fp32).
+// workspace, checked against what the device has free before anything is allocated
+// (gpu/generation_device.h). The GPT-2 twin is gpu/gpu_generate.h. Header-only, built by nvcc
+// (./generate) or through the emulator (build/generate_emu, build/generate_emu_fp32).
 #pragma once
-#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "base/errors.h"
 #include "base/llama_config.h"
 #include "gpu/decode_weights.h"
+#include "gpu/generation_device.h"
 #include "gpu/llama_decode.h"
 #include "kernels/common.h"
 #include "kernels/matmul.h"
@@ -33,13 +33,7 @@ public:
         if (params.size() != total) fail("gpu generation: %zu weights for a model of %zu", params.size(), total);
         CUDA_CHECK(cudaMalloc(&base_, bytes(config)));
         CUDA_CHECK(cudaMemset(base_, 0, bytes(config)));
-        // Narrowed and copied in slices, so the host holds one slice of floatX at a time.
-        std::vector<floatX> slice(std::min<size_t>(total, (size_t)1 << 24));
-        for (size_t start = 0; start < total; start += slice.size()) {
-            const size_t n = std::min(slice.size(), total - start);
-            for (size_t i = 0; i < n; i++) slice[i] = (floatX)params[start + i];
-            CUDA_CHECK(cudaMemcpy(base_ + start, slice.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
-        }
+        upload_weights(base_, params);
     }
     ~LlamaDeviceWeights() { cudaFree(base_); }
     LlamaDeviceWeights(const LlamaDeviceWeights&) = delete;
@@ -73,16 +67,8 @@ public:
     // Uploads params (fp32, the file's order) for sequences of up to max_len tokens. Fails
     // (InputError) in one line when the device lacks the memory.
     LlamaGPUGenerator(const LlamaConfig& config, const std::vector<float>& params, int max_len) {
-        const size_t weight_bytes = LlamaDeviceWeights::bytes(config);
-        const size_t cache_bytes = LlamaGPUDecoder::device_bytes(config, max_len);
-        size_t free_bytes = 0, total_bytes = 0;
-        CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-        const size_t need = weight_bytes + cache_bytes + MATMUL_WORKSPACE_BYTES;
-        if (need > free_bytes)
-            fail("out of GPU memory: the weights (%.1f MiB, " PRECISION_NAME ") and the key/value cache "
-                 "of %d tokens (%.1f MiB) need %.1f MiB, and the device has %.1f MiB free (--device cpu "
-                 "runs on the CPU)", weight_bytes / 1048576.0, max_len, cache_bytes / 1048576.0,
-                 need / 1048576.0, free_bytes / 1048576.0);
+        check_generation_memory(LlamaDeviceWeights::bytes(config), LlamaGPUDecoder::device_bytes(config, max_len),
+                                max_len);
         matmul_setup();
         weights_ = std::make_unique<LlamaDeviceWeights>(config, params);
         decoder_ = std::make_unique<LlamaGPUDecoder>(config, max_len, nullptr);

@@ -18,6 +18,7 @@
 #include "cpu/gpt_decode.h"
 #include "gpu/gpt_decode.h"
 #include "test/kernels/kernel_test.h"
+#include "test/trainer/decode_cache_check.h"
 #include "train/cached_sampling.h"
 #include "train/sampling.h"
 
@@ -145,29 +146,8 @@ TEST(gpu_decoder_truncates_and_refuses_bad_input) {
     const GPTConfig c = odd_config();
     const std::vector<float> weights = sharp_weights(c, 3);
     const DeviceWeights device(c, weights);
-    const std::vector<int> tokens = random_tokens(8, c.vocab_size, 3);
     GPUDecoder gpu(c, 8, 0);
-    std::vector<float> first(c.vocab_size), again(c.vocab_size);
-    for (int t = 0; t < 8; t++) gpu.step(tokens[t], device.view(), first.data());
-    // Keep 5 tokens, then feed the last 3 again: the same logits, bit for bit.
-    gpu.truncate(5);
-    CHECK(gpu.length() == 5);
-    for (int t = 5; t < 8; t++) gpu.step(tokens[t], device.view(), again.data());
-    CHECK(bitwise_equal(first.data(), again.data(), first.size() * sizeof(float)));
-    auto refused = [&](int token, const char* word) {
-        try {
-            gpu.step(token, device.view(), again.data());
-        } catch (const InputError& e) {
-            CHECK_MSG(strstr(e.what(), word) && !strchr(e.what(), '\n'), "message: %s", e.what());
-            return;
-        }
-        CHECK_MSG(false, "token %d at length %d was accepted", token, gpu.length());
-    };
-    refused(1, "full");
-    gpu.truncate(0);
-    refused(c.vocab_size, "outside the vocabulary");
-    refused(-1, "outside the vocabulary");
-    CHECK(gpu.length() == 0);
+    check_truncation_and_refusals(gpu, device.view(), c.vocab_size);
     try {
         GPUDecoder too_long(c, c.max_seq_len + 1, 0);
         CHECK_MSG(false, "a cache longer than the model's context was accepted");

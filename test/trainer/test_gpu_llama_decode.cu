@@ -16,6 +16,7 @@
 #include "gpu/llama_decode.h"
 #include "gpu/llama_gpu_generate.h"
 #include "test/kernels/kernel_test.h"
+#include "test/trainer/decode_cache_check.h"
 
 namespace {
 
@@ -132,29 +133,8 @@ TEST(llama_gpu_decoder_truncates_and_refuses_bad_input) {
     matmul_setup();
     {
         const LlamaDeviceWeights device(c, weights);
-        const std::vector<int> tokens = random_tokens(8, c.vocab_size, 3);
         LlamaGPUDecoder gpu(c, 8, 0);
-        std::vector<float> first(c.vocab_size), again(c.vocab_size);
-        for (int t = 0; t < 8; t++) gpu.step(tokens[t], device.view(), first.data());
-        // Keep 5 tokens, then feed the last 3 again: the same logits, bit for bit.
-        gpu.truncate(5);
-        CHECK(gpu.length() == 5);
-        for (int t = 5; t < 8; t++) gpu.step(tokens[t], device.view(), again.data());
-        CHECK(bitwise_equal(first.data(), again.data(), first.size() * sizeof(float)));
-        auto refused = [&](int token, const char* word) {
-            try {
-                gpu.step(token, device.view(), again.data());
-            } catch (const InputError& e) {
-                CHECK_MSG(strstr(e.what(), word) && !strchr(e.what(), '\n'), "message: %s", e.what());
-                return;
-            }
-            CHECK_MSG(false, "token %d at length %d was accepted", token, gpu.length());
-        };
-        refused(1, "full");
-        gpu.truncate(0);
-        refused(c.vocab_size, "outside the vocabulary");
-        refused(-1, "outside the vocabulary");
-        CHECK(gpu.length() == 0);
+        check_truncation_and_refusals(gpu, device.view(), c.vocab_size);
     }
     // Shapes it cannot take: longer than the model's context, an MLP width its kernels cannot split.
     LlamaConfig narrow = c;
