@@ -73,11 +73,11 @@ fi
 # The cost of the writer's work (serialising, checksumming, writing 7.2 MiB) with a checkpoint after
 # every step (-n 1): the fastest of 3 alternating runs without checkpoints and with, at most x1.10.
 # Written to memory (/dev/shm, where it is a tmpfs with 48 MiB free: the two checkpoints kept and
-# the one being written take 22 MiB) when it can be: how long the disk takes
-# is the case above, this one is what the writer thread takes from the training threads. They share
-# the cores, so one measurement follows whatever else the machine runs: a measurement over 1.10 is
-# taken again, up to 5 in all, and the test fails when all 5 are (a loop that waited for its files,
-# as synchronous writing to a disk does, measured x1.08 to x1.9 on the 2-core build machine).
+# the one being written take 22 MiB) when it can be: how long the disk takes is the case above, this
+# one is what the writer thread takes from the training threads. They share the cores, so one
+# measurement follows whatever else the machine runs: a measurement over 1.10 is taken again, up to
+# 5 in all, and the test fails when all 5 are (a loop that waited for its files, as synchronous
+# writing to a disk does, measured x1.08 to x1.9 on the 2-core build machine).
 files="$work" where="the disk"
 if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(stat -f -c %T /dev/shm)" = tmpfs ] &&
    [ "$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')" -gt 49152 ]; then
