@@ -2,7 +2,7 @@
 # Checkpoints written by a background thread (--checkpoint-async 1, the default) through the CPU
 # trainer: every file bitwise equal to the synchronous writer's (--checkpoint-async 0), each
 # checkpoint announced once its DONE marker is written (by the writer thread), and no temporary file
-# left behind; the loop not waiting for a slow disk (every fsync 50 ms longer, slow_fsync.c), where
+# left behind; the loop not waiting for a slow disk (every fsync 100 ms longer, slow_fsync.c), where
 # the synchronous writer's loop does; and the time per step with a checkpoint after every step (-n 1)
 # within 10% of the time per step without checkpoints, measured in the same test
 # (dev/checkpoint_overhead.sh prints the same figures on the real disk, and the synchronous
@@ -39,31 +39,33 @@ within() { awk -v r="$1" -v limit="$2" 'BEGIN { exit !(r <= limit) }'; }
 timed() { rm -rf "$1/timed"; local dir=$1; shift; step_ms 4 "$trainer" "${flags[@]}" -x 24 -nk 2 -o "$dir/timed" "$@"; }
 writer_line() { grep -m1 '^checkpoint cost' "$work/step_ms.log" || echo "no checkpoint cost line"; }
 
-# The loop does not wait for the disk. A disk whose fsync takes 50 ms longer (3 files a checkpoint,
-# 150 ms) and a checkpoint every 4 steps (about 350 ms of training): the background writer hides it,
-# the synchronous one puts it in the loop (about x1.5 here). Both are measured (the fastest of 3
-# alternating runs of each, and of the runs without checkpoints), so the test sees that a waiting
-# loop is caught: a measurement counts where the synchronous writer costs over x1.25, and is taken
-# again otherwise (a loaded machine can slow the runs without checkpoints most), up to 3 in all.
+# The loop does not wait for the disk. A disk whose fsync takes 100 ms longer (3 files a checkpoint:
+# 300 ms) and a checkpoint every 5 steps (about 420 ms of training): the synchronous writer puts
+# those 300 ms in the loop (about x1.7 here), the background writer hides them. Each measurement
+# takes the fastest of 3 alternating runs of each (without checkpoints, synchronous, background) and
+# asks what share of the synchronous writer's cost the background writer hides:
+# (synchronous - background) / (synchronous - without). It counts where the synchronous writer costs
+# at least x1.3 (the disk is seen through the load) and passes at two thirds hidden; a loop that
+# waits hides none. A loaded machine moves single runs by 10 to 20%, so a measurement that does not
+# pass is taken again, up to 4 in all, and the test fails when none passes.
 cc -O2 -shared -fPIC -o "$work/slow_fsync.so" "$(dirname "$0")/slow_fsync.c" ||
   { echo "FAIL the_loop_does_not_wait_for_a_slow_disk: slow_fsync.c does not build"; exit 1; }
-slow() { LD_PRELOAD="$work/slow_fsync.so" FSYNC_DELAY_MS=50 timed "$work" "$@"; }
-measured=""
-for attempt in 1 2 3; do
+slow() { LD_PRELOAD="$work/slow_fsync.so" FSYNC_DELAY_MS=100 timed "$work" "$@"; }
+hidden() { awk -v p="$1" -v a="$2" -v s="$3" 'BEGIN { printf "%.2f", (s > p) ? (s - a) / (s - p) : 0 }'; }
+passes() { awk -v p="$1" -v a="$2" -v s="$3" 'BEGIN { exit !(p > 0 && a > 0 && s >= 1.3 * p && s - a >= 2 * (s - p) / 3) }'; }
+measured="" passed=0
+for attempt in 1 2 3 4; do
   plain=1e9 async=1e9 sync=1e9
   for _ in 1 2 3; do
     plain=$(best "$plain" "$(slow)")
-    sync=$(best "$sync" "$(slow -n 4 --checkpoint-async 0)")
-    async=$(best "$async" "$(slow -n 4)")
+    sync=$(best "$sync" "$(slow -n 5 --checkpoint-async 0)")
+    async=$(best "$async" "$(slow -n 5)")
   done
-  measured="$measured background x$(ratio "$async" "$plain"), before the next step x$(ratio "$sync" "$plain")"
-  measured="$measured ($async, $sync vs $plain ms);"
-  within 1.25 "$(ratio "$sync" "$plain")" && break
+  measured="$measured synchronous x$(ratio "$sync" "$plain"), background x$(ratio "$async" "$plain")"
+  measured="$measured ($sync, $async vs $plain ms): $(hidden "$plain" "$async" "$sync") hidden;"
+  passes "$plain" "$async" "$sync" && { passed=1; break; }
 done
-if ! within 1.25 "$(ratio "$sync" "$plain")"; then
-  echo "FAIL the_loop_does_not_wait_for_a_slow_disk: the synchronous writer never measured over x1.25:$measured"
-  ok=0
-elif within "$(ratio "$async" "$plain")" 1.10; then
+if [ $passed = 1 ]; then
   echo "PASS the_loop_does_not_wait_for_a_slow_disk:$measured"
 else
   echo "FAIL the_loop_does_not_wait_for_a_slow_disk:$measured $(writer_line)"
