@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/errors.h"
+#include "base/host_arrays.h"
 
 std::vector<LayoutRange> whole_model_ranges(size_t total) { return {{0, total}}; }
 
@@ -97,7 +98,7 @@ std::vector<float> assemble_on_rank0(const ModelPart& mine, size_t total, RankGr
              mine.values.size());
     const std::vector<std::vector<char>> parts = ranks.gather_on_rank0(serialize(mine));
     if (ranks.rank != 0) return {};
-    std::vector<float> whole(total);
+    std::vector<float> whole = reusable_host_array(total);  // every element written: checked below
     Coverage coverage(total);
     for (size_t r = 0; r < parts.size(); r++) {
         const ModelPart part = deserialize(parts[r]);

@@ -5,6 +5,7 @@
 #pragma once
 #include <vector>
 
+#include "base/host_arrays.h"
 #include "base/train_model.h"
 #include "base/train_options.h"
 
@@ -17,17 +18,18 @@ public:
 
     WeightType working_weight_type() const override { return WeightType::FP32; }
     void set_working_weights(const std::vector<float>& weights) override { params() = weights; }
-    std::vector<float> working_weights() override { return params(); }
+    std::vector<float> working_weights() override { return reused_copy(params()); }
     void set_optimizer_state(const std::vector<float>& master, const std::vector<float>& m,
                              const std::vector<float>& v) override {
         params() = master;
         moment_m() = m;
         if (!one_moment_) moment_v() = v;
     }
+    // The copies out go into reused host arrays (base/host_arrays.h): a checkpoint's host copy.
     OptimizerPart optimizer_part() override {
         const size_t n = params().size();
-        return {whole_model_ranges(n), params(), moment_m(),
-                one_moment_ ? std::vector<float>(n, 0.0f) : moment_v()};
+        return {whole_model_ranges(n), reused_copy(params()), reused_copy(moment_m()),
+                one_moment_ ? std::vector<float>(n, 0.0f) : reused_copy(moment_v())};
     }
 
 protected:

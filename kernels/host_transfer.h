@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/host_arrays.h"
 #include "kernels/common.h"
 
 constexpr size_t kTransferChunkBytes = 2u << 20;  // per buffer: 2 MiB, two of them
@@ -70,12 +71,13 @@ void copy_to_device(T* device, const std::vector<float>& host, cudaStream_t stre
     CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-// The first n elements of device, widened to fp32.
+// The first n elements of device, widened to fp32, in a host array reused where one is kept
+// (base/host_arrays.h: a checkpoint's arrays are handed back once written).
 template <typename T>
 std::vector<float> copy_from_device(const T* device, size_t n, cudaStream_t stream) {
     TransferBuffers& t = transfer_buffers();
     std::lock_guard<std::mutex> lock(t.in_use);
-    std::vector<float> host(n);
+    std::vector<float> host = reusable_host_array(n);
     const size_t per_chunk = kTransferChunkBytes / sizeof(T), chunks = (n + per_chunk - 1) / per_chunk;
     auto issue = [&](size_t k) {
         const size_t begin = k * per_chunk, count = std::min(per_chunk, n - begin);

@@ -10,6 +10,7 @@
 
 #include "base/errors.h"
 #include "base/file_io.h"
+#include "base/host_arrays.h"
 #include "train/checkpoint.h"
 #include "train/training_state.h"
 
@@ -36,6 +37,11 @@ void write_checkpoint_files(const std::string& dir, const CheckpointPart& part) 
     if (part.rank == 0)
         write_any_model_file(checkpoint_model_path(dir, part.step), part.config, part.weights.data(), part.weight_type);
     write_training_state(checkpoint_state_path(dir, part.step, part.rank), part.state);
+}
+
+void reuse_part_arrays(CheckpointPart& part) {
+    for (std::vector<float>* array : {&part.weights, &part.state.params, &part.state.adam_m, &part.state.adam_v})
+        reuse_host_array(std::move(*array));
 }
 
 // The folder of what rank `holder` of a run on `ranks` ranks keeps of step `step`.

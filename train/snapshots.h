@@ -46,6 +46,9 @@ struct CheckpointPart {
 // snapshots, which pass them to the next rank), or written there, piece by piece.
 std::vector<FileImage> checkpoint_files(const std::string& dir, const CheckpointPart& part);
 void write_checkpoint_files(const std::string& dir, const CheckpointPart& part);
+// Hands the part's arrays back for the next checkpoint's host copy (base/host_arrays.h), once its
+// files are written or made; leaves them empty.
+void reuse_part_arrays(CheckpointPart& part);
 
 // Passes this rank's part to the next rank (a collective) and returns the files to write for the
 // snapshot (its own part and the previous rank's copy) and the older snapshot folders to remove

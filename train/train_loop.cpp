@@ -210,6 +210,8 @@ struct Run {
     BackgroundWriter checkpoint_writer;
     long long checkpoint_pending = 0;  // the step of the checkpoint being written (0: none)
     double checkpoint_boundary_ms = 0;  // what taking it cost the loop
+    double first_checkpoint_ms = -1;    // the same for the run's first, copied into fresh memory
+    int checkpoints_finished = 0;
     size_t checkpoint_bytes = 0;       // this rank's files of it
     bool checkpoint_cost_told = false;
     std::string snapshot_root;  // --snapshot-every's folder
@@ -241,29 +243,35 @@ static std::function<void()> checkpoint_done_job(const Run& run, long long step,
 // The checkpoint being written is done once every rank has written its files: rank 0 then queues its
 // marking done (checkpoint_done_job). `wait`: until then; otherwise only where every rank has already
 // finished (asked at every step boundary while one is pending: a collective, which every rank reaches
-// with the same checkpoint pending).
-static void finish_checkpoint(Run& run, bool wait) {
+// with the same checkpoint pending). Its cost is told once, for the second checkpoint (the first one's
+// host copy, into fresh memory, beside it) or for the run's only one (`last`).
+static void finish_checkpoint(Run& run, bool wait, bool last = false) {
     if (run.checkpoint_pending == 0) return;
     if (wait) run.checkpoint_writer.wait();
     if (run.ranks.mean(run.checkpoint_writer.finished() ? 1.0 : 0.0) < 1.0 - 1e-9) return;
     run.checkpoint_writer.wait();  // (finished) its write error, if any
     const long long step = run.checkpoint_pending;
     run.checkpoint_pending = 0;
+    run.checkpoints_finished++;
     if (!run.main_rank) return;
     std::string cost;
-    if (!run.checkpoint_cost_told && run.opt.checkpoint_async) {
+    if (!run.checkpoint_cost_told && run.opt.checkpoint_async && (run.checkpoints_finished >= 2 || last)) {
         run.checkpoint_cost_told = true;
-        cost = strprintf("checkpoint cost: %.1f ms of the loop at the step boundary (the host copy), %.1f ms written "
-                         "in the background; about %.1f MiB of files on rank 0",
-                         run.checkpoint_boundary_ms, run.checkpoint_writer.last_job_ms(),
+        const std::string first = run.checkpoints_finished >= 2
+                                      ? strprintf("; the first, into fresh memory, %.1f ms", run.first_checkpoint_ms)
+                                      : "";
+        cost = strprintf("checkpoint cost: %.1f ms of the loop at the step boundary (the host copy%s), %.1f ms "
+                         "written in the background; about %.1f MiB of files on rank 0",
+                         run.checkpoint_boundary_ms, first.c_str(), run.checkpoint_writer.last_job_ms(),
                          run.checkpoint_bytes / 1048576.0);
     }
     run.checkpoint_writer.queue(checkpoint_done_job(run, step, std::move(cost)));
 }
 
 // Waits until the checkpoint being written is complete: its DONE marker written and announced.
-static void wait_for_checkpoint_done(Run& run) {
-    finish_checkpoint(run, true);
+// `last`: the run's last checkpoint.
+static void wait_for_checkpoint_done(Run& run, bool last = false) {
+    finish_checkpoint(run, true, last);
     run.checkpoint_writer.wait();
 }
 
@@ -273,7 +281,10 @@ static void start_checkpoint(Run& run, CheckpointPart part) {
     run.checkpoint_bytes = 4 * (part.weights.size() + 3 * part.state.params.size());
     // The files (serialised, checksummed, rounded to bf16) are made and written on the writer's thread.
     auto shared = std::make_shared<CheckpointPart>(std::move(part));
-    run.checkpoint_writer.queue([shared, dir = run.opt.output_dir]() { write_checkpoint_files(dir, *shared); });
+    run.checkpoint_writer.queue([shared, dir = run.opt.output_dir]() {
+        write_checkpoint_files(dir, *shared);
+        reuse_part_arrays(*shared);
+    });
     if (!run.opt.checkpoint_async) wait_for_checkpoint_done(run);
 }
 
@@ -776,19 +787,26 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     const bool snapshot_due = opt.snapshot_every > 0 && step % opt.snapshot_every == 0 && !ending;
     if (checkpoint_due || snapshot_due) {
         const auto save_start = std::chrono::steady_clock::now();
+        const double save_start_us = clock_us();
+        // One checkpoint at a time: the one before is written on every rank before this one is taken,
+        // and the host arrays it is done with come back for this copy (base/host_arrays.h).
+        if (checkpoint_due) finish_checkpoint(run, true);
+        const auto copy_start = std::chrono::steady_clock::now();
         run.state.loader = run.train_loader->position();
         run.state.sample_rng_state = run.sample_rng.state;
-        const double save_start_us = clock_us();
         CheckpointPart part = take_checkpoint_part(*run.model, run.state, run.ranks);
-        const double taken_ms = ms_since(save_start);
+        const double taken_ms = ms_since(copy_start);
         if (snapshot_due) {
             start_snapshot(run, part);
-            run.snapshot_boundary_ms = ms_since(save_start);
+            run.snapshot_boundary_ms = ms_since(copy_start);
         }
         if (checkpoint_due) {
             run.checkpoint_boundary_ms = taken_ms;
+            if (run.first_checkpoint_ms < 0) run.first_checkpoint_ms = taken_ms;
             start_checkpoint(run, std::move(part));
-            if (ending) wait_for_checkpoint_done(run);  // the run ends with its checkpoint written
+            if (ending) wait_for_checkpoint_done(run, true);  // the run ends with its checkpoint written
+        } else {
+            reuse_part_arrays(part);  // the snapshot's files are made from it
         }
         run.clock.checkpoint.add(ms_since(save_start));
         run.profile->checkpoint_written(step, save_start_us, ms_since(save_start));
@@ -807,7 +825,8 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
 // with a checkpoint after every step (dev/RESULTS.md), more than the copying. So allocations of up to
 // 32 MiB (the most glibc allows) come from the heap, and the heap keeps up to 1 GiB of freed memory
 // instead of handing it back: the next copy reuses pages already mapped. Larger arrays (more than 8M
-// parameters on a rank) are still mapped afresh.
+// parameters on a rank) are mapped afresh by glibc; the host copy takes those from the arrays the
+// checkpoint before handed back once written (base/host_arrays.h).
 static void reuse_freed_memory() {
 #ifdef __GLIBC__
     mallopt(M_MMAP_THRESHOLD, 32 << 20);

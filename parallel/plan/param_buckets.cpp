@@ -1,9 +1,11 @@
 // Parameter buckets, tensor-parallel slices and ZeRO shards (see param_buckets.h).
 #include "parallel/plan/param_buckets.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/errors.h"
+#include "base/host_arrays.h"
 
 constexpr size_t BUCKET_ALIGN = 128;  // elements: 256 bytes of bf16
 
@@ -204,7 +206,7 @@ std::vector<float> to_device_order(const ParamBuckets& b, const std::vector<floa
 // The values of `source` at the runs (from, count) in order, one after the other. A checkpoint's
 // arrays are hundreds of MiB: where every run moves towards the front (each starts at or after where
 // it lands, and after the run before it ends), they are packed in place, without a second array to
-// allocate and fault in; otherwise they are copied into one, reserved at once.
+// allocate and fault in; otherwise they are copied into a reused one (base/host_arrays.h).
 static std::vector<float> pick_runs(std::vector<float> source, const std::vector<std::pair<size_t, size_t>>& runs) {
     size_t to = 0, read_end = 0;
     bool in_place = true;
@@ -221,9 +223,13 @@ static std::vector<float> pick_runs(std::vector<float> source, const std::vector
         source.resize(at);
         return source;
     }
-    std::vector<float> picked;
-    picked.reserve(to);
-    for (const auto& [from, count] : runs) picked.insert(picked.end(), source.begin() + from, source.begin() + from + count);
+    std::vector<float> picked = reusable_host_array(to);
+    size_t at = 0;
+    for (const auto& [from, count] : runs) {
+        std::copy(source.begin() + from, source.begin() + from + count, picked.begin() + at);
+        at += count;
+    }
+    reuse_host_array(std::move(source));
     return picked;
 }
 

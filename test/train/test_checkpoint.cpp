@@ -1,6 +1,6 @@
 // Tests of the training-state file (round trip, corruption detected, run-shape check), of which
 // checkpoints in an output folder count as complete, of pruning, of the background writer's queue,
-// and of the metrics log lines.
+// of the host arrays a checkpoint's copy reuses, and of the metrics log lines.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/file_io.h"
+#include "base/host_arrays.h"
 #include "base/model_descriptor.h"
 #include "base/rng.h"
 #include "base/xxhash64.h"
@@ -431,6 +432,43 @@ TEST(background_writer_runs_jobs_in_order_and_stops_at_an_error) {
         });
     }  // the destructor runs the last job
     CHECK(order == (std::vector<int>{1, 2, 4}));
+}
+
+// A large array handed back is handed out again (the same memory), to the smallest request it holds;
+// small ones are left to the C library; at most kReusedArraysKept are kept, the smallest dropped.
+TEST(large_host_arrays_are_handed_out_again) {
+    const size_t big = kReusedArrayBytes / sizeof(float), small = big / 2;
+    CHECK(reused_host_arrays_kept() == 0);
+    std::vector<float> a = reusable_host_array(big + 10);
+    CHECK(a.size() == big + 10);
+    std::fill(a.begin(), a.end(), 1.5f);
+    const float* memory = a.data();
+    reuse_host_array(std::move(a));
+    CHECK(a.empty() && reused_host_arrays_kept() == 1);
+    CHECK(reused_host_array_bytes() >= (big + 10) * sizeof(float));
+    std::vector<float> b = reusable_host_array(big + 20);  // larger than any kept: a fresh one, zeroed
+    CHECK(b.data() != memory && b[big + 19] == 0.0f && reused_host_arrays_kept() == 1);
+    std::vector<float> c = reusable_host_array(big);  // fits in the kept one
+    CHECK(c.data() == memory && c.size() == big && reused_host_arrays_kept() == 0);
+    reuse_host_array(std::move(c));
+    reuse_host_array(std::move(b));
+    std::vector<float> d = reusable_host_array(big);  // the smaller of the two that hold it
+    CHECK(d.data() == memory && reused_host_arrays_kept() == 1);
+    std::vector<float> e = reused_copy(d);
+    CHECK(e == d && e.data() != d.data() && reused_host_arrays_kept() == 0);
+
+    std::vector<float> tiny = reusable_host_array(small);
+    reuse_host_array(std::move(tiny));
+    CHECK(tiny.empty() && reused_host_arrays_kept() == 0);
+
+    std::vector<std::vector<float>> many;
+    for (int i = 0; i <= kReusedArraysKept; i++) many.push_back(std::vector<float>(big + i));
+    const float* largest = many.back().data();
+    for (std::vector<float>& m : many) reuse_host_array(std::move(m));
+    CHECK(reused_host_arrays_kept() == (size_t)kReusedArraysKept);
+    std::vector<float> f = reusable_host_array(big + kReusedArraysKept);
+    CHECK(f.data() == largest);
+    while (reused_host_arrays_kept() > 0) reusable_host_array(big);  // leaves nothing kept for other tests
 }
 
 TEST(metrics_log_lines) {

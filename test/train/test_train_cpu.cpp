@@ -16,6 +16,7 @@
 
 #include "base/decode_table.h"
 #include "base/file_io.h"
+#include "base/host_arrays.h"
 #include "base/model_descriptor.h"
 #include "base/model_file.h"
 #include "base/rng.h"
@@ -339,6 +340,26 @@ TEST(sigterm_stops_with_a_checkpoint_and_resume_matches_an_uninterrupted_run) {
                                          y = read_all(stopped + "/" + file);
         CHECK_MSG(!x.empty() && x == y, "%s differs from the uninterrupted run's", file.c_str());
     }
+}
+
+// A model whose arrays pass the 32 MiB over which a checkpoint's host copy reuses the arrays the
+// checkpoint before handed back (base/host_arrays.h): checkpoints (and snapshots) after every step,
+// each taken into the last one's arrays, hold the same bytes as one taken into fresh memory.
+TEST(checkpoints_taken_into_reused_host_arrays_are_unchanged) {
+    const std::string data = data_dir(), every = tst::make_temp_dir() + "/out",
+                      once = tst::make_temp_dir() + "/out", stopped = tst::make_temp_dir() + "/out";
+    const char* model = "custom:L1:C256:H4:V32768:T8";
+    CHECK(parameter_count(gpt2_model(config_from_descriptor(model))) * sizeof(float) > kReusedArrayBytes);
+    const std::string run = "-i " + data + "/train.bin -e " + model + " -b 2 -t 8 -v 0 -s 0 -x 4 -l 1e-3";
+    std::string a, b, c;
+    CHECK_MSG(run_trainer(run + " -n 1 -nk 4 --snapshot-every 1 -o " + every, &a) == 0, "%s", a.c_str());
+    CHECK_MSG(run_trainer(run + " -n 4 -o " + once, &b) == 0, "%s", b.c_str());
+    CHECK_MSG(run_trainer(run + " -n 4 --stop-at 3 -o " + stopped, &c) == 0, "%s", c.c_str());
+    for (const auto& [folder, step] : {std::pair{once, 4}, std::pair{stopped, 3}})
+        for (const std::string& file : {strprintf("model_%08d.bin", step), strprintf("state_%08d_00000.bin", step)}) {
+            const std::vector<unsigned char> x = read_all(every + "/" + file), y = read_all(folder + "/" + file);
+            CHECK_MSG(!x.empty() && x == y, "%s differs", file.c_str());
+        }
 }
 
 TEST(sigint_without_output_folder_says_nothing_was_saved) {

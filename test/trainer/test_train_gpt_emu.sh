@@ -3,7 +3,7 @@
 # shared loop, run against train_gpt.cu and the GPU model (gpu/) built through the emulator, in bf16 and fp32: help, overfitting
 # one batch, bitwise resume, checkpoint pruning, bad input failing cleanly, SIGTERM stopping with a
 # checkpoint, HellaSwag (single-sequence forwards and logits_at), -lg's telemetry (n/a on the emulated
-# device), and (bf16) a run on the Hopper
+# device), checkpoints copied from the device into reused host arrays, and (bf16) a run on the Hopper
 # attention kernels (--attention-kernel hopper). (The loop's other behaviour, the
 # same code for both trainers, is tested on train_gpt_cpu.)
 # The sanitized build (BUILD=build-san) runs the bf16 trainer only: the fp32 one is the same code.
@@ -15,7 +15,8 @@ tests="${BUILD:-build}/test/train/test_train_cpu"
 trainers="train_gpt_emu train_gpt_emu_fp32"
 selected="trainer_help_exits_cleanly single_batch_overfits resume_continues_bitwise
           checkpoints_are_pruned_to_the_newest bad_input_fails_cleanly sigterm_stops_with_a_checkpoint
-          hellaswag_picks_the_memorised_completions gpu_telemetry_every_n_steps"
+          hellaswag_picks_the_memorised_completions gpu_telemetry_every_n_steps
+          checkpoints_taken_into_reused_host_arrays_are_unchanged"
 case "${BUILD:-build}" in *san*) trainers="train_gpt_emu" selected="${selected/single_batch_overfits /}" ;; esac
 status=0
 for trainer in $trainers; do
