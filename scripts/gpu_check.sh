@@ -405,14 +405,17 @@ llama_compare_args=${GPU_CHECK_LLAMA_COMPARE_ARGS:-"-e llama3:L4:C512:H8:KV2:T25
 # train/algorithm_table.h); every run must also exit cleanly.
 train_determinism() {
     local args=${GPU_CHECK_DETERMINISM_ARGS:-"-e d12 -b 4 -t 64 -x 4 -v 0 -s 0 -n 2"}
-    local dir status=PASS detail="" t0 each=$(($1 / 4 > 10 ? $1 / 4 : 10)) run
+    local dir status=PASS detail="" t0 each=$(($1 / 4 > 10 ? $1 / 4 : 10)) run cost=""
     dir=$(mktemp -d) t0=$(date +%s)
     for run in "a" "b" "c --stop-at 2" "c -y 1"; do
         # shellcheck disable=SC2086 # the flags are words
         run_checked "train_gpt determinism: -o $run" "$each" ./train_gpt $args -o "$dir"/$run
         on_the_gpu
         [ "$run_status" = PASS ] || { status=FAIL detail="-o $run: $run_detail"; break; }
+        # What its checkpoints held the loop for (the second's host copy, the first's beside it).
+        [ "$run" = a ] && cost=$(grep -m1 '^checkpoint cost' "$run_out")
     done
+    [ -n "$cost" ] && figures+=("train_gpt determinism run a's $cost")
     if [ $status = PASS ] && ! grep -q '^matmul algorithms: .* loaded from' "$run_out"; then
         status=FAIL detail="the resumed run did not load the run folder's matmul algorithms"
     fi
