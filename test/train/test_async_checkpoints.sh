@@ -36,7 +36,7 @@ fi
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b ? a : b) }'; }
 ratio() { awk -v a="$1" -v p="$2" 'BEGIN { printf "%.3f", (p > 0 && a > 0) ? a / p : 99 }'; }
 within() { awk -v r="$1" -v limit="$2" 'BEGIN { exit !(r <= limit) }'; }
-timed() { rm -rf "$1/timed"; local dir=$1; shift; step_ms 4 "$trainer" "${flags[@]}" -x 24 -nk 2 -o "$dir/timed" "$@"; }
+timed() { local dir=$1; shift; rm -rf "$dir/timed"; step_ms 4 "$trainer" "${flags[@]}" -x 24 -nk 2 -o "$dir/timed" "$@"; }
 writer_line() { grep -m1 '^checkpoint cost' "$work/step_ms.log" || echo "no checkpoint cost line"; }
 
 # The loop does not wait for the disk. A disk whose fsync takes 100 ms longer (3 files a checkpoint:
