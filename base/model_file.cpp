@@ -7,6 +7,7 @@
 #include "base/errors.h"
 #include "base/file_io.h"
 #include "base/formats.h"
+#include "base/host_arrays.h"
 #include "base/model_descriptor.h"
 
 uint16_t float_to_bf16(float value) {
@@ -73,7 +74,7 @@ static void model_file_header(const GPTConfig& c, WeightType type, int32_t heade
 std::vector<char> model_file_bytes(const int32_t header[FILE_HEADER_INTS], const float* params, size_t count,
                                    WeightType type) {
     const size_t value_bytes = type == WeightType::FP32 ? sizeof(float) : sizeof(uint16_t);
-    std::vector<char> image(FILE_HEADER_BYTES + count * value_bytes);
+    std::vector<char> image = reusable_host_bytes(FILE_HEADER_BYTES + count * value_bytes);  // all written
     memcpy(image.data(), header, FILE_HEADER_BYTES);
     if (type == WeightType::FP32) {
         memcpy(image.data() + FILE_HEADER_BYTES, params, count * sizeof(float));

@@ -8,6 +8,7 @@
 
 #include "base/errors.h"
 #include "base/file_io.h"
+#include "base/host_arrays.h"
 
 BackgroundWriter::~BackgroundWriter() {
     if (!thread_.joinable()) return;
@@ -25,10 +26,11 @@ void BackgroundWriter::queue(std::vector<FileImage> files, std::vector<std::stri
     queue([shared, remove_first = std::move(remove_first)]() {
         std::error_code ignored;  // a folder already gone is no error
         for (const std::string& path : remove_first) std::filesystem::remove_all(path, ignored);
-        for (const FileImage& f : *shared) {
+        for (FileImage& f : *shared) {
             AtomicFile file(f.path);
             file.write(f.bytes.data(), f.bytes.size());
             file.commit();
+            reuse_host_bytes(std::move(f.bytes));  // for the next snapshot's images (base/host_arrays.h)
         }
     });
 }

@@ -54,9 +54,13 @@ static std::string snapshot_path(const std::string& root, int holder, long long 
 
 // Files as bytes for the ring, and back: a count, then each file's name and bytes with their sizes.
 static std::vector<char> files_bytes(const std::vector<FileImage>& files) {
-    std::vector<char> bytes;
-    auto append = [&bytes](const void* data, size_t n) {
-        bytes.insert(bytes.end(), (const char*)data, (const char*)data + n);
+    size_t total = sizeof(uint64_t), at = 0;
+    for (const FileImage& f : files)
+        total += 2 * sizeof(uint64_t) + fs::path(f.path).filename().string().size() + f.bytes.size();
+    std::vector<char> bytes = reusable_host_bytes(total);  // every byte written (base/host_arrays.h)
+    auto append = [&](const void* data, size_t n) {
+        if (n) memcpy(bytes.data() + at, data, n);
+        at += n;
     };
     const uint64_t count = files.size();
     append(&count, sizeof count);
@@ -84,7 +88,7 @@ static std::vector<FileImage> files_from_bytes(const std::vector<char>& bytes, c
         take(sizes, sizeof sizes);
         std::string name(sizes[0], '\0');
         take(name.data(), name.size());
-        FileImage f{dir + "/" + name, std::vector<char>(sizes[1])};
+        FileImage f{dir + "/" + name, reusable_host_bytes(sizes[1])};
         take(f.bytes.data(), f.bytes.size());
         files.push_back(std::move(f));
     }
@@ -123,9 +127,12 @@ SnapshotWrite prepare_snapshot(const std::string& root, const CheckpointPart& mi
         if (folder.first != mine.step) older.push_back(folder);
     for (size_t i = 0; i + 1 < older.size(); i++) write.remove.push_back(older[i].second);
     write.files = checkpoint_files(dir, mine);
-    if (ranks.num_ranks > 1)  // the previous rank's part, kept here too
-        for (FileImage& f : files_from_bytes(ranks.pass_to_next_rank(files_bytes(write.files)), dir))
-            write.files.push_back(std::move(f));
+    if (ranks.num_ranks > 1) {  // the previous rank's part, kept here too
+        std::vector<char> sent = files_bytes(write.files), received = ranks.pass_to_next_rank(sent);
+        for (FileImage& f : files_from_bytes(received, dir)) write.files.push_back(std::move(f));
+        reuse_host_bytes(std::move(sent));
+        reuse_host_bytes(std::move(received));
+    }
     for (const FileImage& f : write.files) write.bytes += f.bytes.size();
     return write;
 }

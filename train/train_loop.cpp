@@ -218,6 +218,8 @@ struct Run {
     BackgroundWriter snapshot_writer;
     long long snapshot_pending = 0;  // the step of the snapshot being written (0: none)
     double snapshot_boundary_ms = 0;
+    double first_snapshot_ms = -1;  // the same for the run's first, made in fresh memory
+    int snapshots_finished = 0;
     size_t snapshot_bytes = 0;
     bool snapshot_cost_told = false;
 };
@@ -288,23 +290,31 @@ static void start_checkpoint(Run& run, CheckpointPart part) {
     if (!run.opt.checkpoint_async) wait_for_checkpoint_done(run);
 }
 
+// What the snapshots cost the loop, told once: for the second snapshot (the first one's, made in
+// fresh memory, beside it), or at the run's end for its only one.
+static void tell_snapshot_cost(Run& run) {
+    if (!run.main_rank || run.snapshot_cost_told || run.snapshots_finished == 0) return;
+    run.snapshot_cost_told = true;
+    const std::string first = run.snapshots_finished >= 2
+                                  ? strprintf("; the first, in fresh memory, %.1f ms", run.first_snapshot_ms)
+                                  : "";
+    printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy%s%s), %.1f ms written in "
+           "the background; %.1f MiB of node memory a snapshot on rank 0%s, up to %.1f MiB while the next is "
+           "written beside the newest, in %s\n",
+           run.snapshot_boundary_ms, run.ranks.num_ranks > 1 ? " and the ring exchange" : "", first.c_str(),
+           run.snapshot_writer.last_job_ms(), run.snapshot_bytes / 1048576.0,
+           run.ranks.num_ranks > 1 ? strprintf(" (its part and rank %d's copy)", run.ranks.num_ranks - 1).c_str() : "",
+           2 * run.snapshot_bytes / 1048576.0, run.snapshot_root.c_str());
+}
+
 // Waits until the snapshot being written is complete on every rank: the loop does so before it logs
 // the next step, so that every logged step but the newest is covered by a snapshot.
 static void finish_snapshot(Run& run) {
     if (run.snapshot_pending == 0) return;
     run.snapshot_writer.wait();
     run.ranks.barrier();
-    if (run.main_rank && !run.snapshot_cost_told) {
-        run.snapshot_cost_told = true;
-        printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy%s), %.1f ms written in the "
-               "background; %.1f MiB of node memory a snapshot on rank 0%s, up to %.1f MiB while the next is "
-               "written beside the newest, in %s\n",
-               run.snapshot_boundary_ms, run.ranks.num_ranks > 1 ? " and the ring exchange" : "",
-               run.snapshot_writer.last_job_ms(), run.snapshot_bytes / 1048576.0,
-               run.ranks.num_ranks > 1 ? strprintf(" (its part and rank %d's copy)", run.ranks.num_ranks - 1).c_str() : "",
-               2 * run.snapshot_bytes / 1048576.0, run.snapshot_root.c_str());
-    }
     run.snapshot_pending = 0;
+    if (++run.snapshots_finished == 2) tell_snapshot_cost(run);
 }
 
 static void start_snapshot(Run& run, const CheckpointPart& part) {
@@ -799,6 +809,7 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
         if (snapshot_due) {
             start_snapshot(run, part);
             run.snapshot_boundary_ms = ms_since(copy_start);
+            if (run.first_snapshot_ms < 0) run.first_snapshot_ms = run.snapshot_boundary_ms;
         }
         if (checkpoint_due) {
             run.checkpoint_boundary_ms = taken_ms;
@@ -813,6 +824,7 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     }
     if (ending) {  // a disk checkpoint of this step replaces the snapshots
         finish_snapshot(run);
+        tell_snapshot_cost(run);
         remove_snapshots(snapshot_root(opt), run.ranks);
     }
     return stopping;

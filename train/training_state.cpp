@@ -7,6 +7,7 @@
 
 #include "base/errors.h"
 #include "base/file_io.h"
+#include "base/host_arrays.h"
 #include "base/llama_descriptor.h"
 #include "base/model_descriptor.h"
 #include "base/xxhash64.h"
@@ -198,10 +199,14 @@ static std::vector<Piece> state_file_pieces(const TrainingState& state, StateScr
 std::vector<char> training_state_image(const TrainingState& state) {
     StateScratch scratch;
     const std::vector<Piece> pieces = state_file_pieces(state, &scratch);
-    std::vector<char> image;
-    image.reserve(32 + scratch.payload_bytes);
-    for (const Piece& p : pieces)
-        image.insert(image.end(), (const char*)p.data, (const char*)p.data + p.bytes);
+    size_t bytes = 0;
+    for (const Piece& p : pieces) bytes += p.bytes;
+    std::vector<char> image = reusable_host_bytes(bytes);  // every byte written (base/host_arrays.h)
+    size_t at = 0;
+    for (const Piece& p : pieces) {
+        if (p.bytes) memcpy(image.data() + at, p.data, p.bytes);
+        at += p.bytes;
+    }
     return image;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "base/file_io.h"
 #include "base/host_arrays.h"
@@ -16,6 +17,7 @@
 #include "train/background_writer.h"
 #include "train/checkpoint.h"
 #include "train/metrics_log.h"
+#include "train/snapshots.h"
 #include "train/training_state.h"
 
 // The compression section of a state without compression (version 3 on), and version 4's model
@@ -23,9 +25,9 @@
 constexpr size_t EMPTY_COMPRESSION_BYTES = 4 + 4 + 8 + 8;
 constexpr size_t FAMILY_BYTES = 64;
 
-static TrainingState sample_state() {
+static TrainingState sample_state(const char* model = "custom:L2:C32:H2:V300:T16", uint64_t seed = 5) {
     TrainingState s;
-    s.shape.config = gpt2_model(config_from_descriptor("custom:L2:C32:H2:V300:T16"));
+    s.shape.config = gpt2_model(config_from_descriptor(model));
     s.shape.batch_size = 2;
     s.shape.seq_len = 8;
     s.shape.total_batch = 32;
@@ -40,7 +42,7 @@ static TrainingState sample_state() {
     for (int i = 0; i < 7; i++) s.norm_detector.update(i);
     const size_t n = parameter_count(s.shape.config);
     s.ranges = whole_model_ranges(n);
-    Rng rng(5);
+    Rng rng(seed);
     for (std::vector<float>* v : {&s.params, &s.adam_m, &s.adam_v}) {
         v->resize(n);
         for (float& x : *v) x = (float)rng.normal();
@@ -469,6 +471,51 @@ TEST(large_host_arrays_are_handed_out_again) {
     std::vector<float> f = reusable_host_array(big + kReusedArraysKept);
     CHECK(f.data() == largest);
     while (reused_host_arrays_kept() > 0) reusable_host_array(big);  // leaves nothing kept for other tests
+
+    // Byte images (a snapshot's files) are kept apart from the fp32 arrays.
+    std::vector<char> image = reusable_host_bytes(kReusedArrayBytes);
+    const char* image_memory = image.data();
+    reuse_host_bytes(std::move(image));
+    CHECK(image.empty() && reused_host_arrays_kept() == 1);
+    CHECK(reusable_host_array(big).data() != (const float*)image_memory && reused_host_arrays_kept() == 1);
+    CHECK(reusable_host_bytes(kReusedArrayBytes).data() == image_memory && reused_host_arrays_kept() == 0);
+}
+
+// A snapshot made in the byte images the snapshot before was written from (base/host_arrays.h: a
+// model over 32 MiB) holds the files the checkpoint writer streams to disk for the same part.
+TEST(snapshot_files_made_in_reused_images_are_the_checkpoint_files) {
+    const char* model = "custom:L1:C256:H4:V32768:T8";
+    auto part = [&](long long step, uint64_t seed) {
+        CheckpointPart p;
+        p.step = step;
+        p.state = sample_state(model, seed);
+        p.state.step = step;
+        p.config = p.state.shape.config;
+        p.weight_type = WeightType::FP32;  // the model file over 32 MiB too
+        p.weights = p.state.adam_m;
+        return p;
+    };
+    const std::string root = tst::make_temp_dir(), checkpoint = tst::make_temp_dir();
+    RankGroup one_rank;
+    BackgroundWriter writer;
+    const size_t kept_before = reused_host_arrays_kept();
+    SnapshotWrite first = prepare_snapshot(root, part(1, 7), one_rank);
+    writer.queue(std::move(first.files), std::move(first.remove));
+    writer.wait();
+    CHECK(reused_host_arrays_kept() == kept_before + 2);  // its model and state images, written
+
+    const CheckpointPart second = part(2, 8);
+    SnapshotWrite made = prepare_snapshot(root, second, one_rank);
+    CHECK(reused_host_arrays_kept() == kept_before);  // made in them
+    write_checkpoint_files(checkpoint, second);
+    CHECK(made.files.size() == 2);
+    for (const FileImage& f : made.files) {
+        const std::string name = std::filesystem::path(f.path).filename().string();
+        const std::vector<unsigned char> streamed = read_all(checkpoint + "/" + name);
+        CHECK_MSG(f.bytes.size() >= kReusedArrayBytes &&
+                      streamed == std::vector<unsigned char>(f.bytes.begin(), f.bytes.end()),
+                  "%s differs from the checkpoint file", name.c_str());
+    }
 }
 
 TEST(metrics_log_lines) {
