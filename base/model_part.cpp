@@ -71,7 +71,7 @@ std::vector<CoveredRange> Coverage::tiles(const std::string& what) const {
 // A part as bytes: the range count, the ranges, the values.
 static std::vector<char> serialize(const ModelPart& part) {
     const uint64_t n = part.ranges.size();
-    std::vector<char> bytes(8 + n * sizeof(LayoutRange) + part.values.size() * sizeof(float));
+    std::vector<char> bytes = reusable_host_bytes(8 + n * sizeof(LayoutRange) + part.values.size() * sizeof(float));
     memcpy(bytes.data(), &n, 8);
     // (An empty part, a rank that writes nothing, has null data(): memcpy must not be handed it.)
     if (n) memcpy(bytes.data() + 8, part.ranges.data(), n * sizeof(LayoutRange));
@@ -86,7 +86,7 @@ static ModelPart deserialize(const std::vector<char>& bytes) {
     memcpy(&n, bytes.data(), 8);
     part.ranges.resize(n);
     if (n) memcpy(part.ranges.data(), bytes.data() + 8, n * sizeof(LayoutRange));
-    part.values.resize((bytes.size() - 8 - n * sizeof(LayoutRange)) / sizeof(float));
+    part.values = reusable_host_array((bytes.size() - 8 - n * sizeof(LayoutRange)) / sizeof(float));
     if (!part.values.empty())
         memcpy(part.values.data(), bytes.data() + 8 + n * sizeof(LayoutRange), part.values.size() * sizeof(float));
     return part;
@@ -96,14 +96,20 @@ std::vector<float> assemble_on_rank0(const ModelPart& mine, size_t total, RankGr
     if (ranges_size(mine.ranges) != mine.values.size())
         fail("internal error: a model part lists %zu elements but holds %zu", ranges_size(mine.ranges),
              mine.values.size());
-    const std::vector<std::vector<char>> parts = ranks.gather_on_rank0(serialize(mine));
+    // Every array here as large as a part or the model comes from, and goes back to, the host memory
+    // checkpoints reuse (base/host_arrays.h): rank 0 assembles the model file at every checkpoint.
+    std::vector<char> bytes = serialize(mine);
+    std::vector<std::vector<char>> parts = ranks.gather_on_rank0(bytes);
+    reuse_host_bytes(std::move(bytes));
     if (ranks.rank != 0) return {};
     std::vector<float> whole = reusable_host_array(total);  // every element written: checked below
     Coverage coverage(total);
     for (size_t r = 0; r < parts.size(); r++) {
-        const ModelPart part = deserialize(parts[r]);
+        ModelPart part = deserialize(parts[r]);
+        reuse_host_bytes(std::move(parts[r]));
         coverage.add(part.ranges, strprintf("the weights of rank %zu", r));
         scatter_part(part.ranges, part.values.data(), &whole);
+        reuse_host_array(std::move(part.values));
     }
     coverage.fail_if_incomplete("the weights gathered from the ranks");
     return whole;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "base/errors.h"
+#include "base/host_arrays.h"
 #include "parallel/comm/launch_order.h"
 
 namespace {
@@ -70,10 +71,12 @@ public:
                 MPI_Send(mine.data() + at, (int)std::min(kPiece, mine.size() - at), MPI_BYTE, 0, 0, MPI_COMM_WORLD);
             return {};
         }
+        // Received into the host memory checkpoints reuse (base/host_arrays.h): these are model-sized.
         std::vector<std::vector<char>> all(num_ranks);
-        all[0] = mine;
+        all[0] = reusable_host_bytes(mine.size());
+        std::copy(mine.begin(), mine.end(), all[0].begin());
         for (int r = 1; r < num_ranks; r++) {
-            all[r].resize(sizes[r]);
+            all[r] = reusable_host_bytes(sizes[r]);
             for (size_t at = 0; at < all[r].size(); at += kPiece)
                 MPI_Recv(all[r].data() + at, (int)std::min(kPiece, all[r].size() - at), MPI_BYTE, r, 0,
                          MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -95,7 +98,7 @@ public:
         unsigned long long bytes = mine.size(), incoming = 0;
         MPI_Sendrecv(&bytes, 1, MPI_UNSIGNED_LONG_LONG, next, 1, &incoming, 1, MPI_UNSIGNED_LONG_LONG, previous, 1,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        std::vector<char> theirs(incoming);
+        std::vector<char> theirs = reusable_host_bytes(incoming);  // a snapshot's part (base/host_arrays.h)
         const size_t kPiece = size_t(1) << 30;  // MPI counts are ints
         for (size_t at = 0; at < std::max(mine.size(), theirs.size()); at += kPiece) {
             const int out = (int)(at < mine.size() ? std::min(kPiece, mine.size() - at) : 0);

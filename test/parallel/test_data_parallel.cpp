@@ -7,12 +7,13 @@
 // ZeRO-3 in the bf16 build with recomputation, validation and sampling tracks one rank. Hybrid
 // sharding (--shard-ranks) matches one rank under -z 1/2/3, writes each shard's state once, moves its
 // checkpoints between meshes, and its plan's memory and within-/across-node traffic are the arithmetic
-// written here.
+// written here. Checkpoints taken into reused host memory on 2 ranks are those taken into fresh memory.
 // Ranks sum the gradients in another order than one rank's accumulation, so the fp32 results differ
 // in the last bits; AdamW divides each update by its gradient's own size, so for elements whose
 // gradient is near zero (the key biases' is exactly zero in exact arithmetic) those bits decide the
 // update's sign. The learning rate (2e-4, weights of ~0.02) keeps that noise below 1e-6 of the
 // weights after a few steps while each step still moves them by ~1%: a wrong update would show.
+#include "base/host_arrays.h"
 #include "base/model_descriptor.h"
 #include "test/parallel/trainer_runs.h"
 
@@ -121,6 +122,24 @@ TEST(zero1_checkpoint_resumes_on_other_rank_counts) {
             const std::string what = "resumed on " + std::to_string(ranks) + " rank(s)";
             check_same_run(dir, straight, 4, 1e-6, what.c_str());
         }
+    }
+}
+
+// A model over the 32 MiB above which checkpoints and snapshots reuse their host memory
+// (base/host_arrays.h), on 2 ranks: the model file rank 0 assembles from the gathered parts and the
+// state files, taken after every step (each also a snapshot, its parts passed around the ring) into
+// the memory the step before was written from, hold the bytes of the same checkpoint taken once.
+TEST(checkpoints_in_reused_host_memory_on_two_ranks) {
+    const char* big = "custom:L1:C256:H4:V32768:T32";
+    CHECK(parameter_count(gpt2_model(config_from_descriptor(big))) * sizeof(float) > kReusedArrayBytes);
+    const std::string every = out_dir(), once = out_dir();
+    trainer_runs::run(2, big, default_data(), "-x 3 -z 1 -n 1 -nk 3 --snapshot-every 1 -o " + every);
+    trainer_runs::run(2, big, default_data(), "-x 3 -z 1 -n 3 -o " + once);
+    for (const std::string& file :
+         {checkpoint_model_path(once, 3), checkpoint_state_path(once, 3, 0), checkpoint_state_path(once, 3, 1)}) {
+        const std::string name = file.substr(file.rfind('/') + 1);
+        CHECK_MSG(!read_all(file).empty() && read_all(file) == read_all(every + "/" + name), "%s differs",
+                  name.c_str());
     }
 }
 
