@@ -11,7 +11,7 @@ FUZZ_FLAGS := -std=c++17 -g1 -O1 -I. $(FUZZ_SAN) -MMD -MP
 
 FUZZ_TARGETS := $(patsubst test/fuzz/fuzz_%.cpp,$(FUZZ_DIR)/fuzz_%,$(wildcard test/fuzz/fuzz_*.cpp))
 # The parsers and what they call (a target that needs another file fails to link, naming it).
-PARSER_SRCS  := $(addprefix base/,decode_table.cpp errors.cpp file_io.cpp gpu_telemetry.cpp llama_descriptor.cpp llama_model_file.cpp \
+PARSER_SRCS  := $(addprefix base/,decode_table.cpp errors.cpp file_io.cpp gpu_telemetry.cpp host_arrays.cpp llama_descriptor.cpp llama_model_file.cpp \
                   model_config.cpp model_descriptor.cpp model_file.cpp model_files.cpp model_part.cpp outlier_detector.cpp repository.cpp \
                   rng.cpp step_phases.cpp step_timeline.cpp train_options.cpp xxhash64.cpp) \
                 $(addprefix train/,checkpoint.cpp dataloader.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp \
