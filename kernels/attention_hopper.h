@@ -29,11 +29,9 @@
 // Registers: 384 threads launch with 168 each; setmaxnreg moves them to where the work is: the
 // producer keeps 24, each consumer thread takes 240 (O, two S tiles, P fragments).
 //
-// ptxas (nvcc 13.0, sm_90a, -O3): no spills in any kernel here. Registers at entry: forward<64>,
-// forward<128> and backward<64> 168 (then 24 producer / 240 consumer); backward<128> (one consumer,
-// no setmaxnreg) 243 for the key-row pass (it walks the group's query heads), 178 for the query-row
-// pass. No wait is added by ptxas (no C7517/C7510 notes). Check: nvcc -O3
-// -gencode=arch=compute_90a,code=sm_90a -Xptxas -v.
+// ptxas (nvcc 13.0, sm_90a, -O3): no spills in any kernel here. Registers at entry: 168 in every
+// kernel (then 24 producer / 240 consumer). No wait is added by ptxas (no C7517/C7510 notes).
+// Check: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v.
 //
 // Shared memory (1024-byte aligned; tiles as 128-byte-swizzled panels of 64 columns, what TMA
 // writes and the wgmma descriptors read): Q [2 consumers][HS/64 panels][64 rows][64],
@@ -308,7 +306,11 @@ inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int NH
 //     dV += Pᵀ·dO,  dK += dSᵀ·Q  (dK scaled at the end)
 //   dQ pass (rows = queries, columns = keys):
 //     R1 = Q, C1 = K, R2 = dO, C2 = V:  P = exp(scale·X − lse[q]), dS = P ⊙ (Y − D[q]), dQ += dS·K
-// D = Σ dO·out per query head (attention_row_dot, in the scratch).
+// D = Σ dO·out per query head, and lse, as the query statistics {lse·log2(e), D} (attention_row_dot
+// with lse, in the scratch). The dK/dV pass needs the 64 pairs of its step's query tile: the producer
+// loads them by TMA with the tile (512 bytes more on the stage's barrier), so the consumers read them
+// from shared memory rather than from global memory after each product; the dQ pass reads its rows'
+// pairs once.
 // Grouped-query attention: the dK/dV pass has a block per key block of each key/value head (grid
 // T/kBlockRows × KV × B). Its row tiles (K, V) load once; its column steps run over the group's
 // NH/KV query heads one after another, each over its query tiles from the diagonal on, as one
@@ -323,10 +325,10 @@ inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int NH
 template <int HS>
 struct BackwardTraits {
     static_assert(HS == 64 || HS == 128, "head sizes 64 and 128");
-    // Two consumers at HS 64 (with setmaxnreg: 240 registers each, as the forward's); at HS 128
-    // one, whose accumulators and products need ~250 registers (two would not fit in 64K).
-    static constexpr int kConsumers = HS == 64 ? 2 : 1;
-    static constexpr bool kSplitRegisters = kConsumers == 2;
+    // Two consumers (setmaxnreg: 240 registers each, as the forward's), so that one's MMAs run while
+    // the other computes P and dS. At HS 128 the key-row pass's accumulators (dV and dK, 128 floats a
+    // thread) and products (64) fit the 240 without spills (ptxas -v).
+    static constexpr int kConsumers = 2;
     static constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
     static constexpr int kRowsPerConsumer = 64;
     static constexpr int kBlockRows = kConsumers * kRowsPerConsumer;
@@ -337,8 +339,11 @@ struct BackwardTraits {
     static constexpr int kPanelBytes = 64 * 128;
     static constexpr int kTileBytes = kPanels * kPanelBytes;  // 64 rows × HS bf16
     static constexpr int kRowBytes = 2 * kConsumers * kTileBytes;  // R1 and R2 of every consumer
+    static constexpr int kStatsBytes = kBlockCols * 2 * 4;           // a column tile's query statistics
     static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
-    static constexpr size_t shared_bytes() { return 1024 + kRowBytes + 2 * kStages * kTileBytes + kBarrierBytes; }
+    static constexpr size_t shared_bytes() {
+        return 1024 + kRowBytes + kStages * (2 * kTileBytes + kStatsBytes) + kBarrierBytes;
+    }
 };
 
 // An operand's place in the TMA views: which map (0 qkv, 1 dout) and its first column there.
@@ -348,22 +353,25 @@ struct TileSource {
 
 template <int HS, bool kKeyRows>
 __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
-    backward_kernel(bf16* dqkv, const float* lse, const float* row_dot, const __grid_constant__ CUtensorMap qkv_map,
-                    const __grid_constant__ CUtensorMap dout_map, int T, int NH, int KV) {
+    backward_kernel(bf16* dqkv, const float* stats, const __grid_constant__ CUtensorMap qkv_map,
+                    const __grid_constant__ CUtensorMap dout_map, const __grid_constant__ CUtensorMap stats_map,
+                    int T, int NH, int KV) {
     using Tr = BackwardTraits<HS>;
     DYNAMIC_SHARED(unsigned char, raw);
     unsigned char* smem = align_shared<unsigned char>(raw, 1024);
     unsigned char* row_tiles = smem;  // [kConsumers][2: R1, R2][kPanels][64][64]
     unsigned char* c1_tiles = row_tiles + Tr::kRowBytes;  // [kStages][kPanels][64][64]
     unsigned char* c2_tiles = c1_tiles + Tr::kStages * Tr::kTileBytes;
-    uint64_t* bars = reinterpret_cast<uint64_t*>(c2_tiles + Tr::kStages * Tr::kTileBytes);
+    float* stats_tiles = reinterpret_cast<float*>(c2_tiles + Tr::kStages * Tr::kTileBytes);  // [kStages][64][2]
+    uint64_t* bars = reinterpret_cast<uint64_t*>(stats_tiles + Tr::kStages * Tr::kStatsBytes / 4);
     uint64_t* rows_full = bars;
     uint64_t* c1_full = bars + 1;
     uint64_t* c2_full = c1_full + Tr::kStages;
     uint64_t* c_empty = c2_full + Tr::kStages;
 
-    // blockIdx.y: the key/value head (key rows) or the query head (query rows).
-    const int row_block = gridDim.x - 1 - blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+    // blockIdx.y: the key/value head (key rows) or the query head (query rows). Longest blocks
+    // first: key blocks from the first (they see every later query), query blocks from the last.
+    const int row_block = kKeyRows ? blockIdx.x : gridDim.x - 1 - blockIdx.x, head = blockIdx.y, b = blockIdx.z;
     const int r0 = row_block * Tr::kBlockRows;
     const int col_tiles_total = ceil_div(T, Tr::kBlockCols);
     // Column tiles this block visits: from the diagonal on (key rows) or up to it (query rows).
@@ -393,10 +401,11 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     __syncthreads();
 
     if (warpgroup == 0) {  // ---- producer
-        if constexpr (Tr::kSplitRegisters) warpgroup_release_registers<Tr::kProducerRegisters>();
+        warpgroup_release_registers<Tr::kProducerRegisters>();
         if (threadIdx.x != 0) return;
         tma_prefetch_map(&qkv_map);
         tma_prefetch_map(&dout_map);
+        if (kKeyRows) tma_prefetch_map(&stats_map);
         auto load = [&](unsigned char* dst, TileSource src, int row, uint64_t* bar) {
             for (int p = 0; p < Tr::kPanels; p++)
                 tma_load_3d(dst + p * Tr::kPanelBytes, src.map == 0 ? &qkv_map : &dout_map, src.column + 64 * p, row,
@@ -411,8 +420,11 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
             const int s = n % Tr::kStages;
             if (n >= Tr::kStages) mbarrier_wait(&c_empty[s], (n / Tr::kStages - 1) & 1);
             const TileSource c1 = kKeyRows ? TileSource{0, h * HS} : k, c2 = kKeyRows ? TileSource{1, h * HS} : v;
-            mbarrier_arrive_expect_tx(&c1_full[s], Tr::kTileBytes);
+            mbarrier_arrive_expect_tx(&c1_full[s], Tr::kTileBytes + (kKeyRows ? Tr::kStatsBytes : 0));
             load(c1_tiles + s * Tr::kTileBytes, c1, j * Tr::kBlockCols, &c1_full[s]);
+            if (kKeyRows)  // query head h's pairs of this tile: row b·NH + h of the statistics
+                tma_load_2d(stats_tiles + s * (Tr::kStatsBytes / 4), &stats_map, 2 * j * Tr::kBlockCols, b * NH + h,
+                            &c1_full[s]);
             mbarrier_arrive_expect_tx(&c2_full[s], Tr::kTileBytes);
             load(c2_tiles + s * Tr::kTileBytes, c2, j * Tr::kBlockCols, &c2_full[s]);
             if (++j == end_tile) j = first_tile, h++;  // the group's next query head
@@ -421,7 +433,7 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     }
 
     // ---- consumer: rows row_base .. +63 (keys or queries).
-    if constexpr (Tr::kSplitRegisters) warpgroup_claim_registers<Tr::kConsumerRegisters>();
+    warpgroup_claim_registers<Tr::kConsumerRegisters>();
     const int consumer = warpgroup - 1, thread = threadIdx.x % 128, lane = threadIdx.x % 32;
     const int row_base = r0 + consumer * Tr::kRowsPerConsumer;
     const bool active_rows = row_base < T;
@@ -437,8 +449,8 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
         for (int x = 0; x < 2; x++) {
             const int t = row_base + wgmma_d_element(thread, 2 * x).row;
             if (t < T) {
-                const size_t at = attention_lse_index(b, head, t, T, NH);
-                row_lse[x] = lse[at] * kLog2e, row_d[x] = row_dot[at];
+                const size_t at = attention_stats_index(b, head, t, T, NH);
+                row_lse[x] = stats[at], row_d[x] = stats[at + 1];
             }
         }
     }
@@ -446,9 +458,8 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     mbarrier_wait(rows_full, 0);
     for (int n = 0, j = first_tile, h = first_head; n < steps; n++) {
         const int s = n % Tr::kStages;
-        // Key rows: the lse and D of this step's query head h (per query, read in the loop below).
-        const float* lse_bh = lse + attention_lse_index(b, h, 0, T, NH);
-        const float* dot_bh = row_dot + attention_lse_index(b, h, 0, T, NH);
+        // Key rows: this step's query statistics, {lse·log2(e), D} per query of the tile.
+        const float* stats_tile = stats_tiles + s * (Tr::kStatsBytes / 4);
         const uint32_t parity = (n / Tr::kStages) & 1;
         const int col0 = j * Tr::kBlockCols;
         const bool compute = active_rows && (kKeyRows ? col0 + Tr::kBlockCols - 1 >= row_base
@@ -483,8 +494,8 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
                 const int query = kKeyRows ? col : row, key = kKeyRows ? row : col;
                 float p = 0.0f, d = 0.0f;
                 if (key <= query && query < T) {
-                    const float l = kKeyRows ? lse_bh[query] * kLog2e : row_lse[(r >> 1) & 1];
-                    d = kKeyRows ? dot_bh[query] : row_d[(r >> 1) & 1];
+                    const float l = kKeyRows ? stats_tile[2 * e.col] : row_lse[(r >> 1) & 1];
+                    d = kKeyRows ? stats_tile[2 * e.col + 1] : row_d[(r >> 1) & 1];
                     p = exp2f(fmaf(x[r], scale_log2, -l));
                 }
                 x[r] = p;
@@ -546,6 +557,16 @@ inline void make_dout_map(CUtensorMap* map, const bf16* dout, int B, int T, int 
     make_tensor_map(map, dout, 3, 2, dims, strides, box, TmaSwizzle::B128);
 }
 
+// The (2·T, B·NH) fp32 view of the query statistics (attention_stats_index: rows 2·T2 floats
+// apart): boxes of one row's 64 pairs, unswizzled; pairs past T read as zeros.
+template <int HS>
+inline void make_stats_map(CUtensorMap* map, const float* stats, int B, int T, int NH) {
+    const uint64_t dims[2] = {2 * (uint64_t)T, (uint64_t)B * NH};
+    const uint64_t strides[2] = {4, 2 * (uint64_t)attention_stats_row_pairs(T) * 4};
+    const uint32_t box[2] = {2 * BackwardTraits<HS>::kBlockCols, 1};
+    make_tensor_map(map, stats, 2, 4, dims, strides, box, TmaSwizzle::None);
+}
+
 }  // namespace attention_hopper
 
 // dqkv (B, T, (NH + 2·KV)·HS) overwritten; scratch: attention_backward_scratch_bytes() bytes (D).
@@ -559,16 +580,17 @@ void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bf
     static const bool once = (attention_allow_shared_bytes(backward_kernel<HS, true>, Tr::shared_bytes()),
                               attention_allow_shared_bytes(backward_kernel<HS, false>, Tr::shared_bytes()), true);
     (void)once;
-    float* row_dot = static_cast<float*>(scratch);
-    attention_row_dot(row_dot, dout, out, B, T, NH, HS, stream);
-    CUtensorMap qkv_map, dout_map;
+    float* stats = static_cast<float*>(scratch);
+    attention_row_dot(stats, dout, out, B, T, NH, HS, stream, lse);
+    CUtensorMap qkv_map, dout_map, stats_map;
     make_qkv_map(&qkv_map, qkv, B, T, NH, KV, HS);
     make_dout_map(&dout_map, dout, B, T, NH * HS);
+    make_stats_map<HS>(&stats_map, stats, B, T, NH);
     // dK/dV: a block per key block of each key/value head; dQ: a block per query block of each query head.
     LAUNCH((backward_kernel<HS, true>), dim3(ceil_div(T, Tr::kBlockRows), KV, B), Tr::kThreads, Tr::shared_bytes(),
-           stream, dqkv, lse, row_dot, qkv_map, dout_map, T, NH, KV);
+           stream, dqkv, stats, qkv_map, dout_map, stats_map, T, NH, KV);
     LAUNCH((backward_kernel<HS, false>), dim3(ceil_div(T, Tr::kBlockRows), NH, B), Tr::kThreads, Tr::shared_bytes(),
-           stream, dqkv, lse, row_dot, qkv_map, dout_map, T, NH, KV);
+           stream, dqkv, stats, qkv_map, dout_map, stats_map, T, NH, KV);
 }
 
 // kOverlapSoftmax true: the same kernel with the softmax/MMA overlap (dev/cuda/attention.cu's ladder).
