@@ -49,7 +49,7 @@
 
 constexpr float LAYERNORM_EPS = 1e-5f;
 constexpr int LAYERNORM_X128 = Packed128<floatX>::size;  // floatX values per 128-bit vector
-constexpr int LAYERNORM_FORWARD_THREADS = 256;           // 8 warps: 8 rows per block
+constexpr int LAYERNORM_FORWARD_THREADS = 256;           // 8 warps: 8 rows per block (at most)
 constexpr int LAYERNORM_BACKWARD_MAX_WARPS = 8;          // warps per block (fewer for very wide rows)
 constexpr int LAYERNORM_MAX_VECS = 16;                   // longest row held in registers: 32·16 vectors
 // The backward holds two or three arrays of the row (dout, x, dinp) where the forward holds one: on
@@ -93,6 +93,15 @@ inline void layernorm_with_vecs_per_lane(int C, F&& f) {
         default:
             return f(std::integral_constant<int, 0>());
     }
+}
+
+// Rows (warps) per block of the forward kernels that hold the row in registers: 8, but 2 for rows
+// of 12 or 16 vectors a lane. Those take 118 to 214 registers a thread (ptxas -v, sm_90: LayerNorm
+// 118/158, fused 119/214; RMSNorm 119-120/150), so a block of 8 of them fits once or twice per SM,
+// and all the SM's warps load, reduce and then store at the same time; blocks of 2 fit 4 to 8 times,
+// each in its own phase (and where registers allow, more warps fit: 12 instead of 8 at 150 a thread).
+__host__ __device__ constexpr int layernorm_forward_rows_per_block(int vecs) {
+    return vecs >= 12 ? 2 : LAYERNORM_FORWARD_THREADS / 32;
 }
 
 // One output element: normalised, scaled and shifted; one definition for every forward kernel.
@@ -489,10 +498,10 @@ inline void layernorm_forward_launch(floatX* out, float* mean, float* rstd, floa
                                      const floatX* inp1, const floatX* inp2, const floatX* weight,
                                      const floatX* bias, int N, int C, cudaStream_t stream) {
     if (N == 0) return;
-    const int blocks = ceil_div(N, LAYERNORM_FORWARD_THREADS / 32);
-    const int threads = LAYERNORM_FORWARD_THREADS;
     layernorm_with_vecs_per_lane(C, [&](auto vecs_per_lane) {
         constexpr int VECS = decltype(vecs_per_lane)::value;
+        constexpr int rows = VECS > 0 ? layernorm_forward_rows_per_block(VECS) : LAYERNORM_FORWARD_THREADS / 32;
+        const int blocks = ceil_div(N, rows), threads = 32 * rows;
         if constexpr (VECS > 0)
             LAUNCH((layernorm_forward_kernel<VECS, FUSED>), blocks, threads, 0, stream, out, mean, rstd,
                    residual_out, inp1, inp2, weight, bias, N, C);

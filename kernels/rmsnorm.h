@@ -34,7 +34,7 @@
 #include "kernels/common.h"
 #include "kernels/layernorm.h"
 
-constexpr int RMSNORM_FORWARD_THREADS = 256;  // 8 warps: 8 rows per block
+constexpr int RMSNORM_FORWARD_THREADS = 256;  // 8 warps: 8 rows per block (at most)
 
 // One output vector: x·rstd·w per element, rounded to floatX.
 __device__ __forceinline__ Packed128<floatX> rmsnorm_apply128(const Packed128<floatX>& x, float rstd,
@@ -254,10 +254,11 @@ inline void rmsnorm_forward_launch(floatX* out, float* rstd, floatX* residual_ou
                                    const floatX* inp2, const floatX* weight, int N, int C, float eps,
                                    cudaStream_t stream) {
     if (N == 0) return;
-    const int blocks = ceil_div(N, RMSNORM_FORWARD_THREADS / 32);
-    const int threads = RMSNORM_FORWARD_THREADS;
     layernorm_with_vecs_per_lane(C, [&](auto vecs_per_lane) {
         constexpr int VECS = decltype(vecs_per_lane)::value;
+        // Rows per block as layernorm's forward (fewer for rows of 12+ vectors a lane: occupancy).
+        constexpr int rows = VECS > 0 ? layernorm_forward_rows_per_block(VECS) : RMSNORM_FORWARD_THREADS / 32;
+        const int blocks = ceil_div(N, rows), threads = 32 * rows;
         if constexpr (VECS > 0)
             LAUNCH((rmsnorm_forward_kernel<VECS, FUSED>), blocks, threads, 0, stream, out, rstd, residual_out,
                    inp1, inp2, weight, N, C, eps);
