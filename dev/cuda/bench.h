@@ -1,7 +1,7 @@
 // Shared by the kernel benchmarks in dev/cuda/: timing with CUDA events (warm-up, then the median of
-// repeated runs), the device's copy-bandwidth ceiling measured in the same run, the one-line
-// report formats, the tally of correctness checks, and the host <-> device helpers every benchmark
-// needs. Each dev/cuda/<op>.cu checks every version of its kernel against the CPU reference first,
+// repeated runs), the device's copy-bandwidth ceiling measured in the same run (a 1 GiB copy, and a
+// copy of each kernel's own byte count beside it), the one-line report formats, the tally of
+// correctness checks, and the host <-> device helpers every benchmark needs. Each dev/cuda/<op>.cu checks every version of its kernel against the CPU reference first,
 // then times it. Built by nvcc it runs at chip-filling sizes on the GPU; built through the emulator
 // (g++) it runs small sizes as a correctness check only and prints no timings (BENCH_ON_GPU is false
 // there), printing "PASS name" / "FAIL name: why" lines for the test runner.
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,13 +73,35 @@ inline double measure_and_print_copy_bandwidth() {
     return gbs;
 }
 
+// The time of a device-to-device cudaMemcpy moving as many bytes as a kernel does (half read, half
+// written), timed as the kernels are: the most a kernel of that size can expect, since a copy of
+// tens of MB pays the same launch, ramp-up and last-wave costs that the 1 GiB ceiling hides. Once per
+// size; 0 for sizes under 32 KiB.
+inline double same_size_copy_ms(double bytes) {
+    static std::map<size_t, double> measured;
+    const size_t half = (size_t)(bytes / 2) / 256 * 256;
+    if (half < 16 * 1024) return 0.0;
+    const auto found = measured.find(half);
+    if (found != measured.end()) return found->second;
+    void *src = nullptr, *dst = nullptr;
+    CUDA_CHECK(cudaMalloc(&src, half));
+    CUDA_CHECK(cudaMalloc(&dst, half));
+    CUDA_CHECK(cudaMemset(src, 1, half));
+    const double ms = time_median_ms([&] { CUDA_CHECK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice, 0)); });
+    CUDA_CHECK(cudaFree(src));
+    CUDA_CHECK(cudaFree(dst));
+    return measured[half] = ms;
+}
+
 // ---- report lines
 
-// One benchmark line: name, time, achieved rate and its share of the ceiling.
+// One benchmark line: name, time, achieved rate, its share of the ceiling, and its time against a
+// copy of as many bytes (same_size_copy_ms).
 inline void report_bandwidth(const char* name, double ms, double bytes, double ceiling_gbs) {
-    const double gbs = bytes / (ms * 1e-3) / 1e9;
-    printf("%-40s %9.3f ms %9.1f GB/s  %5.1f%% of copy bandwidth\n", name, ms, gbs,
-           100.0 * gbs / ceiling_gbs);
+    const double gbs = bytes / (ms * 1e-3) / 1e9, copy_ms = same_size_copy_ms(bytes);
+    printf("%-40s %9.3f ms %9.1f GB/s  %5.1f%% of copy bandwidth", name, ms, gbs, 100.0 * gbs / ceiling_gbs);
+    if (copy_ms > 0) printf(", %5.1f%% of a same-size copy's rate", 100.0 * copy_ms / ms);
+    printf("\n");
 }
 inline void report_flops(const char* name, double ms, double flops, double ceiling_tflops) {
     const double tflops = flops / (ms * 1e-3) / 1e12;
