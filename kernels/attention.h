@@ -100,7 +100,7 @@ inline bool attention_hopper_runnable() {
     static const bool runnable = [] {
         if (!hopper_units_available()) return false;
         cudaFuncAttributes attributes;
-        if (cudaFuncGetAttributes(&attributes, attention_hopper::forward_kernel<64, false>) != cudaSuccess)
+        if (cudaFuncGetAttributes(&attributes, attention_hopper::forward_kernel<64, false, 128>) != cudaSuccess)
             return false;
         return attributes.binaryVersion == 90;
     }();

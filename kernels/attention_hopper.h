@@ -9,17 +9,21 @@
 //
 // Per call, N = B·NH·T²·HS: reads qkv (2·B·T·W bytes from DRAM; the K/V tiles again for every query
 // block of the group's NH/KV query heads, from L2), writes out and lse (2·B·T·C + 4·B·NH·T bytes);
-// FLOPs counted 2·N (tensor cores run ~2·N + a diagonal tile per 64 rows).
+// FLOPs counted 2·N (tensor cores run ~2·N + a diagonal tile per 64 rows, and with 128-key tiles
+// the masked half of the first consumer's diagonal tile).
 //
 // Forward: the block (query block of 128 rows, query head, batch) is three warpgroups:
 //   - producer (warpgroup 0): one thread issues TMA loads (kernels/tma.h) of Q once and of K and V
-//     tiles (64 keys) into a ring of kStages shared-memory stages, each stage guarded by mbarriers
+//     tiles (kBlockK keys: 128 in the shipped kernel, 64 in the ladder's versions 6 and 7) into a
+//     ring of kStages shared-memory stages, each stage guarded by mbarriers
 //     (kernels/mbarrier.h): k_full / v_full (expect_tx by the producer, completed by the TMA bytes)
 //     and kv_empty (one arrival per consumer warp once its wgmma reading the stage has completed);
 //   - two consumers (warpgroups 1, 2), 64 query rows each: S = Q·Kᵀ with wgmma (both operands in
 //     shared memory, K-major, 128-byte swizzle), causal mask and online softmax in registers, then
 //     O += P·V with wgmma, P straight from the S accumulators as the A operand in registers and V
-//     read MN-major from shared memory. Across the two consumers, MMAs and softmaxes interleave as
+//     read MN-major from shared memory. A 128-key tile takes one softmax pass (row maxima, their
+//     shuffles, the rescale of O) and one barrier round where 64-key tiles take two, and its S
+//     product is one wgmma of N=128. Across the two consumers, MMAs and softmaxes interleave as
 //     the warp schedulers pick (no enforced ping-pong order), while the producer keeps the next stage
 //     loading. kOverlapSoftmax (off in the shipped kernel) has each consumer issue the next tile's
 //     S = Q·Kᵀ before this tile's softmax, as FlashAttention-3's intra-warpgroup pipelining: on an
@@ -27,7 +31,7 @@
 // Causal tile skipping: the block loads key tiles up to its last row only; a consumer whose rows all
 // lie before a tile skips its MMAs (still waiting and arriving, to keep the ring in step).
 // Registers: 384 threads launch with 168 each; setmaxnreg moves them to where the work is: the
-// producer keeps 24, each consumer thread takes 240 (O, two S tiles, P fragments).
+// producer keeps 24, each consumer thread takes 240 (O, the S tile or two, P fragments).
 //
 // ptxas (nvcc 13.0, sm_90a, -O3): no spills in any kernel here. Registers at entry: 168 in every
 // kernel (then 24 producer / 240 consumer). No wait is added by ptxas (no C7517/C7510 notes).
@@ -50,19 +54,25 @@ namespace attention_hopper {
 
 using bf16 = __nv_bfloat16;
 
-template <int HS>
+// kKeys: keys per K/V tile, 64 or 128 (the shipped forward: 128; dev/cuda/attention.cu's ladder
+// times both).
+template <int HS, int kKeys = 128>
 struct ForwardTraits {
     static_assert(HS == 64 || HS == 128, "head sizes 64 and 128");
+    static_assert(kKeys == 64 || kKeys == 128, "64 or 128 keys a tile");
     static constexpr int kConsumers = 2;                       // consumer warpgroups
     static constexpr int kRowsPerConsumer = 64;                // one wgmma M
     static constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
-    static constexpr int kBlockK = 64;                         // keys per tile (wgmma N of S, 4 k16 steps of P·V)
+    static constexpr int kBlockK = kKeys;                      // keys per tile (wgmma N of S, k16 steps of P·V)
     static constexpr int kStages = 2;                          // K/V ring depth
     static constexpr int kThreads = 128 * (1 + kConsumers);    // producer + consumers
     static constexpr int kPanels = HS / 64;                    // 128-byte swizzle rows hold 64 bf16
-    static constexpr int kPanelBytes = 64 * 128;               // 64 rows of one panel
-    static constexpr int kTileBytes = kPanels * kPanelBytes;   // 64 rows × HS
-    static constexpr int kQBytes = kConsumers * kTileBytes;
+    static constexpr int kQPanelBytes = 64 * 128;              // a consumer's 64 rows of one panel
+    static constexpr int kQTileBytes = kPanels * kQPanelBytes;  // 64 rows × HS
+    static constexpr int kQBytes = kConsumers * kQTileBytes;
+    static constexpr int kPanelBytes = kBlockK * 128;          // a K or V tile's rows of one panel
+    static constexpr int kTileBytes = kPanels * kPanelBytes;   // kBlockK rows × HS
+    static constexpr int kBoxesPerPanel = kBlockK / 64;        // TMA boxes are 64 rows
     static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);
     // Registers per thread (setmaxnreg): the launch gives 65536 / 384 -> 168 each; the producer
     // hands back down to 24 and the consumers take 240 (128·24 + 256·240 = 384·168).
@@ -81,15 +91,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 // kOverlapSoftmax: issue the next tile's S = Q·Kᵀ before this tile's softmax, so that the tensor
-// cores work during it (a second set of S accumulators, 32 registers).
-template <int HS, bool kOverlapSoftmax>
-__global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
+// cores work during it (a second set of S accumulators, kKeys/2 registers).
+template <int HS, bool kOverlapSoftmax, int kKeys>
+__global__ void __launch_bounds__(ForwardTraits<HS, kKeys>::kThreads, 1)
     forward_kernel(bf16* out, float* lse, const __grid_constant__ CUtensorMap qkv_map, int T, int NH, int KV) {
-    using Tr = ForwardTraits<HS>;
+    using Tr = ForwardTraits<HS, kKeys>;
+    static_assert(!(kOverlapSoftmax && kKeys == 128), "the softmax/MMA overlap takes 64-key tiles");
     DYNAMIC_SHARED(unsigned char, raw);
     unsigned char* smem = align_shared<unsigned char>(raw, 1024);
     unsigned char* q_tiles = smem;                                  // [kConsumers][kPanels][64][64]
-    unsigned char* k_tiles = q_tiles + Tr::kQBytes;                 // [kStages][kPanels][64][64]
+    unsigned char* k_tiles = q_tiles + Tr::kQBytes;                 // [kStages][kPanels][kBlockK][64]
     unsigned char* v_tiles = k_tiles + Tr::kStages * Tr::kTileBytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(v_tiles + Tr::kStages * Tr::kTileBytes);
     uint64_t* q_full = bars;
@@ -128,19 +139,23 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
         mbarrier_arrive_expect_tx(q_full, Tr::kQBytes);
         for (int c = 0; c < Tr::kConsumers; c++)
             for (int p = 0; p < Tr::kPanels; p++)
-                tma_load_3d(q_tiles + (c * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, h * HS + 64 * p,
+                tma_load_3d(q_tiles + (c * Tr::kPanels + p) * Tr::kQPanelBytes, &qkv_map, h * HS + 64 * p,
                             q0 + c * Tr::kRowsPerConsumer, b, q_full);
         for (int j = 0; j < tiles; j++) {
             const int s = j % Tr::kStages;
             if (j >= Tr::kStages) mbarrier_wait(&kv_empty[s], (j / Tr::kStages - 1) & 1);  // stage used up
+            // Each panel of the tile: kBlockK rows of 128 bytes, as 64-row boxes 8 KiB apart (the
+            // 128-byte swizzle repeats every 8 rows, so the boxes join into one panel).
             mbarrier_arrive_expect_tx(&k_full[s], Tr::kTileBytes);
             for (int p = 0; p < Tr::kPanels; p++)
-                tma_load_3d(k_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, k_column + 64 * p,
-                            j * Tr::kBlockK, b, &k_full[s]);
+                for (int x = 0; x < Tr::kBoxesPerPanel; x++)
+                    tma_load_3d(k_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes + x * 64 * 128, &qkv_map,
+                                k_column + 64 * p, j * Tr::kBlockK + 64 * x, b, &k_full[s]);
             mbarrier_arrive_expect_tx(&v_full[s], Tr::kTileBytes);
             for (int p = 0; p < Tr::kPanels; p++)
-                tma_load_3d(v_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes, &qkv_map, v_column + 64 * p,
-                            j * Tr::kBlockK, b, &v_full[s]);
+                for (int x = 0; x < Tr::kBoxesPerPanel; x++)
+                    tma_load_3d(v_tiles + (s * Tr::kPanels + p) * Tr::kPanelBytes + x * 64 * 128, &qkv_map,
+                                v_column + 64 * p, j * Tr::kBlockK + 64 * x, b, &v_full[s]);
         }
         return;
     }
@@ -151,7 +166,7 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
     const int row_base = q0 + consumer * Tr::kRowsPerConsumer;  // first query row of this consumer
     const int my_row0 = row_base + wgmma_d_element(thread, 0).row;  // the thread's rows: +0 and +8
     const bool active_rows = row_base < T;
-    const unsigned char* q_tile = q_tiles + consumer * Tr::kTileBytes;
+    const unsigned char* q_tile = q_tiles + consumer * Tr::kQTileBytes;
     const float scale_log2 = kLog2e / sqrtf((float)HS);
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
     float o[HS / 2];
@@ -170,9 +185,11 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
         wgmma_fence();
         ATTENTION_UNROLL
         for (int ks = 0; ks < HS / 16; ks++) {
-            const int panel_offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
-            const uint64_t dq = wgmma_descriptor(q_tile + panel_offset, 16, 1024, WgmmaSwizzle::B128);
-            const uint64_t dk = wgmma_descriptor(k_tile + panel_offset, 16, 1024, WgmmaSwizzle::B128);
+            const int step_offset = (ks % 4) * 32;  // within the 128-byte row of panel ks / 4
+            const uint64_t dq = wgmma_descriptor(q_tile + (ks / 4) * Tr::kQPanelBytes + step_offset, 16, 1024,
+                                                 WgmmaSwizzle::B128);
+            const uint64_t dk = wgmma_descriptor(k_tile + (ks / 4) * Tr::kPanelBytes + step_offset, 16, 1024,
+                                                 WgmmaSwizzle::B128);
             wgmma_ss<Tr::kBlockK>(acc, dq, dk, ks > 0);
         }
         wgmma_commit_group();
@@ -229,7 +246,7 @@ __global__ void __launch_bounds__(ForwardTraits<HS>::kThreads, 1)
     };
 
     mbarrier_wait(q_full, 0);
-    float s_cur[Tr::kBlockK / 2], s_next[Tr::kBlockK / 2];  // S, then P: 64 rows × 64 keys
+    float s_cur[Tr::kBlockK / 2], s_next[Tr::kBlockK / 2];  // S, then P: 64 rows × kBlockK keys
     if (kOverlapSoftmax && work_tiles > 0) issue_scores(s_cur, 0);
     for (int j = 0; j < tiles; j++) {
         const int s = j % Tr::kStages;
@@ -593,18 +610,19 @@ void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bf
            stream, dqkv, stats, qkv_map, dout_map, stats_map, T, NH, KV);
 }
 
-// kOverlapSoftmax true: the same kernel with the softmax/MMA overlap (dev/cuda/attention.cu's ladder).
+// The shipped forward: 128-key tiles, no softmax/MMA overlap. kKeys 64 and kOverlapSoftmax true:
+// dev/cuda/attention.cu's ladder (the overlap only with 64-key tiles, where its second S fits).
 // KV key/value heads (NH % KV == 0; KV == NH: multi-head attention, qkv (B, T, 3C)).
-template <int HS, bool kOverlapSoftmax = false>
+template <int HS, bool kOverlapSoftmax = false, int kKeys = (kOverlapSoftmax ? 64 : 128)>
 void attention_forward_hopper(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
                               int KV, cudaStream_t stream) {
     using namespace attention_hopper;
-    using Tr = ForwardTraits<HS>;
+    using Tr = ForwardTraits<HS, kKeys>;
     static const bool once =
-        (attention_allow_shared_bytes(forward_kernel<HS, kOverlapSoftmax>, Tr::shared_bytes()), true);
+        (attention_allow_shared_bytes(forward_kernel<HS, kOverlapSoftmax, kKeys>, Tr::shared_bytes()), true);
     (void)once;
     CUtensorMap map;
     make_qkv_map(&map, qkv, B, T, NH, KV, HS);
-    LAUNCH((forward_kernel<HS, kOverlapSoftmax>), dim3(ceil_div(T, Tr::kBlockQ), NH, B), Tr::kThreads,
+    LAUNCH((forward_kernel<HS, kOverlapSoftmax, kKeys>), dim3(ceil_div(T, Tr::kBlockQ), NH, B), Tr::kThreads,
            Tr::shared_bytes(), stream, out, lse, map, T, NH, KV);
 }

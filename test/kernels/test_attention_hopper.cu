@@ -1,7 +1,9 @@
 // kernels/attention_hopper.h: the Hopper (TMA + mbarrier + wgmma, warp-specialised) attention
 // forward and backward against the fp32 CPU reference (cpu/attention.h) and lse in double, at odd shapes
-// (T = 37, 50, 1000; HS = 64 and 128; NH = 3), fresh random inputs, outputs poisoned first; two runs,
-// and the forward with and without its softmax/MMA overlap, must give identical bits. Grouped-query
+// (T = 37, 50, 1000; HS = 64 and 128; NH = 3), fresh random inputs, outputs poisoned first; two runs
+// must give identical bits. The forward runs as shipped (128-key tiles) and as the ladder's 64-key
+// versions, each against the reference; the 64-key one with and without its softmax/MMA overlap
+// must give identical bits. Grouped-query
 // attention (KV < NH key/value heads, qkv (B, T, (NH + 2·KV)·HS)): out, lse and dqkv against
 // cpu/gqa_attention.h and against the mma kernel (kernels/attention_tensor_cores.h), two runs
 // identical, at NH = 4 on KV = 2 and 1 and NH = 8 on KV = 2, T past one tile and not a multiple of
@@ -92,16 +94,24 @@ void check_backward(const Shape& s, unsigned seed) {
               shape_name(s).c_str());
 }
 
-// overlap false: the kernel without the softmax/MMA overlap (the same arithmetic, another schedule).
+// Which forward: the shipped one (128-key tiles), or the ladder's 64-key tiles without or with the
+// softmax/MMA overlap (the same arithmetic as each other, another schedule).
+enum class Forward { Shipped, Keys64, Keys64Overlap };
+template <int HS>
+void launch_forward(Forward f, floatX* out, float* lse, const floatX* qkv, const Shape& s) {
+    if (f == Forward::Shipped) attention_forward_hopper<HS>(out, lse, qkv, s.B, s.T, s.NH, s.kv(), 0);
+    if (f == Forward::Keys64) attention_forward_hopper<HS, false, 64>(out, lse, qkv, s.B, s.T, s.NH, s.kv(), 0);
+    if (f == Forward::Keys64Overlap)
+        attention_forward_hopper<HS, true, 64>(out, lse, qkv, s.B, s.T, s.NH, s.kv(), 0);
+}
 void run_forward(const Shape& s, const floatX* d_qkv, std::vector<float>& out, std::vector<float>& lse,
-                 bool overlap = true) {
+                 Forward f = Forward::Shipped) {
     floatX* d_out = device_poisoned<floatX>(s.out_size());
     float* d_lse = device_poisoned<float>(s.lse_size());
-    const int KV = s.kv();
-    if (s.HS == 64 && overlap) attention_forward_hopper<64, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
-    if (s.HS == 64 && !overlap) attention_forward_hopper<64, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
-    if (s.HS == 128 && overlap) attention_forward_hopper<128, true>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
-    if (s.HS == 128 && !overlap) attention_forward_hopper<128, false>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, KV, 0);
+    if (s.HS == 64)
+        launch_forward<64>(f, d_out, d_lse, d_qkv, s);
+    else
+        launch_forward<128>(f, d_out, d_lse, d_qkv, s);
     CUDA_CHECK(cudaGetLastError());
     out = host_floats_of(d_out, s.out_size());
     lse = host_copy_of(d_lse, s.lse_size());
@@ -109,27 +119,35 @@ void run_forward(const Shape& s, const floatX* d_qkv, std::vector<float>& out, s
     CUDA_CHECK(cudaFree(d_lse));
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && bitwise_equal(a.data(), b.data(), a.size() * sizeof(float));
+}
+
 void check_forward(const Shape& s, unsigned seed) {
     const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), seed, -2.0f, 2.0f));
     floatX* d_qkv = device_floatX(qkv);
-    std::vector<float> out, lse, out2, lse2, out3, lse3;
+    std::vector<float> out, lse, out2, lse2, out64, lse64, overlap, overlap_lse;
     run_forward(s, d_qkv, out, lse);
     run_forward(s, d_qkv, out2, lse2);
-    run_forward(s, d_qkv, out3, lse3, false);
+    run_forward(s, d_qkv, out64, lse64, Forward::Keys64);
+    run_forward(s, d_qkv, overlap, overlap_lse, Forward::Keys64Overlap);
     CUDA_CHECK(cudaFree(d_qkv));
 
     const Reference ref = cpu_reference(s, qkv, nullptr);
     const std::string name = shape_name(s);
-    CHECK_CLOSE(out, ref.out, KERNEL_TOLERANCE, (name + " out").c_str());
-    CHECK_CLOSE(lse, ref.lse, 1e-4, (name + " lse").c_str());
-    printf("  hopper forward %s: out rel err %.2e, lse rel err %.2e\n", name.c_str(),
-           tst::rel_l2_error(out.data(), ref.out.data(), ref.out.size()),
-           tst::rel_l2_error(lse.data(), ref.lse.data(), ref.lse.size()));
-    CHECK_MSG(bitwise_equal(out.data(), out2.data(), out.size() * sizeof(float)) &&
-                  bitwise_equal(lse.data(), lse2.data(), lse.size() * sizeof(float)),
-              "two runs differ (%s)", name.c_str());
-    CHECK_MSG(bitwise_equal(out.data(), out3.data(), out.size() * sizeof(float)) &&
-                  bitwise_equal(lse.data(), lse3.data(), lse.size() * sizeof(float)),
+    const struct {
+        const char* tiles;
+        const std::vector<float>&out, &lse;
+    } forwards[] = {{"128-key tiles", out, lse}, {"64-key tiles", out64, lse64}};
+    for (const auto& f : forwards) {
+        CHECK_CLOSE(f.out, ref.out, KERNEL_TOLERANCE, (name + " out, " + f.tiles).c_str());
+        CHECK_CLOSE(f.lse, ref.lse, 1e-4, (name + " lse, " + f.tiles).c_str());
+        printf("  hopper forward %s, %s: out rel err %.2e, lse rel err %.2e\n", name.c_str(), f.tiles,
+               tst::rel_l2_error(f.out.data(), ref.out.data(), ref.out.size()),
+               tst::rel_l2_error(f.lse.data(), ref.lse.data(), ref.lse.size()));
+    }
+    CHECK_MSG(same_bits(out, out2) && same_bits(lse, lse2), "two runs differ (%s)", name.c_str());
+    CHECK_MSG(same_bits(out64, overlap) && same_bits(lse64, overlap_lse),
               "with and without the softmax/MMA overlap differ (%s)", name.c_str());
 }
 
@@ -161,17 +179,18 @@ Reference run_mma(const Shape& s, const floatX* d_qkv, const floatX* d_dout) {
 }
 
 // A grouped-query shape, forward and backward: out, lse and dq, dk, dv (from its own forward's out
-// and lse) against cpu/gqa_attention.h and against the mma kernel; a second run gives the same bits,
-// and the forward with the softmax/MMA overlap too.
+// and lse) against cpu/gqa_attention.h and against the mma kernel; a second run gives the same bits;
+// the 64-key forward against both too, and with the softmax/MMA overlap its bits.
 void check_grouped(const Shape& s, unsigned seed) {
     const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), seed, -2.0f, 2.0f));
     const std::vector<float> dout = round_to_floatX(random_floats(s.out_size(), seed + 1));
     floatX* d_qkv = device_floatX(qkv);
     floatX* d_dout = device_floatX(dout);
-    Reference got, again, overlap;
-    run_forward(s, d_qkv, got.out, got.lse, /*overlap=*/false);
-    run_forward(s, d_qkv, again.out, again.lse, /*overlap=*/false);
-    run_forward(s, d_qkv, overlap.out, overlap.lse, /*overlap=*/true);
+    Reference got, again, keys64, overlap;
+    run_forward(s, d_qkv, got.out, got.lse);
+    run_forward(s, d_qkv, again.out, again.lse);
+    run_forward(s, d_qkv, keys64.out, keys64.lse, Forward::Keys64);
+    run_forward(s, d_qkv, overlap.out, overlap.lse, Forward::Keys64Overlap);
     run_backward(s, d_qkv, d_dout, got.dqkv);
     run_backward(s, d_qkv, d_dout, again.dqkv);
     const Reference mma = run_mma(s, d_qkv, d_dout);
@@ -186,8 +205,11 @@ void check_grouped(const Shape& s, unsigned seed) {
     for (const auto& r : refs) {
         CHECK_CLOSE(got.out, r.ref.out, KERNEL_TOLERANCE, (name + " out vs " + r.name).c_str());
         CHECK_CLOSE(got.lse, r.ref.lse, 1e-4, (name + " lse vs " + r.name).c_str());
-        printf("  hopper %s vs %s: out %.2e, lse %.2e", name.c_str(), r.name,
+        CHECK_CLOSE(keys64.out, r.ref.out, KERNEL_TOLERANCE, (name + " out (64-key tiles) vs " + r.name).c_str());
+        CHECK_CLOSE(keys64.lse, r.ref.lse, 1e-4, (name + " lse (64-key tiles) vs " + r.name).c_str());
+        printf("  hopper %s vs %s: out %.2e (64-key tiles %.2e), lse %.2e", name.c_str(), r.name,
                tst::rel_l2_error(got.out.data(), r.ref.out.data(), r.ref.out.size()),
+               tst::rel_l2_error(keys64.out.data(), r.ref.out.data(), r.ref.out.size()),
                tst::rel_l2_error(got.lse.data(), r.ref.lse.data(), r.ref.lse.size()));
         for (int part = 0; part < 3; part++) {
             const std::vector<float> g = qkv_part(got.dqkv, s, part), x = qkv_part(r.ref.dqkv, s, part);
@@ -197,11 +219,9 @@ void check_grouped(const Shape& s, unsigned seed) {
         }
         printf("\n");
     }
-    CHECK_MSG(bitwise_equal(got.out.data(), again.out.data(), got.out.size() * sizeof(float)) &&
-                  bitwise_equal(got.lse.data(), again.lse.data(), got.lse.size() * sizeof(float)),
-              "two forward runs differ (%s)", name.c_str());
-    CHECK_MSG(bitwise_equal(got.out.data(), overlap.out.data(), got.out.size() * sizeof(float)) &&
-                  bitwise_equal(got.lse.data(), overlap.lse.data(), got.lse.size() * sizeof(float)),
+    CHECK_MSG(same_bits(got.out, again.out) && same_bits(got.lse, again.lse), "two forward runs differ (%s)",
+              name.c_str());
+    CHECK_MSG(same_bits(keys64.out, overlap.out) && same_bits(keys64.lse, overlap.lse),
               "with and without the softmax/MMA overlap differ (%s)", name.c_str());
     CHECK_MSG(bitwise_equal(got.dqkv.data(), again.dqkv.data(), got.dqkv.size() * sizeof(float)),
               "two backward runs differ (%s)", name.c_str());
