@@ -43,6 +43,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention_common.h"
 #include "kernels/common.h"
@@ -195,14 +196,16 @@ __global__ void __launch_bounds__(ForwardTraits<HS, kKeys>::kThreads, 1)
         wgmma_commit_group();
     };
     // Causal mask (and keys past T, which TMA filled with zeros), then the online softmax: acc
-    // becomes P (unnormalised), the running max and sum move, O is rescaled.
-    auto softmax = [&](float* acc, int k0) {
+    // becomes P (unnormalised), the running max and sum move, O is rescaled. The mask's tests run
+    // only where the tile crosses the diagonal or passes T (kMasked).
+    auto softmax = [&](float* acc, int k0, auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
         float tile_max[2] = {-INFINITY, -INFINITY};
         ATTENTION_UNROLL
         for (int r = 0; r < Tr::kBlockK / 2; r++) {
             const WgmmaIndex e = wgmma_d_element(thread, r);
             const int key = k0 + e.col, row = row_base + e.row;
-            if (key > row || key >= T) acc[r] = -INFINITY;
+            if (kMasked && (key > row || key >= T)) acc[r] = -INFINITY;
             tile_max[(r >> 1) & 1] = fmaxf(tile_max[(r >> 1) & 1], acc[r]);
         }
         float base[2], correction[2];
@@ -262,7 +265,11 @@ __global__ void __launch_bounds__(ForwardTraits<HS, kKeys>::kThreads, 1)
                 issue_scores(s_cur, j);
                 wgmma_wait_group<0, Tr::kBlockK>(s_cur);
             }
-            softmax(s_cur, j * Tr::kBlockK);
+            const int k0 = j * Tr::kBlockK;  // keys k0.. all at or before the first row, and before T?
+            if (k0 + Tr::kBlockK - 1 <= row_base && k0 + Tr::kBlockK <= T)
+                softmax(s_cur, k0, std::false_type{});
+            else
+                softmax(s_cur, k0, std::true_type{});
             accumulate_pv(s_cur, j);
             wgmma_wait_group<0, HS>(o);
             if constexpr (kOverlapSoftmax) {
@@ -503,21 +510,35 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
             wgmma_commit_group();
             wgmma_wait_group<0, Tr::kBlockCols>(x);
             wgmma_fence_operands(WgmmaShape<Tr::kBlockCols>{}, y);
-            // P = exp(scale·S − lse) (0 where masked) and dS = P ⊙ (dP − D), in place.
-            ATTENTION_UNROLL
-            for (int r = 0; r < Tr::kBlockCols / 2; r++) {
-                const WgmmaIndex e = wgmma_d_element(thread, r);
-                const int row = row_base + e.row, col = col0 + e.col;
-                const int query = kKeyRows ? col : row, key = kKeyRows ? row : col;
-                float p = 0.0f, d = 0.0f;
-                if (key <= query && query < T) {
-                    const float l = kKeyRows ? stats_tile[2 * e.col] : row_lse[(r >> 1) & 1];
-                    d = kKeyRows ? stats_tile[2 * e.col + 1] : row_d[(r >> 1) & 1];
-                    p = exp2f(fmaf(x[r], scale_log2, -l));
+            // P = exp(scale·S − lse) (0 where masked) and dS = P ⊙ (dP − D), in place. Only tiles
+            // that cross the diagonal or pass T test each element (kMasked); the others, most of
+            // them, skip the tests.
+            const auto probabilities = [&](auto masked) {
+                constexpr bool kMasked = decltype(masked)::value;
+                ATTENTION_UNROLL
+                for (int r = 0; r < Tr::kBlockCols / 2; r++) {
+                    const WgmmaIndex e = wgmma_d_element(thread, r);
+                    const int row = row_base + e.row, col = col0 + e.col;
+                    const int query = kKeyRows ? col : row, key = kKeyRows ? row : col;
+                    float p = 0.0f, d = 0.0f;
+                    if (!kMasked || (key <= query && query < T)) {
+                        const float l = kKeyRows ? stats_tile[2 * e.col] : row_lse[(r >> 1) & 1];
+                        d = kKeyRows ? stats_tile[2 * e.col + 1] : row_d[(r >> 1) & 1];
+                        p = exp2f(fmaf(x[r], scale_log2, -l));
+                    }
+                    x[r] = p;
+                    y[r] = p * (y[r] - d);
                 }
-                x[r] = p;
-                y[r] = p * (y[r] - d);
-            }
+            };
+            // This tile's keys k0..k0+nk-1 and queries q0..q0+nq-1: every key at or before every
+            // query, and every query before T?
+            const int k0 = kKeyRows ? row_base : col0, q0 = kKeyRows ? col0 : row_base;
+            constexpr int nk = kKeyRows ? Tr::kRowsPerConsumer : Tr::kBlockCols;
+            constexpr int nq = kKeyRows ? Tr::kBlockCols : Tr::kRowsPerConsumer;
+            if (k0 + nk - 1 <= q0 && q0 + nq <= T)
+                probabilities(std::false_type{});
+            else
+                probabilities(std::true_type{});
             uint32_t p_frag[Tr::kBlockCols / 16][4], ds_frag[Tr::kBlockCols / 16][4];
             ATTENTION_UNROLL
             for (int kk = 0; kk < Tr::kBlockCols / 16; kk++)
