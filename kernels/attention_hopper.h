@@ -65,7 +65,10 @@ struct ForwardTraits {
     static constexpr int kRowsPerConsumer = 64;                // one wgmma M
     static constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
     static constexpr int kBlockK = kKeys;                      // keys per tile (wgmma N of S, k16 steps of P·V)
-    static constexpr int kStages = 2;                          // K/V ring depth
+    // K/V ring depth. Three: a block holds the SM alone (its 384 threads take the register file), so
+    // shared memory is free for a deeper ring: two tiles load while one is consumed (at HS 128 with
+    // 128-key tiles, 225 KiB of the 227 a block may have).
+    static constexpr int kStages = 3;
     static constexpr int kThreads = 128 * (1 + kConsumers);    // producer + consumers
     static constexpr int kPanels = HS / 64;                    // 128-byte swizzle rows hold 64 bf16
     static constexpr int kQPanelBytes = 64 * 128;              // a consumer's 64 rows of one panel
@@ -357,7 +360,7 @@ struct BackwardTraits {
     static constexpr int kRowsPerConsumer = 64;
     static constexpr int kBlockRows = kConsumers * kRowsPerConsumer;
     static constexpr int kBlockCols = 64;
-    static constexpr int kStages = 2;
+    static constexpr int kStages = 3;  // a ring as deep as the forward's (shared memory is free here too)
     static constexpr int kThreads = 128 * (1 + kConsumers);
     static constexpr int kPanels = HS / 64;
     static constexpr int kPanelBytes = 64 * 128;
