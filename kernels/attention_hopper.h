@@ -337,7 +337,13 @@ inline void make_qkv_map(CUtensorMap* map, const bf16* qkv, int B, int T, int NH
 // with lse, in the scratch). The dK/dV pass needs the 64 pairs of its step's query tile: the producer
 // loads them by TMA with the tile (512 bytes more on the stage's barrier), so the consumers read them
 // from shared memory rather than from global memory after each product; the dQ pass reads its rows'
-// pairs once.
+// pairs once. Each consumer waits once a step (kPipelined, shipped): it issues the step's
+// accumulation, then the next step's X and Y right behind it, then waits for both, so the tensor
+// cores take the next products without a round trip through the warpgroup. (Not in the dK/dV pass
+// at HS 128: the next X and Y do not fit beside dK and dV in 240 registers.) No branch may lie
+// between a wgmma and its wait there (ptxas would serialise them), so steps whose tile the rows do
+// not meet (a consumer's first or last step of a head) are computed fully masked rather than
+// skipped; the plain schedule skips them.
 // Grouped-query attention: the dK/dV pass has a block per key block of each key/value head (grid
 // T/kBlockRows × KV × B). Its row tiles (K, V) load once; its column steps run over the group's
 // NH/KV query heads one after another, each over its query tiles from the diagonal on, as one
@@ -378,7 +384,7 @@ struct TileSource {
     int map, column;
 };
 
-template <int HS, bool kKeyRows>
+template <int HS, bool kKeyRows, bool kPipelined>
 __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     backward_kernel(bf16* dqkv, const float* stats, const __grid_constant__ CUtensorMap qkv_map,
                     const __grid_constant__ CUtensorMap dout_map, const __grid_constant__ CUtensorMap stats_map,
@@ -482,94 +488,147 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
         }
     }
 
-    mbarrier_wait(rows_full, 0);
-    for (int n = 0, j = first_tile, h = first_head; n < steps; n++) {
-        const int s = n % Tr::kStages;
-        // Key rows: this step's query statistics, {lse·log2(e), D} per query of the tile.
-        const float* stats_tile = stats_tiles + s * (Tr::kStatsBytes / 4);
-        const uint32_t parity = (n / Tr::kStages) & 1;
-        const int col0 = j * Tr::kBlockCols;
-        const bool compute = active_rows && (kKeyRows ? col0 + Tr::kBlockCols - 1 >= row_base
-                                                      : col0 <= row_base + Tr::kRowsPerConsumer - 1);
-        const unsigned char* c1_tile = c1_tiles + s * Tr::kTileBytes;
-        const unsigned char* c2_tile = c2_tiles + s * Tr::kTileBytes;
-        mbarrier_wait(&c1_full[s], parity);
-        mbarrier_wait(&c2_full[s], parity);
-        if (compute) {
-            float x[Tr::kBlockCols / 2], y[Tr::kBlockCols / 2];
-            wgmma_fence();
-            ATTENTION_UNROLL
-            for (int ks = 0; ks < HS / 16; ks++) {
-                const int offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
-                wgmma_ss<Tr::kBlockCols>(x, wgmma_descriptor(r1_tile + offset, 16, 1024, WgmmaSwizzle::B128),
-                                         wgmma_descriptor(c1_tile + offset, 16, 1024, WgmmaSwizzle::B128), ks > 0);
-            }
-            ATTENTION_UNROLL
-            for (int ks = 0; ks < HS / 16; ks++) {
-                const int offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
-                wgmma_ss<Tr::kBlockCols>(y, wgmma_descriptor(r2_tile + offset, 16, 1024, WgmmaSwizzle::B128),
-                                         wgmma_descriptor(c2_tile + offset, 16, 1024, WgmmaSwizzle::B128), ks > 0);
-            }
-            wgmma_commit_group();
-            wgmma_wait_group<0, Tr::kBlockCols>(x);
-            wgmma_fence_operands(WgmmaShape<Tr::kBlockCols>{}, y);
-            // P = exp(scale·S − lse) (0 where masked) and dS = P ⊙ (dP − D), in place. Only tiles
-            // that cross the diagonal or pass T test each element (kMasked); the others, most of
-            // them, skip the tests.
-            const auto probabilities = [&](auto masked) {
-                constexpr bool kMasked = decltype(masked)::value;
-                ATTENTION_UNROLL
-                for (int r = 0; r < Tr::kBlockCols / 2; r++) {
-                    const WgmmaIndex e = wgmma_d_element(thread, r);
-                    const int row = row_base + e.row, col = col0 + e.col;
-                    const int query = kKeyRows ? col : row, key = kKeyRows ? row : col;
-                    float p = 0.0f, d = 0.0f;
-                    if (!kMasked || (key <= query && query < T)) {
-                        const float l = kKeyRows ? stats_tile[2 * e.col] : row_lse[(r >> 1) & 1];
-                        d = kKeyRows ? stats_tile[2 * e.col + 1] : row_d[(r >> 1) & 1];
-                        p = exp2f(fmaf(x[r], scale_log2, -l));
-                    }
-                    x[r] = p;
-                    y[r] = p * (y[r] - d);
-                }
-            };
-            // This tile's keys k0..k0+nk-1 and queries q0..q0+nq-1: every key at or before every
-            // query, and every query before T?
-            const int k0 = kKeyRows ? row_base : col0, q0 = kKeyRows ? col0 : row_base;
-            constexpr int nk = kKeyRows ? Tr::kRowsPerConsumer : Tr::kBlockCols;
-            constexpr int nq = kKeyRows ? Tr::kBlockCols : Tr::kRowsPerConsumer;
-            if (k0 + nk - 1 <= q0 && q0 + nq <= T)
-                probabilities(std::false_type{});
-            else
-                probabilities(std::true_type{});
-            uint32_t p_frag[Tr::kBlockCols / 16][4], ds_frag[Tr::kBlockCols / 16][4];
-            ATTENTION_UNROLL
-            for (int kk = 0; kk < Tr::kBlockCols / 16; kk++)
-                ATTENTION_UNROLL
-                for (int i = 0; i < 4; i++) {
-                    p_frag[kk][i] = pack_bf16(x[8 * kk + 2 * i], x[8 * kk + 2 * i + 1]);
-                    ds_frag[kk][i] = pack_bf16(y[8 * kk + 2 * i], y[8 * kk + 2 * i + 1]);
-                }
-            // Accumulate: the column tiles MN-major (64 columns per panel, LBO; 8 rows, SBO).
-            wgmma_fence();
-            ATTENTION_UNROLL
-            for (int kk = 0; kk < Tr::kBlockCols / 16; kk++) {
-                const uint64_t d1 = wgmma_descriptor(c1_tile + kk * 16 * 128, Tr::kPanelBytes, 1024, WgmmaSwizzle::B128);
-                if (kKeyRows) {
-                    const uint64_t d2 = wgmma_descriptor(c2_tile + kk * 16 * 128, Tr::kPanelBytes, 1024, WgmmaSwizzle::B128);
-                    wgmma_rs<HS, 1>(acc1, p_frag[kk], d2, 1);   // dV += Pᵀ·dO
-                    wgmma_rs<HS, 1>(acc2, ds_frag[kk], d1, 1);  // dK += dSᵀ·Q
-                } else {
-                    wgmma_rs<HS, 1>(acc1, ds_frag[kk], d1, 1);  // dQ += dS·K
-                }
-            }
-            wgmma_commit_group();
-            wgmma_wait_group<0, HS>(acc1);
-            wgmma_fence_operands(WgmmaShape<HS>{}, acc2);
+    // Step n of the walk: its stage and parity, its column tile, and whether this consumer's rows
+    // meet the tile (causal skipping: it still waits and arrives, to keep the ring in step).
+    struct Step {
+        int stage;
+        uint32_t parity;
+        int col0;
+        bool compute;
+    };
+    const int tiles_per_head = end_tile - first_tile;
+    const auto step_at = [&](int n) {
+        const int col0 = (first_tile + n % tiles_per_head) * Tr::kBlockCols;
+        const bool meets = kKeyRows ? col0 + Tr::kBlockCols - 1 >= row_base
+                                    : col0 <= row_base + Tr::kRowsPerConsumer - 1;
+        return Step{n % Tr::kStages, (uint32_t)(n / Tr::kStages) & 1, col0, active_rows && meets};
+    };
+    float x[Tr::kBlockCols / 2], y[Tr::kBlockCols / 2];                       // X, Y; then P, dS
+    uint32_t p_frag[Tr::kBlockCols / 16][4], ds_frag[Tr::kBlockCols / 16][4];  // P, dS as A operands
+
+    // X = R1·C1ᵀ and Y = R2·C2ᵀ of a step, once its tiles have landed: one committed group.
+    // (always: issue the products whether or not the rows meet the tile, their P then all masked)
+    const auto issue_products = [&](const Step& st, auto always) {
+        mbarrier_wait(&c1_full[st.stage], st.parity);
+        mbarrier_wait(&c2_full[st.stage], st.parity);
+        if (!decltype(always)::value && !st.compute) return;
+        const unsigned char* c1_tile = c1_tiles + st.stage * Tr::kTileBytes;
+        const unsigned char* c2_tile = c2_tiles + st.stage * Tr::kTileBytes;
+        wgmma_fence();
+        ATTENTION_UNROLL
+        for (int ks = 0; ks < HS / 16; ks++) {
+            const int offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
+            wgmma_ss<Tr::kBlockCols>(x, wgmma_descriptor(r1_tile + offset, 16, 1024, WgmmaSwizzle::B128),
+                                     wgmma_descriptor(c1_tile + offset, 16, 1024, WgmmaSwizzle::B128), ks > 0);
         }
+        ATTENTION_UNROLL
+        for (int ks = 0; ks < HS / 16; ks++) {
+            const int offset = (ks / 4) * Tr::kPanelBytes + (ks % 4) * 32;
+            wgmma_ss<Tr::kBlockCols>(y, wgmma_descriptor(r2_tile + offset, 16, 1024, WgmmaSwizzle::B128),
+                                     wgmma_descriptor(c2_tile + offset, 16, 1024, WgmmaSwizzle::B128), ks > 0);
+        }
+        wgmma_commit_group();
+    };
+    // Once X and Y are in: P and dS, then the accumulating products, issued as one committed group.
+    const auto issue_accumulation = [&](const Step& st) {
+        // Key rows: this step's query statistics, {lse·log2(e), D} per query of the tile.
+        const float* stats_tile = stats_tiles + st.stage * (Tr::kStatsBytes / 4);
+        // P = exp(scale·S − lse) (0 where masked) and dS = P ⊙ (dP − D), in place. Only tiles that
+        // cross the diagonal or pass T test each element (kMasked); the others, most of them, skip
+        // the tests.
+        const auto probabilities = [&](auto masked) {
+            constexpr bool kMasked = decltype(masked)::value;
+            ATTENTION_UNROLL
+            for (int r = 0; r < Tr::kBlockCols / 2; r++) {
+                const WgmmaIndex e = wgmma_d_element(thread, r);
+                const int row = row_base + e.row, col = st.col0 + e.col;
+                const int query = kKeyRows ? col : row, key = kKeyRows ? row : col;
+                float p = 0.0f, d = 0.0f;
+                if (!kMasked || (key <= query && query < T)) {
+                    const float l = kKeyRows ? stats_tile[2 * e.col] : row_lse[(r >> 1) & 1];
+                    d = kKeyRows ? stats_tile[2 * e.col + 1] : row_d[(r >> 1) & 1];
+                    p = exp2f(fmaf(x[r], scale_log2, -l));
+                }
+                x[r] = p;
+                y[r] = p * (y[r] - d);
+            }
+        };
+        // This tile's keys k0..k0+nk-1 and queries q0..q0+nq-1: every key at or before every query,
+        // and every query before T?
+        const int k0 = kKeyRows ? row_base : st.col0, q0 = kKeyRows ? st.col0 : row_base;
+        constexpr int nk = kKeyRows ? Tr::kRowsPerConsumer : Tr::kBlockCols;
+        constexpr int nq = kKeyRows ? Tr::kBlockCols : Tr::kRowsPerConsumer;
+        if (k0 + nk - 1 <= q0 && q0 + nq <= T)
+            probabilities(std::false_type{});
+        else
+            probabilities(std::true_type{});
+        ATTENTION_UNROLL
+        for (int kk = 0; kk < Tr::kBlockCols / 16; kk++)
+            ATTENTION_UNROLL
+            for (int i = 0; i < 4; i++) {
+                p_frag[kk][i] = pack_bf16(x[8 * kk + 2 * i], x[8 * kk + 2 * i + 1]);
+                ds_frag[kk][i] = pack_bf16(y[8 * kk + 2 * i], y[8 * kk + 2 * i + 1]);
+            }
+        // Accumulate: the column tiles MN-major (64 columns per panel, LBO; 8 rows, SBO).
+        const unsigned char* c1_tile = c1_tiles + st.stage * Tr::kTileBytes;
+        const unsigned char* c2_tile = c2_tiles + st.stage * Tr::kTileBytes;
+        wgmma_fence();
+        ATTENTION_UNROLL
+        for (int kk = 0; kk < Tr::kBlockCols / 16; kk++) {
+            const uint64_t d1 = wgmma_descriptor(c1_tile + kk * 16 * 128, Tr::kPanelBytes, 1024, WgmmaSwizzle::B128);
+            if (kKeyRows) {
+                const uint64_t d2 = wgmma_descriptor(c2_tile + kk * 16 * 128, Tr::kPanelBytes, 1024, WgmmaSwizzle::B128);
+                wgmma_rs<HS, 1>(acc1, p_frag[kk], d2, 1);   // dV += Pᵀ·dO
+                wgmma_rs<HS, 1>(acc2, ds_frag[kk], d1, 1);  // dK += dSᵀ·Q
+            } else {
+                wgmma_rs<HS, 1>(acc1, ds_frag[kk], d1, 1);  // dQ += dS·K
+            }
+        }
+        wgmma_commit_group();
+    };
+    // Waits for every group this warpgroup issued; the compiler is told every operand changed.
+    const auto wait_all = [&]() {
+        wgmma_wait_group<0, Tr::kBlockCols>(x);
+        wgmma_fence_operands(WgmmaShape<Tr::kBlockCols>{}, y);
+        wgmma_fence_operands(WgmmaShape<HS>{}, acc1);
+        wgmma_fence_operands(WgmmaShape<HS>{}, acc2);
+    };
+    // A step's stage is free once this warp's products reading it have completed.
+    const auto release = [&](const Step& st) {
         __syncwarp();
-        if (lane == 0) mbarrier_arrive(&c_empty[s]);
-        if (++j == end_tile) j = first_tile, h++;
+        if (lane == 0) mbarrier_arrive(&c_empty[st.stage]);
+    };
+
+    mbarrier_wait(rows_full, 0);
+    if constexpr (!kPipelined) {
+        // Each step in turn: its products, P and dS, the accumulation, then the stage back.
+        for (int n = 0; n < steps; n++) {
+            const Step st = step_at(n);
+            issue_products(st, std::false_type{});
+            if (st.compute) {
+                wait_all();
+                issue_accumulation(st);
+                wait_all();
+            }
+            release(st);
+        }
+    } else {
+        // The next step's products are issued right behind this step's accumulation, and one wait
+        // takes both: the tensor cores go from one to the other without waiting for this warpgroup.
+        // No branch may separate a product's issue from its wait (ptxas would serialise every
+        // wgmma, C7514/C7515): so every step computes, those whose tile the rows do not meet with
+        // every P masked to 0, and the last step's accumulation is taken out of the loop.
+        issue_products(step_at(0), std::true_type{});
+        wait_all();
+        for (int n = 0; n + 1 < steps; n++) {
+            issue_accumulation(step_at(n));
+            issue_products(step_at(n + 1), std::true_type{});
+            wait_all();  // this step's accumulation, the next step's X and Y
+            release(step_at(n));
+        }
+        issue_accumulation(step_at(steps - 1));
+        wait_all();
+        release(step_at(steps - 1));
     }
 
     // Write, once: key rows dK (scaled) and dV of key/value head kv; query rows dQ (scaled).
@@ -610,16 +669,22 @@ inline void make_stats_map(CUtensorMap* map, const float* stats, int B, int T, i
 
 }  // namespace attention_hopper
 
-// dqkv (B, T, (NH + 2·KV)·HS) overwritten; scratch: attention_backward_scratch_bytes() bytes (D).
-// KV key/value heads (NH % KV == 0; KV == NH: multi-head attention, dqkv (B, T, 3C)).
-template <int HS>
+// dqkv (B, T, (NH + 2·KV)·HS) overwritten; scratch: attention_backward_scratch_bytes() bytes (the
+// query statistics). KV key/value heads (NH % KV == 0; KV == NH: multi-head attention, dqkv
+// (B, T, 3C)). kPipelined (shipped): each step's products issued behind the step before's
+// accumulation, in the dQ pass and at HS 64 in the dK/dV pass (at HS 128 the next products do not fit
+// the registers beside dK and dV: ptxas spills and serialises the wgmmas, C7512); false:
+// dev/cuda/attention.cu's ladder.
+template <int HS, bool kPipelined = true>
 void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bfloat16* dout,
                                const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* qkv, int B, int T,
                                int NH, int KV, cudaStream_t stream) {
     using namespace attention_hopper;
     using Tr = BackwardTraits<HS>;
-    static const bool once = (attention_allow_shared_bytes(backward_kernel<HS, true>, Tr::shared_bytes()),
-                              attention_allow_shared_bytes(backward_kernel<HS, false>, Tr::shared_bytes()), true);
+    constexpr bool kKeyRowsPipelined = kPipelined && HS == 64;
+    static const bool once =
+        (attention_allow_shared_bytes(backward_kernel<HS, true, kKeyRowsPipelined>, Tr::shared_bytes()),
+         attention_allow_shared_bytes(backward_kernel<HS, false, kPipelined>, Tr::shared_bytes()), true);
     (void)once;
     float* stats = static_cast<float*>(scratch);
     attention_row_dot(stats, dout, out, B, T, NH, HS, stream, lse);
@@ -628,10 +693,10 @@ void attention_backward_hopper(__nv_bfloat16* dqkv, void* scratch, const __nv_bf
     make_dout_map(&dout_map, dout, B, T, NH * HS);
     make_stats_map<HS>(&stats_map, stats, B, T, NH);
     // dK/dV: a block per key block of each key/value head; dQ: a block per query block of each query head.
-    LAUNCH((backward_kernel<HS, true>), dim3(ceil_div(T, Tr::kBlockRows), KV, B), Tr::kThreads, Tr::shared_bytes(),
-           stream, dqkv, stats, qkv_map, dout_map, stats_map, T, NH, KV);
-    LAUNCH((backward_kernel<HS, false>), dim3(ceil_div(T, Tr::kBlockRows), NH, B), Tr::kThreads, Tr::shared_bytes(),
-           stream, dqkv, stats, qkv_map, dout_map, stats_map, T, NH, KV);
+    LAUNCH((backward_kernel<HS, true, kKeyRowsPipelined>), dim3(ceil_div(T, Tr::kBlockRows), KV, B), Tr::kThreads,
+           Tr::shared_bytes(), stream, dqkv, stats, qkv_map, dout_map, stats_map, T, NH, KV);
+    LAUNCH((backward_kernel<HS, false, kPipelined>), dim3(ceil_div(T, Tr::kBlockRows), NH, B), Tr::kThreads,
+           Tr::shared_bytes(), stream, dqkv, stats, qkv_map, dout_map, stats_map, T, NH, KV);
 }
 
 // The shipped forward: 128-key tiles, no softmax/MMA overlap. kKeys 64 and kOverlapSoftmax true:

@@ -22,10 +22,14 @@
 //   8 6 with tiles of 128 keys instead of 64 (forward; the backward is 6's): half the softmax
 //     passes (row maxima, their shuffles, the O rescale) and barrier rounds per key, S by wgmma
 //     N=128; the consumer of a block's first 64 rows computes the masked half of its diagonal tile
-//     (about 6% more products at T=1024). The shipped forward on sm_90
+//     (about 6% more products at T=1024)
+//   9 8 with the backward pipelined: each step's X = R1·C1ᵀ and Y = R2·C2ᵀ issued right behind the
+//     step before's accumulation, one wait for both (the dQ pass, and the dK/dV pass at HS 64); the
+//     steps a consumer's rows do not meet run masked rather than branch around the products. The
+//     shipped kernel on sm_90
 //   last: what kernels/attention.h dispatches to (--attention-kernel NAME forces one: auto, hopper,
 //     mma, cuda-cores)
-// Versions 3-8 exist in the bf16 build only; 6, 7 and 8 run where attention_hopper_runnable() (an sm_90
+// Versions 3-9 exist in the bf16 build only; 6 to 9 run where attention_hopper_runnable() (an sm_90
 // GPU, or the emulator). Grouped-query shapes (KV < NH key/value heads, Llama 3's; reference
 // cpu/gqa_attention.h) run every version but the naive one, which takes KV == NH only; on a GPU, at
 // Llama 3 8B's heads (B=4 T=1024 NH=32 KV=8 HS=128), the Hopper versions and the shipped one. FLOPs
@@ -250,13 +254,14 @@ void hopper_forward(Problem& p) {
     else
         attention_forward_hopper<128, kOverlapSoftmax, kKeys>(p.d_out, p.d_lse, p.d_qkv, p.B, p.T, p.NH, p.KV, 0);
 }
+template <bool kPipelined>
 void hopper_backward(Problem& p) {
     if (p.HS == 64)
-        attention_backward_hopper<64>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
-                                      p.NH, p.KV, 0);
+        attention_backward_hopper<64, kPipelined>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B,
+                                                  p.T, p.NH, p.KV, 0);
     else
-        attention_backward_hopper<128>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B, p.T,
-                                       p.NH, p.KV, 0);
+        attention_backward_hopper<128, kPipelined>(p.d_dqkv, p.d_scratch, p.d_dout, p.d_out, p.d_lse, p.d_qkv, p.B,
+                                                   p.T, p.NH, p.KV, 0);
 }
 #endif
 
@@ -279,11 +284,14 @@ std::vector<Version> versions() {
                  tensor_core_backward<kCpAsyncPipeline>});
     const auto hopper_here = [](int HS, bool) { return (HS == 64 || HS == 128) && attention_hopper_runnable(); };
     const char* hopper_needs = "needs HS 64/128 and an sm_90 GPU";
-    v.push_back({"6 Hopper: TMA ring, warp-specialised wgmma", hopper_forward<false, 64>, hopper_backward,
+    v.push_back({"6 Hopper: TMA ring, warp-specialised wgmma", hopper_forward<false, 64>, hopper_backward<false>,
                  hopper_here, hopper_needs});
-    v.push_back({"7 + softmax during the next QK^T", hopper_forward<true, 64>, hopper_backward, hopper_here,
+    v.push_back({"7 + softmax during the next QK^T", hopper_forward<true, 64>, hopper_backward<false>, hopper_here,
                  hopper_needs});
-    v.push_back({"8 6 with 128-key tiles", hopper_forward<false, 128>, hopper_backward, hopper_here, hopper_needs});
+    v.push_back({"8 6 with 128-key tiles", hopper_forward<false, 128>, hopper_backward<false>, hopper_here,
+                 hopper_needs});
+    v.push_back({"9 + backward products behind the accumulation", hopper_forward<false, 128>, hopper_backward<true>,
+                 hopper_here, hopper_needs});
 #endif
 #ifdef ENABLE_FP32
     const char* shipped = "shipped (version 2 in the fp32 build)";

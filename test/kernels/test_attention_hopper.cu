@@ -52,17 +52,30 @@ Reference cpu_reference(const Shape& s, const std::vector<float>& qkv, const std
     return attention_cpu_reference(qkv, dout, s.B, s.T, s.NH, s.kv(), s.HS);
 }
 
-void run_backward(const Shape& s, const floatX* d_qkv, const floatX* d_dout, std::vector<float>& dqkv) {
+// pipelined false: the ladder's backward that waits for each step's accumulation before the next
+// step's products (the shipped one issues them behind it); the same arithmetic.
+void run_backward(const Shape& s, const floatX* d_qkv, const floatX* d_dout, std::vector<float>& dqkv,
+                  bool pipelined = true) {
     floatX* d_out = device_poisoned<floatX>(s.out_size());
     float* d_lse = device_poisoned<float>(s.lse_size());
     floatX* d_dqkv = device_poisoned<floatX>(s.qkv_size());
     void* d_scratch = device_poisoned<unsigned char>(attention_backward_scratch_bytes(s.B, s.T, s.NH, s.HS));
     if (s.HS == 64) {
         attention_forward_hopper<64>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
-        attention_backward_hopper<64>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
+        if (pipelined)
+            attention_backward_hopper<64, true>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
+                                                s.kv(), 0);
+        else
+            attention_backward_hopper<64, false>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
+                                                 s.kv(), 0);
     } else {
         attention_forward_hopper<128>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
-        attention_backward_hopper<128>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
+        if (pipelined)
+            attention_backward_hopper<128, true>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
+                                                 s.kv(), 0);
+        else
+            attention_backward_hopper<128, false>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
+                                                  s.kv(), 0);
     }
     CUDA_CHECK(cudaGetLastError());
     dqkv = host_floats_of(d_dqkv, s.qkv_size());
@@ -72,15 +85,17 @@ void run_backward(const Shape& s, const floatX* d_qkv, const floatX* d_dout, std
     CUDA_CHECK(cudaFree(d_scratch));
 }
 
-// dq, dk and dv, each against the CPU reference's backward; two runs identical bits.
+// dq, dk and dv, each against the CPU reference's backward; two runs identical bits, and the bits
+// of the backward that is not pipelined.
 void check_backward(const Shape& s, unsigned seed) {
     const std::vector<float> qkv = round_to_floatX(random_floats(s.qkv_size(), seed, -2.0f, 2.0f));
     const std::vector<float> dout = round_to_floatX(random_floats(s.out_size(), seed + 1));
     floatX* d_qkv = device_floatX(qkv);
     floatX* d_dout = device_floatX(dout);
-    std::vector<float> got, again;
+    std::vector<float> got, again, unpipelined;
     run_backward(s, d_qkv, d_dout, got);
     run_backward(s, d_qkv, d_dout, again);
+    run_backward(s, d_qkv, d_dout, unpipelined, /*pipelined=*/false);
     CUDA_CHECK(cudaFree(d_qkv));
     CUDA_CHECK(cudaFree(d_dout));
     const Reference ref = cpu_reference(s, qkv, &dout);
@@ -92,6 +107,8 @@ void check_backward(const Shape& s, unsigned seed) {
     }
     CHECK_MSG(bitwise_equal(got.data(), again.data(), got.size() * sizeof(float)), "two backward runs differ (%s)",
               shape_name(s).c_str());
+    CHECK_MSG(bitwise_equal(got.data(), unpipelined.data(), got.size() * sizeof(float)),
+              "the pipelined and the plain backward differ (%s)", shape_name(s).c_str());
 }
 
 // Which forward: the shipped one (128-key tiles), or the ladder's 64-key tiles without or with the
