@@ -53,30 +53,27 @@ Reference cpu_reference(const Shape& s, const std::vector<float>& qkv, const std
 }
 
 // pipelined false: the ladder's backward that waits for each step's accumulation before the next
-// step's products (the shipped one issues them behind it); the same arithmetic.
+// step's products (the shipped one issues them behind it); the same arithmetic. Both from the
+// shipped forward's out and lse.
+template <int HS>
+void launch_forward_backward(bool pipelined, floatX* dqkv, void* scratch, floatX* out, float* lse, const floatX* qkv,
+                             const floatX* dout, const Shape& s) {
+    attention_forward_hopper<HS>(out, lse, qkv, s.B, s.T, s.NH, s.kv(), 0);
+    if (pipelined)
+        attention_backward_hopper<HS, true>(dqkv, scratch, dout, out, lse, qkv, s.B, s.T, s.NH, s.kv(), 0);
+    else
+        attention_backward_hopper<HS, false>(dqkv, scratch, dout, out, lse, qkv, s.B, s.T, s.NH, s.kv(), 0);
+}
 void run_backward(const Shape& s, const floatX* d_qkv, const floatX* d_dout, std::vector<float>& dqkv,
                   bool pipelined = true) {
     floatX* d_out = device_poisoned<floatX>(s.out_size());
     float* d_lse = device_poisoned<float>(s.lse_size());
     floatX* d_dqkv = device_poisoned<floatX>(s.qkv_size());
     void* d_scratch = device_poisoned<unsigned char>(attention_backward_scratch_bytes(s.B, s.T, s.NH, s.HS));
-    if (s.HS == 64) {
-        attention_forward_hopper<64>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
-        if (pipelined)
-            attention_backward_hopper<64, true>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
-                                                s.kv(), 0);
-        else
-            attention_backward_hopper<64, false>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
-                                                 s.kv(), 0);
-    } else {
-        attention_forward_hopper<128>(d_out, d_lse, d_qkv, s.B, s.T, s.NH, s.kv(), 0);
-        if (pipelined)
-            attention_backward_hopper<128, true>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
-                                                 s.kv(), 0);
-        else
-            attention_backward_hopper<128, false>(d_dqkv, d_scratch, d_dout, d_out, d_lse, d_qkv, s.B, s.T, s.NH,
-                                                  s.kv(), 0);
-    }
+    if (s.HS == 64)
+        launch_forward_backward<64>(pipelined, d_dqkv, d_scratch, d_out, d_lse, d_qkv, d_dout, s);
+    else
+        launch_forward_backward<128>(pipelined, d_dqkv, d_scratch, d_out, d_lse, d_qkv, d_dout, s);
     CUDA_CHECK(cudaGetLastError());
     dqkv = host_floats_of(d_dqkv, s.qkv_size());
     CUDA_CHECK(cudaFree(d_out));
