@@ -34,12 +34,13 @@
 // producer keeps 24, each consumer thread takes 240 (O, the S tile or two, P fragments).
 //
 // ptxas (nvcc 13.0, sm_90a, -O3): no spills in any kernel here. Registers at entry: 168 in every
-// kernel (then 24 producer / 240 consumer). No wait is added by ptxas (no C7517/C7510 notes).
-// Check: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v.
+// kernel (then 24 producer / 240 consumer). No wgmma serialised and no wait added by ptxas (no
+// C7510-C7517 notes). Check: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v.
 //
 // Shared memory (1024-byte aligned; tiles as 128-byte-swizzled panels of 64 columns, what TMA
-// writes and the wgmma descriptors read): Q [2 consumers][HS/64 panels][64 rows][64],
-// K and V [kStages][HS/64][64 keys][64], then the mbarriers.
+// writes and the wgmma descriptors read): forward Q [2 consumers][HS/64 panels][64 rows][64],
+// K and V [kStages][HS/64][kBlockK keys][64], then the mbarriers (113 KiB at HS 64, 225 KiB at
+// HS 128); the backward's layout is at its kernel (83 and 163 KiB).
 #pragma once
 #include <cmath>
 #include <cstdint>
