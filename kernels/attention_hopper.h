@@ -489,21 +489,28 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
         }
     }
 
-    // Step n of the walk: its stage and parity, its column tile, and whether this consumer's rows
+    // A step of the walk: its stage and parity, its column tile, and whether this consumer's rows
     // meet the tile (causal skipping: it still waits and arrives, to keep the ring in step).
     struct Step {
         int stage;
         uint32_t parity;
-        int col0;
+        int tile, col0;
         bool compute;
     };
-    const int tiles_per_head = end_tile - first_tile;
-    const auto step_at = [&](int n) {
-        const int col0 = (first_tile + n % tiles_per_head) * Tr::kBlockCols;
+    const auto step_on = [&](int stage, uint32_t parity, int tile) {
+        const int col0 = tile * Tr::kBlockCols;
         const bool meets = kKeyRows ? col0 + Tr::kBlockCols - 1 >= row_base
                                     : col0 <= row_base + Tr::kRowsPerConsumer - 1;
-        return Step{n % Tr::kStages, (uint32_t)(n / Tr::kStages) & 1, col0, active_rows && meets};
+        return Step{stage, parity, tile, col0, active_rows && meets};
     };
+    // The step after st: the next stage of the ring (the parity flips as it wraps), the next column
+    // tile (back to the first one at the group's next query head).
+    const auto step_after = [&](const Step& st) {
+        const bool wraps = st.stage + 1 == Tr::kStages;
+        return step_on(wraps ? 0 : st.stage + 1, wraps ? st.parity ^ 1u : st.parity,
+                       st.tile + 1 == end_tile ? first_tile : st.tile + 1);
+    };
+    const Step first_step = step_on(0, 0, first_tile);
     float x[Tr::kBlockCols / 2], y[Tr::kBlockCols / 2];                       // X, Y; then P, dS
     uint32_t p_frag[Tr::kBlockCols / 16][4], ds_frag[Tr::kBlockCols / 16][4];  // P, dS as A operands
 
@@ -603,8 +610,8 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
     mbarrier_wait(rows_full, 0);
     if constexpr (!kPipelined) {
         // Each step in turn: its products, P and dS, the accumulation, then the stage back.
-        for (int n = 0; n < steps; n++) {
-            const Step st = step_at(n);
+        Step st = first_step;
+        for (int n = 0; n < steps; n++, st = step_after(st)) {
             issue_products(st, std::false_type{});
             if (st.compute) {
                 wait_all();
@@ -619,17 +626,20 @@ __global__ void __launch_bounds__(BackwardTraits<HS>::kThreads, 1)
         // No branch may separate a product's issue from its wait (ptxas would serialise every
         // wgmma, C7514/C7515): so every step computes, those whose tile the rows do not meet with
         // every P masked to 0, and the last step's accumulation is taken out of the loop.
-        issue_products(step_at(0), std::true_type{});
+        Step st = first_step;
+        issue_products(st, std::true_type{});
         wait_all();
         for (int n = 0; n + 1 < steps; n++) {
-            issue_accumulation(step_at(n));
-            issue_products(step_at(n + 1), std::true_type{});
+            const Step next = step_after(st);
+            issue_accumulation(st);
+            issue_products(next, std::true_type{});
             wait_all();  // this step's accumulation, the next step's X and Y
-            release(step_at(n));
+            release(st);
+            st = next;
         }
-        issue_accumulation(step_at(steps - 1));
+        issue_accumulation(st);
         wait_all();
-        release(step_at(steps - 1));
+        release(st);
     }
 
     // Write, once: key rows dK (scaled) and dV of key/value head kv; query rows dQ (scaled).
