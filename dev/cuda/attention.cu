@@ -19,11 +19,11 @@
 //   7 + each consumer issues the next tile's QK^T before this tile's softmax, so its own MMAs run
 //     during the softmax (the backward is 6's). Slower than 6 on an H100 at every shape measured
 //     (dev/RESULTS.md)
-//   8 6 with tiles of 128 keys instead of 64 (forward; the backward is 6's): half the softmax
+//   8 as 6, with tiles of 128 keys instead of 64 (forward; the backward is 6's): half the softmax
 //     passes (row maxima, their shuffles, the O rescale) and barrier rounds per key, S by wgmma
 //     N=128; the consumer of a block's first 64 rows computes the masked half of its diagonal tile
 //     (about 6% more products at T=1024)
-//   9 8 with the backward pipelined: each step's X = R1·C1ᵀ and Y = R2·C2ᵀ issued right behind the
+//   9 as 8, with the backward pipelined: each step's X = R1·C1ᵀ and Y = R2·C2ᵀ issued right behind the
 //     step before's accumulation, one wait for both (the dQ pass, and the dK/dV pass at HS 64); the
 //     steps a consumer's rows do not meet run masked rather than branch around the products. The
 //     shipped kernel on sm_90
@@ -288,7 +288,7 @@ std::vector<Version> versions() {
                  hopper_here, hopper_needs});
     v.push_back({"7 + softmax during the next QK^T", hopper_forward<true, 64>, hopper_backward<false>, hopper_here,
                  hopper_needs});
-    v.push_back({"8 6 with 128-key tiles", hopper_forward<false, 128>, hopper_backward<false>, hopper_here,
+    v.push_back({"8 as 6, with 128-key tiles", hopper_forward<false, 128>, hopper_backward<false>, hopper_here,
                  hopper_needs});
     v.push_back({"9 + backward products behind the accumulation", hopper_forward<false, 128>, hopper_backward<true>,
                  hopper_here, hopper_needs});

@@ -1,8 +1,8 @@
 // Shared by the kernel benchmarks in dev/cuda/: timing with CUDA events (warm-up, then the median of
 // repeated runs), the device's copy-bandwidth ceiling measured in the same run (a 1 GiB copy, and a
 // copy of each kernel's own byte count beside it), the one-line report formats, the tally of
-// correctness checks, and the host <-> device helpers every benchmark needs. Each dev/cuda/<op>.cu checks every version of its kernel against the CPU reference first,
-// then times it. Built by nvcc it runs at chip-filling sizes on the GPU; built through the emulator
+// correctness checks, and the host <-> device helpers every benchmark needs. Each dev/cuda/<op>.cu
+// checks every version of its kernel against the CPU reference first, then times it. Built by nvcc it runs at chip-filling sizes on the GPU; built through the emulator
 // (g++) it runs small sizes as a correctness check only and prints no timings (BENCH_ON_GPU is false
 // there), printing "PASS name" / "FAIL name: why" lines for the test runner.
 //
