@@ -2,9 +2,10 @@
 // repeated runs), the device's copy-bandwidth ceiling measured in the same run (a 1 GiB copy, and a
 // copy of each kernel's own byte count beside it), the one-line report formats, the tally of
 // correctness checks, and the host <-> device helpers every benchmark needs. Each dev/cuda/<op>.cu
-// checks every version of its kernel against the CPU reference first, then times it. Built by nvcc it runs at chip-filling sizes on the GPU; built through the emulator
-// (g++) it runs small sizes as a correctness check only and prints no timings (BENCH_ON_GPU is false
-// there), printing "PASS name" / "FAIL name: why" lines for the test runner.
+// checks every version of its kernel against the CPU reference first, then times it. Built by nvcc
+// it runs at chip-filling sizes on the GPU; built through the emulator (g++) it runs small sizes as
+// a correctness check only and prints no timings (BENCH_ON_GPU is false there), printing
+// "PASS name" / "FAIL name: why" lines for the test runner.
 //
 // The kernel tests' helpers (test/kernels/kernel_test.h) come with it: random_floats,
 // random_tokens, host_to_floatX / host_from_floatX / round_to_floatX, device_copy_of, device_floatX,
