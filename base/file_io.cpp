@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,18 +87,41 @@ void AtomicFile::commit() {
     slot_ = -1;
 }
 
-// fopen for reading, failing with a message naming the file. A directory opens without error on
-// Linux and only its reads fail, which would read as "file too short": say what it is instead.
-static FILE* open_for_reading(const std::string& path) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) fail("%s: cannot open (%s)", path.c_str(), strerror(errno));
+// What a path is when it is not a regular file, for the messages ("a FIFO", "a directory").
+static const char* kind_of_file(mode_t mode) {
+    return S_ISFIFO(mode)   ? "a FIFO (named pipe)"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+                            : "a file of another kind";
+}
+
+// Opened without blocking (a FIFO's open would wait for a writer, a device's reads never end), then
+// checked to be a regular file before anything is read from it.
+FILE* open_regular_file(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) fail("%s: cannot open (%s)", path.c_str(), strerror(errno));
     struct stat info;
-    if (fstat(fileno(f), &info) == 0 && S_ISDIR(info.st_mode)) {
-        fclose(f);
-        fail("%s: is a directory, not a file", path.c_str());
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        const int saved_errno = errno;
+        const bool known = fstat(fd, &info) == 0;
+        close(fd);
+        if (!known) fail("%s: cannot read its type (%s)", path.c_str(), strerror(saved_errno));
+        if (S_ISDIR(info.st_mode)) fail("%s: is a directory, not a file", path.c_str());
+        fail("%s: is %s, not a regular file", path.c_str(), kind_of_file(info.st_mode));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    FILE* f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        fail("%s: cannot open (%s)", path.c_str(), strerror(errno));
     }
     return f;
 }
+
+void check_regular_file(const std::string& path) { fclose(open_regular_file(path)); }
+
+static FILE* open_for_reading(const std::string& path) { return open_regular_file(path); }
 
 uint64_t file_size(const std::string& path) {
     FILE* f = open_for_reading(path);

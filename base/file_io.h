@@ -29,6 +29,13 @@ private:
 // about to end the process at once (train/interrupts.h), so that no half-written file stays behind.
 void remove_temporary_files_now();
 
+// Opens a file for reading after checking, without blocking, that it is a regular file: a FIFO, a
+// device, a socket or a directory is refused with an InputError naming the path and what it is
+// ("x: is a FIFO (named pipe), not a regular file"), so that no input can leave a program waiting.
+// Every reader of the project's files opens them through it (or check_regular_file first).
+FILE* open_regular_file(const std::string& path);
+void check_regular_file(const std::string& path);
+
 // Size of a file in bytes; throws InputError naming it if it cannot be opened.
 uint64_t file_size(const std::string& path);
 

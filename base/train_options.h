@@ -19,7 +19,7 @@ struct TrainOptions {
     int checkpoints_keep = 0;  // -nk (0 = keep all)
     int checkpoint_async = 1;  // --checkpoint-async: 1 writes checkpoints in the background
     int snapshot_every = 0;    // --snapshot-every: training state in node memory every N steps (0: none)
-    std::string snapshot_dir;  // --snapshot-dir ("": /dev/shm/gpt_snapshots_<hash of -o>)
+    std::string snapshot_dir;  // --snapshot-dir: where the run makes gpt_snapshots_<hash of -o> ("": /dev/shm)
     int resume = 0;            // -y
     // batch
     int batch_size = 4;          // -b
@@ -47,11 +47,14 @@ struct TrainOptions {
     int val_every = 20;            // -v (0 = never)
     int val_batches = 20;          // -m
     int sample_every = 20;         // -s (0 = never)
-    int gen_tokens = 64;           // -g
+    int gen_tokens = 64;           // -g (past the context -t, the window slides, as ./generate's does)
+    double sample_seconds = 60;    // --sample-seconds: a sample ends after this long (0 = no bound)
     int overfit_single_batch = 0;  // -a
     int hellaswag = 0;             // -h (llm.c's HellaSwag evaluation; --help shows the help)
     std::string hellaswag_file = "dev/data/hellaswag/hellaswag_val.bin";  // where llm.c writes it
     int log_every = 1;             // --log-every: print the step line every N steps
+    int stop_timeout = 120;        // --stop-timeout: seconds from SIGINT/SIGTERM to the step boundary
+                                   // before the run ends without a checkpoint (0 = wait; train/interrupts.h)
     // where the time goes (train/step_profile.h)
     int timers = 1;                     // --timers: 0 off, 1 the slowest phase on the step line, 2 a table
     double straggler_threshold = 0.2;   // --straggler-threshold: a rank this much slower is named

@@ -36,5 +36,5 @@ if [ -z "$out" ]; then
 fi
 # The same small job on either: the CPU trainer's defaults (a 7M-parameter model, 600 steps).
 ./"$trainer" -e custom:L4:C128:H4:T256 -b 8 -t 128 -x 600 -l 1e-3 -u 20 -q 0.1 -c 0.1 -v 100 -m 10 \
-  -s 200 -g 64 "${output_flags[@]}" "$@"
+  -s 200 -g 64 "${output_flags[@]}" --override "$@"
 scripts/plot_metrics.sh "$out" && echo "chart: $out/metrics.png"

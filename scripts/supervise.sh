@@ -165,7 +165,7 @@ run_once() {
   [ -n "$excluded_hosts" ] && exclude="--exclude=$(echo $excluded_hosts | tr ' ' ',')"
   command="${launcher//\{n\}/$n}"
   command="${command//\{exclude\}/$exclude}"
-  ( $command "${host_args[@]}" "$@" "${extra[@]}" 2>&1 | tee "$launch_output"; exit "${PIPESTATUS[0]}" ) &
+  ( $command "${host_args[@]}" "$@" --override "${extra[@]}" 2>&1 | tee "$launch_output"; exit "${PIPESTATUS[0]}" ) &
   local job=$!
   if [ "$n" -lt "$max_ranks" ]; then  # regrow: a clean stop after --regrow-after steps on fewer ranks
     while kill -0 $job 2>/dev/null; do
@@ -244,8 +244,14 @@ while true; do
   fi
   if [ "$restarts" -ge "$max_restarts" ]; then
     echo "supervise.sh: giving up after $restarts restart(s); the last exit status was $status" >&2
-    # An abandoned run's snapshots (the folder the trainer names in snapshots.path), on this node.
-    [ -r "$out_dir/snapshots.path" ] && rm -rf "$(head -1 "$out_dir/snapshots.path")"
+    # An abandoned run's snapshots (the folder the trainer names in snapshots.path), on this node: only
+    # the files and folders the trainer makes there (train/snapshots.h), each folder once it is empty.
+    snapshots=$( [ -r "$out_dir/snapshots.path" ] && head -1 "$out_dir/snapshots.path" )
+    if [[ "$(basename "${snapshots:-none}")" == gpt_snapshots_* && -d "$snapshots" && ! -L "$snapshots" ]]; then
+      find "$snapshots" -mindepth 3 -maxdepth 3 -type f -path '*/held_by_*/*_of_*/*' \
+        \( -name 'model_*.bin*' -o -name 'state_*.bin*' \) -delete
+      find "$snapshots" -depth -type d -empty -delete
+    fi
     exit 1
   fi
   restarts=$((restarts + 1))

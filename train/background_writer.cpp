@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "base/errors.h"
@@ -21,11 +20,10 @@ BackgroundWriter::~BackgroundWriter() {
     if (!error_.empty()) fprintf(stderr, "error: %s\n", error_.c_str());
 }
 
-void BackgroundWriter::queue(std::vector<FileImage> files, std::vector<std::string> remove_first) {
+void BackgroundWriter::queue(std::vector<FileImage> files, std::function<void()> first) {
     auto shared = std::make_shared<std::vector<FileImage>>(std::move(files));
-    queue([shared, remove_first = std::move(remove_first)]() {
-        std::error_code ignored;  // a folder already gone is no error
-        for (const std::string& path : remove_first) std::filesystem::remove_all(path, ignored);
+    queue([shared, first = std::move(first)]() {
+        if (first) first();
         for (FileImage& f : *shared) {
             AtomicFile file(f.path);
             file.write(f.bytes.data(), f.bytes.size());

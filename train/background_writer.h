@@ -28,10 +28,10 @@ public:
     BackgroundWriter(const BackgroundWriter&) = delete;
     BackgroundWriter& operator=(const BackgroundWriter&) = delete;
 
-    // Queues a job that removes the files and folders `remove_first` names (older snapshots no longer
+    // Queues a job that first runs `first` where given (the removal of older snapshots no longer
     // needed, so that they free their memory before the new one takes it), then writes `files` (in
     // order).
-    void queue(std::vector<FileImage> files, std::vector<std::string> remove_first = {});
+    void queue(std::vector<FileImage> files, std::function<void()> first = nullptr);
     // Queues a job that writes its files itself (a checkpoint's files, serialised, checksummed and
     // written piece by piece on the writer's thread, off the training thread), or any other work on
     // the files, such as a DONE marker.

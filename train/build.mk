@@ -22,6 +22,13 @@ $(BUILD)/test/train/test_train_cpu: $(BUILD)/test/train/test_train_cpu.o $(HOST_
                                    | $(BIN)/train_gpt_cpu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+# What a run owns and waits on, through train_gpt_cpu: the output folder's lock, snapshots beside
+# foreign files, inputs that are not regular files, flags given twice, stops within a bounded time.
+TESTS += $(BUILD)/test/train/test_run_ownership
+$(BUILD)/test/train/test_run_ownership: $(BUILD)/test/train/test_run_ownership.o $(HOST_OBJS) $(TEST_MAIN) \
+                                       | $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
 # LAMB, LARS and the learning-rate scaling through train_gpt_cpu: first steps against a reference in
 # the test, resumes, bad values; and the CUDA trainer's refusal (train_gpt_emu, where built).
 TESTS += $(BUILD)/test/train/test_train_optimizers

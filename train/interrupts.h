@@ -10,8 +10,22 @@
 #pragma once
 #include <string>
 
+// A stop within a bounded time: the first signal also starts a clock of `stop_timeout_seconds`
+// (--stop-timeout; 0: none). Where the loop has not reached the step boundary by then (a rank
+// waits on a collective that another rank never joins, a step far longer than a scheduler's grace
+// period), the process ends there with one line naming what it was waiting on, its half-written
+// files removed, and the newest complete checkpoint stays the one to resume from:
+//   error: no step boundary within --stop-timeout 120 s of SIGTERM (waiting on: the other ranks'
+//   agreement at the step boundary); exiting without a checkpoint: resume from the newest complete one
+//
 // Installs the handlers; `announce`: this rank prints the one-line notices (rank 0).
-void install_interrupt_handlers(bool announce);
+void install_interrupt_handlers(bool announce, int stop_timeout_seconds = 0);
+
+// What the loop waits on now, for that line: a string literal ("a sample"), kept by pointer.
+void note_waiting_on(const char* what);
+// The loop has reached the step boundary after a stop was asked: the stop's clock ends here (the
+// checkpoint is written; a second signal still exits at once).
+void stop_boundary_reached();
 
 // Whether a signal has asked this process to stop (the loop calls it once per step).
 bool stop_requested();

@@ -17,11 +17,42 @@
 namespace fs = std::filesystem;
 
 std::string snapshot_root(const TrainOptions& opt) {
-    if (!opt.snapshot_dir.empty()) return opt.snapshot_dir;
     if (opt.output_dir.empty()) return "";
     const std::string folder = fs::absolute(opt.output_dir).lexically_normal().string();
-    return strprintf("/dev/shm/gpt_snapshots_%016llx",
+    const std::string parent = opt.snapshot_dir.empty() ? "/dev/shm" : opt.snapshot_dir;
+    return strprintf("%s/gpt_snapshots_%016llx", parent.c_str(),
                      (unsigned long long)fnv1a64(folder.c_str(), folder.size(), FNV_OFFSET));
+}
+
+// A path made absolute with its links resolved as far as it exists ("a/../b" and a link to b agree).
+static fs::path resolved(const std::string& path) {
+    std::error_code error;
+    const fs::path p = fs::weakly_canonical(fs::absolute(path), error);
+    return error ? fs::absolute(path).lexically_normal() : p;
+}
+
+// Whether `inner` is `outer` or lies below it.
+static bool lies_within(const fs::path& inner, const fs::path& outer) {
+    auto o = outer.begin(), i = inner.begin();
+    for (; o != outer.end() && !o->empty(); ++o, ++i)
+        if (i == inner.end() || *i != *o) return false;
+    return true;
+}
+
+void check_snapshot_dir(const TrainOptions& opt) {
+    if (opt.snapshot_dir.empty() || opt.snapshot_every <= 0) return;
+    const std::string& dir = opt.snapshot_dir;
+    std::error_code error;
+    if (fs::exists(dir, error) && !fs::is_directory(dir, error))
+        fail("--snapshot-dir: %s is not a folder (the snapshots go into a folder the run makes inside it)",
+             dir.c_str());
+    const fs::path snapshots = resolved(dir), output = resolved(opt.output_dir);
+    if (snapshots == output)
+        fail("--snapshot-dir: %s is the output folder (-o); give a folder of node memory apart from it, such as "
+             "/dev/shm", dir.c_str());
+    if (lies_within(output, snapshots))
+        fail("--snapshot-dir: %s holds the output folder %s; give a folder apart from it, such as /dev/shm",
+             dir.c_str(), opt.output_dir.c_str());
 }
 
 std::vector<FileImage> checkpoint_files(const std::string& dir, const CheckpointPart& part) {
@@ -42,6 +73,62 @@ void write_checkpoint_files(const std::string& dir, const CheckpointPart& part) 
 void reuse_part_arrays(CheckpointPart& part) {
     for (std::vector<float>* array : {&part.weights, &part.state.params, &part.state.adam_m, &part.state.adam_v})
         reuse_host_array(std::move(*array));
+}
+
+// The names this file gives what it makes: "held_by_RRRRR", "SSSSSSSS_of_NNNNN", and in those the
+// checkpoint files "model_SSSSSSSS.bin" and "state_SSSSSSSS_RRRRR.bin" (with an AtomicFile's
+// ".tmp.PID" while one is written). Removals take only names of these shapes.
+static bool all_digits(const std::string& text, size_t from, size_t count) {
+    if (text.size() < from + count) return false;
+    for (size_t i = from; i < from + count; i++)
+        if (text[i] < '0' || text[i] > '9') return false;
+    return true;
+}
+static bool is_holder_name(const std::string& n) {
+    return n.size() == 13 && n.compare(0, 8, "held_by_") == 0 && all_digits(n, 8, 5);
+}
+static bool is_snapshot_folder_name(const std::string& n) {
+    return n.size() == 17 && all_digits(n, 0, 8) && n.compare(8, 4, "_of_") == 0 && all_digits(n, 12, 5);
+}
+static bool is_snapshot_file_name(const std::string& name) {
+    const size_t temporary = name.find(".bin.tmp.");
+    const std::string n = temporary == std::string::npos ? name : name.substr(0, temporary + 4);
+    if (temporary != std::string::npos && !all_digits(name, temporary + 9, name.size() - temporary - 9)) return false;
+    const bool model = n.size() == 18 && n.compare(0, 6, "model_") == 0 && all_digits(n, 6, 8) &&
+                       n.compare(14, 4, ".bin") == 0;
+    const bool state = n.size() == 24 && n.compare(0, 6, "state_") == 0 && all_digits(n, 6, 8) && n[14] == '_' &&
+                       all_digits(n, 15, 5) && n.compare(20, 4, ".bin") == 0;
+    return model || state;
+}
+
+// The entries of a folder that are themselves folders (not links) with names `is_ours` accepts, or
+// files (not links) with such names: what a removal may take.
+static std::vector<fs::path> our_entries(const fs::path& dir, bool (*is_ours)(const std::string&), bool folders) {
+    std::vector<fs::path> found;
+    std::error_code error;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+        const fs::file_status status = entry.symlink_status(error);
+        const bool kind = folders ? fs::is_directory(status) : fs::is_regular_file(status);
+        if (!error && kind && is_ours(entry.path().filename().string())) found.push_back(entry.path());
+    }
+    return found;
+}
+
+// Removes a snapshot folder's files and then the folder, which goes only when nothing else is in it.
+static void remove_snapshot_folder(const fs::path& folder) {
+    std::error_code ignored;  // a file already gone is no error
+    for (const fs::path& file : our_entries(folder, is_snapshot_file_name, false)) fs::remove(file, ignored);
+    fs::remove(folder, ignored);  // an empty folder only
+}
+
+void remove_snapshot_tree(const std::string& root) {
+    std::error_code error, ignored;
+    if (fs::is_symlink(root, error) || !fs::is_directory(root, error)) return;
+    for (const fs::path& holder : our_entries(root, is_holder_name, true)) {
+        for (const fs::path& folder : our_entries(holder, is_snapshot_folder_name, true)) remove_snapshot_folder(folder);
+        fs::remove(holder, ignored);
+    }
+    fs::remove(root, ignored);
 }
 
 // The folder of what rank `holder` of a run on `ranks` ranks keeps of step `step`.
@@ -125,7 +212,11 @@ SnapshotWrite prepare_snapshot(const std::string& root, const CheckpointPart& mi
     std::vector<std::pair<long long, std::string>> older;
     for (const auto& folder : snapshot_folders(held_by_path(root, ranks.rank)))
         if (folder.first != mine.step) older.push_back(folder);
-    for (size_t i = 0; i + 1 < older.size(); i++) write.remove.push_back(older[i].second);
+    std::vector<std::string> remove;
+    for (size_t i = 0; i + 1 < older.size(); i++) remove.push_back(older[i].second);
+    write.remove = [remove]() {
+        for (const std::string& folder : remove) remove_snapshot_folder(folder);
+    };
     write.files = checkpoint_files(dir, mine);
     if (ranks.num_ranks > 1) {  // the previous rank's part, kept here too
         std::vector<char> sent = files_bytes(write.files), received = ranks.pass_to_next_rank(sent);
@@ -259,7 +350,6 @@ long long recover_snapshot(const TrainOptions& opt, RankGroup& ranks) {
 void remove_snapshots(const std::string& root, RankGroup& ranks) {
     if (root.empty()) return;
     ranks.barrier();  // no rank still reads them
-    std::error_code ignored;
-    if (ranks.local_rank == 0) fs::remove_all(root, ignored);
+    if (ranks.local_rank == 0) remove_snapshot_tree(root);
     ranks.barrier();
 }

@@ -5,7 +5,8 @@
 // (train/background_writer.h) while the next step runs; the loop waits for it at the next step
 // boundary, before that step is logged, so a logged step is always covered by a snapshot.
 //
-// Layout (ROOT: --snapshot-dir, or /dev/shm/gpt_snapshots_<hash of the output folder's absolute path>):
+// Layout (ROOT: gpt_snapshots_<hash of the output folder's absolute path>, a folder the run makes in
+// --snapshot-dir, by default /dev/shm):
 //   ROOT/held_by_RRRRR/SSSSSSSS_of_NNNNN/   what rank R of a run on N ranks holds of step S:
 //       state_SSSSSSSS_RRRRR.bin and, for R = 0, model_SSSSSSSS.bin        (its own part)
 //       state_SSSSSSSS_QQQQQ.bin and, for Q = 0, model_SSSSSSSS.bin        (rank Q = R − 1's copy)
@@ -18,8 +19,11 @@
 // folder, the rank that holds each part copies it there and rank 0 marks the checkpoint done. The
 // resume then reads it as any checkpoint, on whatever mesh the restart has (train/resharding.h).
 // Every node's snapshots of the run are then removed: the new run takes its own. A finished run
-// removes them too (remove_snapshots).
+// removes them too (remove_snapshots). A removal takes only what the run made: files and folders
+// with the names above, each folder only once nothing else is left in it, ROOT last; a file of
+// another name put there survives, and so does the --snapshot-dir folder itself.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +35,11 @@
 
 // Where this run's snapshots go ("" without an output folder).
 std::string snapshot_root(const TrainOptions& opt);
+// Refuses a --snapshot-dir that is not a folder, is the output folder or holds it (one line each).
+void check_snapshot_dir(const TrainOptions& opt);
+// Removes the snapshot files and folders this code makes below `root`, then `root` where it is left
+// empty; nothing of another name.
+void remove_snapshot_tree(const std::string& root);
 
 // A checkpoint as one rank holds it at a step boundary, before it becomes files: its training state
 // (with its part of the master weights and moments) and, on rank 0, the whole model's working weights.
@@ -55,7 +64,7 @@ void reuse_part_arrays(CheckpointPart& part);
 // first. Call it once the snapshot before is complete on every rank: that one is kept.
 struct SnapshotWrite {
     std::vector<FileImage> files;
-    std::vector<std::string> remove;
+    std::function<void()> remove;  // removes the older snapshot folders (BackgroundWriter::queue's `first`)
     size_t bytes = 0;  // the memory the snapshot takes on this rank's node
 };
 SnapshotWrite prepare_snapshot(const std::string& root, const CheckpointPart& mine, RankGroup& ranks);

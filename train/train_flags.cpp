@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "base/errors.h"
@@ -57,7 +58,7 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "keep the training state in node memory every N steps, with a copy on the next rank, for a "
          "restart that loses at most N steps (0: none; needs -o)"},
         {"", "--snapshot-dir", Kind::STRING, FIELD(snapshot_dir), 0, 0,
-         "where the snapshots go (default /dev/shm/gpt_snapshots_<hash of -o>; node-local memory)"},
+         "the folder of node-local memory in which the run makes its snapshot folder, gpt_snapshots_<hash of -o> (empty: /dev/shm)"},
         {"-y", "--resume", Kind::INT, FIELD(resume), 0, 1,
          "1: resume from the newest complete checkpoint in -o (or start afresh if none); "
          "0: -o must not hold another run"},
@@ -111,13 +112,18 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-s", "--sample-every", Kind::INT, FIELD(sample_every), 0, INT_MAX,
          "sample text every N steps (0: never)"},
         {"-g", "--gen-tokens", Kind::INT, FIELD(gen_tokens), 1, 1 << 20,
-         "tokens to generate per sample"},
+         "tokens to generate per sample (past -t the window of the last -t tokens slides on)"},
+        {"", "--sample-seconds", Kind::DOUBLE, FIELD(sample_seconds), 0, 1e9,
+         "a sample stops after this many seconds, or at SIGINT/SIGTERM, saying so (0: no time bound)"},
         {"-h", "--hellaswag", Kind::INT, FIELD(hellaswag), 0, 1,
          "1: HellaSwag accuracy at each validation, as llm.c's -h (skipped when its file is absent)"},
         {"", "--hellaswag-file", Kind::STRING, FIELD(hellaswag_file), 0, 0,
          "llm.c's HellaSwag eval file for -h 1 (llm.c's dev/data/hellaswag.py writes it)"},
         {"", "--log-every", Kind::INT, FIELD(log_every), 1, INT_MAX,
          "print the step line every N steps (and the first, the last and validation steps)"},
+        {"", "--stop-timeout", Kind::INT, FIELD(stop_timeout), 0, INT_MAX,
+         "seconds a stop signal waits for the step boundary (and its checkpoint) before the run ends "
+         "without one, naming what it waited on (0: no bound)"},
         {"", "--timers", Kind::INT, FIELD(timers), 0, 2,
          "phase timers (data, forward, loss, backward, comm wait, optimizer, ...) on every rank, read on "
          "logged steps: 0 off, 1 the step line names the phase whose ranks differ most, 2 also a table of "
@@ -294,6 +300,8 @@ std::string train_flags_help(const char* program, const TrainOptions& defaults) 
         text += strprintf("  %-4s %-24s %s (default %s)\n", f.short_name, f.long_name, f.help,
                           default_text(f).c_str());
     text += "       --help                   show this help (also -h with no value)\n";
+    text += strprintf("       %-24s flags after it replace the same flags before it (a wrapper script's defaults)\n",
+                      OVERRIDE_MARKER);
     return text;
 }
 
@@ -306,13 +314,20 @@ std::vector<FlagValue> train_flag_values(const TrainOptions& options) {
 }
 
 // Walks argv's flags in order: calls visit(flag, value) for each; returns false at --help (or a bare
-// -h last), before visiting the rest.
+// -h last), before visiting the rest. A flag given twice (in its short or long form) is an error,
+// since one of the two values would be dropped without a word; a wrapper script that passes its
+// defaults first puts OVERRIDE_MARKER between them and its caller's flags, which then replace them.
 template <typename Visit>
 static bool walk_flags(int argc, const char* const* argv, const std::vector<Flag>& flags, Visit&& visit) {
+    std::set<std::string> given;  // long names, since the start or the last OVERRIDE_MARKER
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
         // llm.c's -h takes a value (HellaSwag); a bare -h as the last argument asks for help.
         if (arg == "--help" || (arg == "-h" && i + 1 == argc)) return false;
+        if (arg == OVERRIDE_MARKER) {
+            given.clear();
+            continue;
+        }
         std::string value;
         bool inline_value = false;
         if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
@@ -324,6 +339,9 @@ static bool walk_flags(int argc, const char* const* argv, const std::vector<Flag
         for (const Flag& f : flags)
             if ((*f.short_name && arg == f.short_name) || arg == f.long_name) flag = &f;
         if (!flag) fail("unknown flag '%s' (see --help)", argv[i]);
+        if (!given.insert(flag->long_name).second)
+            fail("%s: given twice; give each flag once (flags after %s replace those before it, as wrapper "
+                 "scripts' defaults)", flag_name(*flag).c_str(), OVERRIDE_MARKER);
         if (!inline_value) {
             if (i + 1 >= argc) fail("%s: missing value", flag_name(*flag).c_str());
             value = argv[++i];

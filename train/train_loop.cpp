@@ -28,6 +28,7 @@
 #include "train/cached_sampling.h"
 #include "train/checkpoint.h"
 #include "train/dataloader.h"
+#include "train/folder_lock.h"
 #include "train/hellaswag.h"
 #include "train/interrupts.h"
 #include "train/lr_schedule.h"
@@ -82,30 +83,47 @@ static double validation_loss(TrainModel& model, DataLoader& val, int batches, i
 }
 
 // Generates `count` tokens after the table's end-of-text token, each from the logits of the last
-// position (a window of the last T tokens), and prints them through the decode table (if `print`).
-static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, int count, int T,
-                         bool print) {
+// position (past T tokens the window of the last T slides on, as ./generate's does), and prints them
+// through the decode table (if `print`). A sample ends early after `seconds` (0: no bound) or at a
+// stop signal, with a note; where every rank generates alongside (`ranks_agree`: the model's
+// forward is a collective) they decide that together every 16 tokens. The random stream advances
+// by `count` draws either way, so that the samples after it do not depend on when one was cut.
+static void print_sample(TrainModel& model, const DecodeTable& table, Rng& rng, int count, int T, double seconds,
+                         bool print, RankGroup* ranks_agree) {
     const int V = model_vocab_size(model.model_config());
     std::vector<int> tokens = {table.eot_token < V ? table.eot_token : V - 1};
     std::vector<float> logits(V);
     std::string text;
+    const auto start = std::chrono::steady_clock::now();
+    auto cut_short = [&](int i) {
+        const bool local = stop_requested() || (seconds > 0 && ms_since(start) > seconds * 1000.0);
+        if (!ranks_agree) return local;
+        return i % 16 == 0 && ranks_agree->mean(local ? 1.0 : 0.0) > 0;
+    };
     // Through the model's key/value cache where it has one; the same tokens either way.
     CachedSampler cached(T, [&] { model.decode_reset(T); },
                          [&](int token, float* out) { model.decode_next(token, out); });
-    for (int i = 0; i < count; i++) {
+    int made = 0;
+    for (; made < count && !(made > 0 && cut_short(made)); made++) {
         if (model.supports_decode()) {
             cached.next_logits(tokens, logits.data());
         } else {
-            int start = std::max(0, (int)tokens.size() - T);
-            int length = (int)tokens.size() - start;
-            model.forward(tokens.data() + start, nullptr, 1, length);
+            int start_at = std::max(0, (int)tokens.size() - T);
+            int length = (int)tokens.size() - start_at;
+            model.forward(tokens.data() + start_at, nullptr, 1, length);
             model.logits_at(length - 1, logits.data());
         }
         int next = sample_token(logits.data(), V, rng.uniform());
         tokens.push_back(next);
         text += table.decode(next);
     }
-    if (print) printf("sample: %s\n---\n", text.c_str());
+    for (int i = made; i < count; i++) rng.uniform();
+    if (!print) return;
+    printf("sample: %s\n---\n", text.c_str());
+    if (made < count)
+        printf("note: the sample stopped at %d of %d tokens (%s)\n", made, count,
+               stop_requested() ? stop_signal_name()
+                                : strprintf("--sample-seconds %g", seconds).c_str());
 }
 
 // A data loader over this rank's slices (the ranks of one data-parallel replica read the same ones);
@@ -181,6 +199,7 @@ struct Run {
     const TrainerSpec& spec;
     RankGroup& ranks;
     const bool main_rank;
+    FolderLock folder_lock;  // rank 0's, on the output folder, for the whole run (train/folder_lock.h)
     TrainOptions opt;
     DataChoice data_choice;
     ModelConfig config;  // the family and its shape
@@ -529,7 +548,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     *status = 0;
     if (parse_train_flags(argc, argv, &opt) == FlagsResult::HELP_SHOWN) return false;
     run.ranks.check_same(command_line_fingerprint(argc, argv), "the command line");
-    install_interrupt_handlers(run.main_rank);
+    install_interrupt_handlers(run.main_rank, opt.stop_timeout);
     AnyModelFile model_file;
     run.config = model_shape(opt, &model_file);
     run.data_choice = choose_data_paths(&opt, family_defaults(spec.defaults, run.config, &opt, argc, argv));
@@ -557,6 +576,9 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     state.optimizer = run.optimizer.kind;
     state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
     Resumed resumed;
+    check_snapshot_dir(opt);
+    // One run per output folder: nothing is written there before rank 0 holds its lock.
+    if (run.main_rank && !opt.output_dir.empty()) run.folder_lock.take(opt.output_dir);
     recover_snapshot(opt, ranks);  // a snapshot newer than the newest checkpoint becomes one (-y 1)
     run.resuming = read_resume_point(run, &resumed);
 
@@ -653,6 +675,7 @@ static void print_report(const Run& run) {
                                mesh.shape().c_str()).c_str()
                    : "");
     if (run.resuming) printf("%s\n", run.resume_report.c_str());
+    if (!run.folder_lock.note().empty()) printf("%s\n", run.folder_lock.note().c_str());
     if (!run.algorithms_note.empty()) printf("%s\n", run.algorithms_note.c_str());
     if (opt.resume && !run.resuming)
         printf("note: no complete checkpoint in %s yet, so training starts from step 0\n", opt.output_dir.c_str());
@@ -666,6 +689,7 @@ static void print_report(const Run& run) {
 
 // Validation loss and HellaSwag accuracy into m, where they run (all: the untrained model's).
 static void evaluate(Run& run, StepMetrics* m, bool validation, bool hellaswag) {
+    note_waiting_on("validation");
     if (validation && run.val_loader) {
         m->has_val = true;
         m->val_loss = run.ranks.mean(
@@ -702,6 +726,7 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     TrainModel& model = *run.model;
     const auto start = std::chrono::steady_clock::now();
     run.profile->step_begins(step);
+    note_waiting_on("a training step (its reads and its exchanges with the other ranks)");
     StepUpdate update;
     update.optimizer = run.optimizer;
     update.optimizer.learning_rate = (float)learning_rate_at(
@@ -751,6 +776,7 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
         printf("step %d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s | ETA %s%s%s\n", step,
                run.max_steps, loss, m.lr, norm, ms, m.tokens_per_s, mfu.c_str(),
                eta_text(run.clock.eta_seconds(step)).c_str(), gpu.c_str(), phases.empty() ? "" : (" | " + phases).c_str());
+    if (run.main_rank && logged) fflush(stdout);  // seen before the step's validation or sample
     return m;
 }
 
@@ -768,6 +794,7 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     if (validation || hellaswag || sample_step) run.model->complete_weight_update();
     evaluate(run, &m, validation, hellaswag);
     if (hellaswag) run.clock.validation.add(ms_since(eval_start));
+    note_waiting_on("the snapshot or checkpoint written since the step before");
     // The writes started at an earlier step boundary: the snapshot before this step must be complete
     // before the step is logged (then a restart loses at most the steps after the newest logged one).
     finish_snapshot(run);
@@ -777,7 +804,9 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     // not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
     if (sampling) {
         const auto sample_start = std::chrono::steady_clock::now();
-        print_sample(*run.model, run.decode_table, run.sample_rng, opt.gen_tokens, run.T, run.main_rank);
+        note_waiting_on("a sample");
+        print_sample(*run.model, run.decode_table, run.sample_rng, opt.gen_tokens, run.T, opt.sample_seconds,
+                     run.main_rank, run.model->forward_is_collective() ? &run.ranks : nullptr);
         run.clock.sampling.add(ms_since(sample_start));
     }
     fflush(stdout);
@@ -786,7 +815,9 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     // SIGINT, SIGTERM, or a file named STOP in the output folder (rank 0 looks; removed once obeyed).
     const std::string stop_file = opt.output_dir.empty() ? "" : opt.output_dir + "/STOP";
     const bool stop_file_found = run.main_rank && !stop_file.empty() && path_exists(stop_file);
+    note_waiting_on("the other ranks' agreement at the step boundary");
     const bool stopping = run.ranks.mean(stop_requested() || stop_file_found ? 1.0 : 0.0) > 0 && step < run.last_step;
+    stop_boundary_reached();  // (where a stop was asked: its clock ends here)
     if (stop_file_found && stopping) {
         note_stop_file();
         remove(stop_file.c_str());

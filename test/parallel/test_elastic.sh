@@ -133,7 +133,7 @@ for failure in 1 2 3; do
   killed+=("rank $victim of $ranks at step $seen,")
   # (the launch's ranks have all exited; the supervisor restarts 1 s after)
   if [ $failure = 2 ]; then  # the node's memory is gone with it: its own snapshot folder
-    rm -rf "$snapshots/held_by_$(printf %05d $victim)"
+    rm -rf "$snapshots"/gpt_snapshots_*/"held_by_$(printf %05d $victim)"
   fi
   if [ $failure = 3 ]; then  # as a kill in the middle of writing checkpoint $at leaves the folder
     state="$out/state_$(printf %08d "$at")_00001.bin"
@@ -193,7 +193,8 @@ neighbour=$(grep -o 'snapshot: step [0-9]* brought from node memory.*' "$work/el
 [ -n "$neighbour" ] || fail "lost_snapshot_recovered_from_the_next_rank" "no recovery used a neighbour's copy"
 partial=$(find "$out" -name '*.tmp.*' | wc -l)
 [ "$partial" -eq 0 ] || fail "no_partial_files" "$partial temporary files in the run folder"
-[ ! -e "$snapshots" ] || fail "snapshots_removed_at_the_end" "$(find "$snapshots" | head -3)"
+# (the run's own folder in --snapshot-dir goes; --snapshot-dir itself stays)
+[ -z "$(ls -A "$snapshots" 2>/dev/null)" ] || fail "snapshots_removed_at_the_end" "$(find "$snapshots" | head -3)"
 if [ $ok = 1 ] && [ $lost_ok = 1 ]; then
   echo "PASS $name (seed $seed; kills: ${killed[*]} the last one's checkpoint left half written; launches on $sequence ranks; ${neighbour:0:60}...)"
 else

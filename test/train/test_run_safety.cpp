@@ -1,7 +1,8 @@
 // Unit tests of the safe-run modules: interrupts (a second signal exits at once and removes the
 // temporary file being written), the output folder's inventory and run.json, the ETA clock, the
-// memory check, the choice of validation data, llm.c's eval file reader, and the messages that name
-// a directory or a file of the wrong kind. The trainer end to end is test_train_cpu.cpp.
+// memory check, the choice of validation data, llm.c's eval file reader, the messages that name
+// a directory or a file of the wrong kind, the output folder's lock, what a snapshot removal takes,
+// and flags given twice. The trainer end to end is test_train_cpu.cpp.
 #include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,11 +12,13 @@
 #include "base/model_file.h"
 #include "test/train/host_test_util.h"
 #include "train/dataloader.h"
+#include "train/folder_lock.h"
 #include "train/hellaswag.h"
 #include "train/interrupts.h"
 #include "train/memory_check.h"
 #include "train/run_folder.h"
 #include "train/run_report.h"
+#include "train/snapshots.h"
 #include "train/train_flags.h"
 
 TEST(first_signal_asks_to_stop_second_exits_at_once_without_temporary_files) {
@@ -233,4 +236,122 @@ TEST(llmc_launch_flags_agree_with_the_launcher_or_are_refused) {
     o.gelu_fusion = 1;
     o.log_gpu_every = 100;  // -lg reads the GPU: no note
     CHECK(llmc_flag_notes(o).size() == 1);
+}
+
+// ---- the output folder's lock (train/folder_lock.h)
+
+static std::string text_of(const std::string& path) {
+    const std::vector<unsigned char> bytes = read_all(path);
+    return std::string(bytes.begin(), bytes.end());
+}
+
+static void write_text(const std::string& path, const std::string& text) {
+    write_all(path, std::vector<unsigned char>(text.begin(), text.end()));
+}
+
+// A pid that no process has now: a child's, once it has been waited for.
+static long pid_of_a_finished_process() {
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    waitpid(child, nullptr, 0);
+    return (long)child;
+}
+
+TEST(folder_lock_refuses_a_second_holder_naming_it_and_is_released) {
+    for (LockMethod method : {LockMethod::KERNEL, LockMethod::FILE_ONLY}) {
+        const std::string dir = tst::make_temp_dir() + "/run";
+        {
+            FolderLock first;
+            first.take(dir, method);
+            CHECK(first.held() && first.note().empty());
+            const LockHolder holder = parse_lock_holder(text_of(folder_lock_path(dir)));
+            CHECK(holder.valid && holder.pid == (long)getpid() && holder.started > 0);
+            FolderLock second;  // another open file: flock refuses it as it refuses another process
+            expect_input_error([&] { second.take(dir, method); },
+                               {"-o (--output-dir)", dir + " is in use by pid " + std::to_string(getpid()),
+                                "on host " + holder.host, "since " + holder.since});
+            CHECK(!second.held() && path_exists(folder_lock_path(dir)));
+        }
+        // Released: the lock file goes, and the folder it made, still empty, goes too.
+        CHECK(!path_exists(dir));
+        FolderLock again;
+        again.take(dir, method);
+        write_text(dir + "/kept.txt", "x");
+        again.release();
+        CHECK(path_exists(dir + "/kept.txt") && !path_exists(folder_lock_path(dir)));
+    }
+}
+
+TEST(folder_lock_takes_over_a_dead_holders_file_but_not_a_live_or_remote_one) {
+    const std::string dir = tst::make_temp_dir();
+    LockHolder dead = this_process_as_holder();
+    dead.pid = pid_of_a_finished_process();
+    for (LockMethod method : {LockMethod::KERNEL, LockMethod::FILE_ONLY}) {
+        write_text(folder_lock_path(dir), lock_holder_text(dead));
+        FolderLock lock;
+        lock.take(dir, method);
+        CHECK_MSG(lock.note().find("was left by pid " + std::to_string(dead.pid)) != std::string::npos &&
+                      lock.note().find("taken over") != std::string::npos,
+                  "%s", lock.note().c_str());
+        CHECK(parse_lock_holder(text_of(folder_lock_path(dir))).pid == (long)getpid());
+    }
+    // Without kernel locks the file is all there is: a live holder (this process, with its start time)
+    // and one on another host, which cannot be checked, keep it.
+    write_text(folder_lock_path(dir), lock_holder_text(this_process_as_holder()));
+    FolderLock live;
+    expect_input_error([&] { live.take(dir, LockMethod::FILE_ONLY); }, {"is in use by pid"});
+    LockHolder remote = dead;
+    remote.host = "another-host.example";
+    write_text(folder_lock_path(dir), lock_holder_text(remote));
+    FolderLock far;
+    expect_input_error([&] { far.take(dir, LockMethod::FILE_ONLY); },
+                       {"on host another-host.example", "cannot lock", "remove " + folder_lock_path(dir)});
+    // A reused pid: alive, but a process started at another time.
+    LockHolder reused = this_process_as_holder();
+    reused.started += 12345;
+    CHECK(lock_holder_is_gone(reused) && !lock_holder_is_gone(this_process_as_holder()));
+    CHECK(lock_holder_is_gone(parse_lock_holder("garbage")) && !lock_holder_is_gone(remote));
+}
+
+TEST(lock_holder_text_reads_back_and_rejects_malformed_lines) {
+    const LockHolder h = this_process_as_holder();
+    const LockHolder back = parse_lock_holder(lock_holder_text(h));
+    CHECK(back.valid && back.pid == h.pid && back.host == h.host && back.since == h.since && back.started == h.started);
+    for (const char* text : {"", "pid 12\nhost a\n", "pid -3\nhost a\nsince b\n", "pid 12x\nhost a\nsince b\n",
+                             "pid 12\nhost a b\nsince c\n"})
+        CHECK_MSG(!parse_lock_holder(text).valid, "accepted: %s", text);
+}
+
+// ---- what a run removes of its snapshots (train/snapshots.h)
+
+TEST(snapshot_tree_removal_takes_only_the_names_the_trainer_makes) {
+    const std::string root = tst::make_temp_dir() + "/gpt_snapshots_0123456789abcdef";
+    const std::string folder = root + "/held_by_00000/00000004_of_00001";
+    tst::run_command("mkdir -p " + folder + " " + root + "/held_by_00001/00000002_of_00002 " + root + "/mine", nullptr);
+    for (const char* name : {"model_00000004.bin", "state_00000004_00000.bin", "state_00000004_00000.bin.tmp.77"})
+        write_text(folder + "/" + name, "x");
+    write_text(root + "/held_by_00001/00000002_of_00002/notes.txt", "keep");
+    write_text(root + "/mine/model_00000001.bin", "keep");
+    write_text(folder + "/../model_00000009.bin", "keep");  // not in a snapshot folder
+    remove_snapshot_tree(root);
+    std::string left;
+    tst::run_command("cd " + root + " && find . -type f | sort", &left);
+    CHECK_MSG(left == "./held_by_00000/model_00000009.bin\n./held_by_00001/00000002_of_00002/notes.txt\n"
+                      "./mine/model_00000001.bin\n",
+              "left: %s", left.c_str());
+    CHECK(!path_exists(folder));
+}
+
+TEST(trainer_flags_given_twice_are_refused_unless_after_override) {
+    auto parse = [](std::vector<const char*> args, TrainOptions* opt) {
+        args.insert(args.begin(), "train");
+        parse_train_flags((int)args.size(), args.data(), opt);
+    };
+    TrainOptions opt;
+    expect_input_error([&] { parse({"-x", "5", "-x", "6"}, &opt); }, {"-x (--max-steps): given twice", "--override"});
+    expect_input_error([&] { parse({"--max-steps=5", "-b", "2", "-x", "6"}, &opt); }, {"given twice"});
+    parse({"-x", "5", "-b", "4", "--override", "-x", "6", "--override", "-x", "7"}, &opt);
+    CHECK(opt.max_steps == 7 && opt.batch_size == 4);
+    const char* argv[] = {"train", "-x", "5", "--override", "--max-steps", "9"};
+    CHECK(train_flag_value(6, argv, "--max-steps") == "9");
 }
