@@ -96,12 +96,12 @@ TEST(resume_continues_bitwise) {
                                " -l 2e-3 -c 0.1 -v 5 -m 2 -s 5 -g 4 -n 10 --tokenizer " +
                                data + "/tokenizer.bin";
     std::string a, b1, b2;
-    CHECK_MSG(run_trainer(common + " -o " + straight, &a) == 0, "%s", a.c_str());
-    CHECK_MSG(run_trainer(common + " -o " + split + " --stop-at 10", &b1) == 0, "%s", b1.c_str());
+    CHECK_MSG(run_trainer(common + " --override -o " + straight, &a) == 0, "%s", a.c_str());
+    CHECK_MSG(run_trainer(common + " --override -o " + split + " --stop-at 10", &b1) == 0, "%s", b1.c_str());
     CHECK(complete_checkpoints(split, 1) == std::vector<long long>{10});
     // As if the first run had gone on past its checkpoint before dying: a step the resume redoes.
     tst::run_command("echo '{\"step\":11,\"loss\":99.0}' >> " + metrics_log_path(split));
-    CHECK_MSG(run_trainer(common + " -o " + split + " -y 1", &b2) == 0, "%s", b2.c_str());
+    CHECK_MSG(run_trainer(common + " --override -o " + split + " -y 1", &b2) == 0, "%s", b2.c_str());
     CHECK(b2.find("resumed from step 10") != std::string::npos);
     // The resumed run's metrics log holds each step once (the stale step 11 is gone).
     auto lines = [](const std::string& path) {
@@ -114,8 +114,8 @@ TEST(resume_continues_bitwise) {
     // Stopping off the sampling and validation grid (step 7) changes nothing either.
     const std::string odd = tst::make_temp_dir() + "/out";
     std::string c1, c2;
-    CHECK_MSG(run_trainer(common + " -o " + odd + " --stop-at 7", &c1) == 0, "%s", c1.c_str());
-    CHECK_MSG(run_trainer(common + " -o " + odd + " -y 1", &c2) == 0, "%s", c2.c_str());
+    CHECK_MSG(run_trainer(common + " --override -o " + odd + " --stop-at 7", &c1) == 0, "%s", c1.c_str());
+    CHECK_MSG(run_trainer(common + " --override -o " + odd + " -y 1", &c2) == 0, "%s", c2.c_str());
     CHECK(sample_lines(a) == sample_lines(c1 + c2));
     CHECK(read_all(straight + "/state_00000020_00000.bin") ==
           read_all(odd + "/state_00000020_00000.bin"));
@@ -188,14 +188,14 @@ TEST(bad_input_fails_cleanly) {
     const std::string ok = "-i " + data + "/train.bin " + base;
     fails_cleanly("-i " + data + "/missing_*.bin " + base,
                   {"-i (--train-data)", "missing_*.bin", "no file matches"}, fresh);
-    fails_cleanly(ok + " -b x", {"-b (--batch-size)", "'x' is not an integer"}, fresh);
-    fails_cleanly(ok + " --frobnicate 1", {"unknown flag '--frobnicate'"}, fresh);
-    fails_cleanly(ok + " -t 17", {"-t (--seq-len)", "17", "16"}, fresh);
-    fails_cleanly(ok + " -d 100", {"-d (--total-batch)", "16"}, fresh);
-    fails_cleanly(ok + " -e custom:L2:C64:H3:V64:T16",
+    fails_cleanly(ok + " --override -b x", {"-b (--batch-size)", "'x' is not an integer"}, fresh);
+    fails_cleanly(ok + " --override --frobnicate 1", {"unknown flag '--frobnicate'"}, fresh);
+    fails_cleanly(ok + " --override -t 17", {"-t (--seq-len)", "17", "16"}, fresh);
+    fails_cleanly(ok + " --override -d 100", {"-d (--total-batch)", "16"}, fresh);
+    fails_cleanly(ok + " --override -e custom:L2:C64:H3:V64:T16",
                   {"-e (--model)", "3 heads do not divide 64 channels"}, fresh);
-    fails_cleanly(ok + " -e " + data + "/nothing.bin", {"-e (--model)", "nothing.bin"}, fresh);
-    fails_cleanly(ok + " -e " + data + "/train.bin", {"train.bin", "not a model file"}, fresh);
+    fails_cleanly(ok + " --override -e " + data + "/nothing.bin", {"-e (--model)", "nothing.bin"}, fresh);
+    fails_cleanly(ok + " --override -e " + data + "/train.bin", {"train.bin", "not a model file"}, fresh);
     std::vector<uint16_t> big(200, 64);  // token 64 is outside the model's vocabulary of 64
     write_shard(data + "/bad_tokens.bin", big);
     fails_cleanly("-i " + data + "/bad_tokens.bin " + base,
@@ -204,21 +204,21 @@ TEST(bad_input_fails_cleanly) {
 
     // -y 1 with no checkpoint yet starts afresh; then resumes that must be refused.
     std::string log;
-    CHECK_MSG(run_trainer(ok + " -y 1", &log) == 0, "%s", log.c_str());
+    CHECK_MSG(run_trainer(ok + " --override -y 1", &log) == 0, "%s", log.c_str());
     CHECK(log.find("training starts from step 0") != std::string::npos);
     CHECK(complete_checkpoints(fresh, 1) == std::vector<long long>{4});
-    fails_cleanly(ok + " -y 1 -b 4", {"state_00000004_00000.bin", "-b (batch size) = 2", "4"},
+    fails_cleanly(ok + " --override -y 1 -b 4", {"state_00000004_00000.bin", "-b (batch size) = 2", "4"},
                   fresh);
-    fails_cleanly(ok + " -y 1 -e custom:L3:C64:H2:V64:T16",
+    fails_cleanly(ok + " --override -y 1 -e custom:L3:C64:H2:V64:T16",
                   {"state_00000004_00000.bin", "L=2", "L=3"}, fresh);
     const std::string state = checkpoint_state_path(fresh, 4, 0);
     std::vector<unsigned char> bytes = read_all(state);
     bytes[bytes.size() - 9] ^= 1;
     write_all(state, bytes);
-    fails_cleanly(ok + " -y 1 -x 8", {"state_00000004_00000.bin", "checksum mismatch"}, fresh);
+    fails_cleanly(ok + " --override -y 1 -x 8", {"state_00000004_00000.bin", "checksum mismatch"}, fresh);
     bytes.resize(bytes.size() / 2);
     write_all(state, bytes);
-    fails_cleanly(ok + " -y 1 -x 8", {"state_00000004_00000.bin", "does not match its header"},
+    fails_cleanly(ok + " --override -y 1 -x 8", {"state_00000004_00000.bin", "does not match its header"},
                   fresh);
 }
 
@@ -282,7 +282,7 @@ TEST(output_folder_of_another_run_is_refused) {
     fails_cleanly(run, {"-o (--output-dir)", "already holds a run", "checkpoint files of step 4",
                         "metrics.jsonl", "-y 1", "another folder"},
                   out);
-    fails_cleanly(run + " -y 0 -x 20", {"-o (--output-dir)", "already holds a run"}, out);
+    fails_cleanly(run + " --override -y 0 -x 20", {"-o (--output-dir)", "already holds a run"}, out);
     CHECK(read_all(metrics_log_path(out)) == metrics && read_all(out + "/run.json") == bytes);
     CHECK(complete_checkpoints(out, 1) == std::vector<long long>{4});
 }
@@ -292,27 +292,27 @@ TEST(resume_refuses_changes_that_bend_the_run) {
     const std::string run = "-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
                             " -b 2 -t 8 -v 0 -s 0 -o " + out;
     std::string log;
-    CHECK_MSG(run_trainer(run + " -x 3", &log) == 0, "%s", log.c_str());
-    fails_cleanly(run + " -x 6 -y 1",
+    CHECK_MSG(run_trainer(run + " --override -x 3", &log) == 0, "%s", log.c_str());
+    fails_cleanly(run + " --override -x 6 -y 1",
                   {"-y (--resume)", "-x (--max-steps) '3' -> '6'", "--accept-changes 1"}, out);
-    fails_cleanly(run + " -x 3 -y 1 -l 0.01",
+    fails_cleanly(run + " --override -x 3 -y 1 -l 0.01",
                   {"-y (--resume)", "-l (--learning-rate)", "--accept-changes 1"}, out);
-    fails_cleanly(run + " -x 3 -y 1 -d 32",
+    fails_cleanly(run + " --override -x 3 -y 1 -d 32",
                   {"-y (--resume)", "-d (--total-batch)", "--accept-changes 1"}, out);
     // Accepted on purpose: the changes are listed, then the run goes on.
-    CHECK_MSG(run_trainer(run + " -x 5 -y 1 -m 3 --accept-changes 1", &log) == 0, "%s", log.c_str());
+    CHECK_MSG(run_trainer(run + " --override -x 5 -y 1 -m 3 --accept-changes 1", &log) == 0, "%s", log.c_str());
     CHECK_MSG(has(log, "resume: changed since the saved run: -x (--max-steps) '3' -> '5'") &&
                   has(log, "-m (--val-batches) '") && has(log, "' -> '3'") &&
                   has(log, "resumed from step 3"),
               "%s", log.c_str());
     CHECK(complete_checkpoints(out, 1) == (std::vector<long long>{3, 5}));
     // A -x the run has already passed trains nothing: said, not silently "resumed".
-    fails_cleanly(run + " -x 4 -y 1 --accept-changes 1",
+    fails_cleanly(run + " --override -x 4 -y 1 --accept-changes 1",
                   {"-x (--max-steps)", "already at step 5", "past step 4"}, out);
     // Changes that do not bend the run are only reported; -e names a model the checkpoint replaces.
     const std::string other = data + "/other_model.bin";
     tst::run_command("cp " + checkpoint_model_path(out, 3) + " " + other);
-    CHECK_MSG(run_trainer(run + " -x 5 -y 1 -m 3 -v 5 -e " + other, &log) == 0, "%s", log.c_str());
+    CHECK_MSG(run_trainer(run + " --override -x 5 -y 1 -m 3 -v 5 -e " + other, &log) == 0, "%s", log.c_str());
     CHECK_MSG(has(log, "-v (--val-every) '0' -> '5'") &&
                   has(log, "resumed checkpoint; -e '" + other + "' not loaded"),
               "%s", log.c_str());
@@ -325,15 +325,15 @@ TEST(sigterm_stops_with_a_checkpoint_and_resume_matches_an_uninterrupted_run) {
     const std::string run = "-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
                             " -b 2 -t 8 -v 0 -s 0 --shuffle 1 -x " + std::to_string(steps);
     std::string a, b, c;
-    CHECK_MSG(run_trainer(run + " -o " + straight, &a) == 0, "%s", a.c_str());
-    const int status = run_and_signal(run + " -o " + stopped, "TERM", 2, &b);
+    CHECK_MSG(run_trainer(run + " --override -o " + straight, &a) == 0, "%s", a.c_str());
+    const int status = run_and_signal(run + " --override -o " + stopped, "TERM", 2, &b);
     const int n = stopped_step(b);
     CHECK_MSG(status == 128 + 15 && n >= 2 && n < steps, "exit %d, stopped at %d:\n%s", status, n,
               b.c_str());
     CHECK_MSG(has(b, strprintf("stopped at step %d; resume with -y 1", n)), "%s", b.c_str());
     CHECK(complete_checkpoints(stopped, 1) == std::vector<long long>{n});
     CHECK_MSG(!has(folder_listing(stopped), ".tmp."), "%s", folder_listing(stopped).c_str());
-    CHECK_MSG(run_trainer(run + " -o " + stopped + " -y 1", &c) == 0, "%s", c.c_str());
+    CHECK_MSG(run_trainer(run + " --override -o " + stopped + " -y 1", &c) == 0, "%s", c.c_str());
     const std::string last = strprintf("%08d", steps);
     for (const std::string& file : {"model_" + last + ".bin", "state_" + last + "_00000.bin"}) {
         const std::vector<unsigned char> x = read_all(straight + "/" + file),
@@ -352,9 +352,9 @@ TEST(checkpoints_taken_into_reused_host_arrays_are_unchanged) {
     CHECK(parameter_count(gpt2_model(config_from_descriptor(model))) * sizeof(float) > kReusedArrayBytes);
     const std::string run = "-i " + data + "/train.bin -e " + model + " -b 2 -t 8 -v 0 -s 0 -x 4 -l 1e-3";
     std::string a, b, c;
-    CHECK_MSG(run_trainer(run + " -n 1 -nk 4 --snapshot-every 1 -o " + every, &a) == 0, "%s", a.c_str());
-    CHECK_MSG(run_trainer(run + " -n 4 -o " + once, &b) == 0, "%s", b.c_str());
-    CHECK_MSG(run_trainer(run + " -n 4 --stop-at 3 -o " + stopped, &c) == 0, "%s", c.c_str());
+    CHECK_MSG(run_trainer(run + " --override -n 1 -nk 4 --snapshot-every 1 -o " + every, &a) == 0, "%s", a.c_str());
+    CHECK_MSG(run_trainer(run + " --override -n 4 -o " + once, &b) == 0, "%s", b.c_str());
+    CHECK_MSG(run_trainer(run + " --override -n 4 --stop-at 3 -o " + stopped, &c) == 0, "%s", c.c_str());
     for (const auto& [folder, step] : {std::pair{once, 4}, std::pair{stopped, 3}})
         for (const std::string& file : {strprintf("model_%08d.bin", step), strprintf("state_%08d_00000.bin", step)}) {
             const std::vector<unsigned char> x = read_all(every + "/" + file), y = read_all(folder + "/" + file);
@@ -382,7 +382,7 @@ TEST(temporary_files_of_a_dead_run_are_removed_at_start) {
     CHECK_MSG(run_trainer(run, &log) == 0, "%s", log.c_str());
     // What SIGKILL during a checkpoint write leaves: PID 999999999 cannot be running.
     write_all(out + "/state_00000004_00000.bin.tmp.999999999", {1, 2, 3});
-    CHECK_MSG(run_trainer(run + " -y 1", &log) == 0, "%s", log.c_str());
+    CHECK_MSG(run_trainer(run + " --override -y 1", &log) == 0, "%s", log.c_str());
     CHECK_MSG(has(log, "removed 1 temporary file(s) left in " + out) && has(log, "nothing to do"),
               "%s", log.c_str());
     CHECK(!path_exists(out + "/state_00000004_00000.bin.tmp.999999999"));
@@ -393,7 +393,7 @@ TEST(validation_comes_from_the_training_data_or_nowhere) {
     const std::string common = " -e " + std::string(MODEL) + " -b 2 -t 8 -x 4 -v 2 -m 1 -s 0";
     std::string out;
     // -i .../train.bin without -j: .../val.bin beside it is the validation data, and says so.
-    CHECK_MSG(run_trainer("-i " + data + "/train.bin" + common + " --log-every 3", &out) == 0, "%s",
+    CHECK_MSG(run_trainer("-i " + data + "/train.bin" + common + " --override --log-every 3", &out) == 0, "%s",
               out.c_str());
     CHECK_MSG(has(out, "validation: '" + data + "/val.bin', found beside -i"), "%s", out.c_str());
     CHECK(has(out, "val loss "));
@@ -408,7 +408,7 @@ TEST(validation_comes_from_the_training_data_or_nowhere) {
                            "/mine_val.bin' beside it"),
               "%s", out.c_str());
     CHECK(!has(out, "val loss "));
-    CHECK_MSG(run_trainer("-i " + data + "/train.bin" + common + " -v 0 -x 7 --log-every 3", &out) ==
+    CHECK_MSG(run_trainer("-i " + data + "/train.bin" + common + " --override -v 0 -x 7 --log-every 3", &out) ==
                   0,
               "%s", out.c_str());
     std::vector<std::string> lines = step_records(out);
@@ -424,16 +424,16 @@ TEST(wrong_kinds_of_files_are_named_with_their_flag) {
     GPTConfig config = config_from_descriptor(MODEL);
     std::vector<float> weights(param_layout(config).total, 0.01f);
     write_model_file(data + "/model.bin", config, weights.data(), WeightType::FP32);
-    fails_cleanly(ok + " -e " + data, {"-e (--model)", data, "is a directory, not a file"}, fresh);
+    fails_cleanly(ok + " --override -e " + data, {"-e (--model)", data, "is a directory, not a file"}, fresh);
     fails_cleanly("-i " + data + " -j " + data + "/val.bin" + base,
                   {"-i (--train-data)", "is a directory, not a file"}, fresh);
     fails_cleanly("-i " + data + "/train.bin -j " + data + base,
                   {"-j (--val-data)", "is a directory, not a file"}, fresh);
-    fails_cleanly(ok + " -e " + data + "/train.bin",
+    fails_cleanly(ok + " --override -e " + data + "/train.bin",
                   {"-e (--model)", "train.bin: is a token shard, not a model file"}, fresh);
     fails_cleanly("-i " + data + "/model.bin -j " + data + "/val.bin" + base,
                   {"-i (--train-data)", "model.bin: is a model file, not a token shard"}, fresh);
-    fails_cleanly(ok + " -s 1 --tokenizer " + data + "/train.bin",
+    fails_cleanly(ok + " --override -s 1 --tokenizer " + data + "/train.bin",
                   {"--tokenizer", "is a token shard, not a tokenizer decode table"}, fresh);
     CHECK(!path_exists(fresh));
     const std::string file = data + "/a_file";
@@ -442,7 +442,7 @@ TEST(wrong_kinds_of_files_are_named_with_their_flag) {
                       " -b 2 -t 8 -x 2 -v 0 -s 0 -o " + file + "/out",
                   {"-o (--output-dir)", "a_file/out"}, data);
     // A model far too big for this machine's memory: one error with the figures, before allocating.
-    fails_cleanly(ok + " -e gpt3:c12288 -b 1 -t 8",
+    fails_cleanly(ok + " --override -e gpt3:c12288 -b 1 -t 8",
                   {"-e (--model)", "GiB of memory", "available", "smaller model"}, fresh);
     CHECK(!path_exists(fresh));
 }
@@ -530,7 +530,7 @@ TEST(llmc_command_lines_run_or_say_what_to_do) {
     const std::string run = "-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
                             " -b 2 -t 8 -v 0 -s 0";
     std::string log;
-    CHECK_MSG(run_trainer(run + " -x 12 -n 3 -nk 1 -nm 6 -ge 2 -lg 10 -pi mpi -pn 1 -pr 0 -pg 8 -o " +
+    CHECK_MSG(run_trainer(run + " --override -x 12 -n 3 -nk 1 -nm 6 -ge 2 -lg 10 -pi mpi -pn 1 -pr 0 -pg 8 -o " +
                               out,
                           &log) == 0,
               "%s", log.c_str());
@@ -538,9 +538,9 @@ TEST(llmc_command_lines_run_or_say_what_to_do) {
               "%s", log.c_str());
     // -nm 6: the major checkpoints (6, 12) survive -nk 1.
     CHECK(complete_checkpoints(out, 1) == (std::vector<long long>{6, 12}));
-    fails_cleanly(run + " -x 2 -pi tcp -ps 10.0.0.1", {"-pi (--init-method)", "'tcp'", "mpirun"},
+    fails_cleanly(run + " --override -x 2 -pi tcp -ps 10.0.0.1", {"-pi (--init-method)", "'tcp'", "mpirun"},
                   out);
-    fails_cleanly(run + " -x 2 -pn 2", {"-pn (--num-processes)", "1 rank(s)", "mpirun -np 2"}, out);
+    fails_cleanly(run + " --override -x 2 -pn 2", {"-pn (--num-processes)", "1 rank(s)", "mpirun -np 2"}, out);
 }
 
 TEST(help_examples_run_as_written) {
