@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -14,6 +13,7 @@
 
 #include "base/errors.h"
 #include "base/file_io.h"
+#include "train/run_folder.h"
 
 std::string folder_lock_path(const std::string& dir) { return dir + "/run.lock"; }
 
@@ -44,15 +44,6 @@ static std::string host_name() {
     char name[256] = {0};
     if (gethostname(name, sizeof name - 1) != 0) return "unknown";
     return name;
-}
-
-static std::string utc_now() {
-    char text[32];
-    const time_t now = time(nullptr);
-    struct tm parts;
-    gmtime_r(&now, &parts);
-    strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &parts);
-    return text;
 }
 
 LockHolder this_process_as_holder() {

@@ -24,15 +24,6 @@
 
 // ---- what a folder holds
 
-// "name.tmp.PID" -> PID; 0 when the name is not an AtomicFile temporary (base/file_io.h).
-static long temporary_file_pid(const std::string& name) {
-    const size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || at + 5 >= name.size()) return 0;
-    const std::string digits = name.substr(at + 5);
-    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
-    return atol(digits.c_str());
-}
-
 // "model_00000020.bin", "state_00000020_00000.bin", "DONE_00000020" -> 20; -1 for other names.
 static long long checkpoint_file_step(const std::string& name) {
     for (const char* prefix : {"model_", "state_", "DONE_"}) {
@@ -48,6 +39,20 @@ static long long checkpoint_file_step(const std::string& name) {
         if (done || model || state) return atoll(digits.c_str());
     }
     return -1;
+}
+
+// "name.tmp.PID" -> PID; 0 when the name is not the AtomicFile temporary (base/file_io.h) of a file
+// the trainer writes into its output folder: only those are ever removed (a "notes.tmp.12" of
+// yours is not the trainer's).
+static long temporary_file_pid(const std::string& name) {
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at + 5 >= name.size()) return 0;
+    const std::string digits = name.substr(at + 5), written = name.substr(0, at);
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
+    static const std::set<std::string> trainer_files = {"run.json",   "metrics.jsonl", "snapshots.path",
+                                                        "trace.json", "run.lock",      "matmul_algorithms.txt"};
+    if (checkpoint_file_step(written) < 0 && !trainer_files.count(written)) return 0;
+    return atol(digits.c_str());
 }
 
 FolderContents inspect_output_folder(const std::string& dir) {
@@ -122,7 +127,7 @@ static std::string json_list(const std::vector<std::string>& items, const char* 
     return out + "\n" + indent + "]";
 }
 
-static std::string utc_now() {
+std::string utc_now() {
     char text[32];
     const time_t now = time(nullptr);
     struct tm parts;

@@ -26,6 +26,9 @@ struct FolderContents {
 };
 FolderContents inspect_output_folder(const std::string& dir);
 
+// The time now in UTC, ISO 8601 ("2026-12-02T07:50:11Z"): run.json's, and the folder lock's.
+std::string utc_now();
+
 // The run's configuration as run.json records it.
 struct RunRecord {
     std::string program;                   // argv[0]'s file name

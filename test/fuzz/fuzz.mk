@@ -15,7 +15,7 @@ PARSER_SRCS  := $(addprefix base/,decode_table.cpp errors.cpp file_io.cpp gpu_te
                   model_config.cpp model_descriptor.cpp model_file.cpp model_files.cpp model_part.cpp outlier_detector.cpp repository.cpp \
                   rng.cpp step_phases.cpp step_timeline.cpp train_options.cpp xxhash64.cpp) \
                 $(addprefix train/,checkpoint.cpp dataloader.cpp hellaswag.cpp hf_gpt2.cpp lr_schedule.cpp \
-                  algorithm_table.cpp hf_folder.cpp hf_llama.cpp metrics_log.cpp optimizer_choice.cpp run_folder.cpp \
+                  algorithm_table.cpp folder_lock.cpp hf_folder.cpp hf_llama.cpp metrics_log.cpp optimizer_choice.cpp run_folder.cpp \
                   safetensors.cpp train_flags.cpp \
                   training_state.cpp) \
                 data/gpt2_vocab.cpp data/llama3_vocab.cpp data/read_file.cpp data/token_shard.cpp

@@ -19,6 +19,7 @@
 #include "base/model_file.h"
 #include "data/token_shard.h"
 #include "train/algorithm_table.h"
+#include "train/folder_lock.h"
 #include "train/run_folder.h"
 #include "train/train_flags.h"
 #include "train/training_state.h"
@@ -195,6 +196,20 @@ static void run_json_seeds() {
         "{\"settings\": {\"--batch-size\": 4, \"--seed\": \"\\u00\"");
 }
 
+// An output folder's lock file (train/folder_lock.h): a dead holder's, a live one's, one on another
+// host, and cut or malformed ones.
+static void lock_file_seeds() {
+    LockHolder h;
+    h.pid = 999999999, h.host = "node07", h.since = "2026-12-02T07:50:11Z", h.started = 123456, h.valid = true;
+    put("lock_file", "remote.txt", lock_holder_text(h));
+    h.host = this_process_as_holder().host;
+    put("lock_file", "dead.txt", lock_holder_text(h));
+    const Bytes live = lock_holder_text(this_process_as_holder());
+    put("lock_file", "live.txt", live);
+    put("lock_file", "bad_cut.txt", live.substr(0, live.size() / 2));
+    put("lock_file", "bad_fields.txt", "pid -1\nhost a b\nsince\nstarted x\n");
+}
+
 // A run folder's table of cuBLASLt algorithms (train/algorithm_table.h).
 static void algorithm_table_seeds() {
     AlgorithmTable t;
@@ -285,6 +300,7 @@ int main(int argc, char** argv) {
         decode_table_seeds();
         vocab_seeds();
         run_json_seeds();
+        lock_file_seeds();
         algorithm_table_seeds();
         hellaswag_seeds();
         flags_seeds();

@@ -40,6 +40,20 @@ static std::string wait_until(const std::string& condition) {
            "i=$((i+1)); done; ";
 }
 
+// Runs the trainer in the background with its output in `log`, sends it SIGTERM `delay` seconds
+// after `condition` holds, and returns its exit status; *ms: from the signal to the end.
+static int terminate_after(const std::string& args, const std::string& log, const std::string& condition,
+                           const char* delay, int* ms) {
+    std::string status;
+    tst::run_command(trainer() + " " + args + " > " + log + " 2>&1 & pid=$!; " + wait_until(condition) + "sleep " +
+                         delay + "; start=$(date +%s%N); kill -TERM $pid; wait $pid; "
+                         "echo \"exit $? $(( ($(date +%s%N) - start) / 1000000 ))\"",
+                     &status);
+    int rc = -1;
+    sscanf(status.c_str() + status.find("exit "), "exit %d %d", &rc, ms);
+    return rc;
+}
+
 TEST(a_second_trainer_on_a_folder_is_refused_and_the_first_finishes_untouched) {
     const std::string data = data_dir(), root = tst::make_temp_dir();
     const std::string folder = root + "/run", alone = root + "/alone";
@@ -153,14 +167,8 @@ TEST(sigterm_during_a_long_sample_checkpoints_within_seconds) {
     const std::string data = data_dir(), root = tst::make_temp_dir(), folder = root + "/run";
     const std::string run = "-i " + data + "/train.bin -e " + MODEL + " -b 2 -t 8 -v 0 -s 1 -g 1000000 -x 5 " +
                             "--tokenizer " + data + "/tokenizer.bin -o " + folder;
-    std::string status;
-    tst::run_command(trainer() + " " + run + " > " + root + "/log 2>&1 & pid=$!; " +
-                         wait_until("grep -q '^step 1/' " + root + "/log") +
-                         "sleep 0.3; start=$(date +%s%N); kill -TERM $pid; wait $pid; "
-                         "echo \"exit $? $(( ($(date +%s%N) - start) / 1000000 ))\"",
-                     &status);
-    int rc = -1, ms = -1;
-    sscanf(status.c_str() + status.find("exit "), "exit %d %d", &rc, &ms);
+    int ms = -1;
+    const int rc = terminate_after(run, root + "/log", "grep -q '^step 1/' " + root + "/log", "0.3", &ms);
     const std::string out = file_text(root + "/log");
     CHECK_MSG(rc == 143 && ms < 10000, "rc %d after %d ms: %s", rc, ms, out.c_str());
     CHECK_MSG(has(out, "of 1000000 tokens (SIGTERM)") && has(out, "stopped at step 1;"), "%s", out.c_str());
@@ -185,14 +193,8 @@ TEST(a_stop_that_cannot_reach_the_step_boundary_ends_within_stop_timeout) {
     const std::string data = data_dir(), root = tst::make_temp_dir(), folder = root + "/run";
     const std::string run = "-i " + data + "/train.bin -j " + data + "/val.bin -e " + MODEL +
                             " -b 2 -t 8 -s 0 -x 3 -v 2 -m 100000000 --stop-timeout 1 -o " + folder;
-    std::string status;
-    tst::run_command(trainer() + " " + run + " > " + root + "/log 2>&1 & pid=$!; " +
-                         wait_until("grep -q '^batch: ' " + root + "/log") +
-                         "sleep 0.2; start=$(date +%s%N); kill -TERM $pid; wait $pid; "
-                         "echo \"exit $? $(( ($(date +%s%N) - start) / 1000000 ))\"",
-                     &status);
-    int rc = -1, ms = -1;
-    sscanf(status.c_str() + status.find("exit "), "exit %d %d", &rc, &ms);
+    int ms = -1;
+    const int rc = terminate_after(run, root + "/log", "grep -q '^batch: ' " + root + "/log", "0.2", &ms);
     const std::string out = file_text(root + "/log");
     CHECK_MSG(rc == 143 && ms < 8000, "rc %d after %d ms: %s", rc, ms, out.c_str());
     CHECK_MSG(has(out, "error: no step boundary within --stop-timeout 1 s of SIGTERM (waiting on: validation); "

@@ -48,7 +48,7 @@ TEST(folder_inventory_names_checkpoints_logs_and_temporaries) {
     CHECK(!inspect_output_folder(dir + "/missing").holds_a_run());
     for (const char* name : {"model_00000020.bin", "state_00000020_00000.bin", "DONE_00000020",
                              "model_00000600.bin", "metrics.jsonl", "notes.txt",
-                             "model_00000700.bin.tmp.12345", "model_12.bin"})
+                             "model_00000700.bin.tmp.12345", "model_12.bin", "notes.tmp.12345"})
         write_all(dir + "/" + name, {1});
     FolderContents c = inspect_output_folder(dir);
     CHECK(c.holds_a_run() && c.metrics && !c.run_record);
