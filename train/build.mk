@@ -29,6 +29,12 @@ $(BUILD)/test/train/test_run_ownership: $(BUILD)/test/train/test_run_ownership.o
                                        | $(BIN)/train_gpt_cpu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+# Checkpoints that fail to write (a full disk) or are damaged (a file deleted), through train_gpt_cpu.
+TESTS += $(BUILD)/test/train/test_checkpoint_damage
+$(BUILD)/test/train/test_checkpoint_damage: $(BUILD)/test/train/test_checkpoint_damage.o $(HOST_OBJS) $(TEST_MAIN) \
+                                           | $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
 # LAMB, LARS and the learning-rate scaling through train_gpt_cpu: first steps against a reference in
 # the test, resumes, bad values; and the CUDA trainer's refusal (train_gpt_emu, where built).
 TESTS += $(BUILD)/test/train/test_train_optimizers

@@ -241,6 +241,7 @@ struct Run {
     int snapshots_finished = 0;
     size_t snapshot_bytes = 0;
     bool snapshot_cost_told = false;
+    std::string checkpoint_tidy_report;  // -y 1: incomplete checkpoints removed, damaged ones set aside
 };
 
 // ---- checkpoints and snapshots, taken at a step boundary and written in the background ----
@@ -302,8 +303,9 @@ static void start_checkpoint(Run& run, CheckpointPart part) {
     run.checkpoint_bytes = 4 * (part.weights.size() + 3 * part.state.params.size());
     // The files (serialised, checksummed, rounded to bf16) are made and written on the writer's thread.
     auto shared = std::make_shared<CheckpointPart>(std::move(part));
+    // A write that fails (a full disk) removes what it wrote of the checkpoint before its error ends the run.
     run.checkpoint_writer.queue([shared, dir = run.opt.output_dir]() {
-        write_checkpoint_files(dir, *shared);
+        write_checkpoint_or_remove_it(dir, shared->step, shared->rank, [&] { write_checkpoint_files(dir, *shared); });
         reuse_part_arrays(*shared);
     });
     if (!run.opt.checkpoint_async) wait_for_checkpoint_done(run);
@@ -580,6 +582,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     // One run per output folder: nothing is written there before rank 0 holds its lock.
     if (run.main_rank && !opt.output_dir.empty()) run.folder_lock.take(opt.output_dir);
     recover_snapshot(opt, ranks);  // a snapshot newer than the newest checkpoint becomes one (-y 1)
+    run.checkpoint_tidy_report = tidy_checkpoints_for_resume(opt, ranks);  // leftovers gone, damaged set aside
     run.resuming = read_resume_point(run, &resumed);
 
     check_output_folder(opt, run.resuming, state.step, run.last_step, run_settings(opt, run.max_steps),
@@ -667,6 +670,7 @@ static void print_report(const Run& run) {
         printf("optimizer: %s\n", describe_optimizer(run.optimizer).c_str());
     print_data_report(run.data_choice, opt, *run.train_loader, run.max_steps, run.accum_steps, mesh.data);
     print_checkpoint_plan(run);
+    printf("%s", run.checkpoint_tidy_report.c_str());
     if (run.resuming)
         printf("resumed from step %lld in %s%s\n", (long long)run.state.step, opt.output_dir.c_str(),
                run.resumed_mesh.shape() != mesh.shape()

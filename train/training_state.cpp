@@ -389,6 +389,26 @@ TrainingStateFile open_training_state(const std::string& path) {
                              compression_count);
 }
 
+int state_file_rank_count(const std::string& path) {
+    try {
+        FileReader file(path);
+        if (file.size() < STATE_HEADER_BYTES) return 0;
+        unsigned char header[STATE_HEADER_BYTES];
+        file.read(0, header, STATE_HEADER_BYTES);
+        uint32_t version;
+        memcpy(&version, header + 8, 4);
+        if (memcmp(header, STATE_MAGIC, 8) != 0 || version < 1 || version > TRAINING_STATE_VERSION) return 0;
+        PayloadCursor in{file, STATE_HEADER_BYTES, file.size()};
+        TrainingState s;
+        GPTConfig slots;
+        MeshFields mesh;
+        FamilyFields family;
+        int64_t v1_sharded;
+        for (const Piece& p : fixed_pieces(s, version, &slots, &mesh, &family, &v1_sharded)) in.read(p.data, p.bytes);
+        return std::max(s.shape.num_ranks, 0);
+    } catch (const InputError&) { return 0; }
+}
+
 CompressionState TrainingStateFile::read_compression() {
     CompressionState c = state_.compression;
     c.values.resize(compression_values_);

@@ -105,6 +105,12 @@ private:
 };
 TrainingStateFile open_training_state(const std::string& path);
 
+// The number of ranks that wrote the checkpoint a state file belongs to (its run's num_ranks), read
+// from the file's fixed fields alone, without its checksum: a quick look for listing an output
+// folder's checkpoints (train/checkpoint.h), not a check. 0 where the file cannot be read that far or
+// is no training state.
+int state_file_rank_count(const std::string& path);
+
 // Throws InputError naming the file and the first field where saved and current differ.
 void check_same_run(const RunShape& saved, const RunShape& current, const std::string& path);
 // Throws InputError when the state was written by another optimizer than this run's: one optimizer's

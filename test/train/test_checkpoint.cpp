@@ -1,6 +1,8 @@
 // Tests of the training-state file (round trip, corruption detected, run-shape check), of which
-// checkpoints in an output folder count as complete, of pruning, of the background writer's queue,
-// of the host arrays a checkpoint's copy reuses, and of the metrics log lines.
+// checkpoints in an output folder count as complete, of pruning, of a failed write and the tidying of
+// the folder before a resume (leftovers of incomplete checkpoints removed, damaged ones set aside), of
+// the background writer's queue, of the host arrays a checkpoint's copy reuses, and of the metrics log
+// lines.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -399,6 +401,139 @@ TEST(only_complete_checkpoints_count_and_pruning_keeps_the_newest) {
     CHECK(path_exists(checkpoint_model_path(dir, 50)));  // incomplete newer ones are left alone
     prune_checkpoints(dir, 0, 2);                        // 0 keeps everything
     CHECK(complete_checkpoints(dir, 2).size() == 2);
+}
+
+// A rank's write that fails removes the files of the checkpoint it wrote before the error (rank 0's
+// model file), and only its own: another rank's stay. A write that succeeds keeps them.
+TEST(a_failed_checkpoint_write_removes_what_it_wrote) {
+    const std::string dir = tst::make_temp_dir();
+    const std::string model = checkpoint_model_path(dir, 6), state0 = checkpoint_state_path(dir, 6, 0);
+    expect_input_error(
+        [&] {
+            write_checkpoint_or_remove_it(dir, 6, 0, [&] {
+                touch(model);
+                fail("%s: write failed (No space left on device)", state0.c_str());
+            });
+        },
+        {"state_00000006_00000.bin", "No space left"});
+    CHECK(!path_exists(model) && !path_exists(state0));
+
+    touch(model);  // rank 0's files written; rank 1's write fails after its file was committed
+    touch(state0);
+    const std::string state1 = checkpoint_state_path(dir, 6, 1);
+    expect_input_error(
+        [&] {
+            write_checkpoint_or_remove_it(dir, 6, 1, [&] {
+                touch(state1);
+                fail("disk full");
+            });
+        },
+        {"disk full"});
+    CHECK(!path_exists(state1) && path_exists(model) && path_exists(state0));
+    write_checkpoint_or_remove_it(dir, 8, 0, [&] { touch(checkpoint_model_path(dir, 8)); });
+    CHECK(path_exists(checkpoint_model_path(dir, 8)));
+}
+
+// The files of steps without a DONE marker go, one line per step naming them; complete checkpoints
+// and every name that only looks like a checkpoint file stay.
+TEST(files_of_checkpoints_without_a_done_marker_are_removed_by_exact_name) {
+    const std::string dir = tst::make_temp_dir();
+    touch(checkpoint_model_path(dir, 10));
+    touch(checkpoint_state_path(dir, 10, 0));
+    mark_checkpoint_done(dir, 10);
+    touch(checkpoint_model_path(dir, 20));  // step 20: every file but the marker
+    touch(checkpoint_state_path(dir, 20, 0));
+    touch(checkpoint_state_path(dir, 20, 1));
+    touch(checkpoint_state_path(dir, 30, 1));  // step 30: one rank's state file
+    const std::vector<std::string> lookalikes = {"model_00000020.bin.tmp.999999999", "model_20.bin",
+                                                 "state_00000020_1.bin", "model_00000020.bin.bak",
+                                                 "state_00000020_00001.binx", "notes.txt"};
+    for (const std::string& name : lookalikes) touch(dir + "/" + name);
+    const std::vector<std::string> lines = remove_incomplete_checkpoints(dir);
+    CHECK_MSG(lines.size() == 2 &&
+                  lines[0] == "removed the incomplete checkpoint of step 20 (model_00000020.bin, "
+                              "state_00000020_00000.bin and state_00000020_00001.bin): it never completed" &&
+                  lines[1] == "removed the incomplete checkpoint of step 30 (state_00000030_00001.bin): it never "
+                              "completed",
+              "%s", lines.empty() ? "no lines" : lines[0].c_str());
+    CHECK(!path_exists(checkpoint_model_path(dir, 20)) && !path_exists(checkpoint_state_path(dir, 20, 1)) &&
+          !path_exists(checkpoint_state_path(dir, 30, 1)));
+    CHECK(complete_checkpoints(dir, 1) == std::vector<long long>{10});
+    for (const std::string& name : lookalikes) CHECK_MSG(path_exists(dir + "/" + name), "%s removed", name.c_str());
+    CHECK(remove_incomplete_checkpoints(dir).empty());
+}
+
+// Rank `rank` of a checkpoint written by `ranks` ranks, as a state file.
+static void write_rank_state(const std::string& dir, long long step, int rank, int ranks) {
+    TrainingState s = sample_state();
+    s.shape.num_ranks = ranks, s.data_ranks = ranks, s.rank = rank, s.step = step;
+    write_training_state(checkpoint_state_path(dir, step, rank), s);
+}
+
+// A checkpoint with a DONE marker but a file missing (the model, rank 0's state file, or the last
+// rank's, known from rank 0's file) is moved whole into damaged_NNNNNNNN (a second of the same step
+// into damaged_NNNNNNNN_2), marker last; complete ones stay, and so does one whose rank 0 file is
+// corrupt (its rank count unproven: the resume reports the corruption).
+TEST(damaged_checkpoints_are_set_aside_whole) {
+    const std::string dir = tst::make_temp_dir();
+    for (long long step : {10, 20, 30, 40, 50}) {
+        touch(checkpoint_model_path(dir, step));
+        for (int r = 0; r < 2; r++) write_rank_state(dir, step, r, 2);
+        mark_checkpoint_done(dir, step);
+    }
+    CHECK(state_file_rank_count(checkpoint_state_path(dir, 10, 1)) == 2);
+    CHECK(state_file_rank_count(checkpoint_model_path(dir, 10)) == 0);  // an empty file: no state
+    const std::vector<unsigned char> kept_state = read_all(checkpoint_state_path(dir, 30, 0));
+    remove(checkpoint_state_path(dir, 20, 1).c_str());
+    remove(checkpoint_model_path(dir, 30).c_str());
+    remove(checkpoint_state_path(dir, 40, 0).c_str());
+    std::vector<unsigned char> corrupt = read_all(checkpoint_state_path(dir, 50, 0));
+    corrupt[corrupt.size() - 9] ^= 1;
+    write_all(checkpoint_state_path(dir, 50, 0), corrupt);
+    remove(checkpoint_state_path(dir, 50, 1).c_str());
+    std::filesystem::create_directory(dir + "/damaged_00000030");  // an earlier damaged step 30
+    touch(dir + "/damaged_00000030/DONE_00000030");
+
+    CHECK(missing_checkpoint_files(dir, 10).empty());
+    CHECK(missing_checkpoint_files(dir, 20) == std::vector<std::string>{"state_00000020_00001.bin"});
+    const std::vector<DamagedCheckpoint> damaged = set_aside_damaged_checkpoints(dir);
+    CHECK(damaged.size() == 3 && damaged[0].step == 20 && damaged[1].step == 30 && damaged[2].step == 40);
+    CHECK(damaged[1].missing == std::vector<std::string>{"model_00000030.bin"});
+    CHECK(damaged[1].moved == (std::vector<std::string>{"state_00000030_00000.bin", "state_00000030_00001.bin",
+                                                        "DONE_00000030"}));
+    CHECK(damaged[1].folder == dir + "/damaged_00000030_2");
+    CHECK(damaged[2].missing == std::vector<std::string>{"state_00000040_00000.bin"});
+    CHECK(read_all(damaged[1].folder + "/state_00000030_00000.bin") == kept_state);
+    CHECK(path_exists(dir + "/damaged_00000020/model_00000020.bin") &&
+          path_exists(dir + "/damaged_00000040/state_00000040_00001.bin"));
+    for (long long step : {20, 30, 40})
+        CHECK(!path_exists(checkpoint_done_path(dir, step)) && !path_exists(checkpoint_state_path(dir, step, 1)));
+    CHECK(complete_checkpoints(dir, 1) == (std::vector<long long>{10, 50}));
+    CHECK(describe_damaged_checkpoint(damaged[0]) ==
+          "damaged checkpoint of step 20: state_00000020_00001.bin is missing; its other files (model_00000020.bin, "
+          "state_00000020_00000.bin and DONE_00000020) were moved to " + dir +
+              "/damaged_00000020, where nothing overwrites them");
+    CHECK(set_aside_damaged_checkpoints(dir).empty());
+}
+
+// Only -y 1 tidies the folder (a fresh run in a folder holding a run is refused before it writes).
+TEST(the_folder_is_tidied_only_for_a_resume) {
+    const std::string dir = tst::make_temp_dir();
+    touch(checkpoint_model_path(dir, 4));  // a leftover, and a damaged checkpoint
+    mark_checkpoint_done(dir, 2);
+    TrainOptions opt;
+    opt.output_dir = dir;
+    RankGroup one_rank;
+    CHECK(tidy_checkpoints_for_resume(opt, one_rank).empty());
+    CHECK(path_exists(checkpoint_model_path(dir, 4)) && path_exists(checkpoint_done_path(dir, 2)));
+    opt.resume = 1;
+    const std::string report = tidy_checkpoints_for_resume(opt, one_rank);
+    CHECK_MSG(report.find("removed the incomplete checkpoint of step 4 (model_00000004.bin)") == 0 &&
+                  report.find("\ndamaged checkpoint of step 2: model_00000002.bin and state_00000002_00000.bin are "
+                              "missing; its other files (DONE_00000002) were moved") != std::string::npos &&
+                  std::count(report.begin(), report.end(), '\n') == 2,
+              "%s", report.c_str());
+    CHECK(!path_exists(checkpoint_model_path(dir, 4)) && path_exists(dir + "/damaged_00000002/DONE_00000002"));
 }
 
 // The writer runs its jobs in order, one at a time (a DONE marker queued behind a checkpoint's files
