@@ -25,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,8 @@ static const char* const USAGE = R"(usage: ./generate -e MODEL [options]
   -t, --seq-len T         tokens per sequence (default 64)
   -m, --val-batches N     batches to evaluate, from the first (default 0: every batch of the shards)
       --help              this text
+Each flag may be given once. A prompt longer than the model's context is cut to its last tokens,
+with a note saying how many were left out.
 )";
 
 static long parse_long(const std::string& flag, const std::string& text, long min, long max) {
@@ -100,6 +103,7 @@ static long parse_long(const std::string& flag, const std::string& text, long mi
 
 static Options parse_options(int argc, char** argv) {
     Options o;
+    std::set<std::string> given;  // the flags seen, by long name
     for (int i = 1; i < argc; i++) {
         std::string flag = argv[i];
         if (flag == "--help" || flag == "-h") {
@@ -108,8 +112,15 @@ static Options parse_options(int argc, char** argv) {
         }
         if (i + 1 >= argc) fail("%s: missing value (see --help)", flag.c_str());
         const std::string value = argv[++i];
+        // Whether flag is this one (either form); a second time is an error, as its value would
+        // silently win over the first.
         const auto is = [&](const char* short_name, const char* long_name) {
-            return flag == long_name || (*short_name && flag == short_name);
+            if (flag != long_name && !(*short_name && flag == short_name)) return false;
+            if (!given.insert(long_name).second) {
+                if (*short_name) fail("%s (%s): given twice", short_name, long_name);
+                fail("%s: given twice", long_name);
+            }
+            return true;
         };
         if (is("-e", "--model")) {
             o.model = value;
@@ -350,6 +361,16 @@ private:
     std::unique_ptr<CachedSampler> cached_;  // else
 };
 
+void note_prompt_cut(size_t prompt_tokens, int max_seq_len) {
+    const size_t tokens = prompt_tokens + 1;  // the start token, then the prompt
+    if (tokens <= (size_t)max_seq_len) return;
+    const size_t left_out = tokens - max_seq_len;
+    printf("note: the start token and the prompt's %zu tokens are more than the model's context of "
+           "%d tokens: %zu token%s at the start %s left out (the model sees the last %d)\n",
+           prompt_tokens, max_seq_len, left_out, left_out == 1 ? "" : "s", left_out == 1 ? "is" : "are",
+           max_seq_len);
+}
+
 void print_samples(const Options& o, int vocab_size, int start_token, const std::vector<int>& prompt,
                    const NextLogits& next_logits, const std::function<std::string(int)>& decode) {
     std::vector<float> logits(vocab_size);
@@ -378,6 +399,7 @@ static int generate(const Options& o, const ModelFile& file, Device device) {
     });
     const std::vector<int> prompt = prompt_tokens(o, c.vocab_size);
     const int eot = table.eot_token < c.vocab_size ? table.eot_token : c.vocab_size - 1;
+    note_prompt_cut(prompt.size(), c.max_seq_len);
     const int T = (int)std::min<long>(c.max_seq_len, (long)prompt.size() + 1 + o.gen_tokens);
     GptNextLogits next_logits(file, T, o.kv_cache, device);
     print_samples(

@@ -46,6 +46,10 @@ struct LlamaModelFile;
 std::string llama_gpu_shape_error(const LlamaConfig& config);
 NextLogits llama_gpu_next_logits(const LlamaModelFile& file, int T);
 
+// Prints one note line when the start token and the prompt are more than the model's context of
+// max_seq_len tokens: the model sees only the last max_seq_len of them, so the first are left out.
+void note_prompt_cut(size_t prompt_tokens, int max_seq_len);
+
 // Draws and prints o.samples samples of o.gen_tokens tokens each: every sample starts from
 // start_token then the prompt, and draws each next token from next_logits with o's temperature and
 // top-k, one Rng stream per sample (so sample 3 is the same whatever --samples says). decode gives

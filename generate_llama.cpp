@@ -133,6 +133,7 @@ static int sample_llama(const Options& o, const LlamaModelFile& file, Device dev
     check_prompt_tokens(o, prompt, c.vocab_size);
     // A model whose vocabulary lacks the start token (a small test model) starts from its last one.
     const int start = text.start_token() < c.vocab_size ? text.start_token() : c.vocab_size - 1;
+    note_prompt_cut(prompt.size(), c.max_seq_len);
     const int T = (int)std::min<long>(c.max_seq_len, (long)prompt.size() + 1 + o.gen_tokens);
     print_samples(o, c.vocab_size, start, prompt, llama_next_logits(file, T, o.kv_cache, device),
                   [&](int token) { return text.decode(token); });

@@ -21,6 +21,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/janeausten.h"
 #include "data/llama3_tokenizer.h"
+#include "data/read_file.h"
 #include "data/pinned_vocab.h"
 #include "data/token_shard.h"
 
@@ -64,6 +65,9 @@ options:
   --rdata FILE             janeaustenr's Rdata.rdb (default data/cache/janeaustenr/Rdata.rdb)
   -h, --help               this text
 Text is encoded on all cores (OMP_NUM_THREADS to change); progress goes to stderr on long inputs.
+Each option may be given once. An output that is one of the command's inputs (the same file, however
+its path is spelt) is refused before anything is written; so is a text file larger than the memory
+available, since it is read whole.
 )";
 
 struct Arguments {
@@ -101,6 +105,11 @@ static std::string repository_prefix() {
     return root.empty() ? "" : root + "/";
 }
 
+// How an option is named in messages: "-o (--output)" for the one with a short form.
+static std::string flag_name(const std::string& long_name) {
+    return long_name == "--output" ? "-o (--output)" : long_name;
+}
+
 static Arguments parse_arguments(int argc, char** argv) {
     Arguments args;
     args.vocab_dir = repository_prefix() + DEFAULT_VOCAB_DIR;
@@ -123,7 +132,8 @@ static Arguments parse_arguments(int argc, char** argv) {
         if (!known.count(arg)) fail("%s: unknown option; see data/prepare --help", arg.c_str());
         if (i + 1 >= argc) fail("%s: needs a value", arg.c_str());
         std::string value = argv[++i];
-        args.given.insert(arg);
+        // A second value would silently win over the first: say so instead.
+        if (!args.given.insert(arg).second) fail("%s: given twice", flag_name(arg).c_str());
         if (arg == "--output") args.output = value;
         if (arg == "--vocab") args.vocab_dir = value;
         if (arg == "--rdata") args.rdata = value;
@@ -192,6 +202,22 @@ static void fetch_if_missing(const std::string& path, const std::string& script)
         fail("%s: failed, so %s is missing (see its messages above)", script.c_str(), path.c_str());
 }
 
+// The vocabulary files --tokenizer reads from --vocab: inputs too, which no output may replace.
+static std::vector<std::string> vocab_files(const Arguments& args) {
+    if (args.tokenizer == "llama3") return {args.vocab_dir + "/data-converted.js"};
+    return {args.vocab_dir + "/encoder.json", args.vocab_dir + "/vocab.bpe"};
+}
+
+// Fails before anything is written when an output is one of the command's inputs: the output would
+// replace the very file it is made from. `flag` names where the output came from ("-o (--output)").
+static void refuse_output_over_input(const char* flag, const std::string& output,
+                                     const std::vector<std::string>& inputs) {
+    const std::string input = input_at(output, inputs);
+    if (!input.empty())
+        fail("%s: %s is also an input of this command (%s); writing it would replace that input, so "
+             "give another output path", flag, output.c_str(), input.c_str());
+}
+
 static int command_encode(const Arguments& args) {
     expect(args, 1, SIZE_MAX, {"--output", "--vocab", "--tokenizer"});
     if (args.output.empty()) fail("encode: -o OUT.bin is required");
@@ -199,6 +225,9 @@ static int command_encode(const Arguments& args) {
         if (std::filesystem::is_directory(path))
             fail("%s: is a directory; encode takes files (the dataset command takes directories)",
                  path.c_str());
+    std::vector<std::string> inputs = args.positional;
+    for (const std::string& path : vocab_files(args)) inputs.push_back(path);
+    refuse_output_over_input("-o (--output)", args.output, inputs);
     std::vector<Document> documents = read_documents(args.positional);
     with_tokenizer(args, [&](const auto& tokenizer) {
         const auto tokens = encode_stream(tokenizer, documents);
@@ -238,43 +267,96 @@ static std::string dataset_prefix(const Arguments& args) {
     if (name.empty() || name == "." || name == "..") name = "dataset";
     std::string folder = output;
     while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
-    const std::string prefix = folder + "/" + name;
-    printf("-o %s is a folder: writing %s_train.bin and %s_val.bin (or numbered shards) there\n",
-           output.c_str(), prefix.c_str(), prefix.c_str());
-    return prefix;
+    return folder + "/" + name;
+}
+
+// Whether `name` is one of the file names the dataset command gives the shards of a prefix whose
+// file name is `stem`: STEM_{train,val}.bin or STEM_{train,val}_NNNNNN.bin.
+static bool is_shard_name(const std::string& stem, const std::string& name) {
+    for (const char* split : {"_train", "_val"}) {
+        const std::string head = stem + split;
+        if (name.compare(0, head.size(), head) != 0) continue;
+        const std::string rest = name.substr(head.size());
+        if (rest == ".bin" ||
+            (rest.size() == 11 && rest[0] == '_' && rest.compare(7, 4, ".bin") == 0 &&
+             rest.substr(1, 6).find_first_not_of("0123456789") == std::string::npos))
+            return true;
+    }
+    return false;
+}
+
+// The folder a prefix's shards are in ("." for a bare name), and the shards of it that exist now.
+static std::string prefix_folder(const std::string& prefix) {
+    const std::filesystem::path base(prefix);
+    return base.has_parent_path() ? base.parent_path().string() : ".";
+}
+static std::vector<std::filesystem::path> existing_shards(const std::string& prefix) {
+    const std::string stem = std::filesystem::path(prefix).filename().string();
+    std::vector<std::filesystem::path> shards;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(prefix_folder(prefix), error))
+        if (is_shard_name(stem, entry.path().filename().string())) shards.push_back(entry.path());
+    return shards;
+}
+
+// Fails before anything is written when an input is one of the prefix's shard files: the dataset
+// command would write over it, or remove it as a stale shard of an earlier run.
+static void refuse_shards_over_inputs(const std::string& prefix, const std::vector<std::string>& inputs) {
+    std::error_code error;
+    const std::filesystem::path folder = std::filesystem::weakly_canonical(prefix_folder(prefix), error);
+    const std::string stem = std::filesystem::path(prefix).filename().string();
+    for (const std::string& input : inputs) {
+        const std::filesystem::path path = std::filesystem::weakly_canonical(input, error);
+        bool clash = path.parent_path() == folder && is_shard_name(stem, path.filename().string());
+        for (const std::filesystem::path& shard : existing_shards(prefix))
+            clash = clash || same_file(shard.string(), input);
+        if (clash)
+            fail("-o (--output): the input %s is one of the shard files of %s (%s_train*.bin, "
+                 "%s_val*.bin), which this command writes or removes; give another prefix",
+                 input.c_str(), prefix.c_str(), prefix.c_str(), prefix.c_str());
+    }
+}
+
+// Whether a file is a token shard (GPT-2's or Llama 3's), by its header's magic.
+static bool is_token_shard(const std::string& path) {
+    try {
+        const int magic = read_header(path)[0];
+        return magic == TOKEN_SHARD_MAGIC || magic == LLAMA3_TOKEN_SHARD_MAGIC;
+    } catch (const InputError&) {
+        return false;
+    }
 }
 
 // Removes the shards of `prefix` (PREFIX_{train,val}.bin, PREFIX_{train,val}_NNNNNN.bin) that this
 // run did not write: left by an earlier run with other settings, a glob over PREFIX_train_*.bin
-// would mix them in.
+// would mix them in. Only token shards go: a file named like one that holds something else is not
+// this program's to remove, and is left (and said so).
 static void remove_stale_shards(const std::string& prefix, const std::vector<std::string>& written) {
-    const std::filesystem::path base(prefix);
-    const std::string folder = base.has_parent_path() ? base.parent_path().string() : ".";
-    const std::string stem = base.filename().string();
-    std::vector<std::string> removed;
+    std::vector<std::string> removed, kept;
     std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
-        const std::string name = entry.path().filename().string();
-        bool ours = false;
-        for (const char* split : {"_train", "_val"}) {
-            const std::string head = stem + split;
-            if (name.compare(0, head.size(), head) != 0) continue;
-            const std::string rest = name.substr(head.size());
-            ours = ours || rest == ".bin" ||
-                   (rest.size() == 11 && rest[0] == '_' && rest.compare(7, 4, ".bin") == 0 &&
-                    rest.substr(1, 6).find_first_not_of("0123456789") == std::string::npos);
-        }
-        const std::string path = (base.has_parent_path() ? folder + "/" : "") + name;
-        if (ours && std::find(written.begin(), written.end(), path) == written.end() &&
-            std::filesystem::remove(entry.path(), error))
+    for (const std::filesystem::path& shard : existing_shards(prefix)) {
+        const std::string name = shard.filename().string();
+        const std::string path = (std::filesystem::path(prefix).has_parent_path()
+                                      ? prefix_folder(prefix) + "/" : "") + name;
+        if (std::find(written.begin(), written.end(), path) != written.end()) continue;
+        if (!is_token_shard(shard.string()))
+            kept.push_back(name);
+        else if (std::filesystem::remove(shard, error))
             removed.push_back(name);
     }
     std::sort(removed.begin(), removed.end());
-    if (removed.empty()) return;
-    std::string names;
-    for (const std::string& name : removed) names += (names.empty() ? "" : ", ") + name;
-    printf("removed %zu stale shard(s) of %s from an earlier run with other settings: %s\n",
-           removed.size(), prefix.c_str(), names.c_str());
+    std::sort(kept.begin(), kept.end());
+    const auto joined = [](const std::vector<std::string>& names) {
+        std::string text;
+        for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+        return text;
+    };
+    if (!removed.empty())
+        printf("removed %zu stale shard(s) of %s from an earlier run with other settings: %s\n",
+               removed.size(), prefix.c_str(), joined(removed).c_str());
+    if (!kept.empty())
+        printf("left %zu file(s) named like shards of %s that are not token shards: %s\n",
+               kept.size(), prefix.c_str(), joined(kept).c_str());
 }
 
 // One line on how the validation split was chosen.
@@ -299,6 +381,12 @@ static int command_dataset(const Arguments& args) {
     if (args.output.empty()) fail("dataset: -o PREFIX is required");
     std::vector<Document> documents = read_documents(args.positional);
     const std::string prefix = dataset_prefix(args);
+    std::vector<std::string> inputs = vocab_files(args);
+    for (const Document& document : documents) inputs.push_back(document.name);
+    refuse_shards_over_inputs(prefix, inputs);
+    if (prefix != args.output)
+        printf("-o %s is a folder: writing %s_train.bin and %s_val.bin (or numbered shards) there\n",
+               args.output.c_str(), prefix.c_str(), prefix.c_str());
     DatasetSplit split;
     std::vector<std::string> written;
     with_tokenizer(args, [&](const auto& tokenizer) {
@@ -318,6 +406,7 @@ static int command_decode_table(const Arguments& args) {
     expect(args, 0, 0, {"--output", "--vocab", "--tokenizer"});
     const char* default_path = args.tokenizer == "llama3" ? LLAMA3_DECODE_TABLE : GPT2_DECODE_TABLE;
     const std::string path = args.output.empty() ? repository_prefix() + default_path : args.output;
+    refuse_output_over_input("-o (--output)", path, vocab_files(args));
     with_tokenizer(args, [&](const auto& tokenizer) { write_tokenizer_decode_table(tokenizer, path); });
     return 0;
 }
@@ -335,6 +424,10 @@ static int command_janeausten(const Arguments& args) {
         printf("janeausten: up to date (%s, %s, %s)\n", train.c_str(), val.c_str(), table.c_str());
         return 0;
     }
+    std::vector<std::string> inputs = vocab_files(args);
+    inputs.push_back(args.rdata);
+    for (const std::string& output : {table, train, val})
+        refuse_output_over_input("janeausten", output, inputs);
     if (!args.given.count("--vocab"))
         fetch_if_missing(args.vocab_dir + (llama3 ? "/data-converted.js" : "/encoder.json"),
                          root + "data/fetch_vocab.sh");
@@ -362,6 +455,7 @@ static int command_janeausten_text(const Arguments& args) {
         std::string name = novels[i].name;
         for (char& c : name) c = c == ' ' ? '_' : (char)tolower(c);
         std::string path = strprintf("%s/%zu_%s.txt", folder.c_str(), i + 1, name.c_str());
+        refuse_output_over_input("janeausten-text", path, {args.rdata});
         AtomicFile file(path);
         file.write(novels[i].text.data(), novels[i].text.size());
         file.commit();

@@ -7,10 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -147,12 +145,12 @@ static size_t our_offset(const ParamLayout& layout, const HfTensor& t, size_t el
 
 // ---- export ----
 
+// Copies a tokenizer file into the folder; read through base/file_io.h, which refuses a FIFO or a
+// device rather than waiting on it.
 static void copy_file(const std::string& from, const std::string& to) {
-    std::ifstream in(from, std::ios::binary);
-    if (!in) fail("%s: cannot be read", from.c_str());
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    write_text(to, bytes.str());
+    std::string bytes(file_size(from), '\0');
+    if (!bytes.empty()) read_bytes(from, 0, &bytes[0], bytes.size());
+    write_text(to, bytes);
 }
 
 void export_hf_folder(const ModelFile& model, const std::string& dir, StDtype dtype,
@@ -197,8 +195,7 @@ void export_hf_folder(const ModelFile& model, const std::string& dir, StDtype dt
         };
         write_text(tmp + "/tokenizer_config.json", tokenizer_config.dump(2) + "\n");
     }
-    remove_empty_target(dir);  // the empty folder given
-    folder.commit();
+    folder.commit();  // replaces the empty folder given, if any
 }
 
 // ---- import ----
@@ -244,7 +241,7 @@ void place_values(const HfTensor& t, const std::vector<float>& values, float* ou
 // with wte once all are read. The causal-mask buffers are skipped.
 void import_tensor(const std::string& path, const StHeader& header, const StTensor& st,
                    const std::map<std::string, const HfTensor*>& wanted, const ParamLayout& layout,
-                   ModelFile* model, ImportedWeights* imported) {
+                   bool allow_nonfinite, ModelFile* model, ImportedWeights* imported) {
     const GPTConfig& c = model->config;
     std::string name;
     if (!weight_name(st.name, &name)) return;
@@ -262,7 +259,7 @@ void import_tensor(const std::string& path, const StHeader& header, const StTens
     if (st.shape != shape)
         fail("%s: tensor '%s' has shape %s; config.json's GPT-2 needs %s", path.c_str(),
              st.name.c_str(), shape_text(st.shape).c_str(), shape_text(shape).c_str());
-    std::vector<float> values = read_float_tensor(path, header, st, "GPT-2");
+    std::vector<float> values = read_float_tensor(path, header, st, "GPT-2", allow_nonfinite);
     imported->dtypes.insert(dtype_name(st.dtype));
     if (head) {
         imported->lm_head = std::move(values);
@@ -294,7 +291,8 @@ void check_all_imported(const std::string& dir, const std::vector<HfTensor>& exp
 
 }  // namespace
 
-ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes) {
+ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes,
+                           bool allow_nonfinite) {
     read_hf_config(dir);  // the folder, its config.json and the JSON checked
     const std::string config_path = dir + "/config.json";
     ModelFile model;
@@ -309,7 +307,7 @@ ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes) {
     for (const std::string& path : weight_files(dir)) {
         const StHeader header = read_safetensors_header(path);
         for (const StTensor& st : header.tensors)
-            import_tensor(path, header, st, wanted, layout, &model, &imported);
+            import_tensor(path, header, st, wanted, layout, allow_nonfinite, &model, &imported);
     }
     check_all_imported(dir, expected, imported, model, layout);
     model.type = imported_weight_type(imported.dtypes, source_dtypes);

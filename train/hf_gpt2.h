@@ -56,5 +56,7 @@ void export_hf_folder(const ModelFile& model, const std::string& dir, StDtype dt
 
 // Reads a folder as above into our layout (padded wte rows zero). type is BF16 when every weight
 // was stored as BF16, otherwise FP32 (F16 and BF16 widen exactly). `source_dtypes` (may be null)
-// receives the dtypes found, e.g. "F16".
-ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes = nullptr);
+// receives the dtypes found, e.g. "F16". A NaN or an infinity in a weight is an InputError naming
+// the tensor, unless allow_nonfinite.
+ModelFile import_hf_folder(const std::string& dir, std::string* source_dtypes = nullptr,
+                           bool allow_nonfinite = false);

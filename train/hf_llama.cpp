@@ -177,8 +177,7 @@ void export_hf_llama_folder(const LlamaModelFile& model, const std::string& dir,
                              {"eos_token_id", end_of_text(c)},
                              {"_from_model_config", true}};
     write_text(tmp + "/generation_config.json", generation.dump(2) + "\n");
-    remove_empty_target(dir);  // the empty folder given
-    folder.commit();
+    folder.commit();  // replaces the empty folder given, if any
 }
 
 // ---- import ----
@@ -202,7 +201,7 @@ bool is_buffer(const std::string& name) {
 // Reads one tensor of the weight file at path into the model, after checking that the model wants
 // it, once, with its shape and a float dtype.
 void import_tensor(const std::string& path, const StHeader& header, const StTensor& st,
-                   LlamaModelFile* model, LlamaImport* state) {
+                   bool allow_nonfinite, LlamaModelFile* model, LlamaImport* state) {
     if (is_buffer(st.name)) return;
     const auto it = state->wanted.find(st.name);
     if (it == state->wanted.end())
@@ -215,7 +214,7 @@ void import_tensor(const std::string& path, const StHeader& header, const StTens
     if (st.shape != hf_shape(t))
         fail("%s: tensor '%s' has shape %s; config.json's Llama needs %s", path.c_str(),
              st.name.c_str(), shape_text(st.shape).c_str(), shape_text(hf_shape(t)).c_str());
-    const std::vector<float> values = read_float_tensor(path, header, st, "Llama");
+    const std::vector<float> values = read_float_tensor(path, header, st, "Llama", allow_nonfinite);
     std::copy(values.begin(), values.end(), model->params.begin() + t.offset);
     state->dtypes.insert(dtype_name(st.dtype));
     state->found[st.name] = path;
@@ -244,7 +243,8 @@ void finish_import(const std::string& dir, bool tied, const LlamaImport& state,
 
 }  // namespace
 
-LlamaModelFile import_hf_llama_folder(const std::string& dir, std::string* source_dtypes) {
+LlamaModelFile import_hf_llama_folder(const std::string& dir, std::string* source_dtypes,
+                                     bool allow_nonfinite) {
     const json config = read_hf_config(dir);
     bool tied = false;
     LlamaModelFile model;
@@ -255,7 +255,7 @@ LlamaModelFile import_hf_llama_folder(const std::string& dir, std::string* sourc
     for (const LlamaTensor& t : tensors) state.wanted[t.name] = &t;
     for (const std::string& path : weight_files(dir)) {
         const StHeader header = read_safetensors_header(path);
-        for (const StTensor& st : header.tensors) import_tensor(path, header, st, &model, &state);
+        for (const StTensor& st : header.tensors) import_tensor(path, header, st, allow_nonfinite, &model, &state);
     }
     finish_import(dir, tied, state, &model);
     model.type = imported_weight_type(state.dtypes, source_dtypes);

@@ -37,5 +37,7 @@ LlamaConfig parse_hf_llama_config(const nlohmann::json& config, const std::strin
 void export_hf_llama_folder(const LlamaModelFile& model, const std::string& dir, StDtype dtype);
 
 // Reads a LlamaForCausalLM folder. type is BF16 when every weight was stored as BF16, otherwise
-// FP32; `source_dtypes` (may be null) receives the dtypes found, e.g. "F32".
-LlamaModelFile import_hf_llama_folder(const std::string& dir, std::string* source_dtypes = nullptr);
+// FP32; `source_dtypes` (may be null) receives the dtypes found, e.g. "F32". A NaN or an infinity in
+// a weight is an InputError naming the tensor, unless allow_nonfinite.
+LlamaModelFile import_hf_llama_folder(const std::string& dir, std::string* source_dtypes = nullptr,
+                                      bool allow_nonfinite = false);

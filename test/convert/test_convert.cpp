@@ -9,7 +9,16 @@
 //     files by model.safetensors.index.json; GPT2Model names with the causal-mask buffers and
 //     lm_head present, bf16; the result runs in ./generate and fine-tunes in train_gpt_cpu;
 //   - fp32 <-> bf16 model files; every malformed safetensors file, config.json or folder is a
-//     one-line error with no output left behind.
+//     one-line error with no output left behind: a FIFO or a device at once, a weight that is NaN
+//     or infinite (unless --allow-nonfinite 1), an output that is one of the inputs, a flag given
+//     twice;
+//   - SIGINT/SIGTERM mid-write leaves nothing behind; after SIGKILL the next convert writing the
+//     same output removes the temporaries left, and nothing else.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -579,4 +588,241 @@ TEST(bad_folders_and_arguments_fail_cleanly) {
     write_model_file(dir + "/huge.bin", c, huge.data(), WeightType::FP32);
     convert_fails("export-hf " + dir + "/huge.bin " + dir + "/h16 --dtype fp16", dir + "/h16",
                   {"fp16's range"});
+}
+
+// ---- inputs that are not regular files, outputs over inputs, flags given twice ----
+
+// ./convert under `timeout 20`: a FIFO or a device must end it at once with one error line holding
+// every word, not leave it waiting (status 124).
+static void convert_fails_at_once(const std::string& args, const std::vector<std::string>& words) {
+    std::string out;
+    const int rc = tst::run_command("timeout 20 " + bin("convert") + " " + args, &out);
+    CHECK_MSG(rc != 124, "still waiting after 20 s: %s", args.c_str());
+    CHECK_MSG(rc == 1 && out.rfind("error: ", 0) == 0 && out.find('\n') == out.size() - 1,
+              "status %d for %s: %s", rc, args.c_str(), out.c_str());
+    for (const std::string& w : words)
+        CHECK_MSG(out.find(w) != std::string::npos, "'%s' lacks '%s'", out.c_str(), w.c_str());
+}
+
+TEST(inputs_that_are_not_regular_files_fail_at_once) {
+    const std::string dir = tst::make_temp_dir();
+    const GPTConfig c = small_config();
+    write_transformers_folder(dir + "/ok", c, random_weights(c, 12), "F16", "transformer.", false, false);
+    for (const char* name : {"model.safetensors", "config.json"}) {
+        const std::string folder = dir + "/fifo_" + name;
+        std::filesystem::copy(dir + "/ok", folder);
+        std::filesystem::remove(folder + "/" + name);
+        CHECK(mkfifo((folder + "/" + name).c_str(), 0600) == 0);
+        convert_fails_at_once("import-hf " + folder + " " + dir + "/out.bin",
+                              {folder + "/" + name, "is a FIFO (named pipe), not a regular file"});
+    }
+    CHECK(mkfifo((dir + "/model.bin").c_str(), 0600) == 0);
+    convert_fails_at_once("to-bf16 " + dir + "/model.bin " + dir + "/out.bin", {dir + "/model.bin", "FIFO"});
+    convert_fails_at_once("to-fp32 /dev/zero " + dir + "/out.bin", {"/dev/zero", "character device"});
+    CHECK(!std::filesystem::exists(dir + "/out.bin"));
+}
+
+TEST(an_output_that_is_an_input_is_refused) {
+    const std::string dir = tst::make_temp_dir();
+    const GPTConfig c = small_config();
+    const std::vector<float> weights = random_weights(c, 13);
+    write_transformers_folder(dir + "/ok", c, weights, "F16", "transformer.", false, false);
+    write_model_file(dir + "/m.bin", c, weights.data(), WeightType::FP32);
+    std::filesystem::create_hard_link(dir + "/m.bin", dir + "/m_link.bin");
+    std::map<std::string, std::vector<unsigned char>> before;
+    for (const std::string& path : {dir + "/ok/model.safetensors", dir + "/ok/config.json", dir + "/m.bin"})
+        before[path] = read_all(path);
+    for (const std::string& args : {
+             "import-hf " + dir + "/ok " + dir + "/ok/model.safetensors",
+             "import-hf " + dir + "/ok " + dir + "/ok/../ok/./config.json",  // the same path, spelt otherwise
+             "import-hf " + dir + "/ok " + dir + "/ok",
+             "to-bf16 " + dir + "/m.bin " + dir + "/./m.bin",
+             "to-fp32 " + dir + "/m.bin " + dir + "/m_link.bin",  // one file under two names
+             "export-hf " + dir + "/m.bin " + dir + "/m.bin"})
+        convert_fails(args, "", {"is also an input of this command", "give another output path"});
+    for (const auto& [path, bytes] : before) CHECK_MSG(read_all(path) == bytes, "%s changed", path.c_str());
+    // Writing into the input folder under a new name is fine.
+    std::string out;
+    CHECK_MSG(convert("import-hf " + dir + "/ok " + dir + "/ok/imported.bin", &out) == 0, "%s", out.c_str());
+}
+
+TEST(a_flag_given_twice_is_an_error) {
+    const std::string dir = tst::make_temp_dir();
+    const GPTConfig c = small_config();
+    const std::vector<float> weights = random_weights(c, 14);
+    write_transformers_folder(dir + "/ok", c, weights, "F16", "transformer.", false, false);
+    write_model_file(dir + "/m.bin", c, weights.data(), WeightType::FP32);
+    const std::string out_bin = dir + "/out.bin";
+    convert_fails("import-hf " + dir + "/ok " + out_bin + " --dtype fp32 --dtype bf16", out_bin,
+                  {"--dtype: given twice"});
+    convert_fails("import-hf " + dir + "/ok " + out_bin + " --allow-nonfinite 1 --allow-nonfinite 0",
+                  out_bin, {"--allow-nonfinite: given twice"});
+    convert_fails("export-hf " + dir + "/m.bin " + dir + "/hf --vocab a --vocab b", dir + "/hf",
+                  {"--vocab: given twice"});
+    convert_fails("import-hf " + dir + "/ok " + out_bin + " --allow-nonfinite yes", out_bin,
+                  {"--allow-nonfinite", "'yes'"});
+}
+
+// ---- NaN and infinity ----
+
+TEST(nonfinite_weights_are_refused_naming_the_tensor) {
+    const std::string dir = tst::make_temp_dir();
+    const GPTConfig c = small_config();
+    const ParamLayout layout = param_layout(c);
+    std::vector<float> weights = random_weights(c, 15);
+    weights[layout.offset[LNFB] + 5] = NAN;
+    write_transformers_folder(dir + "/nan", c, weights, "F16", "transformer.", false, false);
+    const std::string out_bin = dir + "/out.bin";
+    convert_fails("import-hf " + dir + "/nan " + out_bin, out_bin,
+                  {dir + "/nan/model.safetensors: tensor 'transformer.ln_f.bias' holds NaN at element 5 "
+                   "(--allow-nonfinite 1 imports it anyway)"});
+    std::vector<float> infinite = random_weights(c, 15);
+    infinite[layout.offset[QKVB] + 3 * c.channels + 7] = -INFINITY;  // layer 1's bias
+    write_transformers_folder(dir + "/inf", c, infinite, "BF16", "", false, false);
+    convert_fails("import-hf " + dir + "/inf " + out_bin, out_bin,
+                  {"tensor 'h.1.attn.c_attn.bias' holds -inf at element 7"});
+    // With the flag, the folder imports as it is: the NaN in its place.
+    std::string out;
+    CHECK_MSG(convert("import-hf " + dir + "/nan " + out_bin + " --allow-nonfinite 1", &out) == 0, "%s",
+              out.c_str());
+    const ModelFile m = read_model_file(out_bin);
+    CHECK(std::isnan(m.params[layout.offset[LNFB] + 5]));
+    CHECK(m.params[layout.offset[LNFB] + 4] == (float)(_Float16)weights[layout.offset[LNFB] + 4]);
+}
+
+// ---- signals mid-write, and what a killed convert leaves ----
+
+// A model file big enough (about 40 MB) that writing its conversion lasts long enough to be caught.
+static std::string big_model(const std::string& dir) {
+    GPTConfig c = small_config(8192, 256);
+    c.channels = 512, c.num_heads = 8;
+    const std::vector<float> weights(param_layout(c).total, 0.01f);
+    write_model_file(dir + "/big.bin", c, weights.data(), WeightType::FP32);
+    return dir + "/big.bin";
+}
+
+// Starts ./convert with args, waits until `temporary` + its pid exists (it is writing), then sends
+// it the signal. Returns its wait status, or -1 when it ended before it was seen writing; *pid
+// receives its pid.
+static int signal_mid_write(const std::vector<std::string>& args, const std::string& temporary,
+                            int signal_number, pid_t* pid) {
+    const std::string program = bin("convert");
+    std::vector<char*> argv = {(char*)program.c_str()};
+    for (const std::string& a : args) argv.push_back((char*)a.c_str());
+    argv.push_back(nullptr);
+    *pid = fork();
+    if (*pid == 0) {
+        if (!freopen("/dev/null", "w", stdout)) _exit(127);
+        execv(program.c_str(), argv.data());
+        _exit(127);
+    }
+    const std::string path = temporary + std::to_string(*pid);
+    int status = 0;
+    while (!std::filesystem::exists(path))
+        if (waitpid(*pid, &status, WNOHANG) == *pid) return -1;
+    kill(*pid, signal_number);
+    waitpid(*pid, &status, 0);
+    return status;
+}
+
+// The names in a folder that hold ".tmp." (a temporary file or a staging folder).
+static std::vector<std::string> temporaries_in(const std::string& dir) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+        if (e.path().filename().string().find(".tmp.") != std::string::npos)
+            names.push_back(e.path().filename().string());
+    return names;
+}
+
+TEST(sigterm_mid_write_leaves_nothing_behind) {
+    const std::string dir = tst::make_temp_dir();
+    const std::string model = big_model(dir);
+    pid_t pid;
+    // An export's staging folder (the safetensors file being written in it) ...
+    int status = signal_mid_write({"export-hf", model, dir + "/hf"}, dir + "/hf.tmp.", SIGTERM, &pid);
+    CHECK_MSG(status != -1, "the export ended before it was seen writing");
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM, "status %d", status);
+    CHECK(!std::filesystem::exists(dir + "/hf"));
+    CHECK_MSG(temporaries_in(dir).empty(), "left: %s", temporaries_in(dir)[0].c_str());
+    // ... and a model file's temporary file, on SIGINT.
+    status = signal_mid_write({"to-bf16", model, dir + "/b.bin"}, dir + "/b.bin.tmp.", SIGINT, &pid);
+    CHECK_MSG(status != -1, "to-bf16 ended before it was seen writing");
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGINT, "status %d", status);
+    CHECK(!std::filesystem::exists(dir + "/b.bin"));
+    CHECK_MSG(temporaries_in(dir).empty(), "left: %s", temporaries_in(dir)[0].c_str());
+}
+
+// A pid that no process has: a child's, once it has ended.
+static pid_t ended_pid() {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, nullptr, 0);
+    return pid;
+}
+
+static void write_text_file(const std::string& path, const std::string& text) {
+    write_all(path, std::vector<unsigned char>(text.begin(), text.end()));
+}
+
+TEST(after_sigkill_the_next_convert_removes_the_stale_temporaries_only) {
+    const std::string dir = tst::make_temp_dir();
+    const std::string model = big_model(dir);
+    pid_t pid;
+    int status = signal_mid_write({"export-hf", model, dir + "/hf"}, dir + "/hf.tmp.", SIGKILL, &pid);
+    CHECK_MSG(status != -1, "the export ended before it was seen writing");
+    const std::string staging = "hf.tmp." + std::to_string(pid);
+    CHECK_MSG(std::filesystem::is_directory(dir + "/" + staging), "SIGKILL left no %s", staging.c_str());
+    // Beside it, what is not that export's to remove: other names, a live pid, a folder of that
+    // pattern holding a user's file, a link of that pattern, another output's temporary.
+    const std::string dead = std::to_string(ended_pid());
+    const std::vector<std::string> keep = {"hf.tmp.notes", "hf.tmp." + std::to_string(getpid()),
+                                           "hf.txt", "other.tmp." + dead, "hf.tmp.0" + dead};
+    for (const std::string& name : keep) write_text_file(dir + "/" + name, "user's file");
+    std::filesystem::create_directory(dir + "/hf.tmp." + dead);
+    write_text_file(dir + "/hf.tmp." + dead + "/notes.txt", "user's notes");
+    const std::string other_dead = std::to_string(ended_pid());
+    std::filesystem::create_symlink(dir + "/hf.txt", dir + "/hf.tmp." + other_dead);
+    std::string out;
+    CHECK_MSG(convert("export-hf " + model + " " + dir + "/hf", &out) == 0, "%s", out.c_str());
+    CHECK_MSG(out.find("removed " + staging + ": temporaries of " + dir + "/hf left by processes no "
+                       "longer running\n") != std::string::npos, "%s", out.c_str());
+    // The line that names what was left.
+    const size_t left_at = out.find("\nleft ");
+    const std::string left =
+        left_at == std::string::npos ? "" : out.substr(left_at + 1, out.find('\n', left_at + 1) - left_at);
+    CHECK_MSG(left.find("hf.tmp." + dead) != std::string::npos &&
+                  left.find("hf.tmp." + other_dead) != std::string::npos &&
+                  left.find("hf.tmp.notes") == std::string::npos,
+              "%s", out.c_str());
+    CHECK(!std::filesystem::exists(dir + "/" + staging));
+    CHECK(std::filesystem::exists(dir + "/hf/model.safetensors"));
+    for (const std::string& name : keep)
+        CHECK_MSG(read_all(dir + "/" + name).size() == 11, "%s was removed", name.c_str());
+    CHECK(read_all(dir + "/hf.tmp." + dead + "/notes.txt").size() == 12);
+    CHECK(std::filesystem::is_symlink(dir + "/hf.tmp." + other_dead));
+    // A model file's temporary file, the same way.
+    status = signal_mid_write({"to-bf16", model, dir + "/b.bin"}, dir + "/b.bin.tmp.", SIGKILL, &pid);
+    CHECK_MSG(status != -1, "to-bf16 ended before it was seen writing");
+    const std::string temporary = "b.bin.tmp." + std::to_string(pid);
+    CHECK_MSG(std::filesystem::exists(dir + "/" + temporary), "SIGKILL left no %s", temporary.c_str());
+    CHECK_MSG(convert("to-bf16 " + model + " " + dir + "/b.bin", &out) == 0, "%s", out.c_str());
+    CHECK_MSG(out.find("removed " + temporary + ": temporaries of " + dir + "/b.bin") != std::string::npos,
+              "%s", out.c_str());
+    CHECK(!std::filesystem::exists(dir + "/" + temporary) && std::filesystem::exists(dir + "/b.bin"));
+}
+
+TEST(export_into_an_empty_folder_replaces_it_and_nothing_else) {
+    const std::string dir = tst::make_temp_dir();
+    const GPTConfig c = small_config();
+    const std::vector<float> weights = random_weights(c, 16);
+    write_model_file(dir + "/m.bin", c, weights.data(), WeightType::FP32);
+    std::filesystem::create_directory(dir + "/hf");
+    write_text_file(dir + "/hf.json", "user's file");
+    std::string out;
+    CHECK_MSG(convert("export-hf " + dir + "/m.bin " + dir + "/hf/", &out) == 0, "%s", out.c_str());
+    CHECK(std::filesystem::exists(dir + "/hf/model.safetensors") && read_all(dir + "/hf.json").size() == 11);
+    CHECK(temporaries_in(dir).empty());
+    // A folder that holds something is not replaced.
+    convert_fails("export-hf " + dir + "/m.bin " + dir + "/hf", "", {"already exists"});
+    CHECK(std::filesystem::exists(dir + "/hf/model.safetensors"));
 }

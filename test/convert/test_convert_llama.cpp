@@ -1,8 +1,9 @@
 // ./convert for Llama 3 (train/hf_llama.h): export then import gives the model file back bit for bit
 // (fp32 and bf16); a folder with tied embeddings and no lm_head.weight imports with lm_head =
-// embed_tokens; bad folders are one-line errors with no output left; and the exported folder, run by
-// a Python reader written from the published architecture (test/convert/llama_reader.py, standard
-// library only), gives our CPU Llama's loss (cpu/llama_cpu.h) on the same tokens.
+// embed_tokens; bad folders (a NaN among the weights too) are one-line errors with no output left;
+// and the exported folder, run by a Python reader written from the published architecture
+// (test/convert/llama_reader.py, standard library only), gives our CPU Llama's loss
+// (cpu/llama_cpu.h) on the same tokens.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -170,6 +171,30 @@ TEST(bad_llama_folders_fail_cleanly) {
     // names its header.
     convert_fails("export-hf " + dir + "/m.bin " + ok, dir + "/none", {"already exists"});
     convert_fails("to-bf16 " + ok + "/config.json " + out_bin, out_bin, {"header"});
+}
+
+// A NaN or an infinity in a Llama folder's weights is refused naming the tensor and the element;
+// --allow-nonfinite 1 imports it as it is.
+TEST(llama_nonfinite_weights_are_refused_naming_the_tensor) {
+    const std::string dir = tst::make_temp_dir(), out_bin = dir + "/out.bin";
+    const LlamaConfig c = small_llama();
+    std::vector<float> p = random_llama_weights(c, 4);
+    const std::vector<LlamaTensor> tensors = llama_tensors(c);
+    const LlamaTensor* down = nullptr;
+    for (const LlamaTensor& t : tensors)
+        if (t.name == "model.layers.1.mlp.down_proj.weight") down = &t;
+    CHECK(down != nullptr);
+    p[down->offset + 17] = NAN;
+    write_llama_model_file(dir + "/m.bin", c, p.data(), WeightType::FP32);
+    std::string out;
+    CHECK_MSG(convert("export-hf " + dir + "/m.bin " + dir + "/hf", &out) == 0, "%s", out.c_str());
+    convert_fails("import-hf " + dir + "/hf " + out_bin, out_bin,
+                  {dir + "/hf/model.safetensors: tensor 'model.layers.1.mlp.down_proj.weight' holds NaN "
+                   "at element 17 (--allow-nonfinite 1 imports it anyway)"});
+    CHECK_MSG(convert("import-hf " + dir + "/hf " + out_bin + " --allow-nonfinite 1", &out) == 0, "%s",
+              out.c_str());
+    const LlamaModelFile m = read_llama_model_file(out_bin);
+    CHECK(std::isnan(m.params[down->offset + 17]) && m.params[down->offset + 16] == p[down->offset + 16]);
 }
 
 // The Python reader's loss on tokens → targets over the folder; NAN when it fails.

