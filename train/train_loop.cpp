@@ -579,8 +579,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     state.sample_rng_state = opt.seed ^ 0x5A4D504C45ull;  // "SAMPLE": a stream apart from the others
     Resumed resumed;
     check_snapshot_dir(opt);
-    // One run per output folder: nothing is written there before rank 0 holds its lock.
-    if (run.main_rank && !opt.output_dir.empty()) run.folder_lock.take(opt.output_dir);
+    if (run.main_rank && !opt.output_dir.empty()) run.folder_lock.take(opt.output_dir);  // before any write there
     recover_snapshot(opt, ranks);  // a snapshot newer than the newest checkpoint becomes one (-y 1)
     run.checkpoint_tidy_report = tidy_checkpoints_for_resume(opt, ranks);  // leftovers gone, damaged set aside
     run.resuming = read_resume_point(run, &resumed);
