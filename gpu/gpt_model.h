@@ -1,24 +1,7 @@
 // GPUModel: a decoder-only transformer on an NVIDIA GPU, the model behind the shared training loop's
 // interface (base/train_model.h), on one rank of a data × pipeline × tensor mesh. The model is a
 // family-neutral core (passes, step, ZeRO, pipeline, optimizer, CUDA graphs, memory) driving one
-// family's layer maths through ModelLayers. Read in this order:
-//   model_layers.h  what the core asks of a family's layers, and the LayerContext it hands them:
-//                   where the weights, gradients and activations are, the stream, the tensor group
-//   gpt2_layers.cu  GPT-2's layer maths, top to bottom in llm.c's order: each line a kernel, or a
-//                   tensor-parallel linear layer or gather (parallel/comm/tensor_parallel.h)
-//   llama_layers.cu Llama 3's: RMSNorm, fused qkv with RoPE, grouped-query attention, SwiGLU, an
-//                   untied lm_head (one tensor rank and one pipeline stage for now)
-//   gpt_passes.cu   the forward and backward pass of this rank's pipeline stage: the layers in turn,
-//                   each layer's weights gathered and released and its gradients reduced (ZeRO,
-//                   parallel/comm/parameter_store.h) around the maths
-//   gpt_step.cu     a step: the micro-batches' tokens to the device, the micro-steps or the pipeline
-//                   schedule's actions with their transfers (parallel/comm/pipeline_parallel.h), the
-//                   gradients finished, the norm, AdamW (optimizer.h), one host synchronisation
-//   gpt_model.cu    construction: where the rank sits, what it keeps, the device arena; weights and
-//                   optimizer state in and out
-//   model_family.h  a family's sizing (core shape, parameter table, activation widths, layers object),
-//                   shared with the planner
-//   activations.h, placement.h, memory_plan.h   its buffers, its place among the ranks, its plan
+// family's layer maths through ModelLayers. The order to read its files in: docs/ARCHITECTURE.md.
 #pragma once
 #include <nccl.h>
 

@@ -3,8 +3,8 @@
 # packs it, with everything it needs, into one archive to carry to a GPU machine that has only the
 # driver, the CUDA runtime libraries and (optionally) PyTorch:
 #     gpu_bundle/carry/gpu_bundle.tar.xz   (and MANIFEST.txt beside it: what is inside, and why)
-# There, scripts/gpu_check.sh unpacks it and runs the GPU tests and benchmarks (README.md, "Checking
-# a GPU machine without build tools").
+# There, scripts/gpu_check.sh unpacks it and runs the GPU tests and benchmarks (docs/GPU_CHECK.md,
+# "Checking a GPU machine without build tools").
 #
 # Usage, from the repository (any folder in it):
 #     bash scripts/gpu_bundle.sh              build what changed, bundle, check the bundle

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one-command check of a GPU machine that has no build tools (only the driver, the CUDA runtime
 # libraries and perhaps PyTorch): run from the repository root there, after carrying the archive that
-# scripts/gpu_bundle.sh made on a build machine (README.md, "Checking a GPU machine without build
-# tools"). Each group of parts fits in one 10-minute job:
+# scripts/gpu_bundle.sh made on a build machine (docs/GPU_CHECK.md, "Checking a GPU machine without
+# build tools"). Each group of parts fits in one 10-minute job:
 #     bash scripts/gpu_check.sh              the kernel tests, the trainer (tokens/s, MFU, the loss
 #                                            going down, its first steps beside the CPU reference),
 #                                            the emulator's kernel suite on the device

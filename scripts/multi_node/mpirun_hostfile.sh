@@ -7,7 +7,8 @@
 #   usage: HOSTFILE=hosts.txt GPUS_PER_NODE=8 scripts/multi_node/mpirun_hostfile.sh TRAINER_FLAGS...
 # hosts.txt lists one machine per line as "name slots=8". TRAINER_FLAGS must include -o DIR, -x N
 # and -y 1 (e.g. the flags of scripts/run_gpt2_124M.sh); every machine needs the same build and the
-# same data paths. NCCL_SOCKET_IFNAME / MPI_IFACE pick the network interface (README: multi-node).
+# same data paths. NCCL_SOCKET_IFNAME / MPI_IFACE pick the network interface (docs/PARALLELISM.md,
+# "Several machines").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${HOSTFILE:?set HOSTFILE to a file listing the machines (name slots=GPUS)}"

@@ -10,7 +10,7 @@
 #include "kernels/common.h"
 #include "test/test.h"
 
-// ‖out−ref‖/‖ref‖ allowed in this build (README.md, Tests): fp32 storage 1e-5, bf16 storage 1e-2.
+// ‖out−ref‖/‖ref‖ allowed in this build (docs/TESTS.md): fp32 storage 1e-5, bf16 storage 1e-2.
 #ifdef ENABLE_FP32
 constexpr double KERNEL_TOLERANCE = 1e-5;
 #else

@@ -1,4 +1,5 @@
 // The floor plan's table and its checks (see floor_plan.h).
+// The folders described, and the order to read the code in: docs/ARCHITECTURE.md.
 #include "test/layout/floor_plan.h"
 
 #include <algorithm>
