@@ -447,7 +447,7 @@ train_profile() {  # the phase timers' timeline on the GPU, and Nsight Systems' 
     fi
     if [ $status = PASS ] && command -v nsys >/dev/null; then
         # shellcheck disable=SC2086
-        if nsys profile --trace=cuda,nvtx -o "$dir/nsys" ./train_gpt $args -x 3 --cuda-graphs 0 >"$dir/nsys.log" 2>&1 &&
+        if nsys profile --trace=cuda,nvtx -o "$dir/nsys" ./train_gpt $args --override -x 3 --cuda-graphs 0 >"$dir/nsys.log" 2>&1 &&
            { nsys stats --report nvtx_sum "$dir/nsys.nsys-rep" 2>/dev/null ||  # older releases: nvtxsum
              nsys stats --report nvtxsum "$dir/nsys.nsys-rep" 2>/dev/null; } | grep -q 'layer 0 forward'; then
             detail="$detail; nsys shows the NVTX ranges (layer 0 forward, ...)"
@@ -584,7 +584,7 @@ peer_reference() {  # LIMIT: the three runs share it
     left=$((part_deadline - $(date +%s)))
     # shellcheck disable=SC2086 # the flags are words
     run_checked "peer: train_gpt from those weights" $((left / 3 > 10 ? left / 3 : 10)) ./train_gpt -e "$model" \
-        $args -k constant -u 0 -v 0 -s 0 -i "$peer_data"
+        $args --override -k constant -u 0 -v 0 -s 0 -i "$peer_data"
     on_the_gpu
     secs=$((secs + run_secs))
     if [ "$run_status" != PASS ]; then

@@ -314,16 +314,20 @@ std::vector<FlagValue> train_flag_values(const TrainOptions& options) {
 }
 
 // Walks argv's flags in order: calls visit(flag, value) for each; returns false at --help (or a bare
-// -h last), before visiting the rest. A flag given twice takes its last value, as llm.c's; a wrapper
-// script that passes its defaults first puts OVERRIDE_MARKER between them and its caller's flags, to
-// say that those replace them.
+// -h last), before visiting the rest. A flag given twice (in its short or long form) is an error,
+// since one of the two values would be dropped without a word; a wrapper script that passes its
+// defaults first puts OVERRIDE_MARKER between them and its caller's flags, which then replace them.
 template <typename Visit>
 static bool walk_flags(int argc, const char* const* argv, const std::vector<Flag>& flags, Visit&& visit) {
+    std::set<std::string> given;  // long names, since the start or the last OVERRIDE_MARKER
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
         // llm.c's -h takes a value (HellaSwag); a bare -h as the last argument asks for help.
         if (arg == "--help" || (arg == "-h" && i + 1 == argc)) return false;
-        if (arg == OVERRIDE_MARKER) continue;
+        if (arg == OVERRIDE_MARKER) {
+            given.clear();
+            continue;
+        }
         std::string value;
         bool inline_value = false;
         if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
@@ -335,6 +339,9 @@ static bool walk_flags(int argc, const char* const* argv, const std::vector<Flag
         for (const Flag& f : flags)
             if ((*f.short_name && arg == f.short_name) || arg == f.long_name) flag = &f;
         if (!flag) fail("unknown flag '%s' (see --help)", argv[i]);
+        if (!given.insert(flag->long_name).second)
+            fail("%s: given twice; give each flag once (flags after %s replace those before it, as wrapper "
+                 "scripts' defaults)", flag_name(*flag).c_str(), OVERRIDE_MARKER);
         if (!inline_value) {
             if (i + 1 >= argc) fail("%s: missing value", flag_name(*flag).c_str());
             value = argv[++i];

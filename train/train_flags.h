@@ -1,9 +1,9 @@
 // Command-line flags shared by every trainer (the settings they fill: base/train_options.h): llm.c's short flags, a readable long name
 // for each (--name VALUE or --name=VALUE), and --help (-h alone; -h VALUE is llm.c's HellaSwag flag). Every value is checked: a malformed
-// number, a value out of range, an unknown flag or an impossible combination is an InputError whose
-// one line names the flag and the problem. A flag given twice takes its last value; a wrapper script
-// that passes defaults of its own (scripts/run_gpt2_*.sh) separates them from its caller's flags by
-// OVERRIDE_MARKER, after which a flag replaces the same flag before it.
+// number, a value out of range, an unknown flag, a flag given twice or an impossible combination is an
+// InputError whose one line names the flag and the problem. A wrapper script that passes defaults of
+// its own (scripts/run_gpt2_*.sh) separates them from its caller's flags by OVERRIDE_MARKER: a flag
+// after it replaces the same flag before it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,7 +23,7 @@ FlagsResult parse_train_flags(int argc, const char* const* argv, TrainOptions* o
 
 // Whether argv gives the flag whose long name is `long_name` ("--train-data"), by either of its names.
 bool train_flag_given(int argc, const char* const* argv, const std::string& long_name);
-// The value argv gives that flag (the last, where it is given more than once); "" where it is not given.
+// The value argv gives that flag (the one after the last OVERRIDE_MARKER that gives it); "" where it is not given.
 std::string train_flag_value(int argc, const char* const* argv, const std::string& long_name);
 
 // Every flag's value in *options, in the help's order: for the run's record (run.json) and for

@@ -76,7 +76,7 @@ inline std::string run_program(const std::string& program, const std::string& en
     const std::string command = "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
                                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + environment + " timeout 300 " + launcher +
                                 program + " -e " + model + " -i " + data +
-                                " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 " + flags;
+                                " -b 2 -t 32 -v 0 -s 0 -l 2e-4 -u 1 -c 0.1 --override " + flags;
     std::string out;
     const int status = tst::run_command(command, &out);
     CHECK_MSG(status == 0, "exit %d from: %s\n%s", status, command.c_str(), out.c_str());

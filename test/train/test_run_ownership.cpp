@@ -1,7 +1,7 @@
 // End-to-end tests of what a run owns and what it waits on, through train_gpt_cpu on a tiny model:
 // one run per output folder (a second trainer is refused while the first finishes untouched; a
 // crashed run's lock does not block its restart), snapshots removed without touching what else is in
-// --snapshot-dir, inputs that are not regular files refused at once, --override, a dangling
+// --snapshot-dir, inputs that are not regular files refused at once, a flag given twice, a dangling
 // symbolic link as -o, and a stop signal that ends the run within a bounded time (during a long sample,
 // or with --stop-timeout where the step boundary is not reached).
 #include <chrono>
@@ -146,11 +146,13 @@ TEST(inputs_that_are_not_regular_files_are_refused_at_once) {
     CHECK_MSG(seconds < 10, "%.1f s", seconds);
 }
 
-TEST(flags_after_override_replace_those_before_it) {
-    const std::string data = data_dir();
+TEST(a_flag_given_twice_is_an_error_unless_after_override) {
+    const std::string data = data_dir(), root = tst::make_temp_dir();
+    const std::string run = training_flags(data);
+    fails_cleanly(run + " -x 2 -x 3", {"-x (--max-steps): given twice", "--override"}, root);
+    fails_cleanly(run + " -x 2 --max-steps=3", {"-x (--max-steps): given twice"}, root);
     std::string out;
-    CHECK_MSG(run_trainer(training_flags(data) + " -x 2 --override -x 3", &out) == 0 && has(out, "step 3/3"), "%s",
-              out.c_str());
+    CHECK_MSG(run_trainer(run + " -x 2 --override -x 3", &out) == 0 && has(out, "step 3/3"), "%s", out.c_str());
 }
 
 TEST(a_dangling_symbolic_link_as_output_folder_is_named) {

@@ -2,7 +2,7 @@
 // temporary file being written), the output folder's inventory and run.json, the ETA clock, the
 // memory check, the choice of validation data, llm.c's eval file reader, the messages that name
 // a directory or a file of the wrong kind, the output folder's lock, what a snapshot removal takes,
-// and flags after --override. The trainer end to end is test_train_cpu.cpp.
+// and flags given twice. The trainer end to end is test_train_cpu.cpp.
 #include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -342,13 +342,15 @@ TEST(snapshot_tree_removal_takes_only_the_names_the_trainer_makes) {
     CHECK(!path_exists(folder));
 }
 
-TEST(trainer_flags_after_override_replace_those_before_it) {
+TEST(trainer_flags_given_twice_are_refused_unless_after_override) {
     auto parse = [](std::vector<const char*> args, TrainOptions* opt) {
         args.insert(args.begin(), "train");
         parse_train_flags((int)args.size(), args.data(), opt);
     };
     TrainOptions opt;
-    parse({"-x", "5", "-b", "4", "--override", "-x", "6", "--override", "--max-steps=7"}, &opt);
+    expect_input_error([&] { parse({"-x", "5", "-x", "6"}, &opt); }, {"-x (--max-steps): given twice", "--override"});
+    expect_input_error([&] { parse({"--max-steps=5", "-b", "2", "-x", "6"}, &opt); }, {"given twice"});
+    parse({"-x", "5", "-b", "4", "--override", "-x", "6", "--override", "-x", "7"}, &opt);
     CHECK(opt.max_steps == 7 && opt.batch_size == 4);
     const char* argv[] = {"train", "-x", "5", "--override", "--max-steps", "9"};
     CHECK(train_flag_value(6, argv, "--max-steps") == "9");

@@ -36,7 +36,7 @@ table=$work/table.bin
 perl -e 'print pack("l<256", 20240328, 2, 256, 255, (0) x 252); print pack("C", 2), sprintf("%02x", $_) for 0 .. 255;' >"$table"
 samples="-s 3 -g 16 --tokenizer $table"
 model=llama3:L2:C64:H4:KV2:F128:T32:V256
-common="-e $model -i $shard -b 2 -t 32 -x 6 -v 0 -s 0 -l 1e-3 -u 1 -c 0.1 --seed 5 -n 0"
+common="-e $model -i $shard -b 2 -t 32 -x 6 -v 0 -s 0 -l 1e-3 -u 1 -c 0.1 --seed 5 -n 0 --override"  # a run's own flags may replace these
 
 status=0
 pass() { echo "PASS $1"; }
