@@ -216,10 +216,10 @@ ifneq ($(CUDA_INCLUDE),)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
 endif
 
-# The GPU model against the CPU reference (test/trainer/test_gpu_model.cu), bf16 and fp32, emulated.
+# The GPU model against the CPU reference (test/gpu/test_gpu_model.cu), bf16 and fp32, emulated.
 ifneq ($(CUDA_INCLUDE),)
-  GPU_MODEL_TESTS := $(BUILD)/test/trainer/test_gpu_model $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_model) \
-                     $(BUILD)/test/trainer/test_gpu_llama $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_llama)
+  GPU_MODEL_TESTS := $(BUILD)/test/gpu/test_gpu_model $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/gpu/fp32/test_gpu_model) \
+                     $(BUILD)/test/gpu/test_gpu_llama $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/gpu/fp32/test_gpu_llama)
   TESTS += $(GPU_MODEL_TESTS) test/trainer/test_train_gpt_emu.sh
   # Llama 3 on the emulated trainer against train_gpt_cpu, and over two ranks with ZeRO: a whole-run,
   # multi-rank test, so the plain build only (as the other multi-rank tests below).
@@ -278,26 +278,26 @@ ifneq ($(CUDA_INCLUDE),)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
   endif
-  $(BUILD)/test/trainer/test_gpu_model.emu.o $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o: \
+  $(BUILD)/test/gpu/test_gpu_model.emu.o $(BUILD)/test/gpu/test_gpu_model.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
-  $(BUILD)/test/trainer/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.emu.o $(GPU_MODEL_EMU_OBJS)
-  $(BUILD)/test/trainer/fp32/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.fp32.emu.o \
+  $(BUILD)/test/gpu/test_gpu_model: $(BUILD)/test/gpu/test_gpu_model.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/gpu/fp32/test_gpu_model: $(BUILD)/test/gpu/test_gpu_model.fp32.emu.o \
       $(GPU_MODEL_EMU_FP32_OBJS)
-  # Llama 3 on the GPU model (test/trainer/test_gpu_llama.cu) against cpu/llama_cpu, the same way.
-  $(BUILD)/test/trainer/test_gpu_llama.emu.o $(BUILD)/test/trainer/test_gpu_llama.fp32.emu.o: \
+  # Llama 3 on the GPU model (test/gpu/test_gpu_llama.cu) against cpu/llama_cpu, the same way.
+  $(BUILD)/test/gpu/test_gpu_llama.emu.o $(BUILD)/test/gpu/test_gpu_llama.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
-  $(BUILD)/test/trainer/test_gpu_llama: $(BUILD)/test/trainer/test_gpu_llama.emu.o $(GPU_MODEL_EMU_OBJS)
-  $(BUILD)/test/trainer/fp32/test_gpu_llama: $(BUILD)/test/trainer/test_gpu_llama.fp32.emu.o \
+  $(BUILD)/test/gpu/test_gpu_llama: $(BUILD)/test/gpu/test_gpu_llama.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/gpu/fp32/test_gpu_llama: $(BUILD)/test/gpu/test_gpu_llama.fp32.emu.o \
       $(GPU_MODEL_EMU_FP32_OBJS)
   # The same tests built by nvcc, run on a GPU by test/kernels/gpu_kernel_tests.sh.
   ifneq ($(NVCC),)
     ifneq ($(SAN),1)
-      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_model $(BUILD)/test/trainer/cuda/test_gpu_llama
-      $(BUILD)/test/trainer/cuda/test_gpu_model: $(BUILD)/test/trainer/test_gpu_model.cuda.o \
+      PROGRAMS += $(BUILD)/test/gpu/cuda/test_gpu_model $(BUILD)/test/gpu/cuda/test_gpu_llama
+      $(BUILD)/test/gpu/cuda/test_gpu_model: $(BUILD)/test/gpu/test_gpu_model.cuda.o \
           $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
-      $(BUILD)/test/trainer/cuda/test_gpu_llama: $(BUILD)/test/trainer/test_gpu_llama.cuda.o \
+      $(BUILD)/test/gpu/cuda/test_gpu_llama: $(BUILD)/test/gpu/test_gpu_llama.cuda.o \
           $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
@@ -310,35 +310,35 @@ endif
 
 # The GPU key/value-cache decoders of the CUDA trainer's samples and ./generate (gpu/gpt_decode.h and
 # gpu/llama_decode.h, their attention in kernels/decode_attention.h) against the CPU decoders and
-# GPUModel's forward pass (test/trainer/test_gpu_decode.cu for GPT-2, test_gpu_llama_decode.cu for
+# GPUModel's forward pass (test/gpu/test_gpu_decode.cu for GPT-2, test_gpu_llama_decode.cu for
 # Llama 3; the kernel's own test is test/kernels/test_decode_attention.cu): bf16 and fp32 through the
 # emulator; built by nvcc too, run on a GPU by test/kernels/gpu_kernel_tests.sh; and GPT-2's
 # benchmark, for a GPU.
 ifneq ($(CUDA_INCLUDE),)
-  GPU_DECODE_TESTS := $(BUILD)/test/trainer/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_decode) \
-                      $(BUILD)/test/trainer/test_gpu_llama_decode \
-                      $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/trainer/fp32/test_gpu_llama_decode)
+  GPU_DECODE_TESTS := $(BUILD)/test/gpu/test_gpu_decode $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/gpu/fp32/test_gpu_decode) \
+                      $(BUILD)/test/gpu/test_gpu_llama_decode \
+                      $(if $(FP32_EMU_PROGRAMS),$(BUILD)/test/gpu/fp32/test_gpu_llama_decode)
   TESTS += $(GPU_DECODE_TESTS)
-  $(BUILD)/test/trainer/test_gpu_decode.emu.o $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o \
-  $(BUILD)/test/trainer/test_gpu_llama_decode.emu.o $(BUILD)/test/trainer/test_gpu_llama_decode.fp32.emu.o: \
+  $(BUILD)/test/gpu/test_gpu_decode.emu.o $(BUILD)/test/gpu/test_gpu_decode.fp32.emu.o \
+  $(BUILD)/test/gpu/test_gpu_llama_decode.emu.o $(BUILD)/test/gpu/test_gpu_llama_decode.fp32.emu.o: \
     CXXFLAGS += $(STAND_INS_CXXFLAGS)
-  $(BUILD)/test/trainer/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.emu.o $(GPU_MODEL_EMU_OBJS)
-  $(BUILD)/test/trainer/fp32/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.fp32.emu.o \
+  $(BUILD)/test/gpu/test_gpu_decode: $(BUILD)/test/gpu/test_gpu_decode.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/gpu/fp32/test_gpu_decode: $(BUILD)/test/gpu/test_gpu_decode.fp32.emu.o \
       $(GPU_MODEL_EMU_FP32_OBJS)
-  $(BUILD)/test/trainer/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.emu.o $(GPU_MODEL_EMU_OBJS)
-  $(BUILD)/test/trainer/fp32/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.fp32.emu.o \
+  $(BUILD)/test/gpu/test_gpu_llama_decode: $(BUILD)/test/gpu/test_gpu_llama_decode.emu.o $(GPU_MODEL_EMU_OBJS)
+  $(BUILD)/test/gpu/fp32/test_gpu_llama_decode: $(BUILD)/test/gpu/test_gpu_llama_decode.fp32.emu.o \
       $(GPU_MODEL_EMU_FP32_OBJS)
   $(GPU_DECODE_TESTS): $(TEST_MAIN) $(TRAINER_EMU_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(EMU_LIBS) $(EMU_STAND_IN_LIBS) $(CPU_LIBS) $(HOST_LIBS)
   ifneq ($(NVCC),)
     ifneq ($(SAN),1)
-      PROGRAMS += $(BUILD)/test/trainer/cuda/test_gpu_decode $(BUILD)/test/trainer/cuda/test_gpu_llama_decode
-      $(BUILD)/test/trainer/cuda/test_gpu_llama_decode: $(BUILD)/test/trainer/test_gpu_llama_decode.cuda.o \
+      PROGRAMS += $(BUILD)/test/gpu/cuda/test_gpu_decode $(BUILD)/test/gpu/cuda/test_gpu_llama_decode
+      $(BUILD)/test/gpu/cuda/test_gpu_llama_decode: $(BUILD)/test/gpu/test_gpu_llama_decode.cuda.o \
           $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)
-      $(BUILD)/test/trainer/cuda/test_gpu_decode: $(BUILD)/test/trainer/test_gpu_decode.cuda.o \
+      $(BUILD)/test/gpu/cuda/test_gpu_decode: $(BUILD)/test/gpu/test_gpu_decode.cuda.o \
           $(BUILD)/test/test_main.cuda.o $(GPU_MODEL_CUDA_OBJS) $(TRAINER_HOST_OBJS) $(PARALLEL_OBJS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $^ -o $@ $(CUDA_LIBS) -lnccl $(MPI_LIBS) $(HOST_LIBS)

@@ -98,7 +98,7 @@ fi
 # The programs, by their path in the default build (= their path in the bundle).
 programs=()
 for f in test/kernels/test_*.cu; do [ -e "$f" ] && programs+=("build/test/kernels/cuda/$(basename "$f" .cu)"); done
-for f in test/trainer/test_*.cu; do [ -e "$f" ] && programs+=("build/test/trainer/cuda/$(basename "$f" .cu)"); done
+for f in test/gpu/test_*.cu; do [ -e "$f" ] && programs+=("build/test/gpu/cuda/$(basename "$f" .cu)"); done
 programs+=(build/test/emu_kernel_suite_cuda build/test/emu_kernel_suite)
 for f in dev/cuda/*.cu; do [ -e "$f" ] && programs+=("dev/bin/cuda_$(basename "$f" .cu)"); done
 [ -e dev/bench_step.cu ] && programs+=(dev/bin/bench_step)   # the training step split by op class

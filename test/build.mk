@@ -8,8 +8,8 @@ ifneq ($(SAN),1)
 endif
 
 # The repository's floor plan (test/layout/): which folder may include which, no cycles, no CUDA in
-# the host folders, no over-long functions. It reads the sources as text, so it links nothing of
-# the project's beyond its own objects and the harness.
+# the host folders, no over-long functions, a test folder for every source folder. It reads the
+# sources as text, so it links nothing of the project's beyond its own objects and the harness.
 LAYOUT_OBJS := $(patsubst %.cpp,$(BUILD)/%.o,$(wildcard test/layout/*.cpp))
 TESTS += $(BUILD)/test/layout/test_layout
 $(BUILD)/test/layout/test_layout: $(LAYOUT_OBJS) $(TEST_MAIN)

@@ -380,4 +380,37 @@ Report check_function_lengths(const std::string& root, int max_lines,
     return report;
 }
 
+namespace {
+
+// Whether `folder` holds, directly, a file named test_*.
+bool holds_a_test(const fs::path& folder) {
+    std::error_code ec;
+    for (auto it = fs::directory_iterator(folder, ec); !ec && it != fs::end(it); it.increment(ec))
+        if (it->is_regular_file(ec) && it->path().filename().string().rfind("test_", 0) == 0) return true;
+    return false;
+}
+
+}  // namespace
+
+Report check_folders_tested(const std::string& root) {
+    std::set<std::string> folders;
+    for (const SourceFile& file : read_sources(root))
+        if (!file.folder.empty() && !outside_plan(file.folder)) folders.insert(file.folder);
+    Report report;
+    for (const std::string& folder : folders) {
+        bool tested = false;
+        std::string candidates;
+        for (fs::path p = folder; !p.empty() && !tested; p = p.parent_path()) {
+            tested = holds_a_test(fs::path(root) / "test" / p);
+            candidates += (candidates.empty() ? "" : " or ") + ("test/" + p.generic_string() + "/");
+        }
+        if (!tested)
+            report.findings.push_back({folder_name(folder), 0, "has no tests: no " + candidates +
+                                                                   " holding a test_* file"});
+    }
+    report.figure = std::to_string(folders.size()) + " source folders, " +
+                    std::to_string(folders.size() - report.findings.size()) + " with their tests";
+    return report;
+}
+
 }  // namespace layout

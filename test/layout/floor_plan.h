@@ -57,5 +57,13 @@ Report check_host_code_without_cuda(const std::string& root);
 Report check_function_lengths(const std::string& root, int max_lines = MAX_FUNCTION_LINES,
                               const std::vector<LongFunctionExemption>& exemptions =
                                   long_function_exemptions());
+// (f) test/ mirrors the source folders: every folder holding sources, outside test/, dev/ and scripts/
+// and other than the root, has a test folder holding (directly) a file named test_*: test/ followed by
+// the folder's own path, or by the path of a folder above it (parallel/comm/ and parallel/plan/ may
+// share test/parallel/). The root's programs are tested by what they do, not by folder, so this asks
+// nothing of them: test/convert/ (./convert), test/train/ (./generate and the CPU trainer end to end,
+// beside the tests of train/), test/trainer/ (the trainers end to end: scripts that run train_gpt_emu
+// and the others as a user would).
+Report check_folders_tested(const std::string& root);
 
 }  // namespace layout

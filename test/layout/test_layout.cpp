@@ -160,6 +160,28 @@ TEST(reports_braces_that_do_not_pair) {
     CHECK(count_findings(r, "train/b.cpp", 0, "a '}' on line 3 closes nothing") == 1);
 }
 
+TEST(finds_source_folders_without_tests) {
+    // base/ has its tests; parallel/'s two folders share test/parallel/; emu/sub/ has its own (emu/
+    // holds no sources); cpu/'s test folder holds only a helper and kernels/ has none. The root's
+    // programs, dev/ and scripts/ are not asked for tests.
+    const std::string root = tst::make_temp_dir();
+    for (const char* source : {"base/a.h", "parallel/comm/c.cpp", "parallel/plan/p.h", "emu/sub/x.h", "cpu/b.h",
+                               "kernels/k.cu", "train_gpt.cu", "dev/bench.cu", "scripts/tool/t.cpp"})
+        write_file(root, source, "\n");
+    for (const char* test : {"test/base/test_a.cpp", "test/parallel/test_p.cpp", "test/emu/sub/test_x.cpp",
+                             "test/cpu/helper.h", "test/test_main.cpp"})
+        write_file(root, test, "\n");
+    const Report r = layout::check_folders_tested(root);
+    CHECK_MSG(r.findings.size() == 2, "want 2 findings, got:%s", layout::describe(r.findings).c_str());
+    CHECK(count_findings(r, "cpu/", 0, "has no tests: no test/cpu/ holding a test_* file") == 1);
+    CHECK(count_findings(r, "kernels/", 0, "has no tests: no test/kernels/ holding a test_* file") == 1);
+    // A nested folder names each test folder that would do.
+    write_file(root, "parallel/extra/e.h", "\n");
+    std::remove((root + "/test/parallel/test_p.cpp").c_str());
+    const Report nested = layout::check_folders_tested(root);
+    CHECK(count_findings(nested, "parallel/extra/", 0, "no test/parallel/extra/ or test/parallel/ holding") == 1);
+}
+
 // ---- reading source text ----
 
 TEST(code_only_blanks_comments_and_literals) {
@@ -259,4 +281,11 @@ TEST(repository_functions_are_short) {
     CHECK_MSG(r.findings.empty(), "%zu functions over %d lines:%s", r.findings.size(),
               layout::MAX_FUNCTION_LINES, layout::describe(r.findings).c_str());
     printf("  floor plan (e): %s\n", r.figure.c_str());
+}
+
+TEST(repository_folders_have_tests) {
+    const Report r = layout::check_folders_tested(repository_root());
+    CHECK_MSG(r.findings.empty(), "%zu source folders without tests under test/:%s", r.findings.size(),
+              layout::describe(r.findings).c_str());
+    printf("  floor plan (f): %s\n", r.figure.c_str());
 }

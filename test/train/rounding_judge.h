@@ -1,7 +1,7 @@
 // Judges text ./generate drew on the GPU in bf16 against an fp32 reference model (GPT-2's or Llama 3's
 // CPU decoder), for test_generate.cpp and test_generate_llama.cpp. Every activation on the GPU is
 // rounded to bf16, so its logits are the fp32 model's to about 1e-2 (relative;
-// test/trainer/test_gpu_decode.cu, test_gpu_llama_decode.cu), and a draw may come out differently
+// test/gpu/test_gpu_decode.cu, test_gpu_llama_decode.cu), and a draw may come out differently
 // where that decides it. The rule each GPU token x must meet, judged by the reference on the GPU's own
 // prefix and with the same coin u: x is the reference's draw, or its fp32 logit is within LOGIT_SLACK
 // of that of a token the reference draws with a coin within COIN_SLACK of u (at temperature 0, the

@@ -439,7 +439,7 @@ static const std::vector<std::string>& compared_settings() {
 }
 
 // fp32 through the emulator: the GPU's text is the CPU's, token for token (its logits are the CPU
-// decoder's to 1e-5: test/trainer/test_gpu_llama_decode.cu).
+// decoder's to 1e-5: test/gpu/test_gpu_llama_decode.cu).
 TEST(generate_llama_emulated_gpu_fp32_gives_the_cpu_text) {
     const std::string program = emulated(true);
     if (program.empty()) SKIP("generate_emu_fp32 is not built here (no CUDA headers, or the sanitized build: bf16 only)");

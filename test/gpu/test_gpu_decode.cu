@@ -18,7 +18,7 @@
 #include "cpu/gpt_decode.h"
 #include "gpu/gpt_decode.h"
 #include "test/kernels/kernel_test.h"
-#include "test/trainer/decode_cache_check.h"
+#include "test/gpu/decode_cache_check.h"
 #include "train/cached_sampling.h"
 #include "train/sampling.h"
 

@@ -12,7 +12,7 @@
 #include "base/gpt_init.h"
 #include "cpu/gpt_model.h"
 #include "test/kernels/kernel_test.h"
-#include "test/trainer/memory_plan_check.h"
+#include "test/gpu/memory_plan_check.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 #include "base/model_init.h"
 #include "cpu/llama_cpu.h"
 #include "test/kernels/kernel_test.h"
-#include "test/trainer/memory_plan_check.h"
+#include "test/gpu/memory_plan_check.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include "gpu/llama_decode.h"
 #include "gpu/llama_gpu_generate.h"
 #include "test/kernels/kernel_test.h"
-#include "test/trainer/decode_cache_check.h"
+#include "test/gpu/decode_cache_check.h"
 
 namespace {
 
