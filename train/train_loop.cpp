@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -24,9 +23,9 @@
 #include "parallel/plan/compression_cost.h"
 #include "parallel/plan/mesh.h"
 #include "train/algorithm_table.h"
-#include "train/background_writer.h"
 #include "train/cached_sampling.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_keeper.h"
 #include "train/dataloader.h"
 #include "train/folder_lock.h"
 #include "train/hellaswag.h"
@@ -195,7 +194,8 @@ static LoaderPosition position_for_ranks(LoaderPosition p, int saved_ranks, int 
 
 // ---- the run: what train() sets up once, and what its steps and periodic work share ----
 struct Run {
-    Run(const TrainerSpec& spec_, RankGroup& ranks_) : spec(spec_), ranks(ranks_), main_rank(ranks_.rank == 0) {}
+    Run(const TrainerSpec& spec_, RankGroup& ranks_)
+        : spec(spec_), ranks(ranks_), main_rank(ranks_.rank == 0), keeper(ranks_) {}
     const TrainerSpec& spec;
     RankGroup& ranks;
     const bool main_rank;
@@ -225,127 +225,8 @@ struct Run {
     std::unique_ptr<StepProfile> profile;  // --timers, --profile-steps (train/step_profile.h)
     AlgorithmTable loaded_algorithms;  // the run folder's table, where this run adopted it
     std::string algorithms_note;       // for the start-up report
-    // Checkpoints and snapshots written in the background (train/background_writer.h, snapshots.h).
-    BackgroundWriter checkpoint_writer;
-    long long checkpoint_pending = 0;  // the step of the checkpoint being written (0: none)
-    double checkpoint_boundary_ms = 0;  // what taking it cost the loop
-    double first_checkpoint_ms = -1;    // the same for the run's first, copied into fresh memory
-    int checkpoints_finished = 0;
-    size_t checkpoint_bytes = 0;       // this rank's files of it
-    bool checkpoint_cost_told = false;
-    std::string snapshot_root;  // --snapshot-every's folder
-    BackgroundWriter snapshot_writer;
-    long long snapshot_pending = 0;  // the step of the snapshot being written (0: none)
-    double snapshot_boundary_ms = 0;
-    double first_snapshot_ms = -1;  // the same for the run's first, made in fresh memory
-    int snapshots_finished = 0;
-    size_t snapshot_bytes = 0;
-    bool snapshot_cost_told = false;
-    std::string checkpoint_tidy_report;  // -y 1: incomplete checkpoints removed, damaged ones set aside
+    CheckpointKeeper keeper;  // checkpoints and snapshots (train/checkpoint_keeper.h)
 };
-
-// ---- checkpoints and snapshots, taken at a step boundary and written in the background ----
-
-// Rank 0's part of a checkpoint whose files every rank has written: its DONE marker (only now, when
-// they are all durable), the pruning of older ones and the announcement. A job on rank 0's writer,
-// queued behind those files and ahead of the next checkpoint's, so that the loop does not wait for
-// the marker's fsync or the removals; `cost`, where not empty, is printed after the announcement.
-static std::function<void()> checkpoint_done_job(const Run& run, long long step, std::string cost) {
-    const TrainOptions& opt = run.opt;
-    return [dir = opt.output_dir, keep = opt.checkpoints_keep, ranks = run.ranks.num_ranks,
-            major = opt.major_checkpoint_every, step, cost = std::move(cost)]() {
-        mark_checkpoint_done(dir, step);
-        prune_checkpoints(dir, keep, ranks, major);
-        announce_checkpoint(dir, step, ranks);
-        if (!cost.empty()) printf("%s\n", cost.c_str());
-        fflush(stdout);
-    };
-}
-
-// The checkpoint being written is done once every rank has written its files: rank 0 then queues its
-// marking done (checkpoint_done_job). `wait`: until then; otherwise only where every rank has already
-// finished (asked at every step boundary while one is pending: a collective, which every rank reaches
-// with the same checkpoint pending). Its cost is told once, for the second checkpoint (the first one's
-// host copy, into fresh memory, beside it) or for the run's only one (`last`).
-static void finish_checkpoint(Run& run, bool wait, bool last = false) {
-    if (run.checkpoint_pending == 0) return;
-    if (wait) run.checkpoint_writer.wait();
-    if (run.ranks.mean(run.checkpoint_writer.finished() ? 1.0 : 0.0) < 1.0 - 1e-9) return;
-    run.checkpoint_writer.wait();  // (finished) its write error, if any
-    const long long step = run.checkpoint_pending;
-    run.checkpoint_pending = 0;
-    run.checkpoints_finished++;
-    if (!run.main_rank) return;
-    std::string cost;
-    if (!run.checkpoint_cost_told && run.opt.checkpoint_async && (run.checkpoints_finished >= 2 || last)) {
-        run.checkpoint_cost_told = true;
-        const std::string first = run.checkpoints_finished >= 2
-                                      ? strprintf("; the first, into fresh memory, %.1f ms", run.first_checkpoint_ms)
-                                      : "";
-        cost = strprintf("checkpoint cost: %.1f ms of the loop at the step boundary (the host copy%s), %.1f ms "
-                         "written in the background; about %.1f MiB of files on rank 0",
-                         run.checkpoint_boundary_ms, first.c_str(), run.checkpoint_writer.last_job_ms(),
-                         run.checkpoint_bytes / 1048576.0);
-    }
-    run.checkpoint_writer.queue(checkpoint_done_job(run, step, std::move(cost)));
-}
-
-// Waits until the checkpoint being written is complete: its DONE marker written and announced.
-// `last`: the run's last checkpoint.
-static void wait_for_checkpoint_done(Run& run, bool last = false) {
-    finish_checkpoint(run, true, last);
-    run.checkpoint_writer.wait();
-}
-
-static void start_checkpoint(Run& run, CheckpointPart part) {
-    finish_checkpoint(run, true);  // one at a time: the one before has its files written on every rank
-    run.checkpoint_pending = part.step;
-    run.checkpoint_bytes = 4 * (part.weights.size() + 3 * part.state.params.size());
-    // The files (serialised, checksummed, rounded to bf16) are made and written on the writer's thread.
-    auto shared = std::make_shared<CheckpointPart>(std::move(part));
-    // A write that fails (a full disk) removes what it wrote of the checkpoint before its error ends the run.
-    run.checkpoint_writer.queue([shared, dir = run.opt.output_dir]() {
-        write_checkpoint_or_remove_it(dir, shared->step, shared->rank, [&] { write_checkpoint_files(dir, *shared); });
-        reuse_part_arrays(*shared);
-    });
-    if (!run.opt.checkpoint_async) wait_for_checkpoint_done(run);
-}
-
-// What the snapshots cost the loop, told once: for the second snapshot (the first one's, made in
-// fresh memory, beside it), or at the run's end for its only one.
-static void tell_snapshot_cost(Run& run) {
-    if (!run.main_rank || run.snapshot_cost_told || run.snapshots_finished == 0) return;
-    run.snapshot_cost_told = true;
-    const std::string first = run.snapshots_finished >= 2
-                                  ? strprintf("; the first, in fresh memory, %.1f ms", run.first_snapshot_ms)
-                                  : "";
-    printf("snapshot cost: %.1f ms of the loop at the step boundary (the host copy%s%s), %.1f ms written in "
-           "the background; %.1f MiB of node memory a snapshot on rank 0%s, up to %.1f MiB while the next is "
-           "written beside the newest, in %s\n",
-           run.snapshot_boundary_ms, run.ranks.num_ranks > 1 ? " and the ring exchange" : "", first.c_str(),
-           run.snapshot_writer.last_job_ms(), run.snapshot_bytes / 1048576.0,
-           run.ranks.num_ranks > 1 ? strprintf(" (its part and rank %d's copy)", run.ranks.num_ranks - 1).c_str() : "",
-           2 * run.snapshot_bytes / 1048576.0, run.snapshot_root.c_str());
-}
-
-// Waits until the snapshot being written is complete on every rank: the loop does so before it logs
-// the next step, so that every logged step but the newest is covered by a snapshot.
-static void finish_snapshot(Run& run) {
-    if (run.snapshot_pending == 0) return;
-    run.snapshot_writer.wait();
-    run.ranks.barrier();
-    run.snapshot_pending = 0;
-    if (++run.snapshots_finished == 2) tell_snapshot_cost(run);
-}
-
-static void start_snapshot(Run& run, const CheckpointPart& part) {
-    finish_snapshot(run);
-    const long long step = part.step;
-    SnapshotWrite write = prepare_snapshot(run.snapshot_root, part, run.ranks);
-    run.snapshot_bytes = write.bytes;
-    run.snapshot_writer.queue(std::move(write.files), std::move(write.remove));
-    run.snapshot_pending = step;
-}
 
 // The model's family and shape, from -e's descriptor (GPT-2's or Llama 3's) or the model file (whose
 // weights it returns too).
@@ -581,13 +462,12 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
     check_snapshot_dir(opt);
     if (run.main_rank && !opt.output_dir.empty()) run.folder_lock.take(opt.output_dir);  // before any write there
     recover_snapshot(opt, ranks);  // a snapshot newer than the newest checkpoint becomes one (-y 1)
-    run.checkpoint_tidy_report = tidy_checkpoints_for_resume(opt, ranks);  // leftovers gone, damaged set aside
+    run.keeper.prepare(opt);  // -y 1: checkpoint leftovers gone, damaged ones set aside
     run.resuming = read_resume_point(run, &resumed);
 
     check_output_folder(opt, run.resuming, state.step, run.last_step, run_settings(opt, run.max_steps),
                         run.main_rank);
     if (!opt.resume) remove_snapshots(snapshot_root(opt), ranks);  // a fresh run: none of its own yet
-    if (opt.snapshot_every > 0) run.snapshot_root = snapshot_root(opt);
     check_host_memory(spec.host_memory_needed ? spec.host_memory_needed(run.config, opt) : ModelMemory(),
                       run.config, opt, run.resuming, !model_file.params.empty());
     run.hellaswag.reset(new HellaSwagEval(opt, model_vocab_size(run.config), is_gpt2(run.config)));
@@ -602,12 +482,7 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
                             run.val_loader ? run.val_loader->files() : std::vector<std::string>(),
                             ranks.num_ranks, run.resuming ? state.step : 0));
         if (run.resuming) truncate_metrics_log(metrics_log_path(opt.output_dir), state.step);
-        if (opt.snapshot_every > 0) {  // where this run's snapshots are, for a supervisor that abandons it
-            AtomicFile where(opt.output_dir + "/snapshots.path");
-            const std::string line = run.snapshot_root + "\n";
-            where.write(line.data(), line.size());
-            where.commit();
-        }
+        run.keeper.record_snapshot_folder();  // (--snapshot-every) for a supervisor that abandons the run
         run.metrics.reset(new MetricsLog(metrics_log_path(opt.output_dir)));
     }
     run.inputs.resize((size_t)run.B * run.T), run.targets.resize((size_t)run.B * run.T);
@@ -622,28 +497,6 @@ static bool set_up(Run& run, int argc, char** argv, int* status) {
             make_mesh(ranks.num_ranks, r, opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks).stage);
     run.profile = std::make_unique<StepProfile>(opt, ranks, *run.model, stage_of_rank);
     return true;
-}
-
-// Where checkpoints and snapshots go and the memory they hold on the way (measured costs follow the
-// first of each: finish_checkpoint, finish_snapshot).
-static void print_checkpoint_plan(const Run& run) {
-    const TrainOptions& opt = run.opt;
-    if (opt.output_dir.empty()) return;
-    const double MiB = 1048576.0;
-    const double model_file = parameter_count(run.config) *
-                              (run.model->working_weight_type() == WeightType::FP32 ? 4.0 : 2.0) / MiB;
-    const double state_part = 12.0 * parameter_count(run.config) / run.ranks.num_ranks / MiB;  // about
-    printf("checkpoints: %s, %s; host memory while one is written: about %.1f MiB on rank 0, %.1f MiB on the "
-           "others\n",
-           opt.checkpoint_every > 0 ? strprintf("every %d steps", opt.checkpoint_every).c_str() : "at the end",
-           opt.checkpoint_async ? "written in the background" : "written before the next step", model_file + state_part,
-           state_part);
-    const int copies = run.ranks.num_ranks > 1 ? 2 : 1;  // its own part, and the previous rank's
-    if (opt.snapshot_every > 0)
-        printf("snapshots: every %d steps in %s (node memory)%s: about %.1f MiB a snapshot per rank, %.1f MiB with "
-               "the model file (rank 0%s); two at a time while the next is written beside the newest\n",
-               opt.snapshot_every, run.snapshot_root.c_str(), copies > 1 ? ", with a copy on the next rank" : "",
-               copies * state_part, copies * state_part + model_file, copies > 1 ? " and rank 1" : "");
 }
 
 // The start-up report (rank 0).
@@ -668,8 +521,8 @@ static void print_report(const Run& run) {
     if (run.optimizer.kind != OptimizerKind::ADAMW)
         printf("optimizer: %s\n", describe_optimizer(run.optimizer).c_str());
     print_data_report(run.data_choice, opt, *run.train_loader, run.max_steps, run.accum_steps, mesh.data);
-    print_checkpoint_plan(run);
-    printf("%s", run.checkpoint_tidy_report.c_str());
+    run.keeper.print_plan(parameter_count(run.config), run.model->working_weight_type());
+    printf("%s", run.keeper.tidy_report().c_str());
     if (run.resuming)
         printf("resumed from step %lld in %s%s\n", (long long)run.state.step, opt.output_dir.c_str(),
                run.resumed_mesh.shape() != mesh.shape()
@@ -798,10 +651,7 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
     evaluate(run, &m, validation, hellaswag);
     if (hellaswag) run.clock.validation.add(ms_since(eval_start));
     note_waiting_on("the snapshot or checkpoint written since the step before");
-    // The writes started at an earlier step boundary: the snapshot before this step must be complete
-    // before the step is logged (then a restart loses at most the steps after the newest logged one).
-    finish_snapshot(run);
-    finish_checkpoint(run, false);
+    run.keeper.finish_earlier_writes();  // before the step is logged
     if (run.metrics) run.metrics->write(m);
     // Samples draw from sample_rng, which a checkpoint saves; they come at the same steps whether or
     // not a run stops early (--stop-at) and resumes, so continuations stay bitwise.
@@ -826,41 +676,18 @@ static bool periodic_work(Run& run, int step, StepMetrics& m) {
         remove(stop_file.c_str());
     }
     const bool ending = step == run.last_step || stopping;
-    const bool checkpoint_due =
-        !opt.output_dir.empty() && ((opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0) || ending);
-    const bool snapshot_due = opt.snapshot_every > 0 && step % opt.snapshot_every == 0 && !ending;
-    if (checkpoint_due || snapshot_due) {
+    if (run.keeper.due(step, ending)) {
         const auto save_start = std::chrono::steady_clock::now();
         const double save_start_us = clock_us();
-        // One checkpoint at a time: the one before is written on every rank before this one is taken,
-        // and the host arrays it is done with come back for this copy (base/host_arrays.h).
-        if (checkpoint_due) finish_checkpoint(run, true);
-        const auto copy_start = std::chrono::steady_clock::now();
-        run.state.loader = run.train_loader->position();
-        run.state.sample_rng_state = run.sample_rng.state;
-        CheckpointPart part = take_checkpoint_part(*run.model, run.state, run.ranks);
-        const double taken_ms = ms_since(copy_start);
-        if (snapshot_due) {
-            start_snapshot(run, part);
-            run.snapshot_boundary_ms = ms_since(copy_start);
-            if (run.first_snapshot_ms < 0) run.first_snapshot_ms = run.snapshot_boundary_ms;
-        }
-        if (checkpoint_due) {
-            run.checkpoint_boundary_ms = taken_ms;
-            if (run.first_checkpoint_ms < 0) run.first_checkpoint_ms = taken_ms;
-            start_checkpoint(run, std::move(part));
-            if (ending) wait_for_checkpoint_done(run, true);  // the run ends with its checkpoint written
-        } else {
-            reuse_part_arrays(part);  // the snapshot's files are made from it
-        }
+        run.keeper.save(step, ending, [&] {
+            run.state.loader = run.train_loader->position();
+            run.state.sample_rng_state = run.sample_rng.state;
+            return take_checkpoint_part(*run.model, run.state, run.ranks);
+        });
         run.clock.checkpoint.add(ms_since(save_start));
         run.profile->checkpoint_written(step, save_start_us, ms_since(save_start));
     }
-    if (ending) {  // a disk checkpoint of this step replaces the snapshots
-        finish_snapshot(run);
-        tell_snapshot_cost(run);
-        remove_snapshots(snapshot_root(opt), run.ranks);
-    }
+    if (ending) run.keeper.end_snapshots();  // a disk checkpoint of this step replaces the snapshots
     return stopping;
 }
 
