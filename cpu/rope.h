@@ -3,56 +3,15 @@
 // t is the position and f_i = θ^(−2i/hs) (θ = 500000 for Llama 3):
 //   out[i]        = x[i] · cos − x[i + hs/2] · sin
 //   out[i + hs/2] = x[i + hs/2] · cos + x[i] · sin
-// which is the complex product (x[i] + j·x[i + hs/2]) · e^(j·t·f_i). With Llama 3.1's scaling
-// (base/llama_config.h) the long wavelengths λ = 2π/f get lower frequencies:
-//   λ < L0/high_freq_factor:  f unchanged
-//   λ > L0/low_freq_factor:   f / factor
-//   between:                  (1 − s) · f / factor + s · f,
-//                             s = (L0/λ − low_freq_factor) / (high_freq_factor − low_freq_factor)
-// with L0 = original_max_position. The angles' cosines and sines are tabulated once per (t, i) in
-// double. Backward is the inverse rotation (by −t · f_i) of the output's gradient, added into dinp.
+// which is the complex product (x[i] + j·x[i + hs/2]) · e^(j·t·f_i), with the angles' tables of
+// base/rope_tables.h (Llama 3.1's scaling included). Backward is the inverse rotation (by −t · f_i)
+// of the output's gradient, added into dinp.
 // Tensors are (B, T, heads, hs) rows, position t = row index mod T.
 #pragma once
-#include <cmath>
 #include <cstddef>
-#include <vector>
 
-#include "base/llama_config.h"
+#include "base/rope_tables.h"
 #include "cpu/parallel.h"
-
-// f_i for i in [0, hs/2), scaled when scaling.enabled.
-inline std::vector<double> rope_frequencies(int head_size, double theta, const RopeScaling& scaling) {
-    std::vector<double> f(head_size / 2);
-    for (int i = 0; i < head_size / 2; i++) f[i] = std::pow(theta, -2.0 * i / head_size);
-    if (!scaling.enabled) return f;
-    const double short_wavelength = scaling.original_max_position / scaling.high_freq_factor;
-    const double long_wavelength = scaling.original_max_position / scaling.low_freq_factor;
-    for (double& freq : f) {
-        const double wavelength = 2 * M_PI / freq;
-        if (wavelength < short_wavelength) continue;
-        if (wavelength > long_wavelength) {
-            freq /= scaling.factor;
-            continue;
-        }
-        const double s = (scaling.original_max_position / wavelength - scaling.low_freq_factor) /
-                         (scaling.high_freq_factor - scaling.low_freq_factor);
-        freq = (1 - s) * freq / scaling.factor + s * freq;
-    }
-    return f;
-}
-
-// cos_table and sin_table (T, hs/2): the rotation of pair i at position t.
-template <typename Real>
-void rope_tables(Real* cos_table, Real* sin_table, int T, int head_size, double theta,
-                 const RopeScaling& scaling) {
-    const std::vector<double> f = rope_frequencies(head_size, theta, scaling);
-    const int half = head_size / 2;
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < half; i++) {
-            cos_table[(size_t)t * half + i] = (Real)std::cos(t * f[i]);
-            sin_table[(size_t)t * half + i] = (Real)std::sin(t * f[i]);
-        }
-}
 
 // Rotates every head of every row by sign · (its angle): sign +1 writes out (which may be inp),
 // sign −1 adds into out (the backward pass; out must not be inp).

@@ -16,20 +16,14 @@ class GPT2Layers : public ModelLayers {
 public:
     GPT2Layers(const GPTConfig& config, const LayerContext& context) : config_(config), c_(context) {}
 
+    BucketUse uses(PassUnit::Kind unit, int layer, bool training) const override;
     void embed(int slot) override;
-    void first_layer_norm(int slot) override;
-    void attention_forward_branch(int l, int slot) override;
-    void mlp_forward_branch(int l, int slot) override;
-    void residual_and_next_norm(int l, int slot) override;
+    void forward_layer(int l, int slot) override;
     void classifier_logits(int slot) override;
     void classifier(int slot, bool training, float loss_scale, int micro_steps) override;
     void final_norm_backward(int slot, floatX* dresidual) override;
-    void recompute(int l, int slot) override;
-    void mlp_backward_branch(int l, int slot, floatX* dresidual) override;
-    void attention_backward_branch(int l, int slot, floatX* dresidual) override;
-    void input_norm_backward(int l, int slot, floatX* dresidual) override;
+    void backward_layer(int l, int slot, floatX* dresidual) override;
     void embed_backward(int micro_batch, const floatX* dresidual) override;
-    bool norm_above_adds_gradients(int l) const override { return fcproj_bias_in_norm(l); }
 
 private:
     LayerTensors layer_weights(int l) const;

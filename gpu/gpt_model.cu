@@ -46,7 +46,7 @@ GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRank
       classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config_.padded_vocab_size)),
       recompute_(opt.recompute), seed_(opt.seed), compression_start_(opt.compression_start),
       widths_(family.widths),
-      context_{buckets_, params_, tp_, stage_, buf_, widths_, stream_, B_, T_, max_N_, max_Nl_, recompute_,
+      context_{buckets_, scope_, tp_, stage_, buf_, widths_, stream_, B_, T_, max_N_, max_Nl_, recompute_,
                classifier_rows_, pinned_tokens_, encoder_host_scratch_, encoder_host_bytes_} {
     const int C = config_.channels, NH = config_.num_heads;
     const int Vp = config_.padded_vocab_size, HS = C / NH;

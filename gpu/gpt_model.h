@@ -25,6 +25,7 @@
 #include "gpu/model_family.h"
 #include "gpu/model_layers.h"
 #include "gpu/optimizer.h"
+#include "gpu/parameter_scope.h"
 #include "gpu/placement.h"
 #include "gpu/step_timer.h"
 #include "kernels/device_arena.h"
@@ -35,6 +36,7 @@
 #include "parallel/comm/tensor_parallel.h"
 #include "parallel/plan/mesh.h"
 #include "parallel/plan/param_buckets.h"
+#include "parallel/plan/pipeline_schedule.h"
 #include "parallel/plan/traffic.h"
 
 class GPUModel : public TrainModel {
@@ -113,11 +115,6 @@ public:
 
 private:
     GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRanks world);
-    // The bucket of the classifier's weights: the vocabulary's where the family ties them to the
-    // embedding, else the final norm's.
-    int classifier_bucket() const {
-        return tied_classifier_ ? buckets_.vocabulary_bucket() : buckets_.final_norm_bucket();
-    }
 
     // ---- parameters: tensor t of layer l (l ignored for wte, wpe, lnfw, lnfb), this rank's slice,
     // wherever the parameter store keeps its bucket now
@@ -133,9 +130,13 @@ private:
     const floatX* stage_output(int slot) const { return context_.stage_output(slot); }
     int residual_gradient_turn(int micro_batch) const { return pipeline_.stages() > 1 ? micro_batch % 2 : 0; }
 
-    // ---- the passes of this rank's stage (gpt_passes.cu): the maths with the parameters'
-    // collectives around it
+    // ---- the passes of this rank's stage (gpt_passes.cu): the family's units, each inside the
+    // parameters' scope (gpu/parameter_scope.h)
     enum class Pass { LOGITS, LOSS, TRAINING };  // how far a forward pass goes on the last stage
+    // A micro-step's units on this stage, planned; one of them run inside the scope.
+    std::vector<PassUnit> micro_step_units(Pass pass) const;
+    template <typename Maths>
+    void run_unit(const PassUnit& unit, bool last_micro_step, Maths&& maths);
     // The stage's forward pass of the micro-batch in `slot` (tokens uploaded, input received); on the
     // last stage the mean loss goes into control->totals (micro_loss; in training also the step's
     // running loss, as 1/micro_steps of it), where the step reads it back once.
@@ -160,15 +161,17 @@ private:
     void pin_tokens(const int* inputs, const int* targets, int B, int T, int micro_batch);
     // The pinned tokens of `micro_batch` to the device buffers the next forward reads.
     void upload_tokens(int micro_batch, bool with_targets);
-    // A forward pass of this stage, with the transfers to and from its neighbours.
-    void forward_in_pipeline(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step);
-    // A backward pass of this stage, with the transfers to and from its neighbours.
-    void backward_in_pipeline(int slot, int micro_batch, bool last_micro_step);
-    // Micro-step i of micro_steps without a pipeline: forward, then backward.
-    void micro_step(int i, int micro_steps, bool last_micro_step);
+    // Micro-batch i's passes on this stage, with the transfers to and from its neighbours: the forward,
+    // the layers' backward, then the embeddings' backward and the gradients' finish.
+    void forward_micro_batch(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step);
+    void backward_micro_batch_layers(int slot, int micro_batch, bool last_micro_step);
+    void finish_micro_batch_backward(int micro_batch, bool last_micro_step);
+    // The micro-step executor: a step's actions on this stage in the schedule's order (a plain step:
+    // the schedule of one stage), each micro-batch's loss scaled by loss_scale; `ends_step`: the last
+    // micro-batch's reductions end the step's accumulation.
+    void run_schedule(const std::vector<PipelineAction>& actions, int micro_steps, float loss_scale, bool ends_step);
     // One optimizer step's forward and backward passes over `micro_steps` micro-batches (read and
-    // pinned first), from zeroed gradients and loss: one after the other, or in the pipeline
-    // schedule's order; then the gradients finished.
+    // pinned first), from zeroed gradients and loss, by run_schedule; then the gradients finished.
     void accumulate(int micro_steps, int B, int T, const NextBatch& next_batch);
     // The end of the step's backward passes: every gradient reduction done, and with a pipeline the
     // tied embedding's two copies summed.
@@ -227,6 +230,7 @@ private:
     PipelineStage stage_;             // the layers it computes, the micro-batches it keeps
     ParamBuckets buckets_;            // device order of parameters and gradients (this rank's slice)
     ParameterStore params_;           // weights and gradients as ZeRO shards them, and their collectives
+    ParameterScope scope_{params_, buckets_};  // their collectives around each unit of a pass
     Optimizer optimizer_;             // AdamW on the parameters this rank owns
     GraphCache graphs_;               // micro-steps and updates as CUDA graphs (--cuda-graphs)
     GpuStepTimer timer_;              // the phase timers' events (set_step_timeline)

@@ -1,94 +1,79 @@
 // GPUModel's passes over its pipeline stage (gpt_model.h): the family's layer maths (layers_,
-// model_layers.h), layer by layer, with what the parameters need around it (parallel/comm/parameter_store.h, params_):
-//   forward   each bucket's weights are used once they are there, and released after its last
-//             kernel is issued; the next layer's are asked for (prefetched) while this one computes
-//   backward  the same, top layer first; a layer's gradients are prepared (a zeroed slot under
-//             ZeRO-2/3) before the first kernel that adds into them, and reduced across the data
-//             ranks as soon as they are final for this micro-step: the final LayerNorm's first, then
-//             each layer's, the embeddings' last
-// Without ZeRO-3 every weight is always there and those calls do nothing; without ZeRO-2/3 the
-// preparing does nothing either, and reductions wait for the step's last micro-step.
-// The stage's input and output, and the gradients between stages, are the step's (gpt_step.cu).
+// model_layers.h), unit by unit (the embedding, each layer, the classifier; backward the final norm,
+// each layer from the top, the embedding), each inside the parameters' scope (scope_,
+// gpu/parameter_scope.h), which gathers, waits for, prepares, releases and reduces each bucket from
+// what the units declare. Without ZeRO-3 every weight is always there and those calls do nothing;
+// without ZeRO-2/3 the preparing does nothing either, and reductions wait for the step's last
+// micro-step. The stage's input and output, and the gradients between stages, are the step's
+// (gpt_step.cu).
 #include "gpu/gpt_model.h"
 
-// The stage's forward pass: the embeddings (first stage), the layers, and on the last stage the final
-// LayerNorm (fused into the top layer's residual add) and the classifier.
+// The units of one micro-step on this stage (its forward only, for a pass that does not train), with
+// what each declares and what the scope does around it.
+std::vector<PassUnit> GPUModel::micro_step_units(Pass pass) const {
+    const bool training = pass == Pass::TRAINING;
+    std::vector<PassUnit> units;
+    auto add = [&](PassUnit::Kind kind, int l) {
+        PassUnit unit;
+        unit.kind = kind, unit.layer = l, unit.use = layers_->uses(kind, l, training);
+        units.push_back(std::move(unit));
+    };
+    if (stage_.first) add(PassUnit::EMBED, 0);
+    for (int l = stage_.first_layer; l < stage_.end_layer; l++) add(PassUnit::FORWARD_LAYER, l);
+    if (stage_.last) add(PassUnit::CLASSIFIER, 0);
+    if (training) {
+        if (stage_.last) add(PassUnit::FINAL_NORM_BACKWARD, 0);
+        for (int l = stage_.end_layer - 1; l >= stage_.first_layer; l--) add(PassUnit::BACKWARD_LAYER, l);
+        if (stage_.first) add(PassUnit::EMBED_BACKWARD, 0);
+    }
+    plan_units(units);
+    return units;
+}
+
+// One unit: the scope around it, then the reductions of the gradients it finished.
+template <typename Maths>
+void GPUModel::run_unit(const PassUnit& unit, bool last_micro_step, Maths&& maths) {
+    scope_.enter(unit);
+    maths();
+    scope_.leave();
+    for (int bucket : unit.reductions) reduce_gradients(bucket, last_micro_step);
+}
+
+// The stage's forward pass: the embeddings (first stage), the layers, and on the last stage the
+// classifier (the final norm is fused into the top layer's residual add).
 void GPUModel::forward_stage(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step) {
-    const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
-    const int FINAL_NORM = buckets_.final_norm_bucket();
     timer_.mark(StepPhase::FORWARD);
-    if (stage_.first) {
-        if (POSITIONS >= 0) params_.gather_weights(POSITIONS);  // -1: the family has none
-        params_.gather_weights(VOCABULARY);
-        if (POSITIONS >= 0) params_.wait_for_weights(POSITIONS);
-        params_.wait_for_weights(VOCABULARY);
-        layers_->embed(slot);
-        if (POSITIONS >= 0) params_.release_weights(POSITIONS);
-        if (!stage_.last || !tied_classifier_) params_.release_weights(VOCABULARY);  // a tied classifier uses it again
+    for (const PassUnit& unit : micro_step_units(pass)) {
+        if (!unit.forward()) break;
+        if (unit.kind == PassUnit::FORWARD_LAYER) timer_.mark(StepPhase::FORWARD, unit.layer);
+        if (unit.kind == PassUnit::CLASSIFIER) {
+            timer_.mark(StepPhase::FORWARD);
+            if (pass != Pass::LOGITS) timer_.mark(StepPhase::LOSS);
+        }
+        run_unit(unit, last_micro_step, [&] {
+            if (unit.kind == PassUnit::EMBED) layers_->embed(slot);
+            if (unit.kind == PassUnit::FORWARD_LAYER) layers_->forward_layer(unit.layer, slot);
+            if (unit.kind == PassUnit::CLASSIFIER && pass == Pass::LOGITS) layers_->classifier_logits(slot);
+            if (unit.kind == PassUnit::CLASSIFIER && pass != Pass::LOGITS)
+                layers_->classifier(slot, pass == Pass::TRAINING, loss_scale, micro_steps);
+        });
     }
-    params_.use_weights(buckets_.layer_bucket(stage_.first_layer));
-    layers_->first_layer_norm(slot);
-    for (int l = stage_.first_layer; l < stage_.end_layer; l++) {
-        timer_.mark(StepPhase::FORWARD, l);
-        const int next = l + 1 < stage_.end_layer ? buckets_.layer_bucket(l + 1) : FINAL_NORM;  // -1: none
-        if (next >= 0) params_.gather_weights(next);  // prefetch: arrives while this layer computes
-        layers_->attention_forward_branch(l, slot);
-        layers_->mlp_forward_branch(l, slot);
-        if (next >= 0) params_.wait_for_weights(next);  // its LayerNorm follows the residual add
-        layers_->residual_and_next_norm(l, slot);
-        params_.release_weights(buckets_.layer_bucket(l));
-    }
-    timer_.mark(StepPhase::FORWARD);
-    if (!stage_.last) return;
-    if (pass != Pass::LOGITS) timer_.mark(StepPhase::LOSS);
-    // The classifier's weights: the tied embedding's (GPT-2), or the final norm's bucket's own.
-    const int CLASSIFIER = classifier_bucket();
-    if (CLASSIFIER != FINAL_NORM) params_.release_weights(FINAL_NORM);
-    if (!stage_.first && CLASSIFIER == VOCABULARY) params_.use_weights(VOCABULARY);
-    if (pass == Pass::LOGITS) {
-        layers_->classifier_logits(slot);
-    } else {
-        const bool training = pass == Pass::TRAINING;
-        if (training) params_.prepare_gradients(CLASSIFIER);
-        layers_->classifier(slot, training, loss_scale, micro_steps);
-        if (training && !stage_.first && CLASSIFIER == VOCABULARY)
-            reduce_gradients(VOCABULARY, last_micro_step);  // the classifier's copy is done
-    }
-    params_.release_weights(CLASSIFIER);
+    if (!stage_.last) timer_.mark(StepPhase::FORWARD);
 }
 
 // The stage's layers backward, from the gradient of its output in dresidual (the classifier's on the
-// last stage, which also runs the final LayerNorm's backward; received otherwise), leaving the
-// gradient of the stage's input there.
+// last stage, which also runs the final norm's backward; received otherwise), leaving the gradient of
+// the stage's input there.
 void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) {
     floatX* dresidual = act_.dresidual[residual_gradient_turn(micro_batch)];
-    const int FINAL_NORM = buckets_.final_norm_bucket();
     timer_.mark(StepPhase::BACKWARD);
-    params_.gather_weights(buckets_.layer_bucket(stage_.end_layer - 1));  // prefetch
-    if (stage_.last) {
-        params_.use_weights(FINAL_NORM);
-        if (tied_classifier_) params_.prepare_gradients(FINAL_NORM);  // else the classifier did (lm_head's)
-        const int top = stage_.end_layer - 1;
-        if (layers_->norm_above_adds_gradients(top)) params_.prepare_gradients(buckets_.layer_bucket(top));
-        layers_->final_norm_backward(slot, dresidual);
-        params_.release_weights(FINAL_NORM);
-        reduce_gradients(FINAL_NORM, last_micro_step);
-    }
-    for (int l = stage_.end_layer - 1; l >= stage_.first_layer; l--) {
-        const int bucket = buckets_.layer_bucket(l);
-        timer_.mark(StepPhase::BACKWARD, l, true);
-        if (l > stage_.first_layer) params_.gather_weights(buckets_.layer_bucket(l - 1));  // prefetch
-        params_.wait_for_weights(bucket);
-        if (!layers_->norm_above_adds_gradients(l)) params_.prepare_gradients(bucket);  // else before the norm above
-        layers_->recompute(l, slot);
-        layers_->mlp_backward_branch(l, slot, dresidual);
-        layers_->attention_backward_branch(l, slot, dresidual);
-        // The input norm's backward may add into the layer below's gradients (GPT-2: its fcproj bias).
-        if (l > stage_.first_layer && layers_->norm_above_adds_gradients(l - 1))
-            params_.prepare_gradients(buckets_.layer_bucket(l - 1));
-        layers_->input_norm_backward(l, slot, dresidual);
-        params_.release_weights(bucket);
-        reduce_gradients(bucket, last_micro_step);
+    for (const PassUnit& unit : micro_step_units(Pass::TRAINING)) {
+        if (unit.kind == PassUnit::FINAL_NORM_BACKWARD)
+            run_unit(unit, last_micro_step, [&] { layers_->final_norm_backward(slot, dresidual); });
+        if (unit.kind == PassUnit::BACKWARD_LAYER) {
+            timer_.mark(StepPhase::BACKWARD, unit.layer, true);
+            run_unit(unit, last_micro_step, [&] { layers_->backward_layer(unit.layer, slot, dresidual); });
+        }
     }
     timer_.mark(StepPhase::BACKWARD);
 }
@@ -96,13 +81,10 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
 // The embeddings backward (first stage): their gradients added and reduced.
 void GPUModel::backward_embeddings(int micro_batch, bool last_micro_step) {
     if (!stage_.first) return;
-    const int POSITIONS = buckets_.position_bucket(), VOCABULARY = buckets_.vocabulary_bucket();
-    if (POSITIONS >= 0) params_.prepare_gradients(POSITIONS);
-    // A tied classifier on this stage prepared the vocabulary's gradients.
-    if (!stage_.last || !tied_classifier_) params_.prepare_gradients(VOCABULARY);
-    layers_->embed_backward(micro_batch, act_.dresidual[residual_gradient_turn(micro_batch)]);
-    if (POSITIONS >= 0) reduce_gradients(POSITIONS, last_micro_step);
-    reduce_gradients(VOCABULARY, last_micro_step);
+    const std::vector<PassUnit> units = micro_step_units(Pass::TRAINING);
+    run_unit(units.back(), last_micro_step, [&] {
+        layers_->embed_backward(micro_batch, act_.dresidual[residual_gradient_turn(micro_batch)]);
+    });
 }
 
 // A bucket's gradients across the data ranks (in fp32: widened first); under sequence parallelism its

@@ -1,6 +1,7 @@
-// GPUModel's steps (gpt_model.h): the micro-batches' tokens to the device, forward-only passes, the
-// micro-steps or the pipeline schedule's actions with the transfers between stages, the gradients
-// finished, the global norm and AdamW; one host synchronisation per optimizer step.
+// GPUModel's steps (gpt_model.h): the micro-batches' tokens to the device, forward-only passes, one
+// executor for the micro-steps of plain and pipelined steps (the schedule's actions, with the transfers
+// between stages), the gradients finished, the global norm and AdamW; one host synchronisation per
+// optimizer step.
 #include "gpu/gpt_model.h"
 
 #include <algorithm>
@@ -58,26 +59,73 @@ const StepTotals& GPUModel::read_totals() {
     return control_host_->totals;
 }
 
-// ---- the passes between stages: a stage other than the first receives its input from the stage
-// before, one other than the last sends its output to the stage after; backward the other way, in two
-// residual-gradient buffers taken in turns (one may still be on its way to the previous stage).
+// ---- a micro-batch's passes on this stage: a stage other than the first receives its input from the
+// stage before, one other than the last sends its output to the stage after; backward the other way,
+// in two residual-gradient buffers taken in turns (one may still be on its way to the previous stage).
+// Without a pipeline those transfers do nothing.
 
-void GPUModel::forward_in_pipeline(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step) {
+void GPUModel::forward_micro_batch(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step) {
     const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
     if (!stage_.first) pipeline_.receive_activations(stage_input(slot), n, stream_);
     forward_stage(slot, pass, loss_scale, micro_steps, last_micro_step);
     if (!stage_.last) pipeline_.send_activations(stage_output(slot), n);
 }
 
-void GPUModel::backward_in_pipeline(int slot, int micro_batch, bool last_micro_step) {
+// The backward in two parts, the layers (inside a micro-step's CUDA graph) and then the embeddings,
+// whose launches depend on the tokens on the host (kernels/encoder.h), and the gradients' finish.
+void GPUModel::backward_micro_batch_layers(int slot, int micro_batch, bool last_micro_step) {
     const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
     const int turn = residual_gradient_turn(micro_batch);
     pipeline_.before_overwriting(turn, stream_);
     if (!stage_.last) pipeline_.receive_gradients(act_.dresidual[turn], n, stream_);
     backward_layers(slot, micro_batch, last_micro_step);
+}
+
+void GPUModel::finish_micro_batch_backward(int micro_batch, bool last_micro_step) {
+    const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
+    const int turn = residual_gradient_turn(micro_batch);
     backward_embeddings(micro_batch, last_micro_step);
     if (!stage_.first) pipeline_.send_gradients(act_.dresidual[turn], n, turn);
     params_.finish_backward();
+}
+
+// The micro-step executor: this stage's actions of a step in the schedule's order (parallel/plan/
+// pipeline_schedule.h), micro-batch i in slot i mod slots, what an action sends going out with the next
+// action's receive. A plain step is a pipeline of one stage, whose schedule is F0 B0 F1 B1 ...: there a
+// micro-batch's forward and its layers' backward are one CUDA graph (issue_graphed) per shape and
+// position in the step, the tokens copied into the fixed buffers it reads first. Under -z 1/2 the
+// step's first forward also gathers the updated weights, each bucket waited for before its layer.
+// `ends_step`: the last micro-batch ends the step's accumulation (its reductions are the step's).
+void GPUModel::run_schedule(const std::vector<PipelineAction>& actions, int micro_steps, float loss_scale,
+                            bool ends_step) {
+    const bool plain = pipeline_.stages() == 1;
+    for (size_t k = 0; k < actions.size(); k++) {
+        const PipelineAction& a = actions[k];
+        const int i = a.micro_batch, slot = i % stage_.slots;
+        const bool last = ends_step && i == micro_steps - 1;
+        if (a.forward) {
+            upload_tokens(i, true);
+            const bool gathers = i == 0 && params_.gathers_updated_weights();
+            // While timing, each micro-step has a graph of its own (gpu/step_timer.h: a graph's events).
+            const long long graph_of = timer_.enabled() ? i : -1;
+            uint32_t scale_bits;  // forward_backward's scale may differ from 1/micro_steps
+            memcpy(&scale_bits, &loss_scale, sizeof scale_bits);
+            issue_graphed({0, B_, T_, micro_steps, last, gathers, graph_of, params_.compressing(), (long long)scale_bits}, [&] {
+                if (gathers) params_.gather_updated_weights();
+                forward_micro_batch(slot, Pass::TRAINING, loss_scale, micro_steps, last);
+                if (!plain) return;
+                params_.wait_for_all_weights();  // a capture joins the gathers it forked
+                backward_micro_batch_layers(slot, i, last);
+                if (stream_capturing()) params_.finish_backward();  // a capture joins the reductions it forked
+            });
+            if (plain) finish_micro_batch_backward(i, last);
+        } else if (!plain) {
+            backward_micro_batch_layers(slot, i, last);
+            finish_micro_batch_backward(i, last);
+        }
+        const bool next_receives = k + 1 < actions.size() && (actions[k + 1].forward ? !stage_.first : !stage_.last);
+        if (!plain && !next_receives) pipeline_.send_queued(stream_);
+    }
 }
 
 // ---- forward only
@@ -97,7 +145,7 @@ float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
     }
     pin_tokens(inputs, targets, B, T, 0);
     upload_tokens(0, targets != nullptr);
-    forward_in_pipeline(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, 1, false);
+    forward_micro_batch(0, targets ? Pass::LOSS : Pass::LOGITS, 1.0f, 1, false);
     pipeline_.finish(stream_);
     if (!targets) {
         CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -140,41 +188,12 @@ float GPUModel::forward_backward(const int* inputs, const int* targets, int B, i
                                  bool last_micro_step) {
     if (pipeline_.stages() > 1) fail("internal error: a pipelined model trains by whole steps (train_step)");
     pin_tokens(inputs, targets, B, T, 0);
-    upload_tokens(0, true);
-    params_.gather_updated_weights();  // -z 1/2 (as a step's first micro-step does)
-    forward_stage(0, Pass::TRAINING, loss_scale, 1, last_micro_step);
-    params_.wait_for_all_weights();
-    backward_layers(0, 0, last_micro_step);
-    backward_embeddings(0, last_micro_step);
-    params_.finish_backward();
+    run_schedule({{true, 0}, {false, 0}}, 1, loss_scale, last_micro_step);
     return read_totals().micro_loss;
 }
 
-// The forward pass and the layers' backward pass are one CUDA graph (issue_graphed) per shape and
-// position in the step: the tokens are copied into the fixed device buffers it reads first, and the
-// embeddings' backward, whose launches depend on the tokens (kernels/encoder.h groups them on the
-// host), runs after it, outside the graph. Under -z 1/2 the step's first forward also gathers the
-// updated weights, each bucket waited for before its layer (a graph of its own).
-void GPUModel::micro_step(int i, int micro_steps, bool last_micro_step) {
-    upload_tokens(i, true);
-    const bool gathers = i == 0 && params_.gathers_updated_weights();
-    // While timing, each micro-step has a graph of its own (gpu/step_timer.h: a graph's events).
-    const long long graph_of = timer_.enabled() ? i : -1;
-    issue_graphed({0, B_, T_, micro_steps, last_micro_step, gathers, graph_of, params_.compressing()}, [&] {
-        if (gathers) params_.gather_updated_weights();
-        forward_stage(0, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last_micro_step);
-        params_.wait_for_all_weights();  // a capture joins the gathers it forked
-        backward_layers(0, i, last_micro_step);
-        if (stream_capturing()) params_.finish_backward();  // a capture joins the reductions it forked
-    });
-    backward_embeddings(i, last_micro_step);
-    params_.finish_backward();
-}
-
-// Every micro-batch read and pinned first; then, without a pipeline, the micro-steps one after the
-// other; with one, this stage's actions in the schedule's order (parallel/plan/pipeline_schedule.h),
-// micro-batch i in slot i mod slots, what an action sends going out with the next action's receive.
-// The loss stays on the device (control->totals).
+// Every micro-batch read and pinned first, then the step's schedule; the loss stays on the device
+// (control->totals).
 void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_batch) {
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T);
     for (int i = 0; i < micro_steps; i++) {
@@ -185,24 +204,9 @@ void GPUModel::accumulate(int micro_steps, int B, int T, const NextBatch& next_b
     zero_grad();
     CUDA_CHECK(cudaMemsetAsync(&buf_.control->totals, 0, sizeof(StepTotals), stream_));
     B_ = B, T_ = T;
-    if (pipeline_.stages() == 1) {
-        for (int i = 0; i < micro_steps; i++) micro_step(i, micro_steps, i == micro_steps - 1);
-    } else {
-        const std::vector<PipelineAction> actions = pipeline_schedule(schedule_, mesh_.pipeline, mesh_.stage, micro_steps);
-        for (size_t k = 0; k < actions.size(); k++) {
-            const int i = actions[k].micro_batch, slot = i % stage_.slots;
-            const bool last = i == micro_steps - 1;
-            if (actions[k].forward) {
-                upload_tokens(i, true);
-                if (i == 0) params_.gather_updated_weights();  // -z 1/2: the first forward's, as micro_step
-                forward_in_pipeline(slot, Pass::TRAINING, 1.0f / micro_steps, micro_steps, last);
-            } else {
-                backward_in_pipeline(slot, i, last);
-            }
-            const bool next_receives = k + 1 < actions.size() && (actions[k + 1].forward ? !stage_.first : !stage_.last);
-            if (!next_receives) pipeline_.send_queued(stream_);
-        }
-    }
+    const bool plain = pipeline_.stages() == 1;  // one stage's schedule: F0 B0 F1 B1 ...
+    run_schedule(pipeline_schedule(plain ? "1f1b" : schedule_, mesh_.pipeline, mesh_.stage, micro_steps), micro_steps,
+                 1.0f / micro_steps, true);
     finish_gradients();
 }
 

@@ -10,7 +10,7 @@
 //   logits = norm(x) · lm_headᵀ
 // so a token costs one row of every matrix product plus attention over the cache
 // (kernels/decode_attention.h) instead of a forward pass over the whole prefix. RoPE's tables are
-// built as gpu/llama_layers.cu builds them (cpu/rope.h's rope_tables, Llama 3.1's frequency scaling
+// built as gpu/llama_layers.cu builds them (base/rope_tables.h, Llama 3.1's frequency scaling
 // included), for the cache's positions; position p rotates with row p of them (kernels/rope.h on one
 // row, its tables offset to row p).
 //
@@ -29,7 +29,7 @@
 
 #include "base/errors.h"
 #include "base/llama_config.h"
-#include "cpu/rope.h"
+#include "base/rope_tables.h"
 #include "gpu/decode_weights.h"
 #include "kernels/common.h"
 #include "kernels/decode_attention.h"

@@ -21,7 +21,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cpu/rope.h"
+#include "base/rope_tables.h"
 #include "kernels/attention.h"
 #include "kernels/encoder.h"
 #include "kernels/layernorm.h"
@@ -47,6 +47,29 @@ LlamaLayers::LlamaLayers(const LlamaConfig& config, int max_T, const LayerContex
 // tensor rank holds the rows of its slice (c_.tp.vocab_slice(Vp)).
 int LlamaLayers::padded_vocab() const { return (int)vocab_slice_rows(config_.vocab_size, 1); }
 
+// The buckets each unit reads and adds into (gpu/parameter_scope.h): a layer's own, and in the forward
+// the norm above it (bucket_after), fused with its residual add; lm_head is in the final norm's bucket.
+BucketUse LlamaLayers::uses(PassUnit::Kind unit, int l, bool training) const {
+    const ParamBuckets& b = c_.buckets;
+    const int EMBEDDING = b.vocabulary_bucket(), FINAL_NORM = b.final_norm_bucket();
+    BucketUse use;
+    switch (unit) {
+        case PassUnit::EMBED: use.reads = {EMBEDDING}; break;
+        case PassUnit::FORWARD_LAYER:
+            use.reads = {b.layer_bucket(l)};
+            if (c_.bucket_after(l) >= 0) use.reads.push_back(c_.bucket_after(l));
+            break;
+        case PassUnit::CLASSIFIER:
+            use.reads = {FINAL_NORM};
+            if (training) use.adds = {FINAL_NORM};
+            break;
+        case PassUnit::FINAL_NORM_BACKWARD: use = {{FINAL_NORM}, {FINAL_NORM}}; break;
+        case PassUnit::BACKWARD_LAYER: use = {{b.layer_bucket(l)}, {b.layer_bucket(l)}}; break;
+        case PassUnit::EMBED_BACKWARD: use.adds = {EMBEDDING}; break;
+    }
+    return use;
+}
+
 // ---- forward
 
 // x (Nl, C) = embed_tokens[tokens]: the embedding without positions, each tensor rank looking up the
@@ -56,44 +79,28 @@ void LlamaLayers::embed(int slot) {
                             config_.channels, padded_vocab(), c_.stream);
 }
 
-// input_layernorm of the stage's first layer (later layers' is fused with the residual add before it).
-void LlamaLayers::first_layer_norm(int slot) {
-    const int l = c_.stage.first_layer;
-    const LayerActivations y = c_.layer(l, slot);
-    rmsnorm_forward(y.ln1, y.ln1_rstd, y.x, c_.weight(ATTN_NORM, l), c_.local_positions(), config_.channels, eps_,
-                    c_.stream);
-}
-
-// Attention branch of layer l: residual2 = x + o_proj(attention(rope(qkv(ln1)))), ln2 = RMSNorm(residual2).
-void LlamaLayers::attention_forward_branch(int l, int slot) {
+// Layer l: x += o_proj(attention(rope(qkv(rmsnorm1(x)))));  x += down(swiglu(gate|up(rmsnorm2(x)))),
+// then the RMSNorm that follows the layer (bucket_after): the next layer's input_layernorm, or on the
+// last stage's top layer the final norm (a stage's top layer on another stage leaves it to the next).
+void LlamaLayers::forward_layer(int l, int slot) {
     const int B = c_.B, T = c_.T, N = B * T, Nl = c_.local_positions(), C = config_.channels, hs = config_.head_size();
-    const int Hl = local_heads(), KVl = local_kv_heads(), QKVl = (Hl + 2 * KVl) * hs;
+    const int Hl = local_heads(), KVl = local_kv_heads(), QKVl = (Hl + 2 * KVl) * hs, Fl = local_ffn();
     const LayerActivations y = c_.layer(l, slot);
     Activations& a = c_.buf.act;
+    if (l == c_.stage.first_layer)  // a later layer's input_layernorm is fused with the residual add below it
+        rmsnorm_forward(y.ln1, y.ln1_rstd, y.x, c_.weight(ATTN_NORM, l), Nl, C, eps_, c_.stream);      // (Nl, C)
+    // attention branch: residual2 = x + o_proj(attention(rope(qkv(ln1)))), ln2 = RMSNorm(residual2)
     c_.tp.column_forward(y.qkv, y.ln1, c_.weight(Q_PROJ, l), nullptr, N, C, QKVl, c_.stream);    // (N, (Hl+2KVl)hs)
     rope_forward(y.qkv, rope_cos_, rope_sin_, B, T, Hl, KVl, hs, c_.stream);                    // q, k rotated
     attention_forward(y.atty, y.att_lse, y.qkv, B, T, Hl, KVl, hs, c_.stream);                  // (N, Hl·hs)
     c_.tp.row_forward(a.branch, y.atty, c_.weight(O_PROJ, l), nullptr, N, Hl * hs, C, c_.stream);  // (Nl, C)
     residual_rmsnorm_forward(y.residual2, y.ln2, y.ln2_rstd, y.x, a.branch, c_.weight(MLP_NORM, l), Nl, C, eps_,
                              c_.stream);
-}
-
-// MLP branch of layer l: branch (Nl, C) = down_proj(swiglu(gate|up(ln2))).
-void LlamaLayers::mlp_forward_branch(int l, int slot) {
-    const int N = c_.positions(), C = config_.channels, Fl = local_ffn();
-    const LayerActivations y = c_.layer(l, slot);
+    // MLP branch: branch = down_proj(swiglu(gate|up(ln2)))
     c_.tp.column_forward(y.fch, y.ln2, c_.weight(GATE_PROJ, l), nullptr, N, C, 2 * Fl, c_.stream);  // (N, 2Fl)
     swiglu_forward(y.fch_gelu, y.fch, N, Fl, c_.stream);                                         // (N, Fl)
-    c_.tp.row_forward(c_.buf.act.branch, y.fch_gelu, c_.weight(DOWN_PROJ, l), nullptr, N, Fl, C, c_.stream);
-}
-
-// residual3 = residual2 + branch, and the RMSNorm after it: the next layer's input_layernorm, or on
-// the last stage's top layer the final norm (a stage's top layer on another stage leaves the norm to
-// the next stage's first_layer_norm).
-void LlamaLayers::residual_and_next_norm(int l, int slot) {
-    const int Nl = c_.local_positions(), C = config_.channels;
-    const LayerActivations y = c_.layer(l, slot);
-    Activations& a = c_.buf.act;
+    c_.tp.row_forward(a.branch, y.fch_gelu, c_.weight(DOWN_PROJ, l), nullptr, N, Fl, C, c_.stream);  // (Nl, C)
+    // residual3 = residual2 + branch, the layer's output, with the RMSNorm after it
     if (l + 1 < c_.stage.end_layer) {
         const LayerActivations next = c_.layer(l + 1, slot);
         residual_rmsnorm_forward(y.residual3, next.ln1, next.ln1_rstd, y.residual2, a.branch,
@@ -137,53 +144,39 @@ void LlamaLayers::final_norm_backward(int slot, floatX* dresidual) {
                      c_.stage_output(slot), c_.weight(LLAMA_FINAL_NORM), final_rstd(slot), Nl, C, c_.stream);
 }
 
-// What -r did not keep, recomputed as forward computed it: the SwiGLU output (-r 1), ln2 (-r 2; ln1 is
-// recomputed where the attention branch needs it).
-void LlamaLayers::recompute(int l, int slot) {
-    const int N = c_.positions(), C = config_.channels;
-    const LayerActivations y = c_.layer(l, slot);
-    if (c_.recompute >= 1) swiglu_forward(y.fch_gelu, y.fch, N, local_ffn(), c_.stream);
-    if (c_.recompute >= 2)
-        rmsnorm_forward(y.ln2, nullptr, y.residual2, c_.weight(MLP_NORM, l), c_.local_positions(), C, eps_, c_.stream);
-}
-
-// MLP branch backward: down_proj's, SwiGLU's, gate|up's, then post_attention_layernorm's adds into dresidual.
-void LlamaLayers::mlp_backward_branch(int l, int slot, floatX* dresidual) {
-    const int N = c_.positions(), Nl = c_.local_positions(), C = config_.channels, Fl = local_ffn();
+// Layer l backward, from d(loss)/d(its output) in dresidual to d(loss)/d(its input) there.
+void LlamaLayers::backward_layer(int l, int slot, floatX* dresidual) {
+    const int B = c_.B, T = c_.T, N = B * T, Nl = c_.local_positions(), C = config_.channels, hs = config_.head_size();
+    const int Hl = local_heads(), KVl = local_kv_heads(), QKVl = (Hl + 2 * KVl) * hs, Fl = local_ffn();
     const LayerActivations y = c_.layer(l, slot);
     Activations& a = c_.buf.act;
+    void* scratch = c_.buf.scratch;
+    // What -r did not keep, recomputed as forward computed it: the SwiGLU output (-r 1), ln2 (-r 2; ln1
+    // where the attention branch needs it).
+    if (c_.recompute >= 1) swiglu_forward(y.fch_gelu, y.fch, N, Fl, c_.stream);
+    if (c_.recompute >= 2) rmsnorm_forward(y.ln2, nullptr, y.residual2, c_.weight(MLP_NORM, l), Nl, C, eps_, c_.stream);
+    // MLP branch: down_proj's, SwiGLU's, gate|up's, then post_attention_layernorm's adds into dresidual
     c_.tp.prefetch_input(y.ln2, N, C, c_.stream);  // gate|up's weight gradient reads ln2 whole
-    c_.tp.row_backward(a.dmlp_activated, c_.gradient(DOWN_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.fch_gelu,
+    c_.tp.row_backward(a.dmlp_activated, c_.gradient(DOWN_PROJ, l), nullptr, scratch, dresidual, y.fch_gelu,
                        c_.weight(DOWN_PROJ, l), N, Fl, C, c_.stream);                                   // (N, Fl)
     swiglu_backward(a.dfch, a.dmlp_activated, y.fch, N, Fl, c_.stream);                                // (N, 2Fl)
-    c_.tp.column_backward(a.dln, c_.gradient(GATE_PROJ, l), nullptr, c_.buf.scratch, a.dfch,
-                          c_.tp.prefetched_input(c_.stream), c_.weight(GATE_PROJ, l), N, C, 2 * Fl, c_.stream);  // (Nl, C)
-    rmsnorm_backward(dresidual, c_.gradient(MLP_NORM, l), c_.buf.scratch, a.dln, y.residual2, c_.weight(MLP_NORM, l),
+    c_.tp.column_backward(a.dln, c_.gradient(GATE_PROJ, l), nullptr, scratch, a.dfch, c_.tp.prefetched_input(c_.stream),
+                          c_.weight(GATE_PROJ, l), N, C, 2 * Fl, c_.stream);                            // (Nl, C)
+    rmsnorm_backward(dresidual, c_.gradient(MLP_NORM, l), scratch, a.dln, y.residual2, c_.weight(MLP_NORM, l),
                      y.ln2_rstd, Nl, C, c_.stream);
-}
-
-// Attention branch backward, up to input_layernorm's output gradient (in dln): o_proj's, the
-// attention's, RoPE's (the inverse rotation, in place), qkv's.
-void LlamaLayers::attention_backward_branch(int l, int slot, floatX* dresidual) {
-    const int B = c_.B, T = c_.T, N = B * T, Nl = c_.local_positions(), C = config_.channels, hs = config_.head_size();
-    const int Hl = local_heads(), KVl = local_kv_heads(), QKVl = (Hl + 2 * KVl) * hs;
-    const LayerActivations y = c_.layer(l, slot);
-    Activations& a = c_.buf.act;
+    // attention branch, up to input_layernorm's output gradient (in dln): o_proj's, the attention's,
+    // RoPE's (the inverse rotation, in place), qkv's
     if (c_.recompute >= 2) rmsnorm_forward(y.ln1, nullptr, y.x, c_.weight(ATTN_NORM, l), Nl, C, eps_, c_.stream);
     c_.tp.prefetch_input(y.ln1, N, C, c_.stream);  // qkv's weight gradient reads ln1 whole
-    c_.tp.row_backward(a.datty, c_.gradient(O_PROJ, l), nullptr, c_.buf.scratch, dresidual, y.atty,
-                       c_.weight(O_PROJ, l), N, Hl * hs, C, c_.stream);                          // (N, Hl·hs)
-    attention_backward(a.dqkv, c_.buf.scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, Hl, KVl, hs, c_.stream);
+    c_.tp.row_backward(a.datty, c_.gradient(O_PROJ, l), nullptr, scratch, dresidual, y.atty, c_.weight(O_PROJ, l), N,
+                       Hl * hs, C, c_.stream);                                                          // (N, Hl·hs)
+    attention_backward(a.dqkv, scratch, a.datty, y.atty, y.att_lse, y.qkv, B, T, Hl, KVl, hs, c_.stream);
     rope_backward(a.dqkv, rope_cos_, rope_sin_, B, T, Hl, KVl, hs, c_.stream);
-    c_.tp.column_backward(a.dln, c_.gradient(Q_PROJ, l), nullptr, c_.buf.scratch, a.dqkv,
-                          c_.tp.prefetched_input(c_.stream), c_.weight(Q_PROJ, l), N, C, QKVl, c_.stream);  // (Nl, C)
-}
-
-// input_layernorm's backward adds into dresidual, which becomes the gradient of the layer's input.
-void LlamaLayers::input_norm_backward(int l, int slot, floatX* dresidual) {
-    const LayerActivations y = c_.layer(l, slot);
-    rmsnorm_backward(dresidual, c_.gradient(ATTN_NORM, l), c_.buf.scratch, c_.buf.act.dln, y.x, c_.weight(ATTN_NORM, l),
-                     y.ln1_rstd, c_.local_positions(), config_.channels, c_.stream);
+    c_.tp.column_backward(a.dln, c_.gradient(Q_PROJ, l), nullptr, scratch, a.dqkv, c_.tp.prefetched_input(c_.stream),
+                          c_.weight(Q_PROJ, l), N, C, QKVl, c_.stream);                                 // (Nl, C)
+    // input_layernorm's backward adds into dresidual, which becomes the gradient of the layer's input
+    rmsnorm_backward(dresidual, c_.gradient(ATTN_NORM, l), scratch, a.dln, y.x, c_.weight(ATTN_NORM, l), y.ln1_rstd,
+                     Nl, C, c_.stream);
 }
 
 // The embedding's rows: each tensor rank adds the gradients of its vocabulary slice's rows (kernels/

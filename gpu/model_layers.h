@@ -1,22 +1,23 @@
 // The layer maths of one model family, as the family-neutral GPU model (gpu/gpt_model.h) drives it.
 // The core owns the passes, the step, ZeRO, the pipeline, the optimizer, CUDA graphs and the memory;
-// a family (GPT2Layers: gpu/gpt2_layers.h, LlamaLayers: gpu/llama_layers.h) says what each step of
-// a pass computes, kernel by kernel, through a LayerContext: where this rank's weights, gradients
-// and activations are now, the stream, the tensor group and the micro-batch's shape.
+// a family (GPT2Layers: gpu/gpt2_layers.h, LlamaLayers: gpu/llama_layers.h) says what each unit of a
+// micro-step computes, kernel by kernel, through a LayerContext (where this rank's weights, gradients
+// and activations are now, the stream, the tensor group and the micro-batch's shape), and which
+// parameter buckets each unit reads and adds into (uses). The core runs every unit inside the
+// parameters' scope (gpu/parameter_scope.h), which gathers, waits, prepares, releases and reduces from
+// those declarations alone; a unit never names a collective.
 //
-// A forward pass of a pipeline stage calls, in this order:
-//   embed (first stage), first_layer_norm, then for each layer attention_forward_branch,
-//   mlp_forward_branch, residual_and_next_norm; on the last stage classifier (or classifier_logits)
-// and a backward pass:
-//   final_norm_backward (last stage), then for each layer from the top recompute,
-//   mlp_backward_branch, attention_backward_branch, input_norm_backward; embed_backward (first stage)
+// A micro-step's units, in order (pipeline stage permitting):
+//   forward   embed (first stage), forward_layer for each layer, classifier (last stage)
+//   backward  final_norm_backward (last stage), backward_layer for each layer from the top,
+//             embed_backward (first stage)
 #pragma once
 #include <cstddef>
 
 #include "gpu/activations.h"
 #include "gpu/placement.h"
 #include "kernels/common.h"
-#include "parallel/comm/parameter_store.h"
+#include "gpu/parameter_scope.h"
 #include "parallel/comm/tensor_parallel.h"
 #include "parallel/plan/param_buckets.h"
 
@@ -32,7 +33,7 @@ struct LayerActivations {
 // micro-batch's shape, the parameter store's buckets and the pinned memory as these change.
 struct LayerContext {
     const ParamBuckets& buckets;     // where each tensor is in its bucket
-    const ParameterStore& params;    // where each bucket's weights and gradients are now
+    ParameterScope& scope;           // each bucket's weights and gradients, for the unit being run
     TensorParallel& tp;              // the tensor group's products and gathers
     const PipelineStage& stage;      // this rank's layers
     StepBuffers& buf;                // activations, tokens, scratch, the step's control block
@@ -47,12 +48,19 @@ struct LayerContext {
     char* const& encoder_host_scratch;  // the encoder backward's host grouping, per micro-batch
     const size_t& encoder_host_bytes;
 
-    // Tensor t of layer l (l ignored outside the layers), this rank's slice, wherever its bucket is now.
+    // Tensor t of layer l (l ignored outside the layers), this rank's slice, wherever its bucket is now
+    // (the bucket must be among the running unit's declared reads, or adds for a gradient).
     floatX* weight(int t, int l = 0) const {
-        return params.weights(buckets.bucket_of(t, l)) + buckets.offset_in_bucket(t, l);
+        return scope.weights(buckets.bucket_of(t, l)) + buckets.offset_in_bucket(t, l);
     }
     floatX* gradient(int t, int l = 0) const {
-        return params.gradients(buckets.bucket_of(t, l)) + buckets.offset_in_bucket(t, l);
+        return scope.gradients(buckets.bucket_of(t, l)) + buckets.offset_in_bucket(t, l);
+    }
+    // The bucket of the norm that follows layer l's residual add on this stage: the next layer's (its
+    // input norm), the final norm's on the last stage's top layer; -1 where the next stage has it.
+    int bucket_after(int l) const {
+        if (l + 1 < stage.end_layer) return buckets.layer_bucket(l + 1);
+        return stage.last ? buckets.final_norm_bucket() : -1;
     }
     // Layer l's slices (a layer of this stage) of every per-layer activation of the micro-batch in
     // `slot` (slice 0 of those -r does not keep per layer).
@@ -72,25 +80,22 @@ struct LayerContext {
 class ModelLayers {
 public:
     virtual ~ModelLayers() = default;
+    // The buckets a unit reads and adds into (layer: for FORWARD_LAYER and BACKWARD_LAYER; training:
+    // whether the classifier also runs its backward).
+    virtual BucketUse uses(PassUnit::Kind unit, int layer, bool training) const = 0;
     // ---- forward
-    virtual void embed(int slot) = 0;             // the first stage's input from the tokens
-    virtual void first_layer_norm(int slot) = 0;  // the stage's first layer's input norm
-    virtual void attention_forward_branch(int l, int slot) = 0;
-    virtual void mlp_forward_branch(int l, int slot) = 0;
-    // The layer's output (residual add) and the norm that follows it: the next layer's input norm, or
-    // on the last stage's top layer the final norm.
-    virtual void residual_and_next_norm(int l, int slot) = 0;
+    virtual void embed(int slot) = 0;  // the first stage's input from the tokens
+    // Layer l, whole: its input norm where it is the stage's first (else the layer below fused it with
+    // its residual add), the attention and MLP branches, its output (the residual add) and the norm that
+    // follows it (bucket_after: the next layer's input norm, or the final norm).
+    virtual void forward_layer(int l, int slot) = 0;
     virtual void classifier_logits(int slot) = 0;  // logits of sequence 0 only, for logits_at
     // The loss (into the control block's totals) and with `training` the classifier's backward.
     virtual void classifier(int slot, bool training, float loss_scale, int micro_steps) = 0;
     // ---- backward (dresidual: d(loss)/d(residual stream) at this rank's positions)
     virtual void final_norm_backward(int slot, floatX* dresidual) = 0;
-    virtual void recompute(int l, int slot) = 0;  // what -r did not keep
-    virtual void mlp_backward_branch(int l, int slot, floatX* dresidual) = 0;
-    virtual void attention_backward_branch(int l, int slot, floatX* dresidual) = 0;
-    virtual void input_norm_backward(int l, int slot, floatX* dresidual) = 0;
+    // Layer l, whole: what -r did not keep recomputed, the MLP and attention branches' backward, and its
+    // input norm's, which leaves the gradient of the layer's input in dresidual.
+    virtual void backward_layer(int l, int slot, floatX* dresidual) = 0;
     virtual void embed_backward(int micro_batch, const floatX* dresidual) = 0;
-    // Whether the backward of the norm above layer l (the next layer's input norm, or the final norm)
-    // adds into layer l's gradients, so that the core prepares them before it.
-    virtual bool norm_above_adds_gradients(int l) const = 0;
 };

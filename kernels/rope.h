@@ -12,7 +12,7 @@
 // of every row are rotated; the value heads are neither read nor written. Position t is the row's
 // index within its sequence (row mod T).
 // cos_table and sin_table are (T, hs/2) fp32, entry (t, i) = cos and sin of t·f_i, built on the host
-// by cpu/rope.h's rope_tables<float> (Llama 3.1's frequency scaling included) and copied once.
+// by base/rope_tables.h's rope_tables<float> (Llama 3.1's frequency scaling included) and copied once.
 //
 // Requirements: hs even. With hs/2 a multiple of the 128-bit vector (8 bf16, 4 fp32) and 16-byte
 // aligned pointers, each thread moves 128 bits of each half of a head; otherwise a scalar kernel

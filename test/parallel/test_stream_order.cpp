@@ -91,3 +91,24 @@ TEST(gathers_overlapping_or_in_line_give_the_same_bits) {
                   flags, communicators, in_line_communicators);
     }
 }
+
+// A unit that asks for a bucket it did not declare stops the run at once with one line naming the unit
+// and the bucket (gpu/parameter_scope.h): the broken build's GPT-2 with TEST_UNDECLARED_BUCKET=1 leaves
+// the next layer's norm out of each layer's declared reads, which its fused residual add then reads.
+// Under -z 3, where a missing gather would otherwise be found only by the slot check or by wrong bits,
+// and on one plain process, where nothing is gathered at all.
+TEST(a_layer_reading_an_undeclared_bucket_is_stopped_naming_both) {
+    for (int ranks : {0, 2}) {
+        const std::string launcher = ranks ? "mpirun --oversubscribe -np 2 " : "";
+        const std::string command = "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TEST_UNDECLARED_BUCKET=1 timeout 120 " +
+                                    launcher + broken_trainer() + " -e " + MODEL + " -i " + default_data() +
+                                    " -b 2 -t 32 -v 0 -s 0 -x 1 -o " + out_dir() + (ranks ? " -z 3" : "");
+        std::string out;
+        const int status = tst::run_command(command, &out);
+        const char* line = "error: internal error: layer 0's forward reads the weights of layer 1's bucket, which it "
+                           "did not declare";
+        CHECK_MSG(status != 0 && status != 124 && out.find(line) != std::string::npos, "%d ranks: exit %d\n%s", ranks,
+                  status, out.c_str());
+    }
+}
