@@ -254,14 +254,14 @@ ifneq ($(CUDA_INCLUDE),)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
     # Deliberately broken variants of the trainer for the tests that must catch them (-DTEST_BROKEN_VARIANTS,
-    # each chosen at run time by an environment variable): gpt_passes.cu and parameter_scope.cu leave out
+    # each chosen at run time by an environment variable): passes.cu and parameter_scope.cu leave out
     # the cross-stream wait TEST_DROP_WAIT names (parallel/comm/stream_wait.h: test_stream_order.cpp),
     # gpt2_layers.cu with TEST_UNDECLARED_BUCKET=1 leaves the next layer's norm out of a layer's declared
     # reads (gpu/parameter_scope.h: test_stream_order.cpp), optimizer.cu with
     # TEST_LOCAL_TRUST_RATIO=1 takes LAMB's and LARS's norms over each rank's pieces
     # (test_layer_adaptation.cpp).
     BROKEN_TRAINER := $(BUILD)/test/parallel/train_gpt_emu_fp32_broken
-    BROKEN_SOURCES := gpt_passes parameter_scope gpt2_layers optimizer
+    BROKEN_SOURCES := passes parameter_scope gpt2_layers optimizer
     ifneq ($(SAN),1)
       TESTS += $(BUILD)/test/parallel/test_stream_order
     endif

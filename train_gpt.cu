@@ -1,7 +1,7 @@
 // train_gpt: trains GPT-2 and Llama 3 on NVIDIA GPUs with the hand-written kernels of kernels/ and
 // cuBLASLt. This file is main() and the GPU defaults: the ranks from MPI (one per GPU, `mpirun -np N
 // ./train_gpt`), the device (or the CPU model when there is none), then the shared training loop
-// (train/train_loop.h) driving the GPU model (gpu/gpt_model.h, with GPT-2's or Llama 3's layers: bf16
+// (train/train_loop.h) driving the GPU model (gpu/gpu_model.h, with GPT-2's or Llama 3's layers: bf16
 // weights, activations and gradients, or fp32 with -DENABLE_FP32; fp32 master weights and AdamW
 // moments; recomputation -r; accumulation -d) over a mesh of data × pipeline × tensor ranks
 // (parallel/plan/mesh.h; docs/ARCHITECTURE.md: where each parallelism is applied).
@@ -14,7 +14,7 @@
 
 #include "base/errors.h"
 #include "cpu/cpu_train_model.h"
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/memory_plan.h"
 #include "kernels/common.h"
 #include "parallel/comm/launch_order.h"
@@ -42,8 +42,7 @@ static TrainOptions gpu_defaults() {
 
 // The GPU model of the configuration's family.
 static GPUModel* make_gpu_model(const ModelConfig& config, const TrainOptions& opt, WorldRanks world) {
-    if (is_llama3(config)) return new GPUModel(config.llama, opt, world);
-    return new GPUModel(config.gpt, opt, world);
+    return new GPUModel(config, opt, world);
 }
 
 // Ranks from the MPI launcher (one without), one GPU per rank on each node, an NCCL communicator when

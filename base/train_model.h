@@ -1,6 +1,6 @@
 // The interface between the shared training loop (train/train_loop.h) and a model's compute. Each
 // trainer implements it once: train_gpt_cpu.cpp over the fp32 reference (cpu/cpu_train_model.h),
-// train_gpt.cu over the CUDA kernels (gpu/gpt_model.h). The loop owns everything else: flags, data, schedule, checkpoints, metrics,
+// train_gpt.cu over the CUDA kernels (gpu/gpu_model.h). The loop owns everything else: flags, data, schedule, checkpoints, metrics,
 // sampling.
 //
 // Two kinds of weights: the working weights the forward pass reads (fp32 on the CPU, bf16 or fp32 on

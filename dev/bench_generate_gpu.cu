@@ -1,13 +1,13 @@
 // Benchmark of generation on the GPU: the time of one generated token through the key/value cache
 // (gpu/gpt_decode.h: one position through the forward's kernels plus attention over the cache) and
-// by recomputation (GPUModel's forward over the whole prefix, gpu/gpt_model.h, then the last position's
+// by recomputation (GPUModel's forward over the whole prefix, gpu/gpu_model.h, then the last position's
 // logits: what the samples cost without a cache), at prefixes of 1, 256 and 1024 tokens (and the
 // model's maximum, if shorter), with the speed-up. Each token's time includes copying its logits to
 // the host, as a sampler needs them. Medians of repeated runs after a warm-up.
 // Usage: dev/bin/bench_generate_gpu [model descriptor]   (default d12, GPT-2 124M)
 // Built through the emulator it runs too (slowly: use a tiny model, e.g. custom:L2:C64:H2:T64), but
 // only the nvcc build's figures are GPU figures.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/memory_plan.h"
 
 #include <chrono>
@@ -47,7 +47,7 @@ static int run(const std::string& descriptor) {
 
     TrainOptions opt;
     opt.batch_size = 1, opt.seq_len = maxT, opt.recompute = 0, opt.fp32_master = 0;
-    GPUModel model(c, opt);
+    GPUModel model(gpt2_model(c), opt);
     model.set_working_weights(weights);
     // The decoder reads its own copy of the same working weights (the model keeps its own private).
     const ParamLayout layout = param_layout(c);

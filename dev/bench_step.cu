@@ -1,6 +1,6 @@
 // The training step of train_gpt, timed whole and split by op class, so that what remains between
 // us and the ceilings is visible (CUDA events, warm-up, medians, ceilings measured in the run: dev/RESULTS.md):
-//   (a) whole steps of GPUModel (gpu/gpt_model.h: the trainer's model, its kernels and cuBLASLt) as the trainer runs
+//   (a) whole steps of GPUModel (gpu/gpu_model.h: the trainer's model, its kernels and cuBLASLt) as the trainer runs
 //       them (optimizer_step: zeroed gradients, forward + classifier + backward, global norm, clipping
 //       and AdamW decided on the device, one host synchronisation; as CUDA graphs unless
 //       --cuda-graphs 0); median of timed steps after
@@ -22,7 +22,7 @@
 // bench_step_emu, run by test/trainer/test_bench_step_emu.sh) it runs a tiny model (default
 // custom:L2:C64:H2:T64, B=2, T=64) as a smoke test: every call at its shapes, and the table; its
 // times are the emulator's, never GPU figures.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/memory_plan.h"
 #include "kernels/adamw.h"
 #include "kernels/attention.h"
@@ -169,7 +169,7 @@ WholeStep time_whole_steps(const BenchOptions& o, const GPTConfig& c, double gem
     opt.fp32_master = 1, opt.tf32 = 1, opt.seed = 42;
     opt.attention_kernel = o.attention_kernel;
     opt.cuda_graphs = o.cuda_graphs;
-    GPUModel model(c, opt);
+    GPUModel model(gpt2_model(c), opt);
     {
         std::vector<float> weights(param_layout(c).total);
         gpt_init_params(c, opt.seed, weights.data());
@@ -286,8 +286,8 @@ struct StepBuffers {
         allocate(&a.residual2, L * n * C);
         allocate(&a.ln2, ln_layers * n * C);
         allocate(&a.ln2_mean, L * n), allocate(&a.ln2_rstd, L * n);
-        allocate(&a.fch, L * n * 4 * C);
-        allocate(&a.fch_gelu, gelu_layers * n * 4 * C);
+        allocate(&a.mlp_hidden, L * n * 4 * C);
+        allocate(&a.mlp_activated, gelu_layers * n * 4 * C);
         allocate(&a.residual3, L * n * C);
         allocate(&a.lnf, n * C);
         allocate(&a.lnf_mean, n), allocate(&a.lnf_rstd, n);
@@ -296,7 +296,7 @@ struct StepBuffers {
         allocate(&a.branch, n * C);
         allocate(&a.dresidual[0], n * C), allocate(&a.dln, n * C), allocate(&a.datty, n * C);
         allocate(&a.dqkv, n * 3 * C);
-        allocate(&a.dfch, n * 4 * C);
+        allocate(&a.dmlp_hidden, n * 4 * C);
         allocate(&inputs, n), allocate(&targets, n);
         const size_t scratch_bytes =
             std::max({encoder_backward_scratch_bytes(B, T), layernorm_backward_scratch_bytes(N, C),
@@ -321,11 +321,11 @@ struct StepBuffers {
         random(a.encoded, n * C, 1.0f), random(a.ln1, ln_layers * n * C, 1.0f);
         random(a.qkv, L * n * 3 * C, 1.0f), random(a.atty, L * n * C, 1.0f);
         random(a.residual2, L * n * C, 1.0f), random(a.ln2, ln_layers * n * C, 1.0f);
-        random(a.fch, L * n * 4 * C, 1.0f), random(a.fch_gelu, gelu_layers * n * 4 * C, 1.0f);
+        random(a.mlp_hidden, L * n * 4 * C, 1.0f), random(a.mlp_activated, gelu_layers * n * 4 * C, 1.0f);
         random(a.residual3, L * n * C, 1.0f), random(a.lnf, n * C, 1.0f);
         random(a.logits, n * Vp, 4.0f), random(a.branch, n * C, 1.0f);
         random(a.dresidual[0], n * C, 1e-3f), random(a.dln, n * C, 1e-3f), random(a.datty, n * C, 1e-3f);
-        random(a.dqkv, n * 3 * C, 1e-3f), random(a.dfch, n * 4 * C, 1e-3f);
+        random(a.dqkv, n * 3 * C, 1e-3f), random(a.dmlp_hidden, n * 4 * C, 1e-3f);
         CUDA_CHECK(cudaMemcpy(inputs, tokens.data(), n * sizeof(int), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(targets, tokens.data(), n * sizeof(int), cudaMemcpyHostToDevice));
         // Mean and rstd as the forward LayerNorms leave them (the backward reads them).
@@ -355,8 +355,8 @@ struct StepBuffers {
     floatX* atty(int l) const { return per_layer(a.atty, l, C); }
     floatX* residual2(int l) const { return per_layer(a.residual2, l, C); }
     floatX* residual3(int l) const { return per_layer(a.residual3, l, C); }
-    floatX* fch(int l) const { return per_layer(a.fch, l, 4 * C); }
-    floatX* fch_gelu(int l) const { return per_layer(a.fch_gelu, l, 4 * C, recompute < 1); }
+    floatX* fch(int l) const { return per_layer(a.mlp_hidden, l, 4 * C); }
+    floatX* fch_gelu(int l) const { return per_layer(a.mlp_activated, l, 4 * C, recompute < 1); }
     float* lse(int l) const { return a.att_lse + (size_t)l * N * NH; }
     float* ln1_mean(int l) const { return a.ln1_mean + (size_t)l * N; }
     float* ln1_rstd(int l) const { return a.ln1_rstd + (size_t)l * N; }
@@ -382,9 +382,9 @@ void run_gemms(StepBuffers& s) {
     matmul_backward(a.dln, s.g(WTE), nullptr, s.scratch, a.logits, a.lnf, s.p(WTE), N, C, Vp, 0);
     // (fcproj's and attproj's bias gradients are summed by the LayerNorm backward, as in the trainer)
     for (int l = s.L - 1; l >= 0; l--) {
-        matmul_backward(a.dfch, s.g(FCPROJW, l), nullptr, s.scratch, a.dresidual[0], s.fch_gelu(l),
+        matmul_backward(a.dmlp_hidden, s.g(FCPROJW, l), nullptr, s.scratch, a.dresidual[0], s.fch_gelu(l),
                         s.p(FCPROJW, l), N, 4 * C, C, 0, s.fch(l));
-        matmul_backward(a.dln, s.g(FCW, l), s.g(FCB, l), s.scratch, a.dfch, s.ln2(l), s.p(FCW, l), N, C,
+        matmul_backward(a.dln, s.g(FCW, l), s.g(FCB, l), s.scratch, a.dmlp_hidden, s.ln2(l), s.p(FCW, l), N, C,
                         4 * C, 0);
         matmul_backward(a.datty, s.g(ATTPROJW, l), nullptr, s.scratch, a.dresidual[0], s.atty(l),
                         s.p(ATTPROJW, l), N, C, C, 0);

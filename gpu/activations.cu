@@ -25,11 +25,6 @@ int classifier_rows(const TensorParallel& tp, int B, int T, int Vp) {
 }
 void set_classifier_chunk_bytes(size_t bytes) { classifier_chunk_bytes = bytes; }
 
-LayerWidths gpt2_layer_widths(const GPTConfig& config) {
-    const size_t C = config.channels, NH = config.num_heads;
-    return {C, 3 * C, C, NH, C / NH, 4 * C, 4 * C};
-}
-
 void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerWidths& widths, int padded_vocab,
                           const TrainOptions& opt, const TensorParallel& tp, const PipelineStage& stage) {
     const size_t C = widths.channels, NH = widths.heads;
@@ -56,8 +51,8 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerW
     request(&a.ln2, ln_slices * Nl * C);
     request(&a.ln2_mean, slices * Nl);
     request(&a.ln2_rstd, slices * Nl);
-    request(&a.fch, slices * N * Ht);
-    request(&a.fch_gelu, gelu_slices * N * At);
+    request(&a.mlp_hidden, slices * N * Ht);
+    request(&a.mlp_activated, gelu_slices * N * At);
     request(&a.residual3, slices * Nl * C);
     if (stage.last) {
         request(&a.lnf, Nl * C);
@@ -73,7 +68,7 @@ void request_step_buffers(DeviceArena* arena, StepBuffers* buffers, const LayerW
     request(&a.dln, Nl * C);
     request(&a.datty, N * ATTt);
     request(&a.dqkv, N * QKVt);
-    request(&a.dfch, N * Ht);
+    request(&a.dmlp_hidden, N * Ht);
     if (widths.activated != widths.hidden) request(&a.dmlp_activated, N * At);
     if (tp.sequence_parallel()) {
         request(&a.whole, N * C);

@@ -21,7 +21,7 @@
 // recomputation, some tensors hold one slice that every layer and slot reuses, and backward recomputes
 // its contents from what was kept:
 //   -r 0  everything kept
-//   -r 1  GELU outputs recomputed from the GELU inputs (fch)
+//   -r 1  the MLP's activation outputs (GELU's, SwiGLU's) recomputed from its inputs (mlp_hidden)
 //   -r 2  also the LayerNorm outputs, from their inputs and the saved mean and rstd
 struct Activations {
     floatX* encoded;                   // (slots, Nl, C) the stage's input: the embeddings, or what the
@@ -34,8 +34,10 @@ struct Activations {
     floatX* residual2;                 // (layers·slots, Nl, C) residual stream after attention
     floatX* ln2;                       // (layers·slots or 1, Nl, C)
     float *ln2_mean, *ln2_rstd;        // (layers·slots, Nl)
-    floatX* fch;                       // (layers·slots, N, 4C/T) GELU input
-    floatX* fch_gelu;                  // (layers·slots or 1, N, 4C/T) GELU output
+    floatX* mlp_hidden;                // (layers·slots, N, hidden/T) the MLP's first product's output: its
+                                       // activation's input (GPT-2: 4C for GELU; Llama 3: gate|up, 2F)
+    floatX* mlp_activated;             // (layers·slots or 1, N, activated/T) the activation's output
+                                       // (GPT-2: GELU's, 4C; Llama 3: SwiGLU's, F)
     floatX* residual3;                 // (layers·slots, Nl, C) residual stream after the MLP: the layer's output
     // The last stage: the final LayerNorm and the classifier.
     floatX* lnf;                       // (Nl, C)
@@ -53,7 +55,7 @@ struct Activations {
     floatX* dln;                       // (Nl, C)
     floatX* datty;                     // (N, C/T)
     floatX* dqkv;                      // (N, 3C/T)
-    floatX* dfch;                      // (N, 4C/T) the MLP's first product's output gradient
+    floatX* dmlp_hidden;               // (N, hidden/T) the MLP's first product's output gradient
     floatX* dmlp_activated;            // (N, activated/T) its activation's output gradient, where the
                                        // activation narrows (Llama's SwiGLU: F of 2F); else null
     // Sequence parallelism only: the whole (N, C) input of a column-parallel product (gathered), a
@@ -81,7 +83,6 @@ struct LayerWidths {
     size_t rope_pairs = 0;   // RoPE (Llama 3): the rotation tables' entries per position (head size / 2);
                              // 0 without RoPE
 };
-LayerWidths gpt2_layer_widths(const GPTConfig& config);
 
 // The rows of logits the classifier holds at once (see activations.cu).
 int classifier_rows(const TensorParallel& tp, int B, int T, int Vp);

@@ -94,9 +94,9 @@ void GPT2Layers::forward_layer(int l, int slot) {
     residual_layernorm_forward(y.residual2, y.ln2, y.ln2_mean, y.ln2_rstd, y.x, branch, w.ln2w, w.ln2b, Nl, C,
                                c_.stream);
     // MLP branch: branch = fcproj(gelu(fc(ln2)))
-    c_.tp.column_forward(y.fch, y.ln2, w.fcw, w.fcb, N, C, 4 * Ct, c_.stream);                          // (N, 4Ct)
-    gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * Ct, c_.stream);                                   // (N, 4Ct)
-    c_.tp.row_forward(branch, y.fch_gelu, w.fcprojw, w.fcprojb, N, 4 * Ct, C, c_.stream);              // (Nl, C)
+    c_.tp.column_forward(y.mlp_hidden, y.ln2, w.fcw, w.fcb, N, C, 4 * Ct, c_.stream);                          // (N, 4Ct)
+    gelu_forward(y.mlp_activated, y.mlp_hidden, (size_t)N * 4 * Ct, c_.stream);                                   // (N, 4Ct)
+    c_.tp.row_forward(branch, y.mlp_activated, w.fcprojw, w.fcprojb, N, 4 * Ct, C, c_.stream);              // (Nl, C)
     // residual3 = residual2 + branch, the layer's output, with the LayerNorm after it
     if (l + 1 < c_.stage.end_layer) {
         const LayerActivations next = c_.layer(l + 1, slot);
@@ -164,15 +164,15 @@ void GPT2Layers::backward_layer(int l, int slot, floatX* dresidual) {
     const bool sum_attproj_bias = norms_sum_projection_biases(), sum_fcproj_bias = fcproj_bias_in_norm(l);
     // What -r did not keep, recomputed bit for bit as forward computed it: the GELU output (-r 1), ln2
     // (-r 2; ln1 where the attention branch needs it).
-    if (c_.recompute >= 1) gelu_forward(y.fch_gelu, y.fch, (size_t)N * 4 * Ct, c_.stream);
+    if (c_.recompute >= 1) gelu_forward(y.mlp_activated, y.mlp_hidden, (size_t)N * 4 * Ct, c_.stream);
     if (c_.recompute >= 2)
         layernorm_recompute(y.ln2, y.residual2, y.ln2_mean, y.ln2_rstd, w.ln2w, w.ln2b, Nl, C, c_.stream);
     // MLP branch: fcproj's input gradient through GELU's derivative (the GEMM's epilogue), fc's, then
     // ln2's backward adds into dresidual (and sums attproj's bias gradient, where it does)
     c_.tp.prefetch_input(y.ln2, N, C, c_.stream);  // fc's weight gradient reads ln2 whole
-    c_.tp.row_backward(a.dfch, dw.fcprojw, sum_fcproj_bias ? nullptr : dw.fcprojb, scratch, dresidual, y.fch_gelu,
-                       w.fcprojw, N, 4 * Ct, C, c_.stream, y.fch);                                    // (N, 4Ct)
-    c_.tp.column_backward(a.dln, dw.fcw, dw.fcb, scratch, a.dfch, c_.tp.prefetched_input(c_.stream), w.fcw, N, C,
+    c_.tp.row_backward(a.dmlp_hidden, dw.fcprojw, sum_fcproj_bias ? nullptr : dw.fcprojb, scratch, dresidual, y.mlp_activated,
+                       w.fcprojw, N, 4 * Ct, C, c_.stream, y.mlp_hidden);                                    // (N, 4Ct)
+    c_.tp.column_backward(a.dln, dw.fcw, dw.fcb, scratch, a.dmlp_hidden, c_.tp.prefetched_input(c_.stream), w.fcw, N, C,
                           4 * Ct, c_.stream);                                                          // (Nl, C)
     layernorm_backward(dresidual, dw.ln2w, dw.ln2b, scratch, a.dln, y.residual2, w.ln2w, y.ln2_mean, y.ln2_rstd, Nl, C,
                        c_.stream, sum_attproj_bias ? dw.attprojb : nullptr);

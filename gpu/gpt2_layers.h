@@ -1,4 +1,4 @@
-// GPT-2's layer maths on the GPU (gpt2_layers.cu), the family the GPU model (gpt_model.h) drives
+// GPT-2's layer maths on the GPU (gpt2_layers.cu), the family the GPU model (gpu_model.h) drives
 // through ModelLayers (model_layers.h): learned positions, LayerNorm with biases, GELU MLP, the
 // classifier tied to the token embedding.
 #pragma once

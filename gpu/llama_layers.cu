@@ -6,7 +6,7 @@
 // device), so are gate and up; RoPE rotates the query and key heads of the product in place, so the
 // attention keeps (and its backward reads) the rotated ones. Each residual add is fused with the
 // RMSNorm that follows it. What a layer keeps for the backward pass, and what -r recomputes, is
-// activations.h's (the GELU output there is SwiGLU's here; the norms keep rstd only).
+// activations.h's (its MLP activation is SwiGLU's here; the norms keep rstd only).
 // The products are the tensor group's (c_.tp, parallel/comm/tensor_parallel.h; the plain products with
 // one tensor rank), cut as GPT-2's are (param_table.h): q|k|v and gate|up column-parallel (this
 // rank's heads of each of q, k and v; its slice of each of gate and up, so that SwiGLU pairs them on
@@ -97,9 +97,9 @@ void LlamaLayers::forward_layer(int l, int slot) {
     residual_rmsnorm_forward(y.residual2, y.ln2, y.ln2_rstd, y.x, a.branch, c_.weight(MLP_NORM, l), Nl, C, eps_,
                              c_.stream);
     // MLP branch: branch = down_proj(swiglu(gate|up(ln2)))
-    c_.tp.column_forward(y.fch, y.ln2, c_.weight(GATE_PROJ, l), nullptr, N, C, 2 * Fl, c_.stream);  // (N, 2Fl)
-    swiglu_forward(y.fch_gelu, y.fch, N, Fl, c_.stream);                                         // (N, Fl)
-    c_.tp.row_forward(a.branch, y.fch_gelu, c_.weight(DOWN_PROJ, l), nullptr, N, Fl, C, c_.stream);  // (Nl, C)
+    c_.tp.column_forward(y.mlp_hidden, y.ln2, c_.weight(GATE_PROJ, l), nullptr, N, C, 2 * Fl, c_.stream);  // (N, 2Fl)
+    swiglu_forward(y.mlp_activated, y.mlp_hidden, N, Fl, c_.stream);                                         // (N, Fl)
+    c_.tp.row_forward(a.branch, y.mlp_activated, c_.weight(DOWN_PROJ, l), nullptr, N, Fl, C, c_.stream);  // (Nl, C)
     // residual3 = residual2 + branch, the layer's output, with the RMSNorm after it
     if (l + 1 < c_.stage.end_layer) {
         const LayerActivations next = c_.layer(l + 1, slot);
@@ -153,14 +153,14 @@ void LlamaLayers::backward_layer(int l, int slot, floatX* dresidual) {
     void* scratch = c_.buf.scratch;
     // What -r did not keep, recomputed as forward computed it: the SwiGLU output (-r 1), ln2 (-r 2; ln1
     // where the attention branch needs it).
-    if (c_.recompute >= 1) swiglu_forward(y.fch_gelu, y.fch, N, Fl, c_.stream);
+    if (c_.recompute >= 1) swiglu_forward(y.mlp_activated, y.mlp_hidden, N, Fl, c_.stream);
     if (c_.recompute >= 2) rmsnorm_forward(y.ln2, nullptr, y.residual2, c_.weight(MLP_NORM, l), Nl, C, eps_, c_.stream);
     // MLP branch: down_proj's, SwiGLU's, gate|up's, then post_attention_layernorm's adds into dresidual
     c_.tp.prefetch_input(y.ln2, N, C, c_.stream);  // gate|up's weight gradient reads ln2 whole
-    c_.tp.row_backward(a.dmlp_activated, c_.gradient(DOWN_PROJ, l), nullptr, scratch, dresidual, y.fch_gelu,
+    c_.tp.row_backward(a.dmlp_activated, c_.gradient(DOWN_PROJ, l), nullptr, scratch, dresidual, y.mlp_activated,
                        c_.weight(DOWN_PROJ, l), N, Fl, C, c_.stream);                                   // (N, Fl)
-    swiglu_backward(a.dfch, a.dmlp_activated, y.fch, N, Fl, c_.stream);                                // (N, 2Fl)
-    c_.tp.column_backward(a.dln, c_.gradient(GATE_PROJ, l), nullptr, scratch, a.dfch, c_.tp.prefetched_input(c_.stream),
+    swiglu_backward(a.dmlp_hidden, a.dmlp_activated, y.mlp_hidden, N, Fl, c_.stream);                                // (N, 2Fl)
+    c_.tp.column_backward(a.dln, c_.gradient(GATE_PROJ, l), nullptr, scratch, a.dmlp_hidden, c_.tp.prefetched_input(c_.stream),
                           c_.weight(GATE_PROJ, l), N, C, 2 * Fl, c_.stream);                            // (Nl, C)
     rmsnorm_backward(dresidual, c_.gradient(MLP_NORM, l), scratch, a.dln, y.residual2, c_.weight(MLP_NORM, l),
                      y.ln2_rstd, Nl, C, c_.stream);

@@ -1,4 +1,4 @@
-// Llama 3's layer maths on the GPU (llama_layers.cu), a family the GPU model (gpt_model.h) drives
+// Llama 3's layer maths on the GPU (llama_layers.cu), a family the GPU model (gpu_model.h) drives
 // through ModelLayers (model_layers.h): no positions in the embedding (RoPE rotates the queries and
 // keys), RMSNorm without biases, grouped-query attention, a SwiGLU MLP, and an lm_head of its own
 // (untied from the embedding). Under tensor parallelism (parallel/comm/tensor_parallel.h) a rank holds

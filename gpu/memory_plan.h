@@ -1,5 +1,5 @@
 // A GPU run's device memory and traffic, planned without a device: what the start-up report and
-// --dry-run print, and what the model checks its first step against (gpt_step.cu). The memory comes
+// --dry-run print, and what the model checks its first step against (step.cu). The memory comes
 // from the same buffer requests the model makes; the traffic adds up the same operations' costs
 // (parallel/plan/traffic.h), as each operation counts them when it runs. The planners take the
 // model's own config, of either family, and size it as the model does (gpu/model_family.h).
@@ -18,7 +18,7 @@
 #include "parallel/plan/traffic.h"
 
 // What one optimizer step of `micro_steps` micro-steps sends in each group, on the rank these
-// objects describe: the tensor group's operations of gpt2_layers.cu and gpt_passes.cu, the parameter
+// objects describe: the tensor group's operations of gpt2_layers.cu and passes.cu, the parameter
 // store's, the pipeline's; `optimizer` what the optimizer's update sends (counted with the data
 // group's: gpu/optimizer.h). `config` is the family's core shape (FamilyShape::core).
 Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
@@ -28,7 +28,7 @@ Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const Ten
 void set_planned_traffic(ModelMemory* memory, const Traffic& traffic);
 void set_planned_compressed_traffic(ModelMemory* memory, const Traffic& traffic, GradCompression method);
 // Whether micro-steps and updates replay as CUDA graphs: --cuda-graphs, and neither a pipeline nor
-// sharded gradients (ZeRO-2/3), whose steps change with host-side state (gpt_model.cu).
+// sharded gradients (ZeRO-2/3), whose steps change with host-side state (gpu_model.cu).
 bool uses_cuda_graphs(const TrainOptions& opt, const Mesh& mesh, const ZeroSharding& sharding);
 // The micro-steps' CUDA graphs a step makes (0 without graphs): one per shape and place in the step,
 // the last micro-step's and, where the first forward gathers the updated weights (-z 1/2), the first's.

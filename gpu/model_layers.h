@@ -1,4 +1,4 @@
-// The layer maths of one model family, as the family-neutral GPU model (gpu/gpt_model.h) drives it.
+// The layer maths of one model family, as the family-neutral GPU model (gpu/gpu_model.h) drives it.
 // The core owns the passes, the step, ZeRO, the pipeline, the optimizer, CUDA graphs and the memory;
 // a family (GPT2Layers: gpu/gpt2_layers.h, LlamaLayers: gpu/llama_layers.h) says what each unit of a
 // micro-step computes, kernel by kernel, through a LayerContext (where this rank's weights, gradients
@@ -25,7 +25,7 @@
 // forward pass writes and its backward pass reads. Widths per position are LayerWidths'.
 struct LayerActivations {
     const floatX* x;  // the layer's input: the stage's input, or the previous layer's residual3
-    floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    floatX *ln1, *qkv, *atty, *residual2, *ln2, *mlp_hidden, *mlp_activated, *residual3;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att_lse;
 };
 

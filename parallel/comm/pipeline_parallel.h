@@ -1,6 +1,6 @@
 // Pipeline parallelism (-pp P): the named transfers between a stage and its neighbours, the tied
 // embedding's gradient between the first and the last stage, and what the last stage tells the
-// others. The GPU model's schedule executor (gpu/gpt_step.cu) runs a schedule's actions
+// others. The GPU model's schedule executor (gpu/step.cu) runs a schedule's actions
 // (parallel/plan/pipeline_schedule.h) and calls these between them; the layers never see the pipeline.
 //
 // A forward action receives its input activations from the previous stage and sends its output to

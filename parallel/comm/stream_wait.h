@@ -1,5 +1,5 @@
 // WAIT_FOR_EVENT(name, stream, event): cudaStreamWaitEvent(stream, event) for a wait that orders work
-// across streams, under a name. A test builds a trainer whose gpu/gpt_passes.cu can leave out the wait
+// across streams, under a name. A test builds a trainer whose gpu/passes.cu can leave out the wait
 // named by the environment variable TEST_DROP_WAIT (compiled with -DTEST_BROKEN_VARIANTS) and checks that the
 // emulator's queued streams (EMU_STREAMS, emu/README.md) turn each missing wait into a wrong result
 // (test/parallel/test_stream_order.cpp). Otherwise it is the plain call.

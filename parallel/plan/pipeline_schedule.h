@@ -1,6 +1,6 @@
 // Pipeline parallelism's plan (-pp P): which layers each stage holds, and in which order a stage runs
 // the forward and backward passes of a step's micro-batches. Host-only: the trainer executes the
-// actions (gpu/gpt_step.cu), the planner and the tests read them.
+// actions (gpu/step.cu), the planner and the tests read them.
 //
 // Schedules, for m micro-batches over P stages:
 //   gpipe  every forward, then every backward: F0 F1 ... F(m-1) B0 B1 ... B(m-1). A stage keeps the

@@ -3,25 +3,23 @@
 #pragma once
 #include <nccl.h>
 
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/memory_plan.h"
 #include "kernels/matmul.h"
 #include "test/kernels/kernel_test.h"
 
-// Builds the model of `config` with `opt` on one rank of the NCCL world `comm` and checks that the
+// Builds the model `model` with `opt` on one rank of the NCCL world `comm` and checks that the
 // bytes its report adds up are the device memory its construction took (the emulated device counts
 // every cudaMalloc; a real one hands out pages of 2 MiB, so there the memory taken is at most the
-// report rounded up to whole pages), and that the plan for `model` (the same configuration as the
+// report rounded up to whole pages), and that the plan for it (the same configuration as the
 // training loop sees it) equals the report part by part, with the network bytes and the overhead.
 // Returns the plan.
-template <typename Config>
-ModelMemory check_plan_equals_allocation(const Config& config, const ModelConfig& model, const TrainOptions& opt,
-                                         ncclComm_t comm) {
+inline ModelMemory check_plan_equals_allocation(const ModelConfig& model, const TrainOptions& opt, ncclComm_t comm) {
     RankGroup one_rank;
     matmul_setup();  // the cuBLASLt workspace exists before, so only the model's is counted
     size_t free_before = 0, free_after = 0, total = 0;
     CHECK(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
-    GPUModel gpu(config, opt, {&one_rank, comm});
+    GPUModel gpu(model, opt, {&one_rank, comm});
     CHECK(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
     const ModelMemory m = gpu.memory();
     const size_t taken = free_before - free_after;

@@ -2,13 +2,13 @@
 // test/kernels/test_decode_attention.cu), run through the emulator (bf16 and fp32 builds) and, built
 // by nvcc, on a GPU:
 //   - the decoder's logits at every length against the fp32 CPU decoder (cpu/gpt_decode.h) and
-//     against the GPU model's own forward pass over the whole prefix (GPUModel of gpu/gpt_model.h);
+//     against the GPU model's own forward pass over the whole prefix (GPUModel of gpu/gpu_model.h);
 //   - sampling through the cache (train/cached_sampling.h, including its restart once the window
 //     slides) and by recomputation, in lockstep for several seeds, temperatures and top-k: in fp32
 //     every token agrees; in bf16 the two paths' distributions stay within 0.05 in total variation
 //     and a token may differ only where that distance (or a near tie) explains it;
 //   - the GPU model's decode_reset/decode_next, once it offers them, the same way.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/memory_plan.h"
 
 #include <functional>
@@ -112,7 +112,7 @@ void check_decoder(const GPTConfig& c, unsigned seed) {
     const DeviceWeights device(c, weights);
     const int T = c.max_seq_len;
     const std::vector<int> tokens = random_tokens(T, c.vocab_size, seed);
-    GPUModel model(c, options(T));
+    GPUModel model(gpt2_model(c), options(T));
     model.set_working_weights(weights);
     GPUDecoder gpu(c, T, 0);
     GPTDecoder* cpu = gpt_decoder_create(c, T);
@@ -256,7 +256,7 @@ TEST(sampling_through_the_cache_gives_the_recomputed_tokens) {
     const int window = c.max_seq_len;  // 14 draws: the window slides for the last 4 (the cache restarts)
     const std::vector<float> weights = sharp_weights(c, 4);
     const DeviceWeights device(c, weights);
-    GPUModel model(c, options(window));
+    GPUModel model(gpt2_model(c), options(window));
     model.set_working_weights(weights);
     GPUDecoder decoder(c, window, 0);
     CachedSampler sampler(
@@ -272,7 +272,7 @@ TEST(gpu_model_decodes_through_the_cache) {
     const GPTConfig c = tiny_config();
     const int T = c.max_seq_len;
     const std::vector<float> weights = sharp_weights(c, 5);
-    GPUModel model(c, options(T));
+    GPUModel model(gpt2_model(c), options(T));
     model.set_working_weights(weights);
     TrainModel& m = model;
     if (!m.supports_decode()) SKIP("GPUModel does not offer decode_reset/decode_next");

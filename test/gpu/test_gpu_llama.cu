@@ -2,7 +2,7 @@
 // through the emulator) against the fp32 CPU reference (cpu/llama_cpu.h) on the same weights and
 // tokens: the logits, the loss and every gradient tensor, with grouped-query attention, at each
 // recomputation level. Built twice, bf16 and fp32 (-DENABLE_FP32), like the kernels.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/memory_plan.h"
 
 #include <cmath>
@@ -70,7 +70,7 @@ void check_against_reference(const LlamaConfig& c, int B, int T, int recompute) 
     const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 1);
     const std::vector<int> targets = random_tokens((size_t)B * T, c.vocab_size, 2);
 
-    GPUModel gpu(c, options(B, T, recompute));
+    GPUModel gpu(llama3_model(c), options(B, T, recompute));
     gpu.set_working_weights(weights);
     LlamaCpu* cpu = llama_cpu_create(c, B, T);
     llama_cpu_params(cpu) = weights;
@@ -112,7 +112,7 @@ void check_against_reference(const LlamaConfig& c, int B, int T, int recompute) 
 
 // The loss and every gradient of one micro-step at recomputation level `recompute`.
 std::pair<float, std::vector<float>> one_step(const LlamaConfig& c, int B, int T, int recompute) {
-    GPUModel gpu(c, options(B, T, recompute));
+    GPUModel gpu(llama3_model(c), options(B, T, recompute));
     gpu.set_working_weights(initial_weights(c));
     gpu.zero_grad();
     const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 3);
@@ -161,7 +161,7 @@ TEST(llama_memory_plan_equals_device_allocation) {
             TrainOptions opt = options(2, 37, recompute);
             opt.zero_stage = zero_stage;
             opt.total_batch = 2 * 37 * 2;  // two micro-steps
-            const ModelMemory plan = check_plan_equals_allocation(c, llama3_model(c), opt, comm);
+            const ModelMemory plan = check_plan_equals_allocation(llama3_model(c), opt, comm);
             if (zero_stage == 3) continue;  // -z 3 adds the layers' gathered copies
             CHECK_MSG(plan.parameters == weights, "-z %d: %zu bytes of parameters planned for %zu bytes of weights",
                       zero_stage, plan.parameters, weights);

@@ -8,7 +8,7 @@
 //   - truncation, a full cache and tokens outside the vocabulary;
 //   - the GPU model's decode_reset/decode_next (what the training loop's samples use) for Llama 3,
 //     against its forward pass.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 
 #include <random>
 
@@ -92,7 +92,7 @@ void check_decoder(const LlamaConfig& c, unsigned seed) {
     const std::vector<float> weights = sharp_weights(c, seed);
     const int T = c.max_seq_len, V = c.vocab_size;
     const std::vector<int> tokens = random_tokens(T, V, seed);
-    GPUModel model(c, options(T));
+    GPUModel model(llama3_model(c), options(T));
     model.set_working_weights(weights);
     const LlamaDeviceWeights device(c, weights);
     LlamaGPUDecoder gpu(c, T, 0);
@@ -158,7 +158,7 @@ TEST(gpu_model_decodes_llama_through_the_cache) {
     const LlamaConfig c = small_config();
     const int T = c.max_seq_len, V = c.vocab_size;
     const std::vector<float> weights = sharp_weights(c, 5);
-    GPUModel model(c, options(T));
+    GPUModel model(llama3_model(c), options(T));
     model.set_working_weights(weights);
     TrainModel& m = model;
     CHECK_MSG(m.supports_decode(), "GPUModel does not offer decode_reset/decode_next for Llama 3");

@@ -1,9 +1,9 @@
-// The CUDA trainer's model (GPUModel of gpu/gpt_model.h, its kernels run through the emulator) against
+// The CUDA trainer's model (GPUModel of gpu/gpu_model.h, its kernels run through the emulator) against
 // the fp32 CPU reference (cpu/gpt_model.h) on the same weights and tokens: the loss, the logits,
 // every gradient tensor, and the weights after five AdamW steps; then properties of its own:
 // recomputation levels give identical bits, accumulation over micro-batches equals one big batch,
 // and two runs are bitwise identical. Built twice, bf16 and fp32 (-DENABLE_FP32), like the kernels.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/memory_plan.h"
 #include "kernels/attention.h"
 
@@ -89,7 +89,7 @@ void check_against_reference(const GPTConfig& c, int B, int T, const char* atten
 
     TrainOptions opt = options(B, T);
     opt.attention_kernel = attention;
-    GPUModel gpu(c, opt);
+    GPUModel gpu(gpt2_model(c), opt);
     gpu.set_working_weights(weights);
     GPTModel<float> cpu(c, B, T);
     cpu.params = weights;
@@ -167,7 +167,7 @@ TEST(five_adamw_steps_match_reference) {
         std::copy(bias.begin(), bias.end(), weights.begin() + layout.offset[t]);
     }
     weights = round_to_floatX(weights);
-    GPUModel gpu(c, options(B, T));
+    GPUModel gpu(gpt2_model(c), options(B, T));
     gpu.set_working_weights(weights);
     GPTModel<float> cpu(c, B, T);
     cpu.params = weights;
@@ -205,7 +205,7 @@ struct StepResult {
     std::vector<float> gradients;
 };
 StepResult one_step(const GPTConfig& c, const TrainOptions& opt, int micro_steps) {
-    GPUModel gpu(c, opt);
+    GPUModel gpu(gpt2_model(c), opt);
     gpu.set_working_weights(initial_weights(c));
     gpu.zero_grad();
     const int B = opt.batch_size, T = opt.seq_len;
@@ -271,7 +271,7 @@ TEST(one_rank_nccl_paths_match_no_communication) {
     auto train = [&](WorldRanks dp, int zero_stage, std::vector<double>* norms) {
         TrainOptions opt = options(B, T);
         opt.zero_stage = zero_stage;
-        GPUModel gpu(c, opt, dp);
+        GPUModel gpu(gpt2_model(c), opt, dp);
         gpu.set_working_weights(initial_weights(c));
         for (int step = 1; step <= 3; step++) {
             const std::vector<int> inputs = random_tokens((size_t)B * T, c.vocab_size, 30 + step);
@@ -317,7 +317,7 @@ TEST(memory_report_equals_device_allocation) {
             TrainOptions opt = options(2, 37, recompute);
             opt.zero_stage = zero_stage;
             opt.total_batch = 2 * 37 * 2;  // two micro-steps
-            check_plan_equals_allocation(c, gpt2_model(c), opt, comm);
+            check_plan_equals_allocation(gpt2_model(c), opt, comm);
         }
     ncclCommDestroy(comm);
 }
@@ -373,7 +373,7 @@ TEST(optimizer_step_matches_the_separate_calls) {
     const int B = 2, T = 37, micro_steps = 2;
     TrainOptions opt = options(B, T);
     opt.cuda_graphs = 0;
-    GPUModel whole(c, opt), parts(c, opt);
+    GPUModel whole(gpt2_model(c), opt), parts(gpt2_model(c), opt);
     whole.set_working_weights(initial_weights(c));
     parts.set_working_weights(initial_weights(c));
     const TrainModel::NextBatch a = batches(c, B, T), b = batches(c, B, T);
@@ -398,7 +398,7 @@ TEST(optimizer_step_skips_outliers_on_the_device) {
     const GPTConfig c = odd_config();
     const int B = 2, T = 37;
     TrainOptions opt = options(B, T);
-    GPUModel gpu(c, opt);
+    GPUModel gpu(gpt2_model(c), opt);
     gpu.set_working_weights(initial_weights(c));
     const TrainModel::NextBatch next = batches(c, B, T);
     auto window = [](double centre) {  // 128 values from centre/2 to 3·centre/2
@@ -439,7 +439,7 @@ TEST(cuda_graphs_give_the_bits_of_kernel_launches) {
     auto train = [&](int graphs, WorldRanks world, int zero_stage, std::vector<double>* losses) {
         TrainOptions opt = options(B, T);
         opt.cuda_graphs = graphs, opt.zero_stage = zero_stage;
-        GPUModel gpu(c, opt, world);
+        GPUModel gpu(gpt2_model(c), opt, world);
         gpu.set_working_weights(initial_weights(c));
         const TrainModel::NextBatch next = batches(c, B, T);
         for (int step = 1; step <= 3; step++) {
@@ -484,7 +484,7 @@ TEST(twelve_layer_step_costs_one_host_synchronisation) {
         TrainOptions opt = options(B, T);
         opt.cuda_graphs = graphs;
         opt.grad_reduce = graphs ? "fp32" : "bf16";  // both reductions, each with one of the launch modes
-        GPUModel gpu(c, opt);
+        GPUModel gpu(gpt2_model(c), opt);
         gpu.set_working_weights(initial_weights(c));
         const TrainModel::NextBatch next = batches(c, B, T);
         for (int step = 1; step <= 3; step++)

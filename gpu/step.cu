@@ -1,8 +1,8 @@
-// GPUModel's steps (gpt_model.h): the micro-batches' tokens to the device, forward-only passes, one
+// GPUModel's steps (gpu_model.h): the micro-batches' tokens to the device, forward-only passes, one
 // executor for the micro-steps of plain and pipelined steps (the schedule's actions, with the transfers
 // between stages), the gradients finished, the global norm and AdamW; one host synchronisation per
 // optimizer step.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 
 #include <algorithm>
 #include <cmath>

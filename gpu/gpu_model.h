@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "base/gpt_config.h"
-#include "base/llama_config.h"
 #include "base/model_config.h"
 #include "parallel/plan/param_table.h"
 #include "base/train_model.h"
@@ -20,8 +19,7 @@
 #include "gpu/activations.h"
 #include "gpu/cuda_graphs.h"
 #include "gpu/device_info.h"
-#include "gpu/gpt_decode.h"
-#include "gpu/llama_decode.h"
+#include "gpu/decode_weights.h"
 #include "gpu/model_family.h"
 #include "gpu/model_layers.h"
 #include "gpu/optimizer.h"
@@ -41,13 +39,12 @@
 
 class GPUModel : public TrainModel {
 public:
-    GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
-    // Llama 3 (gpu/llama_layers.h): one tensor rank and one pipeline stage, any data ranks and ZeRO stage.
-    GPUModel(const LlamaConfig& config, const TrainOptions& opt, WorldRanks world = {nullptr});
+    // The model of any registered family (gpu/model_family.h), on this rank's place in the mesh.
+    GPUModel(const ModelConfig& model, const TrainOptions& opt, WorldRanks world = {nullptr});
     ~GPUModel() override;
 
-    // GPT-2's shape (for Llama 3, the core's GPT-2 view of it, gpu/model_family.h: model_config() holds
-    // the real one).
+    // The core's shape (FamilyShape::core, gpu/model_family.h: depth, width, heads, vocabulary and
+    // longest sequence); model_config() holds the family's own.
     const GPTConfig& config() const { return config_; }
     const ModelConfig& model_config() const override { return model_config_; }
     std::string description() const override;
@@ -95,8 +92,7 @@ public:
         optimizer_.set_placed_state(master, m, v);
     }
     ModelMemory memory() const override { return memory_; }
-    // Samples through a key/value cache (gpu/gpt_decode.h for GPT-2, gpu/llama_decode.h for Llama 3)
-    // where this rank holds every weight; where forward() is a collective (the model spread over the
+    // Samples through the family's key/value cache (its FamilyDecoder) where this rank holds every weight; where forward() is a collective (the model spread over the
     // ranks), the samples recompute the prefix.
     bool supports_decode() const override { return !forward_is_collective(); }
     void complete_weight_update() override { params_.gather_updated_weights_now(); }
@@ -130,7 +126,7 @@ private:
     const floatX* stage_output(int slot) const { return context_.stage_output(slot); }
     int residual_gradient_turn(int micro_batch) const { return pipeline_.stages() > 1 ? micro_batch % 2 : 0; }
 
-    // ---- the passes of this rank's stage (gpt_passes.cu): the family's units, each inside the
+    // ---- the passes of this rank's stage (passes.cu): the family's units, each inside the
     // parameters' scope (gpu/parameter_scope.h)
     enum class Pass { LOGITS, LOSS, TRAINING };  // how far a forward pass goes on the last stage
     // A micro-step's units on this stage, planned; one of them run inside the scope.
@@ -150,7 +146,7 @@ private:
     // LayerNorm parameters' gradients are summed over the tensor group first.
     void reduce_gradients(int bucket, bool last_micro_step);
 
-    // ---- a step (gpt_step.cu)
+    // ---- a step (step.cu)
     // Pinned host memory for micro-batches 0 .. micro_batches-1 of a step (grown when a step has more):
     // copies from it are asynchronous, so the host never waits for the device to take a micro-batch.
     void reserve_pinned_tokens(int micro_batches);
@@ -213,12 +209,13 @@ private:
         return status != cudaStreamCaptureStatusNone;
     }
 
-    // ---- construction (gpt_model.cu)
+    // ---- construction (gpu_model.cu)
     void read_device(const TrainOptions& opt);
     void allocate(const TrainOptions& opt, int num_ranks);
 
-    GPTConfig config_;          // GPT-2's shape, or the core's view of another family's (FamilyShape)
+    GPTConfig config_;          // the core's shape (FamilyShape::core)
     ModelConfig model_config_;  // the model as the training loop sees it
+    const Family& family_;      // its registered family (gpu/model_family.h)
     bool tied_classifier_;      // the classifier reuses the embedding (GPT-2)
     WorldRanks world_;
     Mesh mesh_;                       // this rank's place among the ranks (-tp, -pp, data)
@@ -271,9 +268,8 @@ private:
     StepControl* control_host_ = nullptr;
 
     int B_ = 0, T_ = 0;                // shape of the micro-batches
-    // The samples' key/value cache (GPT-2's or Llama 3's), made by the first sample.
-    std::unique_ptr<GPUDecoder> decoder_;
-    std::unique_ptr<LlamaGPUDecoder> llama_decoder_;
+    // The samples' key/value cache, the family's, made by the first sample.
+    std::unique_ptr<FamilyDecoder> decoder_;
     // What the family's layer maths reads of this model (its members, by reference), and the maths.
     LayerContext context_;
     std::unique_ptr<ModelLayers> layers_;

@@ -1,12 +1,12 @@
-// GPUModel's passes over its pipeline stage (gpt_model.h): the family's layer maths (layers_,
+// GPUModel's passes over its pipeline stage (gpu_model.h): the family's layer maths (layers_,
 // model_layers.h), unit by unit (the embedding, each layer, the classifier; backward the final norm,
 // each layer from the top, the embedding), each inside the parameters' scope (scope_,
 // gpu/parameter_scope.h), which gathers, waits for, prepares, releases and reduces each bucket from
 // what the units declare. Without ZeRO-3 every weight is always there and those calls do nothing;
 // without ZeRO-2/3 the preparing does nothing either, and reductions wait for the step's last
 // micro-step. The stage's input and output, and the gradients between stages, are the step's
-// (gpt_step.cu).
-#include "gpu/gpt_model.h"
+// (step.cu).
+#include "gpu/gpu_model.h"
 
 // The units of one micro-step on this stage (its forward only, for a pass that does not train), with
 // what each declares and what the scope does around it.

@@ -1,6 +1,6 @@
-// GPUModel (gpt_model.h): construction (where this rank sits, what it keeps, the device arena), the
+// GPUModel (gpu_model.h): construction (where this rank sits, what it keeps, the device arena), the
 // description, weights and optimizer state in and out.
-#include "gpu/gpt_model.h"
+#include "gpu/gpu_model.h"
 #include "gpu/matmul_table_text.h"
 
 #include <algorithm>
@@ -19,13 +19,12 @@ static GradCompression grad_compression(const TrainOptions& opt) {
     return method;
 }
 
-GPUModel::GPUModel(const GPTConfig& config, const TrainOptions& opt, WorldRanks world)
-    : GPUModel(model_family(gpt2_model(config), opt), opt, world) {}
-GPUModel::GPUModel(const LlamaConfig& config, const TrainOptions& opt, WorldRanks world)
-    : GPUModel(model_family(llama3_model(config), opt), opt, world) {}
+GPUModel::GPUModel(const ModelConfig& model, const TrainOptions& opt, WorldRanks world)
+    : GPUModel(model_family(model, opt), opt, world) {}
 
 GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRanks world)
-    : config_(family.core), model_config_(family.model), tied_classifier_(family.table.tied_classifier),
+    : config_(family.core), model_config_(family.model), family_(family_of(family.model)),
+      tied_classifier_(family.table.tied_classifier),
       world_(world),
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
                       planned_node_ranks(opt, world.ranks))),
@@ -66,7 +65,7 @@ GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRank
                                           : "CUDA graphs off (ZeRO-2/3 run without them)";
     read_device(opt);
     allocate(opt, world.num_ranks());
-    layers_ = make_family_layers(family, max_T_, context_);
+    layers_ = family_.layers(family, max_T_, context_);
     // Every collective and every wait for one tells the phase timers (they record nothing while off).
     params_.set_hook(&timer_), tp_.set_hook(&timer_), pipeline_.set_hook(&timer_), optimizer_.set_hook(&timer_);
 }
@@ -192,23 +191,12 @@ void GPUModel::set_optimizer_state(const std::vector<float>& master, const std::
 
 void GPUModel::decode_reset(int max_len) {
     params_.wait_for_all_weights();
-    if (is_llama3(model_config_)) {
-        if (!llama_decoder_ || llama_decoder_->capacity() < max_len)
-            llama_decoder_ = std::make_unique<LlamaGPUDecoder>(model_config_.llama, max_len, stream_);
-        llama_decoder_->truncate(0);
-        return;
-    }
-    if (!decoder_ || decoder_->capacity() < max_len)
-        decoder_ = std::make_unique<GPUDecoder>(config_, max_len, stream_);
+    if (!decoder_ || decoder_->capacity() < max_len) decoder_ = family_.decoder(model_config_, max_len, stream_);
     decoder_->truncate(0);
 }
 
 void GPUModel::decode_next(int token, float* logits) {
-    const DecodeWeights weights = [this](int t, int l) -> const floatX* { return weight(t, l); };
-    if (llama_decoder_)
-        llama_decoder_->step(token, weights, logits);
-    else
-        decoder_->step(token, weights, logits);
+    decoder_->step(token, [this](int t, int l) -> const floatX* { return weight(t, l); }, logits);
 }
 
 // ---- the cuBLASLt algorithms as a table the loop shares and saves (train/algorithm_table.h)
