@@ -413,4 +413,22 @@ Report check_folders_tested(const std::string& root) {
     return report;
 }
 
+Report check_gpu_path_apart_from_cpu(const std::string& root) {
+    const std::vector<SourceFile> sources = read_sources(root);
+    Report report;
+    int checked = 0;
+    for (const ProjectInclude& include : project_includes(root, sources)) {
+        const std::string& from = include.from->folder;
+        const bool gpu_path = from == "gpu" || from == "kernels" || from.rfind("parallel", 0) == 0;
+        if (!gpu_path) continue;
+        checked++;
+        if (include.target_folder == "cpu")
+            report.findings.push_back({include.from->path, include.line,
+                                       "includes " + include.target + ": the GPU path takes nothing from the CPU "
+                                       "reference (put what both need in base/)"});
+    }
+    report.figure = std::to_string(checked) + " includes of gpu/, kernels/ and parallel/ checked";
+    return report;
+}
+
 }  // namespace layout

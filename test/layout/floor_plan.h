@@ -65,5 +65,9 @@ Report check_function_lengths(const std::string& root, int max_lines = MAX_FUNCT
 // beside the tests of train/), test/trainer/ (the trainers end to end: scripts that run train_gpt_emu
 // and the others as a user would).
 Report check_folders_tested(const std::string& root);
+// (g) The GPU path takes nothing from the CPU reference: no file of gpu/, kernels/ or parallel/
+// includes one of cpu/, which their floors alone would allow, so that the reference the tests trust
+// stays apart from what it checks; what both need (RoPE's tables, say) belongs below both, in base/.
+Report check_gpu_path_apart_from_cpu(const std::string& root);
 
 }  // namespace layout

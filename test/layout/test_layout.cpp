@@ -246,6 +246,12 @@ TEST(function_spans_on_the_shapes_this_codebase_uses) {
               "found: %s", seen.c_str());
 }
 
+TEST(finds_gpu_path_includes_of_the_cpu_reference) {
+    const Report r = layout::check_gpu_path_apart_from_cpu(faulty_tree());
+    CHECK_MSG(r.findings.size() == 1, "want 1 finding, got:%s", layout::describe(r.findings).c_str());
+    CHECK(count_findings(r, "kernels/a.h", 1, "cpu/b.h: the GPU path takes nothing from the CPU reference") == 1);
+}
+
 // ---- this repository ----
 
 TEST(repository_includes_go_no_higher) {
@@ -288,4 +294,11 @@ TEST(repository_folders_have_tests) {
     CHECK_MSG(r.findings.empty(), "%zu source folders without tests under test/:%s", r.findings.size(),
               layout::describe(r.findings).c_str());
     printf("  floor plan (f): %s\n", r.figure.c_str());
+}
+
+TEST(repository_gpu_path_takes_nothing_from_the_cpu_reference) {
+    const Report r = layout::check_gpu_path_apart_from_cpu(repository_root());
+    CHECK_MSG(r.findings.empty(), "%zu includes of cpu/ from the GPU path:%s", r.findings.size(),
+              layout::describe(r.findings).c_str());
+    printf("  floor plan (g): %s\n", r.figure.c_str());
 }
