@@ -12,6 +12,8 @@
 // (gradients_ready runs without CUDA graphs: capturing a micro-step, the emulator, like a GPU, refuses
 // the reduction stream's work as outside the capture, since without the wait that stream never joins
 // it. ZeRO-3 runs without them anyway.)
+// The same broken build with TEST_UNDECLARED_BUCKET=1 leaves a bucket out of a layer's declaration
+// (gpu/parameter_scope.h): the run must stop at once, naming the layer and the bucket.
 #include "test/parallel/trainer_runs.h"
 
 using namespace trainer_runs;
