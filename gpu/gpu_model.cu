@@ -23,7 +23,7 @@ GPUModel::GPUModel(const ModelConfig& model, const TrainOptions& opt, WorldRanks
     : GPUModel(model_family(model, opt), opt, world) {}
 
 GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRanks world)
-    : config_(family.core), model_config_(family.model), family_(family_of(family.model)),
+    : shape_(family.core), model_config_(family.model), family_(family_of(family.model)),
       tied_classifier_(family.table.tied_classifier),
       world_(world),
       mesh_(make_mesh(world.num_ranks(), world.rank(), opt.tensor_parallel, opt.pipeline_parallel, opt.shard_ranks,
@@ -34,7 +34,7 @@ GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRank
           within_one_node(mesh_.tensor_group(), mesh_.node_ranks)),
       pipeline_(comms_.pipeline, comms_.tied_embedding, mesh_.stage, mesh_.pipeline, pipeline_links(mesh_)),
       accum_steps_(std::max(1, grad_accum_steps(opt, world.num_ranks()))), schedule_(opt.pp_schedule),
-      stage_(make_pipeline_stage(config_, opt, mesh_, accum_steps_)),
+      stage_(make_pipeline_stage(shape_, opt, mesh_, accum_steps_)),
       buckets_(make_param_buckets(family.table, mesh_.shard, model_slice(mesh_, stage_))),
       params_(buckets_, zero_sharding(opt, comms_.data != nullptr), mesh_.shard_rank(), shard_groups(mesh_),
               fp32_gradient_reduction(opt), grad_compression(opt), opt.powersgd_rank),
@@ -42,14 +42,13 @@ GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRank
       graphs_(uses_cuda_graphs(opt, mesh_, params_.sharding())),
       max_B_(opt.batch_size), max_T_(opt.seq_len), max_N_((size_t)opt.batch_size * opt.seq_len),
       max_Nl_(tp_.local_positions((int)max_N_)),
-      classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, config_.padded_vocab_size)),
+      classifier_rows_(classifier_rows(tp_, opt.batch_size, opt.seq_len, shape_.padded_vocab_size)),
       recompute_(opt.recompute), seed_(opt.seed), compression_start_(opt.compression_start),
       widths_(family.widths),
       context_{buckets_, scope_, tp_, stage_, buf_, widths_, stream_, B_, T_, max_N_, max_Nl_, recompute_,
                classifier_rows_, pinned_tokens_, encoder_host_scratch_, encoder_host_bytes_} {
-    const int C = config_.channels, NH = config_.num_heads;
-    const int Vp = config_.padded_vocab_size, HS = C / NH;
-    if (C % NH != 0 || C % 8 != 0 || Vp % 8 != 0)
+    const int C = shape_.channels, NH = (int)widths_.heads, HS = (int)widths_.head_size;
+    if (C % 8 != 0 || shape_.padded_vocab_size % 8 != 0)
         fail("-e (--model): channels %d must be a multiple of 8 and of the head count %d", C, NH);
     if (!attention_supports_head_size(HS))
         fail("-e (--model): head size %d (channels %d / heads %d) is not supported by the attention "
@@ -66,6 +65,7 @@ GPUModel::GPUModel(const FamilyShape& family, const TrainOptions& opt, WorldRank
     read_device(opt);
     allocate(opt, world.num_ranks());
     layers_ = family_.layers(family, max_T_, context_);
+    training_units_ = plan_micro_step(true), forward_units_ = plan_micro_step(false);
     // Every collective and every wait for one tells the phase timers (they record nothing while off).
     params_.set_hook(&timer_), tp_.set_hook(&timer_), pipeline_.set_hook(&timer_), optimizer_.set_hook(&timer_);
 }
@@ -99,13 +99,13 @@ void GPUModel::read_device(const TrainOptions& opt) {
 void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     params_.request_memory(&arena_);
     optimizer_.request_memory(&arena_);
-    request_step_buffers(&arena_, &buf_, widths_, config_.padded_vocab_size, opt, tp_, stage_);
+    request_step_buffers(&arena_, &buf_, widths_, shape_.padded_vocab_size, opt, tp_, stage_);
     memory_ = arena_.memory();
     const SentBytes optimizer_bytes =
         optimizer_.planned_bytes(comms_.data ? mesh_.size() : 1, world_within_one_node(mesh_));
-    planned_traffic_ = plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_, optimizer_bytes);
+    planned_traffic_ = plan_traffic(shape_, opt, tp_, stage_, params_, pipeline_, accum_steps_, optimizer_bytes);
     planned_compressed_traffic_ =
-        plan_traffic(config_, opt, tp_, stage_, params_, pipeline_, accum_steps_, optimizer_bytes, true);
+        plan_traffic(shape_, opt, tp_, stage_, params_, pipeline_, accum_steps_, optimizer_bytes, true);
     set_planned_traffic(&memory_, planned_traffic_);
     if (params_.compression().active())
         set_planned_compressed_traffic(&memory_, planned_compressed_traffic_, params_.compression().method());
@@ -113,7 +113,7 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     const std::vector<int> communicators = mesh_communicator_sizes(
         mesh_, comms_.data != nullptr, params_.sharding().weights, communicators_may_overlap());
     set_planned_overhead(&memory_,
-                         plan_device_overhead(widths_, config_.padded_vocab_size, mesh_, communicators, stage_,
+                         plan_device_overhead(widths_, shape_.padded_vocab_size, mesh_, communicators, stage_,
                                               micro_step_graphs(graphs_.enabled(), params_, accum_steps_)));
 
     // Will it fit? Say so before allocating anything, with what to lower.
@@ -136,7 +136,7 @@ void GPUModel::allocate(const TrainOptions& opt, int num_ranks) {
     // sees; start every buffer defined.
     if (stage_.last)
         CUDA_CHECK(cudaMemsetAsync(act_.logits, 0,
-                                   (size_t)classifier_rows_ * tp_.vocab_slice(config_.padded_vocab_size) * sizeof(floatX),
+                                   (size_t)classifier_rows_ * tp_.vocab_slice(shape_.padded_vocab_size) * sizeof(floatX),
                                    stream_));
 }
 

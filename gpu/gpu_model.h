@@ -43,9 +43,9 @@ public:
     GPUModel(const ModelConfig& model, const TrainOptions& opt, WorldRanks world = {nullptr});
     ~GPUModel() override;
 
-    // The core's shape (FamilyShape::core, gpu/model_family.h: depth, width, heads, vocabulary and
-    // longest sequence); model_config() holds the family's own.
-    const GPTConfig& config() const { return config_; }
+    // The core's shape (base/model_shape.h: depth, width, vocabulary, longest sequence, a layer's
+    // cost); model_config() holds the family's own.
+    const ModelShape& shape() const { return shape_; }
     const ModelConfig& model_config() const override { return model_config_; }
     std::string description() const override;
     double peak_flops() const override { return peak_flops_; }
@@ -129,8 +129,12 @@ private:
     // ---- the passes of this rank's stage (passes.cu): the family's units, each inside the
     // parameters' scope (gpu/parameter_scope.h)
     enum class Pass { LOGITS, LOSS, TRAINING };  // how far a forward pass goes on the last stage
-    // A micro-step's units on this stage, planned; one of them run inside the scope.
-    std::vector<PassUnit> micro_step_units(Pass pass) const;
+    // A micro-step's units on this stage, planned (once, when the layers are made: plan_units); one
+    // of them run inside the scope.
+    std::vector<PassUnit> plan_micro_step(bool training) const;
+    const std::vector<PassUnit>& micro_step_units(Pass pass) const {
+        return pass == Pass::TRAINING ? training_units_ : forward_units_;
+    }
     template <typename Maths>
     void run_unit(const PassUnit& unit, bool last_micro_step, Maths&& maths);
     // The stage's forward pass of the micro-batch in `slot` (tokens uploaded, input received); on the
@@ -213,7 +217,7 @@ private:
     void read_device(const TrainOptions& opt);
     void allocate(const TrainOptions& opt, int num_ranks);
 
-    GPTConfig config_;          // the core's shape (FamilyShape::core)
+    ModelShape shape_;          // the core's shape (FamilyShape::core)
     ModelConfig model_config_;  // the model as the training loop sees it
     const Family& family_;      // its registered family (gpu/model_family.h)
     bool tied_classifier_;      // the classifier reuses the embedding (GPT-2)
@@ -273,6 +277,7 @@ private:
     // What the family's layer maths reads of this model (its members, by reference), and the maths.
     LayerContext context_;
     std::unique_ptr<ModelLayers> layers_;
+    std::vector<PassUnit> training_units_, forward_units_;  // plan_micro_step's, for training and not
     // The emulated device's counts over the last optimizer step (end_of_run_report, tests).
 public:
     struct StepCounts {

@@ -1,6 +1,5 @@
-// Llama 3 as a model family of the GPU model (model_family.h): its shape (for the core, a GPT-2 shape of
-// the same depth, width, heads and vocabulary), its layer maths (llama_layers.h) and its samples'
-// decoder (llama_decode.h).
+// Llama 3 as a model family of the GPU model (model_family.h): its shape, its layer maths
+// (llama_layers.h) and its samples' decoder (llama_decode.h).
 #include <algorithm>
 
 #include "base/errors.h"
@@ -21,15 +20,11 @@ static FamilyShape llama3_shape(const ModelConfig& config, const TrainOptions& o
     if (c.ffn_channels % (8 * tp) != 0)
         fail("-tp (--tensor-parallel): %d splits Llama 3's MLP width F %d into slices that are not multiples of 8",
              tp, c.ffn_channels);
-    GPTConfig core;
-    core.max_seq_len = c.max_seq_len, core.vocab_size = c.vocab_size;
-    core.padded_vocab_size = (int)vocab_slice_rows(c.vocab_size, 1);
-    core.num_layers = c.num_layers, core.num_heads = c.num_heads, core.channels = c.channels;
     const size_t C = c.channels, hs = c.head_size(), H = c.num_heads, KV = c.num_kv_heads, F = c.ffn_channels;
     LayerWidths widths{C, (H + 2 * KV) * hs, H * hs, H, hs, 2 * F, F};
     widths.rms_norms = true;
     widths.rope_pairs = hs / 2;
-    return {config, core, llama_param_table(c), widths};
+    return {config, llama3_model_shape(c, (int)vocab_slice_rows(c.vocab_size, 1)), llama_param_table(c), widths};
 }
 
 static std::unique_ptr<ModelLayers> llama3_layers(const FamilyShape& family, int max_T, const LayerContext& context) {

@@ -24,11 +24,11 @@
 // per reduction of the gradients (every micro-step, or once a step: as the parameter store reduces),
 // the norms' parameter gradients summed (each bucket's sequence_summed: GPT-2 4C a layer and 2C for
 // lnf, Llama 3 2C a layer and C for its final norm); per step the squared norm.
-static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& tp, const PipelineStage& stage,
+static size_t plan_tensor_bytes(const ModelShape& shape, const TensorParallel& tp, const PipelineStage& stage,
                                 const ParamBuckets& buckets, int N, int micro_steps, int reductions,
                                 size_t gradient_bytes) {
     if (tp.size() == 1) return 0;
-    const int C = config.channels, L = stage.layers();
+    const int C = shape.channels, L = stage.layers();
     const size_t gather = tp.gather_cost(N, C), reduce = tp.reduce_cost(N, C);
     size_t per_micro_step = L * (2 * gather + 2 * reduce + 4 * gather + 2 * reduce);
     if (stage.first) per_micro_step += reduce + gather;
@@ -40,19 +40,19 @@ static size_t plan_tensor_bytes(const GPTConfig& config, const TensorParallel& t
     return micro_steps * per_micro_step + reductions * per_reduction + all_reduce_bytes(1, tp.size(), sizeof(float));
 }
 
-Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
+Traffic plan_traffic(const ModelShape& shape, const TrainOptions& opt, const TensorParallel& tp,
                      const PipelineStage& stage, const ParameterStore& params, const PipelineParallel& pipeline,
                      int micro_steps, SentBytes optimizer, bool compressed) {
     const int N = opt.batch_size * opt.seq_len;
     Traffic t;
     t.data = params.planned_bytes(micro_steps, compressed);
     t.data += optimizer;
-    t.tensor = tp.by_node(plan_tensor_bytes(config, tp, stage, params.buckets(), N, micro_steps,
+    t.tensor = tp.by_node(plan_tensor_bytes(shape, tp, stage, params.buckets(), N, micro_steps,
                                             params.reduces_gradients(false) ? micro_steps : 1, params.gradient_bytes()));
     // A tied embedding's gradients (GPT-2), as reduced, summed over the first and last stages.
     const int vocabulary = params.buckets().vocabulary_bucket();
     const bool tied = params.buckets().table.tied_classifier && vocabulary >= 0;
-    t.pipeline = pipeline.planned_bytes(micro_steps, (size_t)tp.local_positions(N) * config.channels,
+    t.pipeline = pipeline.planned_bytes(micro_steps, (size_t)tp.local_positions(N) * shape.channels,
                                         tied ? params.reduced_gradient_count(vocabulary) : 0, params.gradient_bytes());
     return t;
 }
@@ -89,12 +89,12 @@ void set_planned_overhead(ModelMemory* memory, const DeviceOverhead& overhead) {
 static ModelMemory plan_stage_memory(const ModelConfig& model, const TrainOptions& opt, int num_ranks,
                                      bool communicates, int stage_index) {
     const FamilyShape family = model_family(model, opt);
-    const GPTConfig& config = family.core;
+    const ModelShape& shape = family.core;
     // Rank 0's coordinates but the stage.
     const Mesh mesh = make_mesh(num_ranks, stage_index * (num_ranks / opt.pipeline_parallel), opt.tensor_parallel,
                                 opt.pipeline_parallel, opt.shard_ranks, planned_node_ranks(opt, nullptr));
     const int micro_steps = grad_accum_steps(opt, num_ranks);
-    const PipelineStage stage = make_pipeline_stage(config, opt, mesh, micro_steps);
+    const PipelineStage stage = make_pipeline_stage(shape, opt, mesh, micro_steps);
     const TensorParallel tp(nullptr, nullptr, 0, mesh.tensor, sequence_parallel(opt),
                             within_one_node(mesh.tensor_group(), mesh.node_ranks));
     const PipelineParallel pipeline(nullptr, nullptr, mesh.stage, mesh.pipeline, pipeline_links(mesh));
@@ -108,18 +108,18 @@ static ModelMemory plan_stage_memory(const ModelConfig& model, const TrainOption
     params.request_memory(&arena);
     optimizer.request_memory(&arena);
     StepBuffers buffers;
-    request_step_buffers(&arena, &buffers, family.widths, config.padded_vocab_size, opt, tp, stage);
+    request_step_buffers(&arena, &buffers, family.widths, shape.padded_vocab_size, opt, tp, stage);
     ModelMemory memory = arena.memory();
     const SentBytes optimizer_bytes = optimizer.planned_bytes(communicates ? mesh.size() : 1, world_within_one_node(mesh));
-    set_planned_traffic(&memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes));
+    set_planned_traffic(&memory, plan_traffic(shape, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes));
     if (params.compression().active())
         set_planned_compressed_traffic(
-            &memory, plan_traffic(config, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes, true),
+            &memory, plan_traffic(shape, opt, tp, stage, params, pipeline, micro_steps, optimizer_bytes, true),
             params.compression().method());
     const int graphs = micro_step_graphs(uses_cuda_graphs(opt, mesh, params.sharding()), params, micro_steps);
     const std::vector<int> communicators =
         mesh_communicator_sizes(mesh, communicates, params.sharding().weights, communicators_may_overlap());
-    set_planned_overhead(&memory, plan_device_overhead(family.widths, config.padded_vocab_size, mesh, communicators, stage, graphs));
+    set_planned_overhead(&memory, plan_device_overhead(family.widths, shape.padded_vocab_size, mesh, communicators, stage, graphs));
     return memory;
 }
 

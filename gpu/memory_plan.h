@@ -20,8 +20,8 @@
 // What one optimizer step of `micro_steps` micro-steps sends in each group, on the rank these
 // objects describe: the tensor group's operations of gpt2_layers.cu and passes.cu, the parameter
 // store's, the pipeline's; `optimizer` what the optimizer's update sends (counted with the data
-// group's: gpu/optimizer.h). `config` is the family's core shape (FamilyShape::core).
-Traffic plan_traffic(const GPTConfig& config, const TrainOptions& opt, const TensorParallel& tp,
+// group's: gpu/optimizer.h), for a model of `shape` (FamilyShape::core).
+Traffic plan_traffic(const ModelShape& shape, const TrainOptions& opt, const TensorParallel& tp,
                      const PipelineStage& stage, const ParameterStore& params, const PipelineParallel& pipeline,
                      int micro_steps, SentBytes optimizer, bool compressed = false);
 // The traffic into the report's fields: a step's, and (--grad-compression) a compressed step's.

@@ -1,9 +1,9 @@
 // A model family as the GPU model (gpu/gpu_model.h) and its planners (gpu/memory_plan.h) see it:
 // everything family-specific about sizing a run, in one place, so that the plan is made from the same
 // shapes as the model it plans.
-//   core    the core's shape: depth, width, heads, padded vocabulary and longest sequence, which the
-//           pipeline's layer split, the traffic plan and the device overhead read (GPT-2: its config;
-//           Llama 3: a GPT-2 shape of the same depth, width, heads and vocabulary)
+//   core    the core's shape (base/model_shape.h): depth, width, vocabulary, longest sequence and a
+//           layer's cost, which the pipeline's layer split, the traffic plan and the device overhead
+//           read
 //   table   the parameters (parallel/plan/param_table.h), from which the buckets and shards follow
 //   widths  the activations' widths per position (gpu/activations.h)
 // and the family's layer maths for a model's context (gpu/model_layers.h) and its samples' decoder
@@ -13,8 +13,8 @@
 #pragma once
 #include <memory>
 
-#include "base/gpt_config.h"
 #include "base/model_config.h"
+#include "base/model_shape.h"
 #include "base/train_options.h"
 #include "gpu/activations.h"
 #include "gpu/decode_weights.h"
@@ -23,7 +23,7 @@
 
 struct FamilyShape {
     ModelConfig model;  // the model as the training loop sees it
-    GPTConfig core;
+    ModelShape core;
     ParamTable table;
     LayerWidths widths;
 };

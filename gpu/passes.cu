@@ -10,8 +10,7 @@
 
 // The units of one micro-step on this stage (its forward only, for a pass that does not train), with
 // what each declares and what the scope does around it.
-std::vector<PassUnit> GPUModel::micro_step_units(Pass pass) const {
-    const bool training = pass == Pass::TRAINING;
+std::vector<PassUnit> GPUModel::plan_micro_step(bool training) const {
     std::vector<PassUnit> units;
     auto add = [&](PassUnit::Kind kind, int l) {
         PassUnit unit;
@@ -81,8 +80,7 @@ void GPUModel::backward_layers(int slot, int micro_batch, bool last_micro_step) 
 // The embeddings backward (first stage): their gradients added and reduced.
 void GPUModel::backward_embeddings(int micro_batch, bool last_micro_step) {
     if (!stage_.first) return;
-    const std::vector<PassUnit> units = micro_step_units(Pass::TRAINING);
-    run_unit(units.back(), last_micro_step, [&] {
+    run_unit(micro_step_units(Pass::TRAINING).back(), last_micro_step, [&] {
         layers_->embed_backward(micro_batch, act_.dresidual[residual_gradient_turn(micro_batch)]);
     });
 }

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "base/gpt_config.h"
+#include "base/model_shape.h"
 #include "base/ranks.h"
 #include "base/optimizer_settings.h"
 #include "base/train_options.h"
@@ -22,8 +22,8 @@ struct PipelineStage {
     bool first, last;
     int layers() const { return end_layer - first_layer; }
 };
-inline PipelineStage make_pipeline_stage(const GPTConfig& config, const TrainOptions& opt, const Mesh& mesh, int micro_steps) {
-    const std::vector<int> first = stage_layers(config, opt.seq_len, mesh.pipeline);
+inline PipelineStage make_pipeline_stage(const ModelShape& shape, const TrainOptions& opt, const Mesh& mesh, int micro_steps) {
+    const std::vector<int> first = stage_layers(shape, opt.seq_len, mesh.pipeline);
     return {first[mesh.stage], first[mesh.stage + 1],
             micro_batches_in_flight(opt.pp_schedule, mesh.pipeline, mesh.stage, micro_steps), mesh.first_stage(),
             mesh.last_stage()};

@@ -34,10 +34,10 @@ void GPUModel::pin_tokens(const int* inputs, const int* targets, int B, int T, i
         fail("forward: batch %dx%d exceeds the allocated %dx%d", B, T, max_B_, max_T_);
     const size_t N = (size_t)B * T;
     for (size_t i = 0; i < N; i++)
-        if (inputs[i] < 0 || inputs[i] >= config_.vocab_size ||
-            (targets && (targets[i] < 0 || targets[i] >= config_.vocab_size)))
+        if (inputs[i] < 0 || inputs[i] >= shape_.vocab_size ||
+            (targets && (targets[i] < 0 || targets[i] >= shape_.vocab_size)))
             fail("forward: token id outside the vocabulary [0, %d) at position %zu",
-                 config_.vocab_size, i);
+                 shape_.vocab_size, i);
     B_ = B, T_ = T;
     reserve_pinned_tokens(micro_batch + 1);
     std::copy(inputs, inputs + N, pinned_inputs(micro_batch));
@@ -65,7 +65,7 @@ const StepTotals& GPUModel::read_totals() {
 // Without a pipeline those transfers do nothing.
 
 void GPUModel::forward_micro_batch(int slot, Pass pass, float loss_scale, int micro_steps, bool last_micro_step) {
-    const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
+    const size_t n = (size_t)tp_.local_positions(B_ * T_) * shape_.channels;
     if (!stage_.first) pipeline_.receive_activations(stage_input(slot), n, stream_);
     forward_stage(slot, pass, loss_scale, micro_steps, last_micro_step);
     if (!stage_.last) pipeline_.send_activations(stage_output(slot), n);
@@ -74,7 +74,7 @@ void GPUModel::forward_micro_batch(int slot, Pass pass, float loss_scale, int mi
 // The backward in two parts, the layers (inside a micro-step's CUDA graph) and then the embeddings,
 // whose launches depend on the tokens on the host (kernels/encoder.h), and the gradients' finish.
 void GPUModel::backward_micro_batch_layers(int slot, int micro_batch, bool last_micro_step) {
-    const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
+    const size_t n = (size_t)tp_.local_positions(B_ * T_) * shape_.channels;
     const int turn = residual_gradient_turn(micro_batch);
     pipeline_.before_overwriting(turn, stream_);
     if (!stage_.last) pipeline_.receive_gradients(act_.dresidual[turn], n, stream_);
@@ -82,7 +82,7 @@ void GPUModel::backward_micro_batch_layers(int slot, int micro_batch, bool last_
 }
 
 void GPUModel::finish_micro_batch_backward(int micro_batch, bool last_micro_step) {
-    const size_t n = (size_t)tp_.local_positions(B_ * T_) * config_.channels;
+    const size_t n = (size_t)tp_.local_positions(B_ * T_) * shape_.channels;
     const int turn = residual_gradient_turn(micro_batch);
     backward_embeddings(micro_batch, last_micro_step);
     if (!stage_.first) pipeline_.send_gradients(act_.dresidual[turn], n, turn);
@@ -158,7 +158,7 @@ float GPUModel::forward(const int* inputs, const int* targets, int B, int T) {
 // The last stage's row, gathered from its tensor ranks' slices and sent to the other stages (a
 // collective where the model is split across ranks).
 void GPUModel::logits_at(int t, float* out) {
-    const int V = config_.vocab_size, Vs = tp_.vocab_slice(config_.padded_vocab_size);
+    const int V = shape_.vocab_size, Vs = tp_.vocab_slice(shape_.padded_vocab_size);
     std::vector<floatX> host(V);
     if (stage_.last) {
         const floatX* row = act_.logits + (size_t)t * Vs;

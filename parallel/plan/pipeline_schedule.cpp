@@ -28,12 +28,11 @@ int micro_batches_in_flight(const std::string& kind, int stages, int stage, int 
 
 double pipeline_bubble(int stages, int m) { return (double)(stages - 1) / (m + stages - 1); }
 
-std::vector<int> stage_layers(const GPTConfig& c, int T, int stages) {
-    const int L = c.num_layers;
+std::vector<int> stage_layers(const ModelShape& shape, int T, int stages) {
+    const int L = shape.num_layers;
     if (stages < 1 || stages > L) fail("%d pipeline stages for %d layers", stages, L);
-    // Forward FLOPs per token: a layer's four products (24·C²) and attention (≈ 2·T·C causal); the
-    // classifier's product 2·C·Vp.
-    const double C = c.channels, layer = 24 * C * C + 2.0 * T * C, classifier = 2 * C * c.padded_vocab_size;
+    // Forward FLOPs per token: a layer's products and attention; the classifier's product.
+    const double layer = shape.layer_flops(T), classifier = shape.classifier_flops();
     auto cost = [&](int first, int end) { return (end - first) * layer + (end == L ? classifier : 0); };
     // Contiguous split minimising the largest stage: best[s][l] = the best largest cost of splitting
     // layers [0, l) into s stages (L and P are small).

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "base/gpt_config.h"
+#include "base/model_shape.h"
 
 struct PipelineAction {
     bool forward;     // the forward pass of the micro-batch, or its backward pass
@@ -33,10 +33,10 @@ int micro_batches_in_flight(const std::string& kind, int stages, int stage, int 
 double pipeline_bubble(int stages, int micro_batches);
 
 // The stages' layers: stage s holds layers [first[s], first[s+1]) (first has stages + 1 entries), at
-// least one each, contiguous, chosen to balance the stages' forward FLOPs per token: a layer's
-// products and attention, the classifier's product on the last stage (for GPT-2 124M about 5.5
-// layers' worth). Sequences of T tokens.
-std::vector<int> stage_layers(const GPTConfig& config, int T, int stages);
+// least one each, contiguous, chosen to balance the stages' forward FLOPs per token (base/model_shape.h):
+// a layer's products and attention, the classifier's product on the last stage (for GPT-2 124M about
+// 5.5 layers' worth). Sequences of T tokens.
+std::vector<int> stage_layers(const ModelShape& shape, int T, int stages);
 
 // "layers 0-3 | 4-7 | 8-10 | 11 + classifier"
 std::string describe_stage_layers(const std::vector<int>& first);

@@ -95,7 +95,7 @@ TrainOptions options(int T) {
 
 // Logits of the last position of tokens, by the GPU model's forward pass over all of them.
 std::vector<float> recomputed_logits(GPUModel& model, const std::vector<int>& tokens) {
-    std::vector<float> logits(model.config().vocab_size);
+    std::vector<float> logits(model.shape().vocab_size);
     model.forward(tokens.data(), nullptr, 1, (int)tokens.size());
     model.logits_at((int)tokens.size() - 1, logits.data());
     return logits;

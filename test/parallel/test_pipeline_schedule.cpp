@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "base/llama_descriptor.h"
 #include "base/model_descriptor.h"
 #include "parallel/plan/pipeline_schedule.h"
 #include "test/test.h"
@@ -69,17 +70,14 @@ TEST(stages_never_wait_for_each_other_forever) {
 }
 
 // The split is contiguous with a layer per stage, and no split has a smaller largest stage (checked
-// against every split of up to 8 layers); GPT-2 124M's classifier (about 5.5 layers' worth) leaves
-// the last of 4 stages fewer layers than the first.
-TEST(stage_layers_balance_the_stages) {
-    const GPTConfig c = config_from_descriptor("d12");
-    const int T = 1024;
-    const double C = c.channels, layer = 24 * C * C + 2.0 * T * C, classifier = 2 * C * c.padded_vocab_size;
+// against every split of up to 8 layers, for GPT-2's and Llama 3's costs per layer); GPT-2 124M's
+// classifier (about 5.5 layers' worth) leaves the last of 4 stages fewer layers than the first.
+static void check_balanced_splits(ModelShape shape, int T) {
+    const double layer = shape.layer_flops(T), classifier = shape.classifier_flops();
     for (int L = 1; L <= 8; L++) {
-        GPTConfig small = c;
-        small.num_layers = L;
+        shape.num_layers = L;
         for (int P = 1; P <= L; P++) {
-            const std::vector<int> first = stage_layers(small, T, P);
+            const std::vector<int> first = stage_layers(shape, T, P);
             CHECK(first.size() == (size_t)P + 1 && first[0] == 0 && first[P] == L);
             auto largest = [&](const std::vector<int>& split) {
                 double worst = 0;
@@ -100,7 +98,26 @@ TEST(stage_layers_balance_the_stages) {
             CHECK_MSG(largest(first) <= best * (1 + 1e-12), "L%d P%d: %.3g, best %.3g", L, P, largest(first), best);
         }
     }
-    const std::vector<int> gpt2 = stage_layers(c, T, 4);
-    CHECK_MSG(gpt2[4] - gpt2[3] < gpt2[1] - gpt2[0], "%s", describe_stage_layers(gpt2).c_str());
-    printf("  GPT-2 124M over 4 stages: %s\n", describe_stage_layers(gpt2).c_str());
+}
+
+TEST(stage_layers_balance_the_stages) {
+    const GPTConfig c = config_from_descriptor("d12");
+    const int T = 1024;
+    // GPT-2's cost, written out: four products 24·C² and attention 2·T·C per token a layer, the
+    // classifier 2·C·Vp.
+    const ModelShape gpt2 = gpt2_model_shape(c);
+    const double C = c.channels;
+    CHECK(gpt2.layer_flops(T) == 24 * C * C + 2.0 * T * C && gpt2.classifier_flops() == 2 * C * c.padded_vocab_size);
+    check_balanced_splits(gpt2, T);
+    // Llama 3.2 1B: q and o 2·C², k and v C²/2 together (8 of 32 heads), the MLP 3·C·F with F = 4C.
+    const LlamaConfig llama = llama_config_from_descriptor("llama3.2-1b");
+    const ModelShape llama_shape = llama3_model_shape(llama, llama.vocab_size);
+    const double Cl = llama.channels, F = llama.ffn_channels;
+    CHECK(llama_shape.layer_flops(T) == 2 * (2.5 * Cl * Cl + 3 * Cl * F) + 2.0 * T * Cl);
+    check_balanced_splits(llama_shape, T);
+
+    const std::vector<int> split = stage_layers(gpt2, T, 4);
+    CHECK_MSG(split[4] - split[3] < split[1] - split[0], "%s", describe_stage_layers(split).c_str());
+    printf("  GPT-2 124M over 4 stages: %s\n", describe_stage_layers(split).c_str());
+    printf("  Llama 3.2 1B over 4 stages: %s\n", describe_stage_layers(stage_layers(llama_shape, T, 4)).c_str());
 }
