@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cuda_fp8.h>
+#include <type_traits>
 
 #include "base/fp8.h"
 #include "kernels/common.h"
@@ -259,6 +260,18 @@ inline void fp8_require(bool ok, const char* function, const char* what) {
 }
 inline bool fp8_aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Calls launch(F, A) with F and A as compile-time constants (std::integral_constant) for a format f
+// and take_amax: one place that turns the run-time choices into the kernels' template arguments.
+template <typename Launch>
+void fp8_dispatch(Fp8Format f, bool take_amax, Launch launch) {
+    using E4M3 = std::integral_constant<Fp8Format, Fp8Format::e4m3>;
+    using E5M2 = std::integral_constant<Fp8Format, Fp8Format::e5m2>;
+    if (f == Fp8Format::e4m3)
+        take_amax ? launch(E4M3{}, std::true_type{}) : launch(E4M3{}, std::false_type{});
+    else
+        take_amax ? launch(E5M2{}, std::true_type{}) : launch(E5M2{}, std::false_type{});
+}
+
 // Blocks of FP8_CAST_BLOCK threads for n values, FP8_CAST_PER_THREAD each, at most 4096 (grid-stride).
 inline int fp8_cast_grid(size_t n) {
     const size_t per_block = (size_t)FP8_CAST_BLOCK * FP8_CAST_PER_THREAD;
@@ -289,10 +302,9 @@ inline void fp8_amax(Fp8ScaleState* state, const floatX* x, size_t n, cudaStream
 // Current recipe: the scales of `tensors` consecutive states of format f, from their amaxes.
 inline void fp8_current_scale(Fp8ScaleState* states, int tensors, Fp8Format f, int* nonfinite, cudaStream_t stream) {
     const int grid = ceil_div(tensors, FP8_CAST_BLOCK);
-    if (f == Fp8Format::e4m3)
-        LAUNCH(fp8_current_scale_kernel<Fp8Format::e4m3>, grid, FP8_CAST_BLOCK, 0, stream, states, tensors, nonfinite);
-    else
-        LAUNCH(fp8_current_scale_kernel<Fp8Format::e5m2>, grid, FP8_CAST_BLOCK, 0, stream, states, tensors, nonfinite);
+    fp8_dispatch(f, false, [&](auto F, auto) {
+        LAUNCH(fp8_current_scale_kernel<decltype(F)::value>, grid, FP8_CAST_BLOCK, 0, stream, states, tensors, nonfinite);
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -302,12 +314,10 @@ inline void fp8_delayed_update(Fp8ScaleState* states, float* histories, int tens
                                int* nonfinite, cudaStream_t stream) {
     fp8_require(length > 0 && histories, "fp8_delayed_update", "needs an amax ring (length > 0)");
     const int grid = ceil_div(tensors, FP8_CAST_BLOCK);
-    if (f == Fp8Format::e4m3)
-        LAUNCH(fp8_delayed_update_kernel<Fp8Format::e4m3>, grid, FP8_CAST_BLOCK, 0, stream, states, histories,
+    fp8_dispatch(f, false, [&](auto F, auto) {
+        LAUNCH(fp8_delayed_update_kernel<decltype(F)::value>, grid, FP8_CAST_BLOCK, 0, stream, states, histories,
                tensors, length, nonfinite);
-    else
-        LAUNCH(fp8_delayed_update_kernel<Fp8Format::e5m2>, grid, FP8_CAST_BLOCK, 0, stream, states, histories,
-               tensors, length, nonfinite);
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -317,13 +327,10 @@ inline void fp8_cast(__nv_fp8_storage_t* q, const floatX* x, size_t n, Fp8Format
     fp8_require(fp8_aligned16(q) && fp8_aligned16(x), "fp8_cast", "q and x must be 16-byte aligned");
     if (n == 0) return;
     const int grid = fp8_cast_grid(n);
-#define FP8_CAST_LAUNCH(F, A) LAUNCH((fp8_cast_kernel<floatX, F, A>), grid, FP8_CAST_BLOCK, 0, stream, q, x, n, state)
-    if (f == Fp8Format::e4m3) {
-        if (take_amax) FP8_CAST_LAUNCH(Fp8Format::e4m3, true); else FP8_CAST_LAUNCH(Fp8Format::e4m3, false);
-    } else {
-        if (take_amax) FP8_CAST_LAUNCH(Fp8Format::e5m2, true); else FP8_CAST_LAUNCH(Fp8Format::e5m2, false);
-    }
-#undef FP8_CAST_LAUNCH
+    fp8_dispatch(f, take_amax, [&](auto F, auto A) {
+        LAUNCH((fp8_cast_kernel<floatX, decltype(F)::value, decltype(A)::value>), grid, FP8_CAST_BLOCK, 0, stream, q, x,
+               n, state);
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -335,14 +342,10 @@ inline void fp8_cast_transpose(__nv_fp8_storage_t* q, __nv_fp8_storage_t* qt, co
     // 128-bit loads of x's rows, 8-byte stores of q's, 16-byte stores of qᵀ's.
     const bool vectors = fp8_aligned16(x) && fp8_aligned16(qt) && (!q || fp8_aligned16(q)) && C % 8 == 0 && R % 16 == 0;
     const dim3 grid(ceil_div(C, FP8_TILE), ceil_div(R, FP8_TILE));
-#define FP8_CAST_T_LAUNCH(F, A) \
-    LAUNCH((fp8_cast_transpose_kernel<floatX, F, A>), grid, FP8_CAST_BLOCK, 0, stream, q, qt, x, R, C, state, vectors)
-    if (f == Fp8Format::e4m3) {
-        if (take_amax) FP8_CAST_T_LAUNCH(Fp8Format::e4m3, true); else FP8_CAST_T_LAUNCH(Fp8Format::e4m3, false);
-    } else {
-        if (take_amax) FP8_CAST_T_LAUNCH(Fp8Format::e5m2, true); else FP8_CAST_T_LAUNCH(Fp8Format::e5m2, false);
-    }
-#undef FP8_CAST_T_LAUNCH
+    fp8_dispatch(f, take_amax, [&](auto F, auto A) {
+        LAUNCH((fp8_cast_transpose_kernel<floatX, decltype(F)::value, decltype(A)::value>), grid, FP8_CAST_BLOCK, 0,
+               stream, q, qt, x, R, C, state, vectors);
+    });
     CUDA_CHECK(cudaGetLastError());
 }
 
