@@ -31,6 +31,30 @@
 // The real library is more lenient than this: on an H100 with CUDA 13.0 it ran a BIAS epilogue with a
 // 2-byte aligned bias and a GELU_AUX_BIAS epilogue whose EPILOGUE_AUX_LD was 100. The trainer never
 // passes either; refusing them here keeps it from starting to.
+//
+// FP8 products (A and B of type CUDA_R_8F_E4M3 or CUDA_R_8F_E5M2), as cuBLASLt runs them on Hopper:
+//   D = scale_D · epilogue(alpha · scale_A · scale_B · op(A) op(B) + beta · scale_C · C),
+//   amax_D = max |epilogue(...)| (before scale_D), written where AMAX_D_POINTER points.
+// The scales are device pointers (A/B/C/D_SCALE_POINTER, fp32; null means 1), read when the product
+// runs (so a CUDA graph sees the values of its replay). Operands are decoded exactly by base/fp8.h;
+// the products of two FP8 values are exact in fp32 and the sum over k is gemm()'s fp32 sum, as the
+// compute type CUBLAS_COMPUTE_32F says (a GPU sums in another order: agreement to fp32 rounding, not
+// bit for bit). An FP8 D is encoded by base/fp8.h (round to nearest even, saturating). Refused:
+//   documented by NVIDIA (cublasLtMatmul's FP8 requirements, cublasLt.h's attribute comments):
+//   - A not transposed or B transposed: only the "TN" layout (NOT_SUPPORTED);
+//   - a compute type other than CUBLAS_COMPUTE_32F, a scale type other than CUDA_R_32F (NOT_SUPPORTED);
+//   - both A and B E5M2, or an FP8 operand beside a non-FP8 one (NOT_SUPPORTED);
+//   - D and C types outside the table: D bf16 (C bf16), fp32 (C fp32), E4M3 (C bf16), E5M2 (C bf16,
+//     one of A and B E5M2); the bias bf16 (NOT_SUPPORTED);
+//   - pointers or leading dimensions of A, B, C, D not multiples of 16 bytes (NOT_SUPPORTED; the
+//     heuristic judges the pointers by the preference's minimum alignments);
+//   - a scale or amax pointer on a product that is not FP8 (INVALID_VALUE, cublasLt.h);
+//   conservative, not found stated (the trainer never needs them):
+//   - gradient epilogues (DGELU, DGELU_BGRAD, BGRADA, BGRADB) with FP8 operands, and GELU_AUX* with an
+//     FP8 D (NOT_SUPPORTED);
+//   - D_SCALE_POINTER with a D that is not FP8, AMAX_D_POINTER with an fp32 D (INVALID_VALUE).
+//   not supported by the stand-in (NOT_SUPPORTED): fp16 C or D, FAST_ACCUM other than 0 is accepted
+//   and computes the same as 0 (it only trades accuracy for speed on a GPU).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -48,6 +72,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/fp8.h"
 #include "cpu/gemm.h"
 #include "emu/work_kind.h"
 
@@ -93,6 +118,10 @@ struct MatmulDesc {
     void* aux;          // GELU input: output of *_AUX epilogues, input of DGELU*
     int64_t aux_ld, aux_batch_stride;
     int32_t aux_type;  // -1: same as D
+    // FP8 products: device pointers to fp32 scales (null: 1) and to D's amax (null: not computed).
+    const void *a_scale, *b_scale, *c_scale, *d_scale;
+    void* amax_d;
+    int8_t fast_accum;
 };
 
 struct Preference {
@@ -136,19 +165,30 @@ cublasStatus_t read_attribute(const void* buf, size_t size, T* out, const char* 
 // ---------------------------------------------------------------------------------------------------
 // Element access for the two supported storage types.
 
-bool is_supported_type(int32_t type) { return type == CUDA_R_32F || type == CUDA_R_16BF; }
+bool is_fp8_type(int32_t type) { return type == CUDA_R_8F_E4M3 || type == CUDA_R_8F_E5M2; }
+bool is_supported_type(int32_t type) { return type == CUDA_R_32F || type == CUDA_R_16BF || is_fp8_type(type); }
 const char* type_name(int32_t type) {
-    return type == CUDA_R_32F ? "CUDA_R_32F" : type == CUDA_R_16BF ? "CUDA_R_16BF" : "unsupported";
+    switch (type) {
+        case CUDA_R_32F: return "CUDA_R_32F";
+        case CUDA_R_16BF: return "CUDA_R_16BF";
+        case CUDA_R_8F_E4M3: return "CUDA_R_8F_E4M3";
+        case CUDA_R_8F_E5M2: return "CUDA_R_8F_E5M2";
+        default: return "unsupported";
+    }
 }
-size_t type_size(int32_t type) { return type == CUDA_R_32F ? 4 : 2; }
+size_t type_size(int32_t type) { return type == CUDA_R_32F ? 4 : is_fp8_type(type) ? 1 : 2; }
+Fp8Format fp8_format_of(int32_t type) { return type == CUDA_R_8F_E4M3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
 
 inline float load(const void* base, int32_t type, size_t index) {
     if (type == CUDA_R_32F) return static_cast<const float*>(base)[index];
+    if (is_fp8_type(type)) return fp8_decode(static_cast<const uint8_t*>(base)[index], fp8_format_of(type));
     return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
 }
 inline void store(void* base, int32_t type, size_t index, float value) {
     if (type == CUDA_R_32F)
         static_cast<float*>(base)[index] = value;
+    else if (is_fp8_type(type))  // round to nearest even, saturating (base/fp8.h)
+        static_cast<uint8_t*>(base)[index] = fp8_encode(value, fp8_format_of(type));
     else
         static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16(value);  // round to nearest even
 }
@@ -199,6 +239,7 @@ struct Problem {
     int32_t bias_type, aux_type;
     bool uses_bias, uses_aux;
     int64_t aux_ld;
+    bool fp8;  // A and B are FP8 (see the FP8 rules at the top of this file)
 };
 
 cublasStatus_t check_layout(const Layout& l, const char* name) {
@@ -213,6 +254,81 @@ cublasStatus_t check_layout(const Layout& l, const char* name) {
     if (l.batch_count < 1 || l.batch_stride < 0)
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "matrix %s: batch count %d / stride %lld invalid", name,
                       l.batch_count, (long long)l.batch_stride);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- the FP8 rules (see the top of this file)
+
+// A product whose A and B are not FP8 has no FP8 matrix or vector anywhere.
+cublasStatus_t check_not_fp8(const Layout& a, const Layout& b, const Layout& c, const Layout& d, const Problem& p) {
+    for (const Layout* l : {&a, &b, &c, &d})
+        if (is_fp8_type(l->type))
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s matrix beside non-FP8 A and B", type_name(l->type));
+    if ((p.uses_bias && is_fp8_type(p.bias_type)) || (p.uses_aux && is_fp8_type(p.aux_type)))
+        return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 bias or aux vector in a product that is not FP8");
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The types an FP8 product may have (cublasLtMatmul's FP8 table, less fp16, which the stand-in lacks).
+cublasStatus_t check_fp8_types(const Layout& a, const Layout& b, const Layout& c, const Layout& d) {
+    const cublasStatus_t unsupported = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!is_fp8_type(a.type) || !is_fp8_type(b.type))
+        return refuse(unsupported, "FP8 product with A %s and B %s: both must be FP8", type_name(a.type),
+                      type_name(b.type));
+    if (a.type == CUDA_R_8F_E5M2 && b.type == CUDA_R_8F_E5M2)
+        return refuse(unsupported, "FP8 product with A and B both CUDA_R_8F_E5M2");
+    const bool c_ok = d.type == CUDA_R_32F ? c.type == CUDA_R_32F : c.type == CUDA_R_16BF;
+    if (!c_ok) return refuse(unsupported, "FP8 product: C %s with D %s", type_name(c.type), type_name(d.type));
+    if (d.type == CUDA_R_8F_E5M2 && a.type != CUDA_R_8F_E5M2 && b.type != CUDA_R_8F_E5M2)
+        return refuse(unsupported, "FP8 product: an E5M2 D needs an E5M2 A or B");
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t check_fp8_problem(const MatmulDesc& desc, const Layout& a, const Layout& b, const Layout& c,
+                                 const Layout& d, const Problem& p) {
+    const cublasStatus_t unsupported = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (cublasStatus_t s = check_fp8_types(a, b, c, d)) return s;
+    if (desc.compute_type != CUBLAS_COMPUTE_32F)
+        return refuse(unsupported, "FP8 product with compute type %d (only CUBLAS_COMPUTE_32F)", desc.compute_type);
+    if (!p.trans_a || p.trans_b)
+        return refuse(unsupported, "FP8 product with op(A)=%c op(B)=%c: only TN (A transposed, B not)",
+                      p.trans_a ? 'T' : 'N', p.trans_b ? 'T' : 'N');
+    const Layout* layouts[] = {&a, &b, &c, &d};
+    const char* names[] = {"A", "B", "C", "D"};
+    for (int i = 0; i < 4; i++)
+        if ((layouts[i]->ld * (int64_t)type_size(layouts[i]->type)) % 16 != 0)
+            return refuse(unsupported, "FP8 product: leading dimension of %s (%lld elements) is not a multiple of 16 bytes",
+                          names[i], (long long)layouts[i]->ld);
+    const Epilogue& e = p.epilogue;
+    if (e.apply_dgelu || e.bgrad_of_a || e.bgrad_of_b || e.bgrad_of_d)
+        return refuse(unsupported, "FP8 product with gradient epilogue %u", desc.epilogue);
+    if (e.store_aux && is_fp8_type(d.type))
+        return refuse(unsupported, "FP8 product: GELU_AUX epilogue with an FP8 D");
+    if (p.uses_bias && p.bias_type != CUDA_R_16BF)
+        return refuse(unsupported, "FP8 product: bias type %s (only CUDA_R_16BF)", type_name(p.bias_type));
+    if (p.uses_aux && p.aux_type != d.type)
+        return refuse(unsupported, "FP8 product: aux type %s differs from D's", type_name(p.aux_type));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// What cublasLtMatmul alone can check of an FP8 product: the matrices' pointers (16-byte aligned) and
+// which scale and amax pointers are set. Any product: scale or amax pointers need FP8 A and B.
+cublasStatus_t check_fp8_pointers(const MatmulDesc& desc, const Layout& d, const Problem& p, const void* A,
+                                  const void* B, const void* C, const void* D) {
+    const bool any_scale = desc.a_scale || desc.b_scale || desc.c_scale || desc.d_scale || desc.amax_d;
+    if (!p.fp8)
+        return any_scale ? refuse(CUBLAS_STATUS_INVALID_VALUE, "scale or amax pointer set on a product that is not FP8")
+                         : CUBLAS_STATUS_SUCCESS;
+    if (desc.d_scale && !is_fp8_type(d.type))
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "D_SCALE_POINTER set with D %s (only an FP8 D)", type_name(d.type));
+    if (desc.amax_d && d.type == CUDA_R_32F)
+        return refuse(CUBLAS_STATUS_INVALID_VALUE, "AMAX_D_POINTER set with an fp32 D");
+    const void* pointers[] = {A, B, C, D};
+    const char* names[] = {"A", "B", "C", "D"};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)pointers[i] % 16 != 0)
+            return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 product: %s pointer %p is not 16-byte aligned", names[i],
+                          pointers[i]);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -259,7 +375,9 @@ cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const L
     const Epilogue& e = p->epilogue;
     p->uses_bias = e.add_bias || e.bgrad_of_d || e.bgrad_of_a || e.bgrad_of_b;
     p->uses_aux = e.store_aux || e.apply_dgelu;
-    p->bias_type = desc.bias_type == -1 ? d.type : desc.bias_type;
+    p->fp8 = is_fp8_type(a.type) || is_fp8_type(b.type);
+    // FP8 products' bias is bf16 whatever D is (the exception cublasLt.h names for fp32 and FP8 D).
+    p->bias_type = desc.bias_type != -1 ? desc.bias_type : p->fp8 ? CUDA_R_16BF : d.type;
     p->aux_type = desc.aux_type == -1 ? d.type : desc.aux_type;
     p->aux_ld = desc.aux_ld;
     // What the real library refuses, so that a trainer relying on it fails here too (see the rules at
@@ -267,7 +385,7 @@ cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const L
     if (p->uses_bias) {
         if (!desc.bias) return refuse(bad, "epilogue %u needs CUBLASLT_MATMUL_DESC_BIAS_POINTER", desc.epilogue);
         if (!is_supported_type(p->bias_type)) return refuse(unsupported, "bias data type %d", p->bias_type);
-        if (p->bias_type != d.type)
+        if (!p->fp8 && p->bias_type != d.type)
             return refuse(unsupported, "bias data type %s differs from D's %s", type_name(p->bias_type),
                           type_name(d.type));
         if ((uintptr_t)desc.bias % 16 != 0)
@@ -286,7 +404,7 @@ cublasStatus_t describe_problem(const MatmulDesc& desc, const Layout& a, const L
         if ((uintptr_t)desc.aux % 16 != 0)
             return refuse(unsupported, "EPILOGUE_AUX_POINTER %p is not 16-byte aligned", desc.aux);
     }
-    return CUBLAS_STATUS_SUCCESS;
+    return p->fp8 ? check_fp8_problem(desc, a, b, c, d, *p) : check_not_fp8(a, b, c, d, *p);
 }
 
 // GELU epilogues (forward and gradient) with beta != 0: refused by cublasLtMatmul, which alone sees beta.
@@ -371,10 +489,24 @@ CandidateSpeeds& candidate_speeds() {
     return speeds;
 }
 
+// An FP8 product's scales, read from device memory when the product runs (1 where a pointer is null),
+// and where D's amax goes.
+struct Scales {
+    float a = 1, b = 1, c = 1, d = 1;
+    float* amax_d = nullptr;
+    static Scales of(const MatmulDesc& desc) {
+        auto value = [](const void* p) { return p ? *static_cast<const float*>(p) : 1.0f; };
+        return {value(desc.a_scale), value(desc.b_scale), value(desc.c_scale), value(desc.d_scale),
+                static_cast<float*>(desc.amax_d)};
+    }
+};
+
 void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layout& lc, const Layout& ld,
-                const BatchPointers& ptr, float alpha, float beta, bool split_k) {
+                const BatchPointers& ptr, const Scales& scales, float alpha, float beta, bool split_k) {
     const int64_t m = p.m, n = p.n, k = p.k;
     const Epilogue& e = p.epilogue;
+    alpha *= scales.a * scales.b;  // all 1 unless FP8
+    beta *= scales.c;
     std::vector<float> a = widen(ptr.a, la.type, (int64_t)la.rows, (int64_t)la.cols, la.ld);
     std::vector<float> b = widen(ptr.b, lb.type, (int64_t)lb.rows, (int64_t)lb.cols, lb.ld);
 
@@ -404,7 +536,9 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
         product(0, k, z.data());
     }
 
-    // Element-wise epilogue; z keeps each final fp32 value for the bias-gradient sum.
+    // Element-wise epilogue; z keeps each final fp32 value for the bias-gradient sum. amax: D's largest
+    // magnitude before scale_D, NaN winning (base/fp8.h's order).
+    float amax = 0.0f;
     for (int64_t j = 0; j < n; j++) {
         for (int64_t i = 0; i < m; i++) {
             float v = z[(size_t)j * m + i];
@@ -414,10 +548,12 @@ void matmul_one(const Problem& p, const Layout& la, const Layout& lb, const Layo
             if (e.store_aux) store(ptr.aux, p.aux_type, aux_index, v);
             if (e.apply_gelu) v = gelu(v);
             if (e.apply_dgelu) v *= gelu_derivative(load(ptr.aux, p.aux_type, aux_index));
-            store(ptr.d, ld.type, (size_t)j * ld.ld + i, v);
+            amax = fp8_amax_merge(amax, v);
+            store(ptr.d, ld.type, (size_t)j * ld.ld + i, is_fp8_type(ld.type) ? v * scales.d : v);
             z[(size_t)j * m + i] = v;
         }
     }
+    if (scales.amax_d) *scales.amax_d = fp8_amax_merge(*scales.amax_d, amax);  // batches: over all of them
 
     // Bias gradients, summed in double and rounded once into the bias type. A dense matrix stored
     // rows x cols: sums along its rows when op() leaves it as is, along its columns when op() transposes.
@@ -551,6 +687,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
             return read_attribute(buf, size, &d->aux_batch_stride, "EPILOGUE_AUX_BATCH_STRIDE");
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
             return read_attribute(buf, size, &d->aux_type, "EPILOGUE_AUX_DATA_TYPE");
+        case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return read_attribute(buf, size, &d->a_scale, "A_SCALE_POINTER");
+        case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return read_attribute(buf, size, &d->b_scale, "B_SCALE_POINTER");
+        case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: return read_attribute(buf, size, &d->c_scale, "C_SCALE_POINTER");
+        case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: return read_attribute(buf, size, &d->d_scale, "D_SCALE_POINTER");
+        case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: return read_attribute(buf, size, &d->amax_d, "AMAX_D_POINTER");
+        case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return read_attribute(buf, size, &d->fast_accum, "FAST_ACCUM");
         default: return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "matmul descriptor attribute %d not supported", (int)attr);
     }
 }
@@ -604,6 +746,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
     if (describe_problem(*desc_of(op), *layout_of(a), *layout_of(b), *layout_of(c), *layout_of(d), &problem) !=
         CUBLAS_STATUS_SUCCESS)
         return CUBLAS_STATUS_NOT_SUPPORTED;  // what cuBLASLt answers when no algorithm fits
+    const Preference& preference = *pref_of(pref);
+    if (problem.fp8)
+        for (int i = 0; i < 4; i++)
+            if (preference.min_alignment[i] % 16 != 0)
+                return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "FP8 product: matrix %c's minimum alignment %u is not 16 bytes",
+                              "ABCD"[i], preference.min_alignment[i]);
     // Up to three candidates, as cuBLASLt offers several (a caller may time them); the third sums over
     // k in two halves (kSplitKAlgorithm), so its roundings differ from the first two's.
     *returned = std::min(requested, kCandidates);
@@ -639,13 +787,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
                       desc.epilogue, beta_value);
     if (p.m != 0 && p.n != 0 && (!D || (p.k > 0 && (!A || !B)) || (beta_value != 0.0f && !C)))
         return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtMatmul: null matrix pointer");
+    if (cublasStatus_t s = check_fp8_pointers(desc, ld, p, A, B, C, D)) return s;
 
     // The product, with copies of the descriptors (the caller may destroy them once this returns).
     const uint64_t candidate = algo != nullptr ? algo->data[0] : 0;
-    const bool split_k = candidate == kSplitKAlgorithm;
+    const bool split_k = candidate == kSplitKAlgorithm && !p.fp8;  // FP8 D: no partial sums in D's type
     auto run = [p, desc, la, lb, lc, ld, A, B, C, D, alpha_value, beta_value, split_k, candidate] {
         if (emu::count_library_launch) emu::count_library_launch();
         candidate_speeds().run(candidate);
+        if (desc.amax_d) *static_cast<float*>(desc.amax_d) = 0.0f;  // the max over every batch, below
         if (p.m == 0 || p.n == 0) return;
         auto offset = [](const void* base, int32_t type, int64_t elements) {
             return base ? static_cast<const char*>(base) + elements * (int64_t)type_size(type) : nullptr;
@@ -658,7 +808,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t op, 
             ptr.d = const_cast<char*>(offset(D, ld.type, batch * ld.batch_stride));
             ptr.bias = const_cast<char*>(offset(desc.bias, p.bias_type, batch * desc.bias_batch_stride));
             ptr.aux = const_cast<char*>(offset(desc.aux, p.aux_type, batch * desc.aux_batch_stride));
-            matmul_one(p, la, lb, lc, ld, ptr, alpha_value, beta_value, split_k);
+            matmul_one(p, la, lb, lc, ld, ptr, Scales::of(desc), alpha_value, beta_value, split_k);
         }
     };
     if (!(emu::record_work && emu::record_work(stream, "cublasLtMatmul", run))) run();

@@ -26,15 +26,18 @@ ifneq ($(HAVE_CUBLASLT_H),)
   # The product runs on the CPU reference's gemm() (cpu/gemm.cpp picks OpenBLAS's kernels for this CPU).
   EMU_CUBLASLT_OBJS := $(BUILD)/emu/cublaslt_host.o $(BUILD)/cpu/gemm.o
   EMU_CUBLASLT_LIBS := $(CPU_LIBS)
-  $(BUILD)/emu/cublaslt_host.o $(BUILD)/test/emu/test_cublaslt.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
+  $(BUILD)/emu/cublaslt_host.o $(BUILD)/test/emu/test_cublaslt.o $(BUILD)/test/emu/test_cublaslt_fp8.o: \
+    CXXFLAGS += $(STAND_INS_CXXFLAGS)
 
-  TESTS += $(BUILD)/test/test_cublaslt
+  # test_cublaslt_fp8: the stand-in's FP8 products and refusals.
+  TESTS += $(BUILD)/test/test_cublaslt $(BUILD)/test/test_cublaslt_fp8
   BENCHES += $(BIN)/dev/bin/bench_cublaslt
   $(BUILD)/dev/bench_cublaslt.o: CXXFLAGS += $(STAND_INS_CXXFLAGS)
   $(BIN)/dev/bin/bench_cublaslt: $(BUILD)/dev/bench_cublaslt.o $(EMU_CUBLASLT_OBJS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_CUBLASLT_LIBS)
-  $(BUILD)/test/test_cublaslt: $(BUILD)/test/emu/test_cublaslt.o $(EMU_CUBLASLT_OBJS) $(TEST_MAIN)
+  $(BUILD)/test/test_cublaslt $(BUILD)/test/test_cublaslt_fp8: $(BUILD)/test/%: $(BUILD)/test/emu/%.o \
+    $(EMU_CUBLASLT_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(EMU_CUBLASLT_LIBS)
 else
