@@ -10,15 +10,15 @@
 #
 # Usage: bash dev/muon.sh [OUT_DIR]      (default out/muon)
 # Environment: STEPS (default 300), MODEL (default a 6-layer, 128-channel GPT-2 on 64-token
-# sequences), ADAMW_LRS and MUON_LRS (the grids, defaults "1e-3 2e-3 4e-3" and "0.01 0.02 0.04").
+# sequences), ADAMW_LRS and MUON_LRS (the grids, defaults "2.5e-4 5e-4 1e-3" and "0.005 0.01 0.02").
 # Needs ./train_gpt_cpu (make train_gpt_cpu), the built-in data (data/janeausten) and gnuplot.
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 out=${1:-out/muon}
 steps=${STEPS:-300}
 model=${MODEL:-custom:L6:C128:H4:T64}
-adamw_lrs=${ADAMW_LRS:-1e-3 2e-3 4e-3}
-muon_lrs=${MUON_LRS:-0.01 0.02 0.04}
+adamw_lrs=${ADAMW_LRS:-2.5e-4 5e-4 1e-3}
+muon_lrs=${MUON_LRS:-0.005 0.01 0.02}
 B=8 T=64
 val_every=10
 [ -x ./train_gpt_cpu ] || { echo "error: ./train_gpt_cpu is missing (make train_gpt_cpu)" >&2; exit 1; }
