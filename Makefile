@@ -68,7 +68,8 @@ include $(wildcard base/build.mk parallel/build.mk train/build.mk data/build.mk 
                    emu/build.mk emu/stand_ins.mk kernels/build.mk test/build.mk)
 
 # The CPU reference trainer: shared host code + the fp32 CPU models (GPT-2 and Llama 3).
-CPU_TRAINER_OBJS := $(BUILD)/cpu/cpu_train_model.o $(BUILD)/cpu/llama_train_model.o $(CPU_OBJS) $(LLAMA_CPU_OBJS)
+CPU_TRAINER_OBJS := $(BUILD)/cpu/cpu_train_model.o $(BUILD)/cpu/llama_train_model.o $(BUILD)/cpu/fp32_train_model.o \
+                    $(CPU_OBJS) $(LLAMA_CPU_OBJS)
 PROGRAMS += $(BIN)/train_gpt_cpu
 $(BIN)/train_gpt_cpu: $(BUILD)/train_gpt_cpu.o $(CPU_TRAINER_OBJS) $(HOST_OBJS)
 	@mkdir -p $(dir $@)

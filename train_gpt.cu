@@ -45,6 +45,14 @@ static GPUModel* make_gpu_model(const ModelConfig& config, const TrainOptions& o
     return new GPUModel(config, opt, world);
 }
 
+// Whether the command line asks for Muon, which only the CPU trainer runs so far: refused before the
+// device, the communicators or the model are set up. A malformed command line is the loop's to report.
+static bool asks_for_muon(int argc, char** argv) {
+    try {
+        return train_flag_value(argc, argv, "--optimizer") == "muon";
+    } catch (const InputError&) { return false; }
+}
+
 // Ranks from the MPI launcher (one without), one GPU per rank on each node, an NCCL communicator when
 // there are several; then the shared training loop. Without a CUDA device a single rank trains on the
 // CPU instead.
@@ -56,6 +64,8 @@ int main(int argc, char** argv) {
         if (launched_by_mpi()) ranks = make_mpi_rank_group();
         spec.ranks = ranks.get();
         world.ranks = ranks.get();
+        if (asks_for_muon(argc, argv))
+            fail("--optimizer muon: the CUDA trainer does not run Muon yet; use train_gpt_cpu");
         int devices = 0;
         const cudaError_t err = cudaGetDeviceCount(&devices);
         if (err != cudaSuccess || devices == 0) {

@@ -36,11 +36,15 @@ struct TrainOptions {
     double skip_loss_z = 0.0;                      // -sl (0 = off)
     double skip_norm_z = 0.0;                      // -sg (0 = off)
     // the optimizer (train/optimizer_choice.h turns these into OptimizerSettings)
-    std::string optimizer = "adamw";         // --optimizer: adamw, lamb, lars
+    std::string optimizer = "adamw";         // --optimizer: adamw, lamb, lars, muon
     double beta1 = -1, beta2 = -1, eps = -1;  // --beta1 --beta2 --eps (-1 = the optimizer's default)
     double momentum = 0.9;                   // --momentum (LARS)
     double trust_coefficient = 0.001;        // --trust-coefficient (LARS's η)
     std::string layer_adaptation = "all";    // --layer-adaptation: all, matrices (LAMB, LARS)
+    double muon_lr = -1;                     // --muon-lr: Muon's peak rate (-1 = 0.02)
+    double muon_momentum = -1;               // --muon-momentum (-1 = 0.95)
+    int muon_nesterov = -1;                  // --muon-nesterov: 1 Nesterov's lookahead, 0 not (-1 = 1)
+    int ns_steps = -1;                       // --ns-steps: Newton–Schulz iterations (-1 = 5)
     std::string lr_scaling = "none";         // --lr-scaling: none, linear, sqrt (train/lr_schedule.h)
     long long base_batch = 0;                // --base-batch: tokens per step -l is tuned for (0 = none)
     // evaluation and sampling

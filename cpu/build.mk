@@ -43,13 +43,14 @@ $(BUILD)/cpu/blas_choice.$(CPU_BLAS):
 
 CPU_TESTS := $(BUILD)/test/cpu/test_cpu_ops $(BUILD)/test/cpu/test_cpu_model \
              $(BUILD)/test/cpu/test_gpt_decode $(BUILD)/test/cpu/test_lamb_lars \
+             $(BUILD)/test/cpu/test_muon \
              $(BUILD)/test/cpu/test_llama_ops $(BUILD)/test/cpu/test_llama_model \
              $(BUILD)/test/cpu/test_llama_decode
 TESTS += $(CPU_TESTS)
 $(CPU_TESTS): $(BUILD)/test/cpu/%: $(BUILD)/test/cpu/%.o $(CPU_OBJS) $(TEST_MAIN)
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $^ -o $@ $(CPU_LIBS)
-$(BUILD)/test/cpu/test_llama_model $(BUILD)/test/cpu/test_llama_decode: $(LLAMA_CPU_OBJS)
+$(BUILD)/test/cpu/test_llama_model $(BUILD)/test/cpu/test_llama_decode $(BUILD)/test/cpu/test_muon: $(LLAMA_CPU_OBJS)
 
 BENCHES += $(BIN)/dev/bin/bench_cpu_step
 $(BIN)/dev/bin/bench_cpu_step: $(BUILD)/dev/bench_cpu_step.o $(CPU_OBJS)

@@ -41,9 +41,10 @@ ModelMemory model_memory(const GPTCpuMemory& cpu) {
 
 class CpuTrainModel : public Fp32TrainModel {
 public:
-    CpuTrainModel(const GPTConfig& config, int B, int T, bool one_moment)
-        : Fp32TrainModel(one_moment), model_(gpt_cpu_create(config, B, T)), model_config_(gpt2_model(config)) {
-        drop_second_moment();
+    CpuTrainModel(const GPTConfig& config, int B, int T, std::vector<LayoutRange> v_ranges)
+        : Fp32TrainModel(std::move(v_ranges)), model_(gpt_cpu_create(config, B, T)),
+          model_config_(gpt2_model(config)) {
+        pack_second_moment();
     }
     ~CpuTrainModel() override {
         gpt_cpu_free(model_);
@@ -121,13 +122,14 @@ private:
 std::unique_ptr<TrainModel> create_cpu_train_model(const ModelConfig& config, const TrainOptions& opt) {
     if (is_llama3(config)) return create_llama_cpu_train_model(config.llama, opt);
     try {
-        return std::make_unique<CpuTrainModel>(config.gpt, opt.batch_size, opt.seq_len, keeps_one_moment(opt));
+        return std::make_unique<CpuTrainModel>(config.gpt, opt.batch_size, opt.seq_len,
+                                               second_moment_ranges(config, opt));
     } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
 }
 
 ModelMemory cpu_train_model_memory(const ModelConfig& config, const TrainOptions& opt) {
     if (is_llama3(config)) return llama_cpu_train_model_memory(config.llama, opt);
     GPTCpuMemory needed = gpt_cpu_memory_needed(config.gpt, opt.batch_size, opt.seq_len);
-    if (keeps_one_moment(opt)) needed.optimizer_state /= 2;
+    needed.optimizer_state = optimizer_state_bytes(config, opt);
     return model_memory(needed);
 }

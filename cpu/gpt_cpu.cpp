@@ -37,6 +37,7 @@ void gpt_cpu_update(GPTCpu* model, const OptimizerSettings& s, int step) {
             return;
         case OptimizerKind::LAMB: model->model.lamb_step(s, step); return;
         case OptimizerKind::LARS: model->model.lars_step(s); return;
+        case OptimizerKind::MUON: model->model.muon_step(s, step); return;
     }
 }
 

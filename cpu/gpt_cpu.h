@@ -1,4 +1,4 @@
-// The fp32 CPU reference GPT-2: forward pass, backward pass and the optimizers (AdamW, LAMB, LARS)
+// The fp32 CPU reference GPT-2: forward pass, backward pass and the optimizers (AdamW, LAMB, LARS, Muon)
 // over contiguous buffers.
 // This is the compute half of train_gpt_cpu; everything else (flags, data, schedule, checkpoints,
 // logging) is the shared host code in train/ and base/. It is also the ground truth the CUDA kernels are tested
@@ -22,8 +22,8 @@ void gpt_cpu_free(GPTCpu* model);
 const GPTConfig& gpt_cpu_config(const GPTCpu* model);
 std::vector<float>& gpt_cpu_params(GPTCpu* model);  // param_layout(config).total floats
 std::vector<float>& gpt_cpu_grads(GPTCpu* model);
-std::vector<float>& gpt_cpu_adam_m(GPTCpu* model);  // LARS: its momentum buffer
-std::vector<float>& gpt_cpu_adam_v(GPTCpu* model);  // LARS: unused
+std::vector<float>& gpt_cpu_adam_m(GPTCpu* model);  // LARS: its momentum buffer (Muon: cpu/muon_step.h)
+std::vector<float>& gpt_cpu_adam_v(GPTCpu* model);  // LARS: unused; Muon: AdamW's tensors' only, packed
 
 // Forward over inputs (B×T token ids, B ≤ allocated B, T ≤ allocated T). With targets (B×T, may
 // not be null for training) returns the mean cross-entropy over the B·T positions; with targets ==

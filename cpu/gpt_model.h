@@ -28,6 +28,7 @@
 #include "cpu/lars.h"
 #include "cpu/layernorm.h"
 #include "cpu/matmul.h"
+#include "cpu/muon_step.h"
 #include "cpu/parallel.h"
 #include "cpu/residual.h"
 
@@ -36,7 +37,8 @@ struct GPTModel {
     GPTConfig config;
     ParamLayout layout;
     int max_B, max_T;
-    std::vector<Real> params, grads, adam_m, adam_v;  // layout.total each
+    std::vector<Real> params, grads, adam_m, adam_v;  // layout.total each (see muon_step for v)
+    std::vector<MuonScratch<Real>> muon_scratch;  // one per OpenMP thread (cpu/muon_step.h)
     // Where the phase timers are told that the work changes phase (base/step_timeline.h): the phase,
     // and the layer whose forward or backward pass begins (-1: none). Unset: not timed.
     std::function<void(StepPhase, int layer, bool backward)> on_phase;
@@ -260,6 +262,13 @@ struct GPTModel {
                         matrix ? Real(s.weight_decay) : Real(0), Real(s.grad_scale),
                         matrix || s.layer_adaptation == LayerAdaptation::ALL);
         }
+    }
+
+    // Muon on the blocks' matrices, AdamW on the rest (cpu/muon_step.h): adam_m holds Muon's momentum
+    // at its matrices' elements, and the trainer shrinks adam_v to AdamW's tensors' elements, packed.
+    void muon_step(const OptimizerSettings& s, int step) {
+        muon_and_adamw_step(muon_layout(config), params.data(), adam_m.data(), adam_v.data(), grads.data(), s, step,
+                            muon_scratch);
     }
 
     size_t activation_bytes() const {

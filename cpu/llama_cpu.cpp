@@ -37,12 +37,14 @@ void llama_cpu_update(LlamaCpu* model, const OptimizerSettings& s, int step) {
             return;
         case OptimizerKind::LAMB: model->model.lamb_step(s, step); return;
         case OptimizerKind::LARS: model->model.lars_step(s); return;
+        case OptimizerKind::MUON: model->model.muon_step(s, step); return;
     }
 }
 
 LlamaCpuMemory llama_cpu_memory(const LlamaCpu* model) {
-    const size_t state = model->model.params.size() * sizeof(float);
-    return {state, state, 2 * state, model->model.activation_bytes()};
+    const LlamaModel<float>& m = model->model;
+    const size_t state = m.params.size() * sizeof(float);
+    return {state, state, (m.adam_m.size() + m.adam_v.size()) * sizeof(float), m.activation_bytes()};
 }
 
 LlamaCpuMemory llama_cpu_memory_needed(const LlamaConfig& c, int B, int T) {

@@ -31,10 +31,10 @@ void llama_cpu_zero_grad(LlamaCpu* model);
 void llama_cpu_backward(LlamaCpu* model, float loss_scale);
 
 double llama_cpu_grad_norm(const LlamaCpu* model);  // global L2 norm of all gradients
-std::vector<float>& llama_cpu_adam_m(LlamaCpu* model);  // the optimizer's moments (LARS: m only)
+std::vector<float>& llama_cpu_adam_m(LlamaCpu* model);  // the optimizer's moments (LARS: m only; Muon: cpu/muon_step.h)
 std::vector<float>& llama_cpu_adam_v(LlamaCpu* model);
-// One step of settings.kind's optimizer (AdamW, LAMB or LARS; step counts from 1), weight decay on
-// the matrices only, LAMB's and LARS's trust ratios per tensor.
+// One step of settings.kind's optimizer (AdamW, LAMB, LARS or Muon; step counts from 1), weight decay
+// on the matrices only, LAMB's and LARS's trust ratios per tensor, Muon on the layers' matrices.
 void llama_cpu_update(LlamaCpu* model, const OptimizerSettings& settings, int step);
 
 // Bytes the model holds: parameters, gradients, optimizer moments (m and v), and everything sized by

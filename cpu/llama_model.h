@@ -26,6 +26,7 @@
 #include "cpu/lamb.h"
 #include "cpu/lars.h"
 #include "cpu/matmul.h"
+#include "cpu/muon_step.h"
 #include "cpu/parallel.h"
 #include "cpu/residual.h"
 #include "cpu/rmsnorm.h"
@@ -39,7 +40,8 @@ struct LlamaModel {
     int max_B, max_T;
     int C, H, KV, hs, F, V, L;  // the config's sizes, for brevity
     int Cq, Ckv;                // H·hs and KV·hs: the query and the key/value widths
-    std::vector<Real> params, grads, adam_m, adam_v;  // llama_param_count(config) each
+    std::vector<Real> params, grads, adam_m, adam_v;  // llama_param_count(config) each (see muon_step for v)
+    std::vector<MuonScratch<Real>> muon_scratch;  // one per OpenMP thread (cpu/muon_step.h)
     std::vector<Real> rope_cos, rope_sin;             // (max_T, hs/2)
 
     // What forward saves for backward, for max_B · max_T positions (N below); per-layer tensors
@@ -255,6 +257,13 @@ struct LlamaModel {
                         Real(s.learning_rate), Real(s.momentum), Real(s.trust_coefficient),
                         t.is_matrix() ? Real(s.weight_decay) : Real(0), Real(s.grad_scale),
                         t.is_matrix() || s.layer_adaptation == LayerAdaptation::ALL);
+    }
+
+    // Muon on the blocks' matrices, AdamW on the rest (cpu/muon_step.h): adam_m holds Muon's momentum
+    // at its matrices' elements, and the trainer shrinks adam_v to AdamW's tensors' elements, packed.
+    void muon_step(const OptimizerSettings& s, int step) {
+        muon_and_adamw_step(muon_layout(config), params.data(), adam_m.data(), adam_v.data(), grads.data(), s, step,
+                            muon_scratch);
     }
 
     // Bytes of everything sized by the batch (what allocate_activations holds).

@@ -12,20 +12,21 @@
 
 namespace {
 
-ModelMemory model_memory(const LlamaCpuMemory& cpu, bool one_moment) {
+ModelMemory model_memory(const LlamaCpuMemory& cpu, size_t optimizer_state) {
     ModelMemory mem;
     mem.parameters = cpu.parameters;
     mem.gradients = cpu.gradients;
-    mem.optimizer_state = one_moment ? cpu.optimizer_state / 2 : cpu.optimizer_state;
+    mem.optimizer_state = optimizer_state;
     mem.activations = cpu.activations;
     return mem;
 }
 
 class LlamaCpuTrainModel : public Fp32TrainModel {
 public:
-    LlamaCpuTrainModel(const LlamaConfig& config, int B, int T, bool one_moment)
-        : Fp32TrainModel(one_moment), model_(llama_cpu_create(config, B, T)), config_(llama3_model(config)) {
-        drop_second_moment();
+    LlamaCpuTrainModel(const LlamaConfig& config, int B, int T, std::vector<LayoutRange> v_ranges)
+        : Fp32TrainModel(std::move(v_ranges)), model_(llama_cpu_create(config, B, T)),
+          config_(llama3_model(config)) {
+        pack_second_moment();
     }
     ~LlamaCpuTrainModel() override {
         llama_cpu_free(model_);
@@ -57,7 +58,10 @@ public:
         llama_cpu_update(model_, settings, step);
     }
 
-    ModelMemory memory() const override { return model_memory(llama_cpu_memory(model_), one_moment_); }
+    ModelMemory memory() const override {
+        const LlamaCpuMemory held = llama_cpu_memory(model_);
+        return model_memory(held, held.optimizer_state);
+    }
 
     // Samples run through the key/value-cache decoder (cpu/llama_decode.h) on the current weights.
     bool supports_decode() const override { return true; }
@@ -95,10 +99,12 @@ private:
 
 std::unique_ptr<TrainModel> create_llama_cpu_train_model(const LlamaConfig& config, const TrainOptions& opt) {
     try {
-        return std::make_unique<LlamaCpuTrainModel>(config, opt.batch_size, opt.seq_len, keeps_one_moment(opt));
+        return std::make_unique<LlamaCpuTrainModel>(config, opt.batch_size, opt.seq_len,
+                                                    second_moment_ranges(llama3_model(config), opt));
     } catch (const std::invalid_argument& e) { fail("%s", e.what()); }
 }
 
 ModelMemory llama_cpu_train_model_memory(const LlamaConfig& config, const TrainOptions& opt) {
-    return model_memory(llama_cpu_memory_needed(config, opt.batch_size, opt.seq_len), keeps_one_moment(opt));
+    return model_memory(llama_cpu_memory_needed(config, opt.batch_size, opt.seq_len),
+                        optimizer_state_bytes(llama3_model(config), opt));
 }

@@ -44,6 +44,13 @@ $(BUILD)/test/train/test_train_optimizers: $(BUILD)/test/train/test_train_optimi
                                           | $(BIN)/train_gpt_cpu
 	@mkdir -p $(dir $@)
 	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
+# Muon through train_gpt_cpu: the first step against a reference in the test, the loss, a resume, bad
+# values, the dry run's state; and the CUDA trainer's refusal (train_gpt_emu, where built).
+TESTS += $(BUILD)/test/train/test_train_muon
+$(BUILD)/test/train/test_train_muon: $(BUILD)/test/train/test_train_muon.o $(HOST_OBJS) $(TEST_MAIN) \
+                                    | $(BIN)/train_gpt_cpu
+	@mkdir -p $(dir $@)
+	$(CXX) $(LDFLAGS) $(filter %.o,$^) -o $@ $(HOST_LIBS)
 TESTS += test/train/test_plot_metrics.sh
 # The phase timers and the timeline through the trainers: the same bits, the trace's shape, bad values.
 TESTS += test/train/test_timers.sh

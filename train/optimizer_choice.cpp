@@ -6,7 +6,7 @@
 static OptimizerKind kind_of(const TrainOptions& o) {
     OptimizerKind kind;
     if (!parse_optimizer_kind(o.optimizer.c_str(), &kind))
-        fail("--optimizer: unknown optimizer '%s' (adamw, lamb, lars)", o.optimizer.c_str());
+        fail("--optimizer: unknown optimizer '%s' (adamw, lamb, lars, muon)", o.optimizer.c_str());
     return kind;
 }
 
@@ -20,8 +20,35 @@ static void resolve(double* value, double default_value, const char* flag, doubl
         fail("%s: %g is outside %s%g, %g)", flag, *value, exclusive_low ? "(" : "[", low, high);
 }
 
+// Muon's flags: refused with another optimizer (they would change nothing), else checked and defaulted.
+static void check_muon_options(TrainOptions* o, OptimizerKind kind) {
+    if (kind != OptimizerKind::MUON) {
+        const struct {
+            const char* flag;
+            bool given;
+        } flags[] = {{"--muon-lr", o->muon_lr != -1},
+                     {"--muon-momentum", o->muon_momentum != -1},
+                     {"--muon-nesterov", o->muon_nesterov != -1},
+                     {"--ns-steps", o->ns_steps != -1}};
+        for (const auto& f : flags)
+            if (f.given)
+                fail("%s: a Muon flag, given with --optimizer %s (add --optimizer muon, or leave it out)", f.flag,
+                     optimizer_name(kind));
+        return;
+    }
+    if (o->muon_lr == -1) o->muon_lr = 0.02;
+    if (!(o->muon_lr > 0)) fail("--muon-lr: %g must be positive", o->muon_lr);
+    resolve(&o->muon_momentum, 0.95, "--muon-momentum", 0, 1, false);
+    if (o->muon_nesterov == -1) o->muon_nesterov = 1;
+    if (o->muon_nesterov != 0 && o->muon_nesterov != 1)
+        fail("--muon-nesterov: %d is neither 1 (Nesterov's lookahead) nor 0", o->muon_nesterov);
+    if (o->ns_steps == -1) o->ns_steps = 5;
+    if (o->ns_steps < 1 || o->ns_steps > 20) fail("--ns-steps: %d is outside 1..20", o->ns_steps);
+}
+
 void check_optimizer_options(TrainOptions* o) {
     const OptimizerKind kind = kind_of(*o);
+    check_muon_options(o, kind);
     const bool lamb = kind == OptimizerKind::LAMB;
     resolve(&o->beta1, 0.9, "--beta1", 0, 1, false);
     resolve(&o->beta2, lamb ? 0.999 : 0.95, "--beta2", 0, 1, false);
@@ -39,6 +66,10 @@ OptimizerSettings optimizer_settings(const TrainOptions& o) {
     s.momentum = (float)o.momentum, s.trust_coefficient = (float)o.trust_coefficient;
     s.layer_adaptation = o.layer_adaptation == "matrices" ? LayerAdaptation::MATRICES : LayerAdaptation::ALL;
     s.weight_decay = (float)o.weight_decay;
+    if (s.kind == OptimizerKind::MUON) {
+        s.muon_learning_rate = (float)o.muon_lr, s.muon_momentum = (float)o.muon_momentum;
+        s.muon_nesterov = o.muon_nesterov == 1, s.ns_steps = o.ns_steps;
+    }
     return s;
 }
 
@@ -54,6 +85,11 @@ std::string describe_optimizer(const OptimizerSettings& s) {
         case OptimizerKind::LARS:
             return strprintf("lars (momentum %g, trust coefficient %g, %s, trust ratios: %s)", s.momentum,
                              s.trust_coefficient, decay.c_str(), ratios);
+        case OptimizerKind::MUON:
+            return strprintf("muon on the blocks' matrices (peak lr %g, momentum %g, %s, %d Newton-Schulz steps, "
+                             "weight decay %g); adamw on the rest (-l, beta1 %g, beta2 %g, eps %g, %s)",
+                             s.muon_learning_rate, s.muon_momentum, s.muon_nesterov ? "nesterov" : "no nesterov",
+                             s.ns_steps, s.weight_decay, s.beta1, s.beta2, s.eps, decay.c_str());
     }
     return "?";
 }

@@ -4,14 +4,18 @@
 //   adamw  β1 0.9, β2 0.95,  eps 1e-8
 //   lamb   β1 0.9, β2 0.999, eps 1e-6
 //   lars   --momentum 0.9, --trust-coefficient 0.001 (no betas, no eps)
+//   muon   --muon-lr 0.02, --muon-momentum 0.95, --muon-nesterov 1, --ns-steps 5 on the blocks'
+//          matrices; AdamW's defaults on the other tensors. Muon's flags with another optimizer are
+//          refused.
 #pragma once
 #include <string>
 
 #include "base/optimizer_settings.h"
 #include "base/train_options.h"
 
-// Checks --optimizer, --beta1, --beta2, --eps, --momentum, --trust-coefficient and
-// --layer-adaptation, and replaces each -1 by the optimizer's default. Throws InputError naming the
+// Checks --optimizer, --beta1, --beta2, --eps, --momentum, --trust-coefficient, --layer-adaptation
+// and Muon's --muon-lr, --muon-momentum, --muon-nesterov, --ns-steps, and replaces each -1 by the
+// optimizer's default. Throws InputError naming the
 // flag; called by validate_train_options (train/train_flags.h).
 void check_optimizer_options(TrainOptions* options);
 

@@ -258,7 +258,8 @@ bool setting_bends_the_run(const std::string& name) {
         "--final-lr-fraction", "--weight-decay", "--skip-loss-z", "--skip-norm-z",
         "--train-data",   "--overfit-single-batch", "--tf32", "--fp32-master",
         "--total-batch",  "--beta1", "--beta2", "--eps", "--momentum", "--trust-coefficient",
-        "--layer-adaptation", "--lr-scaling", "--base-batch"};
+        "--layer-adaptation", "--lr-scaling", "--base-batch", "--muon-lr", "--muon-momentum",
+        "--muon-nesterov", "--ns-steps"};
     return bending.count(name) > 0;
 }
 

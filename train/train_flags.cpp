@@ -81,10 +81,10 @@ std::vector<Flag> flag_table(TrainOptions& o) {
         {"-q", "--final-lr-fraction", Kind::DOUBLE, FIELD(final_lr_fraction), 0, 1,
          "final learning rate as a fraction of the peak"},
         {"-c", "--weight-decay", Kind::DOUBLE, FIELD(weight_decay), 0, 10,
-         "weight decay (2-D weights only): decoupled in AdamW; part of the step LAMB and LARS rescale"},
+         "weight decay (2-D weights only): decoupled in AdamW and Muon; part of the step LAMB and LARS rescale"},
         {"", "--optimizer", Kind::STRING, FIELD(optimizer), 0, 0,
          "adamw; lamb or lars for large global batches: each tensor's update rescaled to its weights' "
-         "norm"},
+         "norm; muon: the blocks' weight matrices by Muon (train_gpt_cpu only), the rest by AdamW"},
         {"", "--beta1", Kind::DOUBLE, FIELD(beta1), -1, 1,
          "AdamW and LAMB: the first moment's decay in [0, 1) (-1: 0.9)"},
         {"", "--beta2", Kind::DOUBLE, FIELD(beta2), -1, 1,
@@ -96,6 +96,15 @@ std::vector<Flag> flag_table(TrainOptions& o) {
          "LARS: eta in its ratio eta * |p| / |g|, > 0"},
         {"", "--layer-adaptation", Kind::STRING, FIELD(layer_adaptation), 0, 0,
          "LAMB and LARS: all (every tensor's ratio) or matrices (biases and LayerNorms keep ratio 1)"},
+        {"", "--muon-lr", Kind::DOUBLE, FIELD(muon_lr), -BIG, BIG,
+         "Muon: the peak learning rate of the blocks' weight matrices, > 0, following -k's schedule (-l "
+         "stays AdamW's, on the other tensors) (-1: 0.02)"},
+        {"", "--muon-momentum", Kind::DOUBLE, FIELD(muon_momentum), -BIG, BIG,
+         "Muon: the momentum mu, in [0, 1) (-1: 0.95)"},
+        {"", "--muon-nesterov", Kind::INT, FIELD(muon_nesterov), INT_MIN, INT_MAX,
+         "Muon: 1 Nesterov's lookahead (1 - mu) g + mu b, 0 the momentum buffer b alone (-1: 1)"},
+        {"", "--ns-steps", Kind::INT, FIELD(ns_steps), INT_MIN, INT_MAX,
+         "Muon: Newton-Schulz iterations that orthogonalize each matrix's update, in 1..20 (-1: 5)"},
         {"", "--lr-scaling", Kind::STRING, FIELD(lr_scaling), 0, 0,
          "peak learning rate from -l and the batch: none, linear (-l * tokens per step / --base-batch) "
          "or sqrt (-l * its square root)"},

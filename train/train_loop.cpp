@@ -587,6 +587,9 @@ static StepMetrics train_step(Run& run, int step, int first_step) {
     update.optimizer = run.optimizer;
     update.optimizer.learning_rate = (float)learning_rate_at(
         {opt.schedule, run.peak_lr, opt.warmup_steps, run.max_steps, opt.final_lr_fraction}, step - 1);
+    if (run.optimizer.kind == OptimizerKind::MUON)  // Muon's own peak, on the same schedule
+        update.optimizer.muon_learning_rate = (float)learning_rate_at(
+            {opt.schedule, opt.muon_lr, opt.warmup_steps, run.max_steps, opt.final_lr_fraction}, step - 1);
     update.step = step;
     update.clip_norm = GRAD_CLIP;
     update.skip_loss_z = opt.skip_loss_z, update.skip_norm_z = opt.skip_norm_z;

@@ -318,7 +318,7 @@ static TrainingState read_fields(PayloadCursor& in, uint32_t version, uint64_t l
     s.data_ranks = mesh.data_ranks, s.tensor_parallel = mesh.tensor_parallel;
     s.pipeline_parallel = mesh.pipeline_parallel;
     if (mesh.optimizer < 0 || mesh.optimizer >= kOptimizerKinds)
-        fail("%s: unknown optimizer %d (0 adamw, 1 lamb, 2 lars)", path.c_str(), mesh.optimizer);
+        fail("%s: unknown optimizer %d (0 adamw, 1 lamb, 2 lars, 3 muon)", path.c_str(), mesh.optimizer);
     s.optimizer = (OptimizerKind)mesh.optimizer;
     for (int i = 0; i < 3; i++) lengths[i] = in.u64();
     // Compared one by one: a sum of three corrupt lengths could wrap around to the right total.

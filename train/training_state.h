@@ -4,13 +4,15 @@
 //           payload (u64: XXH64, base/xxhash64.h; FNV-1a 64 up to version 4)
 //   payload RunShape (the run's configuration, checked on resume), step, data loader position,
 //           sampling RNG state, the loss and grad-norm outlier windows, the mesh that wrote it
-//           (data ranks, -tp, -pp) and the optimizer (i32: 0 AdamW, 1 LAMB, 2 LARS; files written
-//           before LAMB and LARS existed hold 0 there), then the part of the fp32 master weights and
-//           the optimizer's m and v this rank is responsible for: its ranges in ParamLayout order (u64
+//           (data ranks, -tp, -pp) and the optimizer (i32: 0 AdamW, 1 LAMB, 2 LARS, 3 Muon; files
+//           written before LAMB and LARS existed hold 0 there), then the part of the fp32 master weights
+//           and the optimizer's m and v this rank is responsible for: its ranges in ParamLayout order (u64
 //           count, then u64 offset and length pairs) and the three arrays (u64 lengths, then fp32
 //           values). AdamW and LAMB keep their first and second moments in m and v; LARS keeps its
-//           momentum buffer in m and writes v as zeros, so that every file has three arrays of one
-//           length.
+//           momentum buffer in m and writes v as zeros; Muon keeps its momentum buffer in m at the
+//           elements of its matrices (base/muon_layout.h), with zeros in v there, and AdamW's two
+//           moments at the other elements. So every file has three arrays of one length, and Muon
+//           needed no new version: an older build refuses its files as of an unknown optimizer.
 //           Version 3 adds, between the ranges and the three arrays' lengths, gradient compression's
 //           state (base/compression_state.h; --grad-compression): method (i32: 0 none, 1 powersgd,
 //           2 int8, 3 sign), the data ranks it was made for (i32), its layout fingerprint (u64), a u64

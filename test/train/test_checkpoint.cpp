@@ -332,7 +332,7 @@ TEST(training_state_names_its_optimizer) {
     int32_t field = -1;
     memcpy(&field, &adamw[optimizer_at], 4);
     CHECK(field == 0 && read_training_state(path).optimizer == OptimizerKind::ADAMW);
-    for (OptimizerKind kind : {OptimizerKind::LAMB, OptimizerKind::LARS}) {
+    for (OptimizerKind kind : {OptimizerKind::LAMB, OptimizerKind::LARS, OptimizerKind::MUON}) {
         s.optimizer = kind;
         write_training_state(path, s);
         std::vector<unsigned char> bytes = read_all(path);
@@ -345,12 +345,12 @@ TEST(training_state_names_its_optimizer) {
         CHECK(bytes == expected);
     }
     std::vector<unsigned char> bytes = adamw;
-    field = 3;
+    field = kOptimizerKinds;
     memcpy(&bytes[optimizer_at], &field, 4);
     const uint64_t checksum = training_state_checksum(TRAINING_STATE_VERSION, &bytes[32], bytes.size() - 32);
     memcpy(&bytes[24], &checksum, 8);
     write_all(path, bytes);
-    expect_input_error([&] { read_training_state(path); }, {path, "unknown optimizer 3"});
+    expect_input_error([&] { read_training_state(path); }, {path, "unknown optimizer 4"});
     expect_input_error([&] { check_same_optimizer(OptimizerKind::ADAMW, OptimizerKind::LARS, "st.bin"); },
                        {"st.bin", "written by --optimizer adamw", "asks for --optimizer lars"});
     check_same_optimizer(OptimizerKind::LAMB, OptimizerKind::LAMB, "st.bin");

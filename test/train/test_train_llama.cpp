@@ -137,6 +137,7 @@ static void check_resume_is_bitwise(const std::string& optimizer) {
 TEST(llama_resume_is_bitwise_adamw) { check_resume_is_bitwise("adamw"); }
 TEST(llama_resume_is_bitwise_lamb) { check_resume_is_bitwise("lamb"); }
 TEST(llama_resume_is_bitwise_lars) { check_resume_is_bitwise("lars"); }
+TEST(llama_resume_is_bitwise_muon) { check_resume_is_bitwise("muon"); }
 
 TEST(llama_samples_print_from_the_decode_table) {
     const std::string dir = llama_data_dir();

@@ -3,8 +3,8 @@
 // step written here, tensor by tensor as Hugging Face names them (each layer's slice of a per-layer
 // array its own tensor, with its own trust ratio), from the initial weights and the moments the
 // checkpoint saved; --lr-scaling's learning rate in the metrics log; every bad value of the new flags
-// a one-line error; a checkpoint refuses to resume under another optimizer, and LAMB and LARS runs
-// resume bit for bit. The emulated CUDA trainer (where built) ends with the same weights.
+// a one-line error; a checkpoint refuses to resume under another optimizer (Muon's among them), and
+// LAMB and LARS runs resume bit for bit. The emulated CUDA trainer (where built) ends with the same weights.
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -205,16 +205,12 @@ TEST(bad_optimizer_flags_fail_cleanly) {
 
 // Runs a checkpointed run to step `steps` (resuming where the folder holds one) and returns its output.
 static std::string run_to(const std::string& data, const std::string& out, int steps, const std::string& flags) {
-    std::string output;
-    const int rc = run_trainer(run_flags(data, tst::format("-x 6 --stop-at %d -n 3 -y 1 -o %s %s", steps,
-                                                           out.c_str(), flags.c_str())), &output);
-    CHECK_MSG(rc == 0, "exit %d: %s", rc, output.c_str());
-    return output;
+    return run_to_step(run_flags(data, flags), steps, out);
 }
 
 TEST(resume_under_another_optimizer_is_refused) {
     const std::string data = data_dir();
-    const char* pairs[][2] = {{"adamw", "lamb"}, {"lamb", "adamw"}, {"lars", "lamb"}};
+    const char* pairs[][2] = {{"adamw", "lamb"}, {"lamb", "adamw"}, {"lars", "lamb"}, {"adamw", "muon"}, {"muon", "lars"}};
     for (const auto& pair : pairs) {
         const std::string out = tst::make_temp_dir() + "/out";
         run_to(data, out, 3, std::string("--optimizer ") + pair[0]);

@@ -1,6 +1,7 @@
 // Helpers for the tests that run a trainer binary (test/train/test_train_cpu.cpp,
-// test/train/test_train_optimizers.cpp): which trainer ($BIN/train_gpt_cpu, or the one $TRAINER
-// names), synthetic shards of tokens below 64, a run's output, and a run that must fail cleanly.
+// test/train/test_train_optimizers.cpp, test/train/test_train_muon.cpp): which trainer
+// ($BIN/train_gpt_cpu, or the one $TRAINER names), synthetic shards of tokens below 64, a checkpointed
+// run taken to a step, a run's output, and a run that must fail cleanly.
 #pragma once
 #include <cmath>
 #include <cstdlib>
@@ -37,6 +38,16 @@ inline std::string data_dir() {
 
 inline int run_trainer(const std::string& args, std::string* output) {
     return tst::run_command(trainer() + " " + args, output);
+}
+
+// A checkpointed run of 6 steps (-n 3), taken to step `steps` and resuming where `out` holds a
+// checkpoint; `args` the run's other flags. Returns its output.
+inline std::string run_to_step(const std::string& args, int steps, const std::string& out) {
+    std::string output;
+    const int rc = run_trainer(tst::format("%s -x 6 --stop-at %d -n 3 -y 1 -o %s", args.c_str(), steps, out.c_str()),
+                               &output);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, output.c_str());
+    return output;
 }
 
 inline double last_loss(const std::string& output) {
