@@ -127,6 +127,8 @@ void Optimizer::step(const AdamWDeviceStep* step, const OptimizerSettings& const
             sum_norms_over_ranks();
             lars_apply(layer_adaptive_plan_, constants.momentum, constants.trust_coefficient, step, stream_);
             break;
+        case OptimizerKind::MUON:  // refused by train_gpt before a model is made
+            fail("--optimizer muon: the CUDA trainer does not run Muon yet; use train_gpt_cpu");
     }
     CUDA_CHECK(cudaGetLastError());
 }

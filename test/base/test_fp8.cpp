@@ -42,7 +42,7 @@ std::vector<std::pair<double, int>> finite_ladder(Fp8Format f) {
 
 // The code a saturating round-to-nearest-even conversion must give, by search: the nearest finite
 // value, the even code on a tie; beyond the largest finite value, the largest.
-int encode_by_search(float x, Fp8Format f, const std::vector<std::pair<double, int>>& ladder) {
+int encode_by_search(float x, Fp8Format, const std::vector<std::pair<double, int>>& ladder) {
     if (std::isnan(x)) return 0x7F;
     const int sign = std::signbit(x) ? 0x80 : 0;
     const double a = std::fabs((double)x);
